@@ -1,0 +1,28 @@
+# autoshard_module(NAME DEPS ...): a static library from src/NAME/*.cc and, when src/NAME has
+# *_test.cc files, a GoogleTest binary NAME_test registered with CTest.
+# Every module gets `src/` on its include path so headers are included as "NAME/file.h".
+function(autoshard_module name)
+  cmake_parse_arguments(ARG "" "" "DEPS" ${ARGN})
+  file(GLOB srcs CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/${name}/*.cc)
+  set(tests ${srcs})
+  list(FILTER srcs EXCLUDE REGEX "_test\\.cc$")
+  list(FILTER tests INCLUDE REGEX "_test\\.cc$")
+  if(srcs)
+    add_library(autoshard_${name} STATIC ${srcs})
+    target_include_directories(autoshard_${name} PUBLIC ${CMAKE_SOURCE_DIR}/src)
+    target_link_libraries(autoshard_${name} PUBLIC ${ARG_DEPS})
+  else()
+    add_library(autoshard_${name} INTERFACE)
+    target_include_directories(autoshard_${name} INTERFACE ${CMAKE_SOURCE_DIR}/src)
+    target_link_libraries(autoshard_${name} INTERFACE ${ARG_DEPS})
+  endif()
+  if(tests)
+    add_executable(${name}_test ${tests})
+    target_link_libraries(${name}_test PRIVATE autoshard_${name} GTest::gtest GTest::gtest_main GTest::gmock)
+    target_compile_definitions(${name}_test PRIVATE
+      AUTOSHARD_SOURCE_DIR="${CMAKE_SOURCE_DIR}"
+      AUTOSHARD_SHARED_DIR="${CMAKE_SOURCE_DIR}/../shared")
+    add_test(NAME ${name}_test COMMAND ${name}_test)
+    set_tests_properties(${name}_test PROPERTIES ENVIRONMENT "AUTOSHARD_SOURCE_DIR=${CMAKE_SOURCE_DIR}")
+  endif()
+endfunction()

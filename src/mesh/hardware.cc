@@ -1,0 +1,183 @@
+#include "mesh/hardware.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <stdexcept>
+
+namespace autoshard {
+
+double Hardware::peak_flops(DType t) const {
+  // FP32 matmuls run on CUDA cores at the FP32 peak; everything narrower uses tensor cores.
+  return (t == DType::kF32 ? peak_fp32_tflops : peak_bf16_tflops) * 1e12;
+}
+
+namespace {
+
+constexpr int64_t kGB = 1000LL * 1000 * 1000;
+
+/// Figures: ../shared/reference/cost-model.md §3 (vendor datasheets, dense) and §2 (nccl-tests:
+/// A100 NVSwitch busbw ~230 GB/s, issue #149; H100 ring AG/RS ~370 GB/s, issue #212; NDR
+/// 400 Gb/s IB 46-48 GB/s per NIC, issue #290).  H200 shares H100's NVLink4 fabric, so its ring
+/// AG/RS figure is taken as H100's; B200's NVLink5 doubles NVLink4, so twice H100's.  A100
+/// clusters typically run HDR 200 Gb/s per GPU: half the NDR figure.
+std::vector<Hardware> presets() {
+  std::vector<Hardware> v;
+  Hardware a100;
+  a100.name = "a100";
+  a100.peak_bf16_tflops = 312;
+  a100.peak_fp32_tflops = 19.5;
+  a100.hbm_gbps = 2039;
+  a100.memory_bytes = 80 * kGB;
+  a100.nvlink_gbps = 600;
+  a100.intra_busbw_gbps = 230;
+  a100.inter_busbw_gbps = 23.5;
+  v.push_back(a100);
+
+  Hardware h100;
+  h100.name = "h100";
+  h100.peak_bf16_tflops = 989;
+  h100.peak_fp32_tflops = 67;
+  h100.hbm_gbps = 3350;
+  h100.memory_bytes = 80 * kGB;
+  h100.nvlink_gbps = 900;
+  h100.intra_busbw_gbps = 370;
+  h100.inter_busbw_gbps = 47;
+  v.push_back(h100);
+
+  Hardware h200 = h100;
+  h200.name = "h200";
+  h200.hbm_gbps = 4800;
+  h200.memory_bytes = 141 * kGB;
+  v.push_back(h200);
+
+  Hardware b200;
+  b200.name = "b200";
+  b200.peak_bf16_tflops = 2250;
+  b200.peak_fp32_tflops = 75;
+  b200.hbm_gbps = 7700;
+  b200.memory_bytes = 180 * kGB;
+  b200.nvlink_gbps = 1800;
+  b200.intra_busbw_gbps = 740;
+  b200.inter_busbw_gbps = 47;
+  v.push_back(b200);
+  return v;
+}
+
+std::string lower(std::string_view s) {
+  std::string r(s);
+  std::transform(r.begin(), r.end(), r.begin(), [](unsigned char c) { return std::tolower(c); });
+  return r;
+}
+
+}  // namespace
+
+std::optional<Hardware> hardware_preset(std::string_view name) {
+  std::string n = lower(name);
+  for (const char* suffix : {"-80gb", "-sxm", "_sxm", "-sxm5", "sxm"}) {
+    std::string_view sv(suffix);
+    if (n.size() > sv.size() && n.ends_with(sv)) n.resize(n.size() - sv.size());
+  }
+  for (const Hardware& h : presets())
+    if (h.name == n) return h;
+  return std::nullopt;
+}
+
+std::vector<std::string> hardware_preset_names() {
+  std::vector<std::string> r;
+  for (const Hardware& h : presets()) r.push_back(h.name);
+  return r;
+}
+
+Hardware parse_hardware_json(std::string_view text, std::string_view origin) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw std::runtime_error(fmt::format("{}: malformed JSON at byte {}: {}", origin, e.byte,
+                                         e.what()));
+  }
+  if (!j.is_object()) throw std::runtime_error(fmt::format("{}: expected a JSON object", origin));
+  Hardware hw;
+  if (j.contains("base")) {
+    if (!j["base"].is_string())
+      throw std::runtime_error(fmt::format("{}: /base: expected a preset name", origin));
+    auto p = hardware_preset(j["base"].get<std::string>());
+    if (!p)
+      throw std::runtime_error(fmt::format("{}: /base: unknown preset '{}'", origin,
+                                           j["base"].get<std::string>()));
+    hw = *p;
+  }
+  auto num = [&](const char* key, double& field) {
+    if (!j.contains(key)) return;
+    if (!j[key].is_number() || j[key].get<double>() < 0)
+      throw std::runtime_error(
+          fmt::format("{}: /{}: expected a non-negative number", origin, key));
+    field = j[key].get<double>();
+  };
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    static const char* kKnown[] = {"base", "name", "peak_bf16_tflops", "peak_fp32_tflops",
+                                   "hbm_gbps", "memory_bytes", "memory_gb", "nvlink_gbps",
+                                   "intra_busbw_gbps", "inter_busbw_gbps", "intra_latency_us",
+                                   "inter_latency_us", "base_latency_us", "gpus_per_node",
+                                   "efficiency", "launch_floor_us"};
+    if (std::find_if(std::begin(kKnown), std::end(kKnown),
+                     [&](const char* k) { return it.key() == k; }) == std::end(kKnown))
+      throw std::runtime_error(fmt::format("{}: /{}: unknown field", origin, it.key()));
+  }
+  if (j.contains("name")) {
+    if (!j["name"].is_string())
+      throw std::runtime_error(fmt::format("{}: /name: expected a string", origin));
+    hw.name = j["name"].get<std::string>();
+  } else if (hw.name.empty()) {
+    hw.name = "custom";
+  }
+  num("peak_bf16_tflops", hw.peak_bf16_tflops);
+  num("peak_fp32_tflops", hw.peak_fp32_tflops);
+  num("hbm_gbps", hw.hbm_gbps);
+  num("nvlink_gbps", hw.nvlink_gbps);
+  num("intra_busbw_gbps", hw.intra_busbw_gbps);
+  num("inter_busbw_gbps", hw.inter_busbw_gbps);
+  num("intra_latency_us", hw.intra_latency_us);
+  num("inter_latency_us", hw.inter_latency_us);
+  num("base_latency_us", hw.base_latency_us);
+  num("efficiency", hw.efficiency);
+  num("launch_floor_us", hw.launch_floor_us);
+  double mem = static_cast<double>(hw.memory_bytes);
+  num("memory_bytes", mem);
+  if (j.contains("memory_gb")) {
+    double gb = 0;
+    num("memory_gb", gb);
+    mem = gb * 1e9;
+  }
+  hw.memory_bytes = static_cast<int64_t>(mem);
+  double gpn = hw.gpus_per_node;
+  num("gpus_per_node", gpn);
+  hw.gpus_per_node = static_cast<int>(gpn);
+  for (auto [key, v] : {std::pair{"peak_bf16_tflops", hw.peak_bf16_tflops},
+                        {"peak_fp32_tflops", hw.peak_fp32_tflops}, {"hbm_gbps", hw.hbm_gbps},
+                        {"intra_busbw_gbps", hw.intra_busbw_gbps},
+                        {"inter_busbw_gbps", hw.inter_busbw_gbps}})
+    if (v <= 0) throw std::runtime_error(fmt::format("{}: /{}: missing or zero", origin, key));
+  if (hw.memory_bytes <= 0)
+    throw std::runtime_error(fmt::format("{}: /memory_bytes: missing or zero", origin));
+  if (hw.gpus_per_node < 1)
+    throw std::runtime_error(fmt::format("{}: /gpus_per_node: must be at least 1", origin));
+  if (hw.efficiency <= 0 || hw.efficiency > 1)
+    throw std::runtime_error(fmt::format("{}: /efficiency: must be in (0, 1]", origin));
+  return hw;
+}
+
+Hardware load_hardware_json(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error(fmt::format("{}: cannot open file", path));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parse_hardware_json(ss.str(), path);
+}
+
+}  // namespace autoshard

@@ -1,0 +1,105 @@
+#include "mesh/mesh.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <charconv>
+#include <set>
+#include <stdexcept>
+
+namespace autoshard {
+
+Mesh::Mesh(std::vector<int64_t> shape, std::vector<std::string> names, const Hardware& hw,
+           CommBackend backend)
+    : hw_(hw), backend_(backend) {
+  if (shape.empty()) throw std::invalid_argument("mesh: empty shape");
+  if (names.empty()) {
+    for (size_t i = 0; i < shape.size(); ++i) names.push_back(fmt::format("d{}", i));
+  }
+  if (names.size() != shape.size())
+    throw std::invalid_argument(fmt::format("mesh: {} dims but {} names", shape.size(),
+                                            names.size()));
+  std::set<std::string> seen;
+  for (const auto& n : names) {
+    if (n.empty()) throw std::invalid_argument("mesh: empty dim name");
+    if (!seen.insert(n).second)
+      throw std::invalid_argument(fmt::format("mesh: duplicate dim name '{}'", n));
+  }
+  dims_.resize(shape.size());
+  // DTensor's MeshTopoInfo walks dims from the last one, multiplying sizes; once the running
+  // product exceeds the GPUs per host the dim spans hosts.
+  int64_t running = 1;
+  for (size_t k = shape.size(); k-- > 0;) {
+    if (shape[k] < 1)
+      throw std::invalid_argument(fmt::format("mesh: dim {} has size {}", k, shape[k]));
+    running *= shape[k];
+    MeshDim& d = dims_[k];
+    d.name = names[k];
+    d.size = shape[k];
+    d.inter_node = running > hw.gpus_per_node;
+    if (backend == CommBackend::kGloo) {
+      // Gloo moves data through host memory and TCP; assume a 100 Gb/s NIC-class rate
+      // (12.5 GB/s) and 50 us per hop, for both kinds of dims.
+      d.busbw_gbps = 12.5;
+      d.latency_us = 50.0;
+    } else {
+      d.busbw_gbps = d.inter_node ? hw.inter_busbw_gbps : hw.intra_busbw_gbps;
+      d.latency_us = d.inter_node ? hw.inter_latency_us : hw.intra_latency_us;
+    }
+  }
+}
+
+std::vector<int64_t> Mesh::parse_shape(std::string_view s) {
+  std::vector<int64_t> shape;
+  size_t pos = 0;
+  if (s.empty()) throw std::invalid_argument("mesh shape: empty");
+  while (pos <= s.size()) {
+    size_t next = s.find_first_of("x,X*", pos);
+    if (next == std::string_view::npos) next = s.size();
+    std::string_view tok = s.substr(pos, next - pos);
+    int64_t v = 0;
+    auto [ptr, ec] = std::from_chars(tok.data(), tok.data() + tok.size(), v);
+    if (ec != std::errc() || ptr != tok.data() + tok.size() || tok.empty() || v < 1)
+      throw std::invalid_argument(fmt::format("mesh shape '{}': '{}' is not a positive integer",
+                                              s, tok));
+    shape.push_back(v);
+    pos = next + 1;
+  }
+  return shape;
+}
+
+std::vector<std::string> Mesh::parse_names(std::string_view s) {
+  std::vector<std::string> names;
+  size_t pos = 0;
+  while (pos <= s.size()) {
+    size_t next = s.find(',', pos);
+    if (next == std::string_view::npos) next = s.size();
+    names.emplace_back(s.substr(pos, next - pos));
+    pos = next + 1;
+  }
+  return names;
+}
+
+std::vector<int64_t> Mesh::shape() const {
+  std::vector<int64_t> r;
+  for (const auto& d : dims_) r.push_back(d.size);
+  return r;
+}
+
+std::vector<std::string> Mesh::names() const {
+  std::vector<std::string> r;
+  for (const auto& d : dims_) r.push_back(d.name);
+  return r;
+}
+
+int64_t Mesh::num_devices() const {
+  int64_t n = 1;
+  for (const auto& d : dims_) n *= d.size;
+  return n;
+}
+
+std::string Mesh::describe() const {
+  return fmt::format("{} ({})", fmt::join(shape(), "x"), fmt::join(names(), ", "));
+}
+
+}  // namespace autoshard

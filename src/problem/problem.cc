@@ -1,0 +1,66 @@
+#include "problem/problem.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+
+namespace autoshard {
+
+std::string Problem::validate() const {
+  for (PNodeIdx i = 0; i < num_nodes(); ++i) {
+    const ProblemNode& n = nodes[static_cast<size_t>(i)];
+    if (n.costs.empty()) return fmt::format("node {}: no strategies", i);
+    if (n.usages.size() != n.costs.size())
+      return fmt::format("node {}: {} costs but {} usages", i, n.costs.size(), n.usages.size());
+    if (n.end < n.start) return fmt::format("node {}: interval [{}, {}) is reversed", i, n.start, n.end);
+  }
+  for (EdgeIdx k = 0; k < num_edges(); ++k) {
+    const ProblemEdge& e = edges[static_cast<size_t>(k)];
+    if (e.u < 0 || e.u >= num_nodes() || e.v < 0 || e.v >= num_nodes())
+      return fmt::format("edge {}: node index out of range", k);
+    if (e.u == e.v) return fmt::format("edge {}: self loop on node {}", k, e.u);
+    size_t want = nodes[static_cast<size_t>(e.u)].costs.size() *
+                  nodes[static_cast<size_t>(e.v)].costs.size();
+    if (e.costs.size() != want)
+      return fmt::format("edge {}: {} costs, expected {}", k, e.costs.size(), want);
+  }
+  return {};
+}
+
+Cost evaluate_cost(const Problem& p, const std::vector<StrategyIdx>& choice) {
+  Cost total = 0;
+  for (PNodeIdx i = 0; i < p.num_nodes(); ++i)
+    total += p.nodes[static_cast<size_t>(i)].costs[static_cast<size_t>(choice[static_cast<size_t>(i)])];
+  for (const ProblemEdge& e : p.edges)
+    total += p.edge_cost(e, choice[static_cast<size_t>(e.u)], choice[static_cast<size_t>(e.v)]);
+  return total;
+}
+
+int64_t peak_usage(const Problem& p, const std::vector<StrategyIdx>& choice) {
+  // Sweep over interval endpoints: +usage at start, -usage at end.
+  std::map<int64_t, int64_t> delta;
+  for (PNodeIdx i = 0; i < p.num_nodes(); ++i) {
+    const ProblemNode& n = p.nodes[static_cast<size_t>(i)];
+    if (n.end <= n.start) continue;
+    int64_t u = n.usages[static_cast<size_t>(choice[static_cast<size_t>(i)])];
+    if (u == 0) continue;
+    delta[n.start] += u;
+    delta[n.end] -= u;
+  }
+  int64_t live = 0, peak = 0;
+  for (const auto& [t, d] : delta) {
+    live += d;
+    peak = std::max(peak, live);
+  }
+  return peak;
+}
+
+int64_t alpa_variable_count(const Problem& p) {
+  int64_t n = 0;
+  for (const auto& x : p.nodes) n += static_cast<int64_t>(x.costs.size());
+  for (const auto& e : p.edges) n += static_cast<int64_t>(e.costs.size());
+  return n;
+}
+
+}  // namespace autoshard
