@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Sets up (Debian packages when root), builds every target in Release and in Debug with
+# AddressSanitizer + UndefinedBehaviorSanitizer, and runs every test in both builds.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/deps.sh --test
+jobs=$(nproc)
+echo "== Release build"
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DAUTOSHARD_WERROR=ON >/dev/null
+cmake --build build -j"$jobs"
+echo "== Release tests"
+(cd build && ctest --output-on-failure -j"$jobs")
+echo "== Debug + ASan/UBSan build"
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DAUTOSHARD_SANITIZE=ON -DAUTOSHARD_BENCH=OFF \
+  -DAUTOSHARD_WERROR=ON >/dev/null
+cmake --build build-asan -j"$jobs"
+echo "== Debug + ASan/UBSan tests"
+(cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+  ctest --output-on-failure -j"$jobs" -LE slow)

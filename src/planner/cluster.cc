@@ -1,0 +1,293 @@
+#include "planner/cluster.h"
+
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <numeric>
+#include <unordered_map>
+
+namespace autoshard {
+
+namespace {
+
+uint64_t mix(uint64_t h, uint64_t x) {
+  return h ^ (x + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2));
+}
+
+uint64_t hash_string(std::string_view s) {
+  uint64_t h = 1469598103934665603ULL;  // FNV-1a
+  for (char c : s) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ULL;
+  return h;
+}
+
+uint64_t hash_meta(uint64_t h, const TensorMeta& m) {
+  h = mix(h, static_cast<uint64_t>(m.dtype));
+  h = mix(h, m.shape.size());
+  for (int64_t d : m.shape) h = mix(h, static_cast<uint64_t>(d));
+  return h;
+}
+
+uint64_t hash_attr(uint64_t h, const AttrValue& v) {
+  h = mix(h, v.index());
+  std::visit(
+      [&](const auto& x) {
+        using T = std::decay_t<decltype(x)>;
+        if constexpr (std::is_same_v<T, bool>) h = mix(h, x ? 1 : 0);
+        else if constexpr (std::is_same_v<T, int64_t>) h = mix(h, static_cast<uint64_t>(x));
+        else if constexpr (std::is_same_v<T, double>) h = mix(h, std::hash<double>{}(x));
+        else if constexpr (std::is_same_v<T, std::string>) h = mix(h, hash_string(x));
+        else
+          for (int64_t e : x) h = mix(h, static_cast<uint64_t>(e));
+      },
+      v);
+  return h;
+}
+
+/// Structural signature of a node: equal signatures mean identical strategy lists and costs.
+std::vector<uint64_t> signatures(const Graph& g, const BuiltProblem& bp) {
+  std::vector<uint64_t> sig(static_cast<size_t>(g.size()), 0);
+  for (NodeIdx i = 0; i < g.size(); ++i) {
+    const Node& n = g.node(i);
+    uint64_t h = mix(static_cast<uint64_t>(n.kind) + 1, static_cast<uint64_t>(n.phase));
+    h = mix(h, hash_string(n.op));
+    for (const auto& [k, v] : n.attrs) h = hash_attr(mix(h, hash_string(k)), v);
+    for (const TensorMeta& m : n.outputs) h = hash_meta(h, m);
+    for (const TensorRef& r : n.inputs) h = mix(hash_meta(h, g.meta(r)), static_cast<uint64_t>(r.output));
+    PNodeIdx v = bp.pnode[static_cast<size_t>(i)];
+    if (v >= 0) {
+      const ProblemNode& pn = bp.problem.nodes[static_cast<size_t>(v)];
+      h = mix(h, pn.costs.size());
+      for (const Strategy& s : bp.strategies[static_cast<size_t>(v)])
+        for (const ShardingSpec& o : s.outputs)
+          for (const Placement& p : o.placements)
+            h = mix(h, static_cast<uint64_t>(p.kind) * 64 + static_cast<uint64_t>(p.dim));
+    }
+    sig[static_cast<size_t>(i)] = h;
+  }
+  return sig;
+}
+
+struct UnionFind {
+  std::vector<int32_t> parent;
+  explicit UnionFind(size_t n) : parent(n) { std::iota(parent.begin(), parent.end(), 0); }
+  int32_t find(int32_t x) {
+    while (parent[static_cast<size_t>(x)] != x) {
+      parent[static_cast<size_t>(x)] = parent[static_cast<size_t>(parent[static_cast<size_t>(x)])];
+      x = parent[static_cast<size_t>(x)];
+    }
+    return x;
+  }
+  void unite(int32_t a, int32_t b) {
+    a = find(a);
+    b = find(b);
+    if (a != b) parent[static_cast<size_t>(std::max(a, b))] = std::min(a, b);
+  }
+};
+
+}  // namespace
+
+std::vector<std::pair<NodeIdx, NodeIdx>> find_layer_ties(const Graph& g, const BuiltProblem& bp) {
+  const std::vector<uint64_t> sig = signatures(g, bp);
+  // Pinned nodes keep their own decisions: a pin filters their strategies, which the
+  // signature already reflects, so they can only tie with identically pinned nodes.
+  std::vector<NodeIdx> seq;
+  for (NodeIdx i = 0; i < g.size(); ++i)
+    if (g.node(i).kind == NodeKind::kOp && bp.pnode[static_cast<size_t>(i)] >= 0) seq.push_back(i);
+  const size_t n = seq.size();
+  std::vector<char> used(n, 0);
+  std::vector<std::pair<NodeIdx, NodeIdx>> ties;
+
+  for (int round = 0; round < 4; ++round) {
+    // Candidate periods: gaps between consecutive occurrences of each signature, among
+    // positions not yet tied.
+    std::unordered_map<uint64_t, size_t> last;
+    std::map<size_t, int64_t> gap_votes;
+    for (size_t i = 0; i < n; ++i) {
+      if (used[i]) continue;
+      uint64_t s = sig[static_cast<size_t>(seq[i])];
+      if (auto it = last.find(s); it != last.end()) ++gap_votes[i - it->second];
+      last[s] = i;
+    }
+    std::vector<std::pair<int64_t, size_t>> cands;
+    for (auto [gap, votes] : gap_votes)
+      if (votes >= 2 && gap >= 1) cands.push_back({votes, gap});
+    std::sort(cands.rbegin(), cands.rend());
+    if (cands.size() > 12) cands.resize(12);
+    // Pick the period whose matching runs (of at least one full period) cover the most ops.
+    size_t best_p = 0, best_cover = 0;
+    for (auto [votes, p] : cands) {
+      size_t cover = 0, run = 0;
+      for (size_t i = 0; i + p < n; ++i) {
+        bool m = !used[i] && !used[i + p] &&
+                 sig[static_cast<size_t>(seq[i])] == sig[static_cast<size_t>(seq[i + p])];
+        run = m ? run + 1 : 0;
+        if (run == p) cover += p;
+        else if (run > p) ++cover;
+      }
+      if (cover > best_cover) {
+        best_cover = cover;
+        best_p = p;
+      }
+    }
+    if (best_p == 0 || best_cover < 2) break;
+    // Tie along every run of at least one period.
+    size_t run_start = 0, run = 0;
+    auto flush = [&](size_t end) {
+      if (run >= best_p)
+        for (size_t i = run_start; i < end; ++i) {
+          ties.push_back({seq[i], seq[i + best_p]});
+          used[i] = 1;
+          used[i + best_p] = 1;
+        }
+    };
+    for (size_t i = 0; i + best_p < n; ++i) {
+      bool m = !used[i] && !used[i + best_p] &&
+               sig[static_cast<size_t>(seq[i])] == sig[static_cast<size_t>(seq[i + best_p])];
+      if (m) {
+        if (run == 0) run_start = i;
+        ++run;
+      } else {
+        flush(i);
+        run = 0;
+      }
+    }
+    flush(run_start + run);
+  }
+
+  // Placeholders (parameters, buffers, inputs) follow the ops that read them.
+  std::vector<std::pair<NodeIdx, NodeIdx>> more;
+  for (auto [a, b] : ties) {
+    const Node& x = g.node(a);
+    const Node& y = g.node(b);
+    for (size_t s = 0; s < x.inputs.size() && s < y.inputs.size(); ++s) {
+      NodeIdx pa = x.inputs[s].node, pb = y.inputs[s].node;
+      if (pa == pb) continue;
+      NodeKind ka = g.node(pa).kind, kb = g.node(pb).kind;
+      if (ka == NodeKind::kOp || kb == NodeKind::kOp) continue;
+      if (sig[static_cast<size_t>(pa)] == sig[static_cast<size_t>(pb)]) more.push_back({pa, pb});
+    }
+  }
+  ties.insert(ties.end(), more.begin(), more.end());
+  return ties;
+}
+
+ClusteredProblem identity_cluster(const BuiltProblem& bp) {
+  ClusteredProblem cp;
+  cp.problem = bp.problem;
+  cp.class_of.resize(static_cast<size_t>(bp.problem.num_nodes()));
+  std::iota(cp.class_of.begin(), cp.class_of.end(), 0);
+  return cp;
+}
+
+ClusteredProblem cluster_problem(const Graph& g, const BuiltProblem& bp, bool memory_may_bind) {
+  const Problem& p = bp.problem;
+  UnionFind uf(static_cast<size_t>(p.num_nodes()));
+  for (auto [a, b] : find_layer_ties(g, bp)) {
+    PNodeIdx u = bp.pnode[static_cast<size_t>(a)], v = bp.pnode[static_cast<size_t>(b)];
+    if (u < 0 || v < 0) continue;
+    if (p.nodes[static_cast<size_t>(u)].costs.size() != p.nodes[static_cast<size_t>(v)].costs.size())
+      continue;
+    uf.unite(u, v);
+  }
+  ClusteredProblem cp;
+  cp.problem.name = p.name;
+  cp.problem.usage_limit = p.usage_limit;
+  cp.class_of.assign(static_cast<size_t>(p.num_nodes()), -1);
+  std::vector<int32_t> members(static_cast<size_t>(p.num_nodes()), 0);
+  for (PNodeIdx v = 0; v < p.num_nodes(); ++v) {
+    PNodeIdx root = uf.find(v);
+    ++members[static_cast<size_t>(root)];
+    if (root == v) {
+      cp.class_of[static_cast<size_t>(v)] = cp.problem.num_nodes();
+      ProblemNode node = p.nodes[static_cast<size_t>(v)];
+      cp.problem.nodes.push_back(std::move(node));
+    } else {
+      PNodeIdx c = cp.class_of[static_cast<size_t>(root)];
+      cp.class_of[static_cast<size_t>(v)] = c;
+      ProblemNode& cn = cp.problem.nodes[static_cast<size_t>(c)];
+      const ProblemNode& mn = p.nodes[static_cast<size_t>(v)];
+      for (size_t q = 0; q < cn.costs.size(); ++q) cn.costs[q] += mn.costs[q];
+    }
+  }
+  for (int32_t m : members)
+    if (m > 1) ++cp.num_classes_tied;
+  // Edges: summed per class pair; an edge within a class contributes its diagonal.
+  std::map<std::pair<PNodeIdx, PNodeIdx>, EdgeIdx> index;
+  for (const ProblemEdge& e : p.edges) {
+    PNodeIdx cu = cp.class_of[static_cast<size_t>(e.u)], cv = cp.class_of[static_cast<size_t>(e.v)];
+    const size_t nu = p.nodes[static_cast<size_t>(e.u)].costs.size();
+    const size_t nv = p.nodes[static_cast<size_t>(e.v)].costs.size();
+    if (cu == cv) {
+      ProblemNode& cn = cp.problem.nodes[static_cast<size_t>(cu)];
+      for (size_t q = 0; q < nu; ++q) cn.costs[q] += e.costs[q * nv + q];
+      continue;
+    }
+    bool flip = cu > cv;
+    auto key = flip ? std::make_pair(cv, cu) : std::make_pair(cu, cv);
+    auto [it, inserted] = index.try_emplace(key, cp.problem.num_edges());
+    if (inserted) {
+      ProblemEdge ne;
+      ne.u = key.first;
+      ne.v = key.second;
+      ne.costs.assign(nu * nv, 0);
+      cp.problem.edges.push_back(std::move(ne));
+    }
+    ProblemEdge& ce = cp.problem.edges[static_cast<size_t>(it->second)];
+    for (size_t a = 0; a < nu; ++a)
+      for (size_t b = 0; b < nv; ++b) {
+        Cost c = e.costs[a * nv + b];
+        if (flip) ce.costs[b * nu + a] += c;
+        else ce.costs[a * nv + b] += c;
+      }
+  }
+  // Members' memory, when it matters: zero-cost shadows tied to their class.
+  if (memory_may_bind) {
+    for (PNodeIdx v = 0; v < p.num_nodes(); ++v) {
+      if (uf.find(v) == v) continue;
+      const ProblemNode& mn = p.nodes[static_cast<size_t>(v)];
+      ProblemNode shadow;
+      shadow.name = mn.name;
+      shadow.start = mn.start;
+      shadow.end = mn.end;
+      shadow.usages = mn.usages;
+      shadow.costs.assign(mn.costs.size(), 0);
+      PNodeIdx s = cp.problem.num_nodes();
+      cp.problem.nodes.push_back(std::move(shadow));
+      ProblemEdge tie;
+      tie.u = cp.class_of[static_cast<size_t>(v)];
+      tie.v = s;
+      size_t k = mn.costs.size();
+      tie.costs.assign(k * k, kInfCost);
+      for (size_t a = 0; a < k; ++a) tie.costs[a * k + a] = 0;
+      cp.problem.edges.push_back(std::move(tie));
+    }
+  }
+  return cp;
+}
+
+std::vector<StrategyIdx> ClusteredProblem::expand(const std::vector<StrategyIdx>& c) const {
+  std::vector<StrategyIdx> full(class_of.size());
+  for (size_t v = 0; v < class_of.size(); ++v) full[v] = c[static_cast<size_t>(class_of[v])];
+  return full;
+}
+
+std::vector<StrategyIdx> ClusteredProblem::restrict(const std::vector<StrategyIdx>& full) const {
+  std::vector<StrategyIdx> c(static_cast<size_t>(problem.num_nodes()), 0);
+  std::vector<char> set(c.size(), 0);
+  for (size_t v = 0; v < class_of.size(); ++v) {
+    size_t k = static_cast<size_t>(class_of[v]);
+    if (!set[k]) {
+      c[k] = full[v];
+      set[k] = 1;
+    }
+  }
+  // Shadows (past the classes) copy their class: find them through their tie edges.
+  for (const ProblemEdge& e : problem.edges)
+    if (!set[static_cast<size_t>(e.v)] && set[static_cast<size_t>(e.u)]) {
+      c[static_cast<size_t>(e.v)] = c[static_cast<size_t>(e.u)];
+      set[static_cast<size_t>(e.v)] = 1;
+    }
+  return c;
+}
+
+}  // namespace autoshard

@@ -1,0 +1,52 @@
+#pragma once
+/// The result of planning: a placement for every node plus the figures that prove its quality.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ir/graph.h"
+#include "mesh/mesh.h"
+#include "solver/solver.h"
+#include "strategy/strategy.h"
+
+namespace autoshard {
+
+struct NodePlan {
+  NodeIdx node = kNoNode;
+  StrategyIdx strategy = -1;  ///< index into the node's (filtered) strategy list
+  Strategy chosen;            ///< output and input specs
+  double compute_us = 0;      ///< compute time of this node under the chosen strategy
+  double comm_us = 0;         ///< redistribution time paid on this node's inputs
+};
+
+struct Plan {
+  std::vector<std::optional<NodePlan>> nodes;  ///< per graph node; nullopt for output nodes
+  SolveStatus status = SolveStatus::kInfeasible;
+  double objective_us = 0;     ///< estimated step time (compute + communication)
+  double lower_bound_us = 0;
+  double gap = 0;
+  double compute_us = 0;
+  double comm_us = 0;
+  int64_t peak_memory_bytes = 0;
+  int64_t memory_limit_bytes = 0;  ///< 0: none
+  int64_t min_peak_memory_bytes = -1;  ///< when infeasible: the smallest achievable peak
+  // Problem size.
+  int32_t graph_nodes = 0;
+  int32_t problem_nodes = 0;
+  int32_t problem_edges = 0;
+  int64_t alpa_variables = 0;
+  int32_t clustered_nodes = 0;  ///< problem nodes after tying repeated layers
+  int32_t reduced_nodes = 0;
+  int32_t reduced_edges = 0;
+  int64_t mip_variables = 0;
+  int32_t layer_clusters = 0;   ///< number of repeated-layer classes found
+  std::vector<std::pair<std::string, double>> phase_seconds;
+  std::vector<std::string> warnings;
+  bool checked = false;  ///< the independent check ran and agreed
+
+  bool has_solution = false;  ///< a placement was found (optimal, feasible or timed out)
+};
+
+}  // namespace autoshard

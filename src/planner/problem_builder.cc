@@ -1,0 +1,337 @@
+#include "planner/problem_builder.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+#include <stdexcept>
+#include <unordered_map>
+
+#include "cost/compute.h"
+#include "cost/memory.h"
+#include "cost/redistribute.h"
+
+namespace autoshard {
+
+std::vector<std::pair<int64_t, int64_t>> live_intervals(const Graph& g) {
+  const int64_t n = g.size();
+  std::vector<std::pair<int64_t, int64_t>> iv(static_cast<size_t>(n));
+  for (NodeIdx i = 0; i < g.size(); ++i) {
+    const Node& x = g.node(i);
+    // Parameters, buffers (optimizer state) persist across steps: live for the whole step.
+    if (x.kind == NodeKind::kParameter || x.kind == NodeKind::kBuffer)
+      iv[static_cast<size_t>(i)] = {0, n};
+    else
+      iv[static_cast<size_t>(i)] = {i, i + 1};
+  }
+  for (NodeIdx i = 0; i < g.size(); ++i) {
+    const Node& x = g.node(i);
+    // Uses by the graph's output node do not extend liveness: the outputs are the loss and the
+    // gradients, whose memory is accounted with the parameter state.
+    if (x.kind == NodeKind::kOutput) continue;
+    for (const TensorRef& r : x.inputs) {
+      auto& [s, e] = iv[static_cast<size_t>(r.node)];
+      e = std::max<int64_t>(e, i + 1);
+    }
+  }
+  return iv;
+}
+
+namespace {
+
+/// Interns lists of sharding specs so that identical edge matrices (repeated layers have the
+/// same shapes and strategies) are computed once.
+struct SpecListHash {
+  size_t operator()(const std::vector<ShardingSpec>& v) const {
+    size_t h = v.size();
+    auto mix = [&h](uint64_t x) { h ^= x + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2); };
+    for (const ShardingSpec& s : v) {
+      for (const Placement& p : s.placements)
+        mix(static_cast<uint64_t>(p.kind) * 131 + static_cast<uint64_t>(p.dim) * 7 +
+            static_cast<uint64_t>(p.reduce));
+      for (int64_t d : s.meta.shape) mix(static_cast<uint64_t>(d));
+      mix(static_cast<uint64_t>(s.meta.dtype));
+    }
+    return h;
+  }
+};
+
+class EdgeMatrixCache {
+ public:
+  EdgeMatrixCache(const Mesh& mesh, CommModel model) : mesh_(mesh), model_(model) {}
+
+  int32_t intern(std::vector<ShardingSpec> specs) {
+    auto [it, inserted] = ids_.try_emplace(std::move(specs), static_cast<int32_t>(lists_.size()));
+    if (inserted) lists_.push_back(&it->first);
+    return it->second;
+  }
+
+  /// Row-major |from| x |to| matrix of redistribution times; `strict` forbids any change.
+  const std::vector<Cost>& matrix(int32_t from, int32_t to, bool strict) {
+    uint64_t key = (static_cast<uint64_t>(from) << 33) | (static_cast<uint64_t>(to) << 1) |
+                   (strict ? 1u : 0u);
+    auto it = cache_.find(key);
+    if (it != cache_.end()) return it->second;
+    const auto& a = *lists_[static_cast<size_t>(from)];
+    const auto& b = *lists_[static_cast<size_t>(to)];
+    std::vector<Cost> m(a.size() * b.size());
+    for (size_t p = 0; p < a.size(); ++p)
+      for (size_t q = 0; q < b.size(); ++q) {
+        if (strict)
+          m[p * b.size() + q] = a[p].placements == b[q].placements ? 0.0 : kInfCost;
+        else
+          m[p * b.size() + q] = redistribute_cost_us(a[p], b[q], mesh_, model_);
+      }
+    return cache_.emplace(key, std::move(m)).first->second;
+  }
+
+ private:
+  const Mesh& mesh_;
+  CommModel model_;
+  std::unordered_map<std::vector<ShardingSpec>, int32_t, SpecListHash> ids_;
+  std::vector<const std::vector<ShardingSpec>*> lists_;
+  std::unordered_map<uint64_t, std::vector<Cost>> cache_;
+};
+
+bool matches_pin(const Strategy& s, const Constraint& c) {
+  if (s.outputs.empty() || s.outputs[0].placements != c.output) return false;
+  if (c.inputs) {
+    if (c.inputs->size() != s.inputs.size()) return false;
+    for (size_t i = 0; i < s.inputs.size(); ++i)
+      if (s.inputs[i].placements != (*c.inputs)[i]) return false;
+  }
+  return true;
+}
+
+bool fully_replicated(const Strategy& s) {
+  for (const auto& o : s.outputs)
+    if (!o.is_replicated()) return false;
+  for (const auto& i : s.inputs)
+    if (!i.is_replicated()) return false;
+  return true;
+}
+
+std::vector<TensorMeta> local_metas(const std::vector<ShardingSpec>& specs, const Mesh& mesh) {
+  std::vector<TensorMeta> r;
+  r.reserve(specs.size());
+  for (const ShardingSpec& s : specs) r.push_back({s.local_shape(mesh), s.meta.dtype});
+  return r;
+}
+
+}  // namespace
+
+BuiltProblem build_problem(const Graph& g, const Mesh& mesh, const PlannerOptions& opt,
+                           const std::vector<Constraint>& constraints) {
+  BuiltProblem bp;
+  Problem& prob = bp.problem;
+  prob.name = g.name;
+  bp.pnode.assign(static_cast<size_t>(g.size()), -1);
+  for (const Node& x : g.nodes)
+    if (x.phase == Phase::kOptimizer && x.kind == NodeKind::kOp) bp.has_optimizer = true;
+
+  // Pins by node.
+  std::map<NodeIdx, std::vector<const Constraint*>> pins;
+  std::vector<const Constraint*> param_memory;
+  for (const Constraint& c : constraints) {
+    if (c.kind == Constraint::Kind::kParameterMemory) {
+      param_memory.push_back(&c);
+      continue;
+    }
+    auto idx = g.find(c.node);
+    if (!idx)
+      throw std::runtime_error(fmt::format("constraint '{}': no node named '{}'", c.name, c.node));
+    pins[*idx].push_back(&c);
+  }
+
+  // Strategies per node.
+  StrategyOptions sopt;
+  sopt.require_divisible = opt.require_divisible;
+  std::set<std::string> fallback;
+  const auto intervals = live_intervals(g);
+  const bool param_state_on_params = !bp.has_optimizer;
+  for (NodeIdx i = 0; i < g.size(); ++i) {
+    const Node& x = g.node(i);
+    if (x.kind == NodeKind::kOutput) continue;
+    NodeStrategies ns = enumerate_strategies(g, i, mesh, sopt);
+    if (ns.fallback) fallback.insert(x.op);
+    std::vector<Strategy> kept;
+    kept.reserve(ns.strategies.size());
+    for (Strategy& s : ns.strategies) {
+      bool ok = true;
+      if (auto it = pins.find(i); it != pins.end())
+        for (const Constraint* c : it->second) ok = ok && matches_pin(s, *c);
+      if (ok) kept.push_back(std::move(s));
+    }
+    if (kept.empty()) {
+      std::string avail;
+      for (const Strategy& s : ns.strategies)
+        if (!s.outputs.empty()) avail += (avail.empty() ? "" : ", ") + s.outputs[0].to_string();
+      throw std::runtime_error(fmt::format(
+          "constraint '{}': node '{}' has no strategy with those placements (outputs available: "
+          "{})",
+          pins[i].front()->name, x.name, avail));
+    }
+    if (opt.skip_fully_replicated && kept.size() > 1) {
+      std::vector<Strategy> sharded;
+      for (Strategy& s : kept)
+        if (!fully_replicated(s)) sharded.push_back(s);
+      if (!sharded.empty()) kept = std::move(sharded);
+    }
+    ProblemNode pn;
+    pn.name = x.name;
+    pn.start = intervals[static_cast<size_t>(i)].first;
+    pn.end = intervals[static_cast<size_t>(i)].second;
+    pn.costs.reserve(kept.size());
+    pn.usages.reserve(kept.size());
+    for (const Strategy& s : kept) {
+      Cost c = 0;
+      if (x.kind == NodeKind::kOp)
+        c = compute_time_us(x, local_metas(s.inputs, mesh), local_metas(s.outputs, mesh),
+                            mesh.hardware());
+      int64_t bytes = 0;
+      if (x.kind == NodeKind::kParameter && param_state_on_params)
+        bytes = parameter_state_bytes(s.outputs.at(0), mesh, opt.optimizer);
+      else
+        for (const ShardingSpec& o : s.outputs) bytes += o.local_bytes(mesh);
+      pn.costs.push_back(c);
+      pn.usages.push_back(bytes);
+    }
+    bp.pnode[static_cast<size_t>(i)] = prob.num_nodes();
+    bp.graph_node.push_back(i);
+    bp.strategies.push_back(std::move(kept));
+    prob.nodes.push_back(std::move(pn));
+  }
+  bp.fallback_ops.assign(fallback.begin(), fallback.end());
+
+  // Edges: one per tensor use.
+  EdgeMatrixCache cache(mesh, opt.comm_model);
+  auto output_list = [&](PNodeIdx p, int32_t k) {
+    std::vector<ShardingSpec> v;
+    for (const Strategy& s : bp.strategies[static_cast<size_t>(p)])
+      v.push_back(s.outputs.at(static_cast<size_t>(k)));
+    return cache.intern(std::move(v));
+  };
+  auto input_list = [&](PNodeIdx p, int32_t slot) {
+    std::vector<ShardingSpec> v;
+    for (const Strategy& s : bp.strategies[static_cast<size_t>(p)])
+      v.push_back(s.inputs.at(static_cast<size_t>(slot)));
+    return cache.intern(std::move(v));
+  };
+  std::map<std::pair<PNodeIdx, int32_t>, int32_t> out_ids;
+  auto out_id = [&](PNodeIdx p, int32_t k) {
+    auto [it, ins] = out_ids.try_emplace({p, k}, 0);
+    if (ins) it->second = output_list(p, k);
+    return it->second;
+  };
+  std::set<NodeIdx> optimizer_consumed;  // tensors read by an optimizer op
+  for (NodeIdx i = 0; i < g.size(); ++i) {
+    const Node& x = g.node(i);
+    PNodeIdx v = bp.pnode[static_cast<size_t>(i)];
+    if (v < 0) continue;
+    for (int32_t s = 0; s < static_cast<int32_t>(x.inputs.size()); ++s) {
+      const TensorRef& r = x.inputs[static_cast<size_t>(s)];
+      PNodeIdx u = bp.pnode[static_cast<size_t>(r.node)];
+      if (u < 0) continue;
+      const Node& src = g.node(r.node);
+      // Persistent state read by the optimizer update is stored in the layout it is updated in.
+      bool strict = x.phase == Phase::kOptimizer &&
+                    (src.kind == NodeKind::kParameter || src.kind == NodeKind::kBuffer);
+      if (x.phase == Phase::kOptimizer) optimizer_consumed.insert(r.node);
+      ProblemEdge e;
+      e.u = u;
+      e.v = v;
+      e.costs = cache.matrix(out_id(u, r.output), input_list(v, s), strict);
+      prob.edges.push_back(std::move(e));
+      bp.edge_origin.push_back({i, s, r});
+    }
+  }
+  // Gradients that no optimizer op consumes must still end up laid out like their parameter
+  // (that is where DDP's all-reduce / FSDP's reduce-scatter is paid).
+  for (const GradPair& gp : g.grad_pairs) {
+    if (optimizer_consumed.count(gp.grad.node)) continue;
+    PNodeIdx u = bp.pnode[static_cast<size_t>(gp.grad.node)];
+    PNodeIdx v = bp.pnode[static_cast<size_t>(gp.param)];
+    if (u < 0 || v < 0 || u == v) continue;
+    std::vector<ShardingSpec> targets;
+    for (const Strategy& s : bp.strategies[static_cast<size_t>(v)]) {
+      ShardingSpec t = s.outputs.at(0);
+      t.meta = g.meta(gp.grad);
+      targets.push_back(std::move(t));
+    }
+    ProblemEdge e;
+    e.u = u;
+    e.v = v;
+    e.costs = cache.matrix(out_id(u, gp.grad.output), cache.intern(std::move(targets)), false);
+    prob.edges.push_back(std::move(e));
+    bp.edge_origin.push_back({gp.param, -1, gp.grad});
+  }
+
+  // Memory limit.
+  int64_t limit = opt.memory_limit_bytes < 0 ? mesh.hardware().memory_bytes
+                                             : opt.memory_limit_bytes;
+  bp.memory_limit = limit;
+  prob.usage_limit = limit > 0 ? limit : -1;
+
+  // Parameter memory constraints: Sum over parameters of local bytes in [low, high] x total.
+  // Each becomes a "shadow" copy of every parameter node, tied to it by a zero-cost diagonal
+  // edge, live only at a private time point past the schedule, whose usages are scaled so that
+  // the shared usage limit expresses the bound.
+  int64_t t_extra = g.size() + 1;
+  for (const Constraint* c : param_memory) {
+    if (c->low < 0 || c->high < c->low)
+      throw std::runtime_error(fmt::format("constraint '{}': need 0 <= low <= high", c->name));
+    double total = 0;
+    for (NodeIdx i = 0; i < g.size(); ++i)
+      if (g.node(i).kind == NodeKind::kParameter) total += static_cast<double>(g.node(i).out().bytes());
+    if (total <= 0) continue;
+    if (prob.usage_limit < 0) {
+      // No device limit: pick one no schedule point can reach, so only the shadows bind.
+      int64_t sum = 0;
+      for (const ProblemNode& pn : prob.nodes)
+        sum += *std::max_element(pn.usages.begin(), pn.usages.end());
+      prob.usage_limit = std::max<int64_t>(sum, 1) * 2;
+    }
+    const double L = static_cast<double>(prob.usage_limit);
+    for (int side = 0; side < 2; ++side) {
+      // side 0: Sum local <= high * total.  side 1: Sum (full - local) <= (1 - low) * total.
+      double bound = side == 0 ? c->high * total : (1 - c->low) * total;
+      if (side == 0 && c->high >= 1) continue;
+      if (side == 1 && c->low <= 0) continue;
+      double scale = bound > 0 ? L / bound : L * 2;  // bound 0: any positive usage overflows
+      for (NodeIdx i = 0; i < g.size(); ++i) {
+        if (g.node(i).kind != NodeKind::kParameter) continue;
+        PNodeIdx p = bp.pnode[static_cast<size_t>(i)];
+        const auto& strats = bp.strategies[static_cast<size_t>(p)];
+        ProblemNode shadow;
+        shadow.name = fmt::format("{}#{}", g.node(i).name, c->name);
+        shadow.start = t_extra;
+        shadow.end = t_extra + 1;
+        double full = static_cast<double>(g.node(i).out().bytes());
+        for (const Strategy& s : strats) {
+          double local = static_cast<double>(s.outputs.at(0).local_bytes(mesh));
+          double amount = side == 0 ? local : full - local;
+          shadow.costs.push_back(0);
+          shadow.usages.push_back(static_cast<int64_t>(std::floor(amount * scale)));
+        }
+        PNodeIdx sp = prob.num_nodes();
+        prob.nodes.push_back(std::move(shadow));
+        bp.graph_node.push_back(i);
+        bp.strategies.push_back(strats);
+        ProblemEdge tie;
+        tie.u = p;
+        tie.v = sp;
+        size_t k = strats.size();
+        tie.costs.assign(k * k, kInfCost);
+        for (size_t a = 0; a < k; ++a) tie.costs[a * k + a] = 0;
+        prob.edges.push_back(std::move(tie));
+        bp.edge_origin.push_back({i, -2, TensorRef{i, 0}});
+      }
+      ++t_extra;
+    }
+  }
+  return bp;
+}
+
+}  // namespace autoshard

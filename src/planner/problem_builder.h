@@ -1,0 +1,46 @@
+#pragma once
+/// Builds the strategy-selection Problem from a graph and a mesh (Alpa's intra-op formulation):
+/// one problem node per graph node (output nodes excepted) whose strategies are the op's
+/// sharding strategies, node cost = compute time of the local shard, one problem edge per
+/// tensor use whose matrix is the redistribution time from the producer's output spec to the
+/// spec the consumer needs, memory = local bytes of the node's outputs, live from the producer
+/// to its last consumer in schedule (node) order.
+#include <string>
+#include <vector>
+
+#include "ir/graph.h"
+#include "mesh/mesh.h"
+#include "planner/constraints.h"
+#include "planner/options.h"
+#include "problem/problem.h"
+#include "strategy/strategy.h"
+
+namespace autoshard {
+
+struct BuiltProblem {
+  Problem problem;
+  std::vector<NodeIdx> graph_node;                ///< per problem node
+  std::vector<PNodeIdx> pnode;                    ///< per graph node; -1 for output nodes
+  std::vector<std::vector<Strategy>> strategies;  ///< per problem node, after filtering
+  /// What each problem edge stands for: a tensor use (consumer input slot), or the
+  /// parameter <- gradient agreement of a grad pair (slot -1).
+  struct EdgeOrigin {
+    NodeIdx consumer = kNoNode;
+    int32_t slot = -1;
+    TensorRef producer;
+  };
+  std::vector<EdgeOrigin> edge_origin;
+  std::vector<std::string> fallback_ops;  ///< ops with no sharding rule (sorted, unique)
+  int64_t memory_limit = 0;               ///< bytes per device; 0 = none
+  bool has_optimizer = false;             ///< the graph updates its own parameters
+};
+
+/// Throws std::runtime_error when a constraint names an unknown node or leaves a node without
+/// any strategy.
+BuiltProblem build_problem(const Graph& g, const Mesh& mesh, const PlannerOptions& opt,
+                           const std::vector<Constraint>& constraints);
+
+/// Schedule interval [start, end) of every graph node's outputs (see build_problem).
+std::vector<std::pair<int64_t, int64_t>> live_intervals(const Graph& g);
+
+}  // namespace autoshard

@@ -1,0 +1,321 @@
+#include "planner/sharding_optimizer.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <stdexcept>
+
+#include "planner/cluster.h"
+
+namespace autoshard {
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+/// Peak usage over the schedule proper (time points < horizon), ignoring the private time
+/// points of parameter-memory shadows.
+int64_t schedule_peak(const Problem& p, const std::vector<StrategyIdx>& choice, int64_t horizon) {
+  std::map<int64_t, int64_t> delta;
+  for (PNodeIdx i = 0; i < p.num_nodes(); ++i) {
+    const ProblemNode& n = p.nodes[static_cast<size_t>(i)];
+    if (n.start >= horizon || n.end <= n.start) continue;
+    int64_t u = n.usages[static_cast<size_t>(choice[static_cast<size_t>(i)])];
+    delta[n.start] += u;
+    delta[std::min(n.end, horizon)] -= u;
+  }
+  int64_t live = 0, peak = 0;
+  for (const auto& [t, d] : delta) {
+    live += d;
+    peak = std::max(peak, live);
+  }
+  return peak;
+}
+
+/// Largest usage any assignment could reach at any time point: if it fits, the memory limit
+/// cannot bind and the solver may drop it (an exact simplification).
+int64_t peak_upper_bound(const Problem& p) {
+  std::map<int64_t, int64_t> delta;
+  for (const ProblemNode& n : p.nodes) {
+    if (n.end <= n.start) continue;
+    int64_t u = *std::max_element(n.usages.begin(), n.usages.end());
+    delta[n.start] += u;
+    delta[n.end] -= u;
+  }
+  int64_t live = 0, peak = 0;
+  for (const auto& [t, d] : delta) {
+    live += d;
+    peak = std::max(peak, live);
+  }
+  return peak;
+}
+
+}  // namespace
+
+ShardingOptimizer::ShardingOptimizer(Graph graph, Mesh mesh, PlannerOptions options)
+    : graph_(std::move(graph)), mesh_(std::move(mesh)), options_(options) {
+  std::string err = graph_.validate();
+  if (!err.empty()) throw std::runtime_error("invalid graph: " + err);
+}
+
+std::string ShardingOptimizer::unique_name(const std::string& base) const {
+  auto taken = [&](const std::string& n) {
+    return std::any_of(constraints_.begin(), constraints_.end(),
+                       [&](const Constraint& c) { return c.name == n; });
+  };
+  if (!taken(base)) return base;
+  for (int k = 2;; ++k) {
+    std::string n = fmt::format("{}#{}", base, k);
+    if (!taken(n)) return n;
+  }
+}
+
+void ShardingOptimizer::add_constraint(Constraint c) {
+  if (c.name.empty())
+    c.name = unique_name(c.kind == Constraint::Kind::kPin ? "pin:" + c.node : "parameter_memory");
+  else if (std::any_of(constraints_.begin(), constraints_.end(),
+                       [&](const Constraint& x) { return x.name == c.name; }))
+    throw std::runtime_error(fmt::format("constraint '{}' already exists", c.name));
+  if (c.kind == Constraint::Kind::kPin) {
+    if (!graph_.find(c.node))
+      throw std::runtime_error(fmt::format("constraint '{}': no node named '{}'", c.name, c.node));
+    if (static_cast<int32_t>(c.output.size()) != mesh_.ndim())
+      throw std::runtime_error(fmt::format("constraint '{}': {} placements for a {}-D mesh",
+                                           c.name, c.output.size(), mesh_.ndim()));
+  }
+  constraints_.push_back(std::move(c));
+  built_.reset();
+}
+
+std::string ShardingOptimizer::pin(const std::string& node, const std::vector<Placement>& output,
+                                   std::optional<std::vector<std::vector<Placement>>> inputs) {
+  Constraint c;
+  c.kind = Constraint::Kind::kPin;
+  c.node = node;
+  c.output = output;
+  c.inputs = std::move(inputs);
+  c.name = unique_name("pin:" + node);
+  add_constraint(c);
+  return constraints_.back().name;
+}
+
+std::vector<std::string> ShardingOptimizer::add_input_constraints(
+    const std::vector<std::vector<Placement>>& p) {
+  std::vector<std::string> names;
+  size_t k = 0;
+  for (const Node& n : graph_.nodes) {
+    if (n.kind != NodeKind::kInput) continue;
+    if (k >= p.size()) break;
+    if (!p[k].empty()) {
+      Constraint c;
+      c.node = n.name;
+      c.output = p[k];
+      c.name = unique_name("input:" + n.name);
+      add_constraint(c);
+      names.push_back(constraints_.back().name);
+    }
+    ++k;
+  }
+  if (k < p.size())
+    throw std::runtime_error(fmt::format("{} input constraints but the graph has {} inputs",
+                                         p.size(), k));
+  return names;
+}
+
+std::vector<std::string> ShardingOptimizer::add_output_constraints(
+    const std::vector<std::vector<Placement>>& p) {
+  std::vector<std::string> names;
+  const Node* out = nullptr;
+  for (const Node& n : graph_.nodes)
+    if (n.kind == NodeKind::kOutput) out = &n;
+  if (!out) throw std::runtime_error("the graph has no output node");
+  if (p.size() > out->inputs.size())
+    throw std::runtime_error(fmt::format("{} output constraints but the graph returns {} tensors",
+                                         p.size(), out->inputs.size()));
+  for (size_t k = 0; k < p.size(); ++k) {
+    if (p[k].empty()) continue;
+    const Node& src = graph_.node(out->inputs[k].node);
+    if (out->inputs[k].output != 0)
+      throw std::runtime_error(fmt::format("output {} is output {} of '{}': only first outputs "
+                                           "can be constrained", k, out->inputs[k].output, src.name));
+    Constraint c;
+    c.node = src.name;
+    c.output = p[k];
+    c.name = unique_name("output:" + src.name);
+    add_constraint(c);
+    names.push_back(constraints_.back().name);
+  }
+  return names;
+}
+
+std::string ShardingOptimizer::add_parameter_memory_constraint(double low, double high) {
+  Constraint c;
+  c.kind = Constraint::Kind::kParameterMemory;
+  c.low = low;
+  c.high = high;
+  c.name = unique_name("parameter_memory");
+  add_constraint(c);
+  return constraints_.back().name;
+}
+
+bool ShardingOptimizer::remove_constraint(const std::string& name) {
+  auto it = std::find_if(constraints_.begin(), constraints_.end(),
+                         [&](const Constraint& c) { return c.name == name; });
+  if (it == constraints_.end()) return false;
+  constraints_.erase(it);
+  built_.reset();
+  return true;
+}
+
+const BuiltProblem& ShardingOptimizer::problem() {
+  if (!built_)
+    built_ = std::make_unique<BuiltProblem>(build_problem(graph_, mesh_, options_, constraints_));
+  return *built_;
+}
+
+Plan ShardingOptimizer::evaluate(const std::vector<StrategyIdx>& choice) {
+  const BuiltProblem& bp = problem();
+  const Problem& p = bp.problem;
+  if (static_cast<PNodeIdx>(choice.size()) != p.num_nodes())
+    throw std::runtime_error("evaluate: assignment size differs from the problem");
+  Plan plan;
+  plan.nodes.resize(static_cast<size_t>(graph_.size()));
+  for (NodeIdx i = 0; i < graph_.size(); ++i) {
+    PNodeIdx v = bp.pnode[static_cast<size_t>(i)];
+    if (v < 0) continue;
+    StrategyIdx q = choice[static_cast<size_t>(v)];
+    NodePlan np;
+    np.node = i;
+    np.strategy = q;
+    np.chosen = bp.strategies[static_cast<size_t>(v)].at(static_cast<size_t>(q));
+    np.compute_us = p.nodes[static_cast<size_t>(v)].costs[static_cast<size_t>(q)];
+    plan.compute_us += np.compute_us;
+    plan.nodes[static_cast<size_t>(i)] = std::move(np);
+  }
+  for (EdgeIdx k = 0; k < p.num_edges(); ++k) {
+    const ProblemEdge& e = p.edges[static_cast<size_t>(k)];
+    Cost c = p.edge_cost(e, choice[static_cast<size_t>(e.u)], choice[static_cast<size_t>(e.v)]);
+    const auto& origin = bp.edge_origin[static_cast<size_t>(k)];
+    if (origin.slot == -2) {  // parameter-memory tie: zero or infinite
+      if (std::isinf(c)) plan.comm_us = kInfCost;
+      continue;
+    }
+    plan.comm_us += c;
+    if (auto& np = plan.nodes[static_cast<size_t>(origin.consumer)]) np->comm_us += c;
+  }
+  // Shadow nodes of parameter-memory constraints carry no cost.
+  plan.objective_us = plan.compute_us + plan.comm_us;
+  plan.peak_memory_bytes = schedule_peak(p, choice, graph_.size() + 1);
+  plan.memory_limit_bytes = bp.memory_limit;
+  plan.graph_nodes = graph_.size();
+  plan.problem_nodes = p.num_nodes();
+  plan.problem_edges = p.num_edges();
+  plan.alpa_variables = alpa_variable_count(p);
+  plan.has_solution = true;
+  for (const std::string& op : bp.fallback_ops)
+    plan.warnings.push_back(fmt::format("no sharding rule for op '{}': planned replicated", op));
+  return plan;
+}
+
+Plan ShardingOptimizer::get_solution() {
+  auto t0 = std::chrono::steady_clock::now();
+  const BuiltProblem& bp = problem();
+  double t_build = seconds_since(t0);
+
+  auto t1 = std::chrono::steady_clock::now();
+  bool has_shadows = std::any_of(constraints_.begin(), constraints_.end(), [](const Constraint& c) {
+    return c.kind == Constraint::Kind::kParameterMemory;
+  });
+  bool memory_may_bind = bp.problem.usage_limit >= 0 &&
+                         (has_shadows || peak_upper_bound(bp.problem) > bp.problem.usage_limit);
+  ClusteredProblem cp = options_.cluster ? cluster_problem(graph_, bp, memory_may_bind)
+                                         : identity_cluster(bp);
+  Problem solve_problem = cp.problem;
+  if (!memory_may_bind) solve_problem.usage_limit = -1;  // cannot bind: drop it (exact)
+  double t_cluster = seconds_since(t1);
+
+  SolverOptions so;
+  so.time_limit_s = options_.time_limit_s;
+  so.mip_gap = options_.mip_gap;
+  so.threads = options_.threads;
+  if (!warm_start_.empty() && static_cast<PNodeIdx>(warm_start_.size()) == bp.problem.num_nodes())
+    so.warm_start = cp.restrict(warm_start_);
+  SolveResult r = solve(solve_problem, so);
+
+  Plan plan;
+  if (!r.choice.empty()) {
+    plan = evaluate(cp.expand(r.choice));
+  } else {
+    plan.nodes.resize(static_cast<size_t>(graph_.size()));
+    plan.memory_limit_bytes = bp.memory_limit;
+    plan.graph_nodes = graph_.size();
+    plan.problem_nodes = bp.problem.num_nodes();
+    plan.problem_edges = bp.problem.num_edges();
+    plan.alpa_variables = alpa_variable_count(bp.problem);
+  }
+  plan.status = r.status;
+  plan.lower_bound_us = r.lower_bound;
+  plan.gap = r.gap;
+  plan.min_peak_memory_bytes = r.min_peak_usage;
+  plan.clustered_nodes = cp.problem.num_nodes();
+  plan.layer_clusters = cp.num_classes_tied;
+  plan.reduced_nodes = r.reduced_nodes;
+  plan.reduced_edges = r.reduced_edges;
+  plan.mip_variables = r.mip_variables;
+  plan.phase_seconds.push_back({"build", t_build});
+  plan.phase_seconds.push_back({"cluster", t_cluster});
+  for (const auto& ph : r.phase_seconds) plan.phase_seconds.push_back({"solve." + ph.first, ph.second});
+  if (plan.has_solution && options_.run_checks) {
+    // Independent check: recompute the objective from the full problem and compare with what
+    // the solver reported on the clustered one; check memory against the limit.
+    std::vector<StrategyIdx> full = cp.expand(r.choice);
+    Cost again = evaluate_cost(bp.problem, full);
+    double tol = 1e-6 * std::max(1.0, std::abs(again));
+    if (std::abs(again - r.objective) > tol || std::abs(again - plan.objective_us) > tol)
+      throw std::runtime_error(fmt::format(
+          "check failed: solver objective {} but the plan costs {}", r.objective, again));
+    if (bp.problem.usage_limit >= 0 && peak_usage(bp.problem, full) > bp.problem.usage_limit)
+      throw std::runtime_error("check failed: the plan exceeds the memory limit");
+    plan.checked = true;
+  }
+  return plan;
+}
+
+std::vector<StrategyIdx> ShardingOptimizer::match_strategies(
+    const std::vector<std::optional<Strategy>>& wanted) {
+  const BuiltProblem& bp = problem();
+  std::vector<StrategyIdx> choice(static_cast<size_t>(bp.problem.num_nodes()), -1);
+  for (NodeIdx i = 0; i < graph_.size() && i < static_cast<NodeIdx>(wanted.size()); ++i) {
+    PNodeIdx v = bp.pnode[static_cast<size_t>(i)];
+    if (v < 0 || !wanted[static_cast<size_t>(i)]) continue;
+    const Strategy& w = *wanted[static_cast<size_t>(i)];
+    const auto& strats = bp.strategies[static_cast<size_t>(v)];
+    for (size_t q = 0; q < strats.size(); ++q) {
+      const Strategy& s = strats[q];
+      bool same = s.outputs.size() == w.outputs.size() && s.inputs.size() == w.inputs.size();
+      for (size_t k = 0; same && k < s.outputs.size(); ++k)
+        same = s.outputs[k].placements == w.outputs[k].placements;
+      for (size_t k = 0; same && k < s.inputs.size(); ++k)
+        same = s.inputs[k].placements == w.inputs[k].placements;
+      if (same) {
+        choice[static_cast<size_t>(v)] = static_cast<StrategyIdx>(q);
+        break;
+      }
+    }
+  }
+  // Shadow nodes follow their parameter.
+  for (PNodeIdx v = 0; v < bp.problem.num_nodes(); ++v)
+    if (choice[static_cast<size_t>(v)] < 0) {
+      NodeIdx gi = bp.graph_node[static_cast<size_t>(v)];
+      PNodeIdx main = bp.pnode[static_cast<size_t>(gi)];
+      if (main != v) choice[static_cast<size_t>(v)] = choice[static_cast<size_t>(main)];
+    }
+  return choice;
+}
+
+}  // namespace autoshard

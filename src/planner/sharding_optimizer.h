@@ -1,0 +1,71 @@
+#pragma once
+/// The planner's API: graph + mesh + options -> Plan, with named constraints for what-if work.
+///
+///   ShardingOptimizer opt(graph, mesh, options);
+///   opt.add_input_constraints({parse_placements("S(0)R")});
+///   Plan plan = opt.get_solution();
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ir/graph.h"
+#include "mesh/mesh.h"
+#include "planner/constraints.h"
+#include "planner/options.h"
+#include "planner/plan.h"
+#include "planner/problem_builder.h"
+
+namespace autoshard {
+
+class ShardingOptimizer {
+ public:
+  ShardingOptimizer(Graph graph, Mesh mesh, PlannerOptions options = {});
+
+  /// Placements of the graph's inputs (kind input, in node order); an empty entry leaves that
+  /// input free.  Returns the names of the constraints added.
+  std::vector<std::string> add_input_constraints(const std::vector<std::vector<Placement>>& p);
+  /// Placements of the tensors the output node returns (in its input order).
+  std::vector<std::string> add_output_constraints(const std::vector<std::vector<Placement>>& p);
+  /// Parameter memory per device between low and high times the unsharded parameter bytes.
+  std::string add_parameter_memory_constraint(double low, double high);
+  /// Pins one node's output placements (and, optionally, its input placements).
+  std::string pin(const std::string& node, const std::vector<Placement>& output,
+                  std::optional<std::vector<std::vector<Placement>>> inputs = std::nullopt);
+  /// Removes a constraint by name; false if there is none.
+  bool remove_constraint(const std::string& name);
+  void clear_constraints() { constraints_.clear(); built_.reset(); }
+  const std::vector<Constraint>& constraints() const { return constraints_; }
+  void add_constraint(Constraint c);
+
+  /// Builds (if needed) and solves; throws std::runtime_error on constraint errors.
+  Plan get_solution();
+  /// Starts the next solve from this assignment (graph node name -> strategy index order is
+  /// given by problem()).  Used by --preload.
+  void set_warm_start(std::vector<StrategyIdx> choice) { warm_start_ = std::move(choice); }
+
+  const Graph& graph() const { return graph_; }
+  const Mesh& mesh() const { return mesh_; }
+  const PlannerOptions& options() const { return options_; }
+  PlannerOptions& mutable_options() { built_.reset(); return options_; }
+  /// The problem for the current constraints (built on first use).
+  const BuiltProblem& problem();
+  /// Turns a full problem assignment into a plan (costs, memory); used by get_solution and to
+  /// evaluate hand-written or loaded plans with the same cost model.
+  Plan evaluate(const std::vector<StrategyIdx>& choice);
+  /// Finds, per graph node, the strategy whose specs equal the given ones; for loading saved
+  /// placements.  Returns -1 entries where nothing matches.
+  std::vector<StrategyIdx> match_strategies(
+      const std::vector<std::optional<Strategy>>& wanted);
+
+ private:
+  std::string unique_name(const std::string& base) const;
+
+  Graph graph_;
+  Mesh mesh_;
+  PlannerOptions options_;
+  std::vector<Constraint> constraints_;
+  std::unique_ptr<BuiltProblem> built_;
+  std::vector<StrategyIdx> warm_start_;
+};
+
+}  // namespace autoshard
