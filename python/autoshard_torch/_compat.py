@@ -1,0 +1,121 @@
+"""Version shims: one place for everything that differs between PyTorch 1.13 and 2.x.
+
+Everything here is feature-tested (hasattr / try-import), never version-compared, so newer
+releases keep working as long as the public APIs stay.
+"""
+from __future__ import annotations
+
+import torch
+
+# --- functional_call: torch.func (2.x) or torch.nn.utils.stateless (1.12-1.13, deprecated later)
+try:  # pragma: no cover - depends on the installed torch
+    from torch.func import functional_call as _functional_call  # type: ignore[attr-defined]
+except ImportError:  # pragma: no cover
+    from torch.nn.utils.stateless import functional_call as _functional_call  # type: ignore
+
+from torch.fx.experimental.proxy_tensor import make_fx  # same API on 1.13 and 2.x
+
+
+def functional_call(module, tensors, args, kwargs=None):
+    """Calls `module` with its parameters/buffers replaced by `tensors` (name -> tensor)."""
+    return _functional_call(module, tensors, tuple(args), kwargs or {})
+
+
+def has_device_context() -> bool:
+    """True when `with torch.device("meta"):` works (PyTorch >= 2.0)."""
+    dev = torch.device("cpu")
+    return hasattr(dev, "__enter__") and hasattr(dev, "__exit__")
+
+
+def sdpa_available() -> bool:
+    return hasattr(torch.nn.functional, "scaled_dot_product_attention")
+
+
+# --- meta kernels missing on old releases --------------------------------------------------
+# PyTorch 1.13 has no Meta kernel for some backward ops, so tracing a conv net on the meta
+# device fails with "NotImplementedError ... 'Meta' backend".  The kernels below only compute
+# output shapes (empty tensors); they are registered only when the op has no Meta kernel yet.
+_meta_lib = None  # keeps the torch.library.Library alive (registrations die with it)
+
+
+def _has_meta_kernel(op_name: str) -> bool:
+    try:
+        return bool(torch._C._dispatch_has_kernel_for_dispatch_key(op_name, "Meta"))
+    except Exception:  # pragma: no cover - private API gone: assume the release has them
+        return True
+
+
+def _meta_convolution_backward(grad_output, input, weight, bias_sizes, stride, padding,
+                               dilation, transposed, output_padding, groups, output_mask):
+    grad_input = torch.empty_like(input) if output_mask[0] else None
+    grad_weight = torch.empty_like(weight) if output_mask[1] else None
+    grad_bias = None
+    if output_mask[2]:
+        # bias_sizes is [Cout] (Optional on newer schemas): fall back to grad_output's channels.
+        n = list(bias_sizes) if bias_sizes is not None else [grad_output.shape[1]]
+        grad_bias = grad_output.new_empty(n)
+    return grad_input, grad_weight, grad_bias
+
+
+def _meta_adaptive_avg_pool_backward(grad_output, self):
+    return torch.empty_like(self)
+
+
+_MISSING_META = {
+    "convolution_backward": _meta_convolution_backward,
+    "_adaptive_avg_pool2d_backward": _meta_adaptive_avg_pool_backward,
+    "_adaptive_avg_pool3d_backward": _meta_adaptive_avg_pool_backward,
+}
+
+
+def ensure_meta_kernels() -> list[str]:
+    """Registers shape-only Meta kernels for ops that lack one; returns the ops registered."""
+    global _meta_lib
+    todo = [n for n in _MISSING_META if not _has_meta_kernel("aten::" + n)]
+    if not todo:
+        return []
+    if _meta_lib is None:
+        _meta_lib = torch.library.Library("aten", "IMPL", "Meta")
+    done = []
+    for name in todo:
+        try:
+            _meta_lib.impl(name, _MISSING_META[name])
+            done.append(name)
+        except RuntimeError:  # already registered by someone else: fine
+            pass
+    return done
+
+
+# --- dtypes --------------------------------------------------------------------------------
+_DTYPE_NAMES = {
+    torch.float32: "f32",
+    torch.bfloat16: "bf16",
+    torch.float16: "f16",
+    torch.int64: "i64",
+    torch.int32: "i32",
+    torch.bool: "bool",
+}
+for _n in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz"):
+    if hasattr(torch, _n):
+        _DTYPE_NAMES[getattr(torch, _n)] = "f8"
+
+_DTYPE_BY_NAME = {
+    "f32": torch.float32, "float32": torch.float32, "float": torch.float32, "fp32": torch.float32,
+    "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
+    "f16": torch.float16, "float16": torch.float16, "half": torch.float16, "fp16": torch.float16,
+}
+
+
+def dtype_name(dt) -> str | None:
+    """autoshard's short name for a torch dtype, or None when the graph format has no such type."""
+    return _DTYPE_NAMES.get(dt)
+
+
+def parse_dtype(name):
+    """torch dtype for "bf16" / "float32" / torch.bfloat16 ...; None passes through."""
+    if name is None or isinstance(name, torch.dtype):
+        return name
+    key = str(name).lower().replace("torch.", "")
+    if key not in _DTYPE_BY_NAME:
+        raise ValueError(f"unknown dtype {name!r} (use f32, bf16 or f16)")
+    return _DTYPE_BY_NAME[key]

@@ -1,0 +1,366 @@
+"""FX training-step graph -> autoshard graph JSON (format "autoshard-graph", version 1).
+
+Conventions (see python/README.md for the full list):
+* nodes are in FX order (topological); names are FX's (unique), except placeholders, which
+  take the parameter / buffer / input name;
+* `operator.getitem` on multi-output ops is folded away: consumers reference
+  {"node": producer, "output": k};
+* `op` is the ATen overload name: schema name without "aten::" plus "." + overload unless the
+  overload is the default one ("mm", "add.Tensor", "sum.dim_IntList");
+* tensor arguments become `inputs` in schema order (tensor lists are flattened in place and
+  counted in attrs["<arg>_count"]); other arguments go to `attrs` under their schema names;
+* an output that the op did not produce (None, e.g. a masked-off convolution_backward grad)
+  is written as {"shape": [0], "dtype": <first real output's dtype>, "none": true}: zero bytes.
+"""
+from __future__ import annotations
+
+import json
+import math
+import operator
+import os
+
+import torch
+import torch.fx
+
+from . import _compat
+from .trace import _META_KEY, TracedStep
+
+FORMAT = "autoshard-graph"
+VERSION = 1
+
+_OMIT_ARGS = {"device", "layout", "memory_format", "pin_memory", "generator"}
+
+
+class ExportError(ValueError):
+    pass
+
+
+# --- output metadata -----------------------------------------------------------------------
+def _run_meta(traced: TracedStep):
+    """Runs the graph on the meta tensors it was traced with -> (node -> metas, tuple nodes).
+
+    PyTorch 1.13 stores no metadata on multi-output nodes (only `tensor_meta` on their getitem
+    users), so instead of relying on node.meta we re-run every node on meta tensors (cheap: no
+    storage, no arithmetic).  Values are freed once their last user has run.
+    """
+    gm = traced.gm
+    env: dict = {}
+    results: dict = {}
+    sequences: set = set()
+    args_it = iter(traced.flat_args)
+    last_use: dict = {}
+    for node in gm.graph.nodes:
+        for inp in node.all_input_nodes:
+            last_use[inp] = node
+    for node in gm.graph.nodes:
+        if node.op == "placeholder":
+            val = next(args_it)
+        elif node.op == "get_attr":
+            val = _getattr_path(gm, node.target)
+        elif node.op == "call_function":
+            a = torch.fx.node.map_arg(node.args, lambda n: env[n])
+            k = torch.fx.node.map_arg(node.kwargs, lambda n: env[n])
+            val = node.target(*a, **k)
+        elif node.op == "output":
+            break
+        else:
+            raise ExportError(f"node {node.name}: unsupported FX op {node.op!r}")
+        env[node] = val
+        results[node] = _metas(val)
+        if isinstance(val, (tuple, list)):
+            sequences.add(node)
+        for inp in node.all_input_nodes:
+            if last_use.get(inp) is node:
+                env.pop(inp, None)
+    return results, sequences
+
+
+def _getattr_path(obj, target: str):
+    for part in target.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _metas(val):
+    """Result -> list of (shape, dtype) / None per output, or a non-tensor marker."""
+    if isinstance(val, torch.Tensor):
+        return [(list(val.shape), val.dtype)]
+    if isinstance(val, (tuple, list)) and all(v is None or isinstance(v, torch.Tensor)
+                                              for v in val):
+        return [None if v is None else (list(v.shape), v.dtype) for v in val]
+    return ("nontensor", val)
+
+
+def _metas_from_node_meta(node):
+    """Fallback when re-running fails: node.meta['val'] (2.x) or 'tensor_meta'."""
+    val = node.meta.get("val")
+    if val is not None:
+        return _metas(val)
+    tm = node.meta.get("tensor_meta")
+    if tm is not None and hasattr(tm, "shape"):
+        return [(list(tm.shape), tm.dtype)]
+    return None
+
+
+def _dtype(dt, where: str) -> str:
+    name = _compat.dtype_name(dt)
+    if name is None:
+        raise ExportError(f"{where}: dtype {dt} has no autoshard name "
+                          "(supported: f32, bf16, f16, f8, i64, i32, bool)")
+    return name
+
+
+def _out_json(metas, where: str) -> list:
+    first = next((m for m in metas if m is not None), None)
+    outs = []
+    for m in metas:
+        if m is None:
+            dt = _dtype(first[1], where) if first else "f32"
+            outs.append({"shape": [0], "dtype": dt, "none": True})
+        else:
+            outs.append({"shape": [int(s) for s in m[0]], "dtype": _dtype(m[1], where)})
+    return outs
+
+
+# --- attributes ----------------------------------------------------------------------------
+def _float(v: float):
+    # JSON has no inf/nan: clamp infinities to +-DBL_MAX (what the C++ side reads as
+    # "huge"); nan becomes the string "nan".
+    if math.isnan(v):
+        return "nan"
+    if math.isinf(v):
+        return 1.7976931348623157e308 if v > 0 else -1.7976931348623157e308
+    return v
+
+
+def _attr(value):
+    """Python arg -> JSON attr value, or raises _Skip."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return _float(value)
+    if isinstance(value, str):
+        return value
+    if isinstance(value, torch.dtype):
+        return _dtype(value, "attr")
+    if isinstance(value, (list, tuple, torch.Size)):
+        if all(isinstance(v, (bool, int)) for v in value):
+            return [int(v) for v in value]  # bool lists (output_mask) become 0/1
+        raise _Skip
+    raise _Skip
+
+
+class _Skip(Exception):
+    pass
+
+
+def op_name(target) -> str:
+    """"add.Tensor", "mm", "sum.dim_IntList"; non-aten namespaces keep their "ns::" prefix."""
+    schema = getattr(target, "_schema", None)
+    if schema is None:
+        return getattr(target, "__name__", str(target))
+    name = schema.name
+    if name.startswith("aten::"):
+        name = name[len("aten::"):]
+    if schema.overload_name:
+        name += "." + schema.overload_name
+    return name
+
+
+def _bind(node) -> list:
+    """(arg name, value) pairs in schema order; positional beyond the schema get arg{i}."""
+    schema = getattr(node.target, "_schema", None)
+    if schema is None:
+        return [(f"arg{i}", a) for i, a in enumerate(node.args)] + list(node.kwargs.items())
+    pairs = []
+    for i, arg in enumerate(schema.arguments):
+        if i < len(node.args) and not arg.kwarg_only:
+            pairs.append((arg.name, node.args[i]))
+        elif arg.name in node.kwargs:
+            pairs.append((arg.name, node.kwargs[arg.name]))
+    return pairs
+
+
+# --- conversion ----------------------------------------------------------------------------
+def to_graph_dict(traced: TracedStep, name: str = "model") -> dict:
+    """Builds the graph JSON object from a traced step."""
+    graph = traced.gm.graph
+    metas, sequences = _run_meta(traced)
+    nodes_out: list[dict] = []
+    out_name: dict = {}      # fx node -> autoshard name
+    folded: dict = {}        # getitem fx node -> (producer fx node, index)
+    n_outputs: dict = {}     # fx node -> number of outputs written
+    used_names: set[str] = set()
+    mod_of: dict = {}        # fx node -> module path (after back-propagation for backward)
+    phase_of: dict = {}
+
+    def unique(base: str) -> str:
+        n, i = base, 1
+        while n in used_names:
+            n, i = f"{base}_{i}", i + 1
+        used_names.add(n)
+        return n
+
+    def ref(fx_node):
+        if fx_node in folded:
+            prod, k = folded[fx_node]
+            return {"node": out_name[prod], "output": k}
+        if fx_node not in out_name:
+            raise ExportError(f"node {fx_node.name} is used but was not exported")
+        if n_outputs.get(fx_node, 1) != 1:
+            raise ExportError(f"multi-output node {fx_node.name} used as a single tensor")
+        return out_name[fx_node]
+
+    # Placeholder names first, so that op names never steal a parameter's name.
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    if len(placeholders) != len(traced.placeholder_names):
+        raise ExportError(f"{len(placeholders)} placeholders for "
+                          f"{len(traced.placeholder_names)} flat arguments")
+    for fx_node, pname in zip(placeholders, traced.placeholder_names):
+        if pname in used_names:
+            raise ExportError(f"duplicate input/parameter name {pname!r}")
+        used_names.add(pname)
+        out_name[fx_node] = pname
+
+    grad_refs = []
+    loss_ref = None
+    for fx_node in graph.nodes:
+        info = fx_node.meta.get(_META_KEY, {})
+        where = f"node {fx_node.name}"
+        if fx_node.op == "placeholder":
+            pname = out_name[fx_node]
+            kind = traced.placeholder_kinds[traced.placeholder_names.index(pname)]
+            entry = {"name": pname, "kind": kind,
+                     "outputs": _out_json(metas[fx_node], where)}
+            if kind in ("parameter", "buffer"):
+                entry["module"] = pname.rsplit(".", 1)[0] if "." in pname else ""
+                mod_of[fx_node] = entry["module"]
+            nodes_out.append(entry)
+            continue
+        if fx_node.op == "output":
+            flat = []
+            for a in torch.fx.node.map_aggregate(fx_node.args[0], lambda x: x) or []:
+                if isinstance(a, torch.fx.Node):
+                    flat.append(ref(a))
+            loss_ref = flat[0]
+            grad_refs = flat[1:]
+            nodes_out.append({"name": unique("output"), "kind": "output", "inputs": flat})
+            continue
+        m = metas.get(fx_node)
+        if m is None or (isinstance(m, tuple) and m and m[0] == "nontensor"):
+            m = _metas_from_node_meta(fx_node) or m
+        if fx_node.op == "call_function" and fx_node.target is operator.getitem:
+            prod, k = fx_node.args
+            if prod in sequences and prod in n_outputs and isinstance(k, int):
+                folded[fx_node] = (prod, k if k >= 0 else n_outputs[prod] + k)
+                continue
+        if isinstance(m, tuple) and m and m[0] == "nontensor":
+            raise ExportError(f"{where} ({fx_node.target}) produces a non-tensor value "
+                              f"{type(m[1]).__name__}; symbolic shapes are not supported")
+        if fx_node.op == "get_attr":
+            entry = {"name": unique(fx_node.name), "kind": "buffer",
+                     "outputs": _out_json(m, where), "module": ""}
+            out_name[fx_node] = entry["name"]
+            nodes_out.append(entry)
+            continue
+        # call_function
+        inputs, attrs = [], {}
+        for arg_name, value in _bind(fx_node):
+            if isinstance(value, torch.fx.Node):
+                inputs.append(ref(value))
+            elif isinstance(value, (list, tuple)) and any(isinstance(v, torch.fx.Node)
+                                                          for v in value):
+                present = [i for i, v in enumerate(value) if v is not None]
+                inputs.extend(ref(value[i]) for i in present)
+                attrs[arg_name + "_count"] = len(present)
+                if len(present) != len(value):
+                    attrs[arg_name + "_positions"] = present
+            elif value is None or arg_name in _OMIT_ARGS:
+                continue
+            else:
+                try:
+                    attrs[arg_name] = _attr(value)
+                except _Skip:
+                    pass
+        nm = unique(fx_node.name)
+        out_name[fx_node] = nm
+        n_outputs[fx_node] = len(m)
+        phase = info.get("phase", "forward")
+        phase_of[fx_node] = phase
+        module = info.get("module", "")
+        if phase == "backward" and not info.get("module_known"):
+            module = _backward_module(fx_node, mod_of, phase_of)
+        mod_of[fx_node] = module
+        entry = {"name": nm, "kind": "op", "op": op_name(fx_node.target), "phase": phase,
+                 "inputs": inputs, "attrs": attrs, "outputs": _out_json(m, where),
+                 "module": module}
+        if info.get("source"):
+            entry["source"] = info["source"]
+        nodes_out.append(entry)
+
+    if len(grad_refs) != len(traced.grad_params):
+        raise ExportError(f"{len(grad_refs)} gradients for {len(traced.grad_params)} params")
+    # A gradient that is a multi-output node's output is already a {"node","output"} object.
+    grad_pairs = [{"param": p, "grad": g} for p, g in zip(traced.grad_params, grad_refs)]
+    # Gradients take their parameter's module (the heuristic may have picked another one).
+    by_name = {e["name"]: e for e in nodes_out}
+    for p, g in zip(traced.grad_params, grad_refs):
+        gname = g if isinstance(g, str) else g["node"]
+        if by_name[gname].get("kind") == "op":
+            by_name[gname]["module"] = by_name[p]["module"]
+    return {"format": FORMAT, "version": VERSION, "name": name, "nodes": nodes_out,
+            "grad_pairs": grad_pairs, "loss": loss_ref}
+
+
+def _backward_module(fx_node, mod_of, phase_of) -> str:
+    """Best guess of the module a backward op belongs to (1.13 records nothing for them).
+
+    Prefer the most specific module among forward inputs (saved activations, parameters);
+    otherwise take the module of the incoming gradient (first backward input).
+    """
+    fwd, bwd = [], []
+    for inp in fx_node.all_input_nodes:
+        src = inp
+        while src not in mod_of and src.op == "call_function" and src.args \
+                and isinstance(src.args[0], torch.fx.Node):  # folded getitem -> producer
+            src = src.args[0]
+        if src not in mod_of:
+            continue
+        (bwd if phase_of.get(src) == "backward" else fwd).append(mod_of[src])
+    fwd = [m for m in fwd if m]
+    if fwd:
+        return max(fwd, key=lambda m: m.count(".") + 1)
+    return next((m for m in bwd if m), "")
+
+
+def write_graph_json(graph: dict, path: str) -> None:
+    """Writes the graph with one node per line (diff-friendly, still plain JSON)."""
+    head = {k: v for k, v in graph.items() if k not in ("nodes", "grad_pairs", "loss")}
+    parts = ["{" + json.dumps(head, allow_nan=False)[1:-1] + ',\n "nodes": [\n']
+    parts.append(",\n".join("  " + json.dumps(n, allow_nan=False, separators=(",", ":"))
+                            for n in graph["nodes"]))
+    parts.append('\n ],\n "grad_pairs": [\n')
+    parts.append(",\n".join("  " + json.dumps(g, separators=(",", ":"))
+                            for g in graph["grad_pairs"]))
+    parts.append('\n ],\n "loss": ' + json.dumps(graph["loss"]) + "\n}\n")
+    d = os.path.dirname(os.path.abspath(path))
+    os.makedirs(d, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("".join(parts))
+
+
+def export_training_graph(model, example_inputs, loss_fn=None, path=None, *, targets=None,
+                          name: str | None = None, train: bool = True) -> dict:
+    """Traces one training step of `model` and writes autoshard graph JSON to `path`.
+
+    Returns the graph as a dict (also when `path` is None: then nothing is written).
+    See trace_training_step for the meaning of example_inputs / targets / loss_fn.
+    """
+    from .trace import trace_training_step
+    traced = trace_training_step(model, example_inputs, loss_fn, targets, train=train)
+    graph = to_graph_dict(traced, name or type(model).__name__)
+    if path is not None:
+        write_graph_json(graph, path)
+    return graph
