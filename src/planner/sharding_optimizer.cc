@@ -297,10 +297,12 @@ std::vector<StrategyIdx> ShardingOptimizer::match_strategies(
     const auto& strats = bp.strategies[static_cast<size_t>(v)];
     for (size_t q = 0; q < strats.size(); ++q) {
       const Strategy& s = strats[q];
-      bool same = s.outputs.size() == w.outputs.size() && s.inputs.size() == w.inputs.size();
+      // A saved entry without input specs matches on outputs alone.
+      bool same = s.outputs.size() == w.outputs.size() &&
+                  (w.inputs.empty() || s.inputs.size() == w.inputs.size());
       for (size_t k = 0; same && k < s.outputs.size(); ++k)
         same = s.outputs[k].placements == w.outputs[k].placements;
-      for (size_t k = 0; same && k < s.inputs.size(); ++k)
+      for (size_t k = 0; same && k < w.inputs.size(); ++k)
         same = s.inputs[k].placements == w.inputs[k].placements;
       if (same) {
         choice[static_cast<size_t>(v)] = static_cast<StrategyIdx>(q);

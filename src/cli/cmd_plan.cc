@@ -1,0 +1,158 @@
+/// `autoshard plan`: the main job.  Plans a model on a mesh and prints the placements, the
+/// estimated step time and the proof of quality.
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <iostream>
+#include <memory>
+
+#include "cli/common.h"
+#include "io/placements_json.h"
+#include "io/plan_json.h"
+#include "ir/file_util.h"
+#include "planner/parallelism.h"
+#include "planner/sharding_optimizer.h"
+
+namespace autoshard::cli {
+
+namespace {
+
+struct PlanArgs {
+  GraphSource src;
+  MeshSource mesh;
+  std::string comm_model = "nccl";
+  std::string memory_limit;
+  double time_limit = 60;
+  double mip_gap = 0;
+  int threads = 1;
+  bool skip_fully_replicated = false;
+  bool no_cluster = false;
+  bool require_divisible = false;
+  bool no_checks = false;
+  std::string out_dir;
+  std::string preload;
+  bool json = false;
+  std::vector<std::string> pins;
+};
+
+void print_summary(const Plan& plan, const Graph& g, const Mesh& mesh) {
+  fmt::print("autoshard plan: {} on mesh {} of {} ({} devices)\n", g.name, mesh.describe(),
+             mesh.hardware().name, mesh.num_devices());
+  fmt::print("problem: {} graph nodes -> {} problem nodes, {} edges ({} variables in Alpa's form)\n",
+             plan.graph_nodes, plan.problem_nodes, plan.problem_edges, plan.alpa_variables);
+  fmt::print("         {} repeated-layer classes -> {} nodes; after reductions {} nodes, {} edges; "
+             "MIP {} variables\n",
+             plan.layer_clusters, plan.clustered_nodes, plan.reduced_nodes, plan.reduced_edges,
+             plan.mip_variables);
+  fmt::print("status: {}\n", solve_status_name(plan.status));
+  for (const std::string& w : plan.warnings) fmt::print("warning: {}\n", w);
+  if (!plan.has_solution) {
+    if (plan.min_peak_memory_bytes >= 0)
+      fmt::print("no plan fits in {} per device: the smallest achievable peak is {}\n",
+                 format_bytes(plan.memory_limit_bytes), format_bytes(plan.min_peak_memory_bytes));
+    return;
+  }
+  fmt::print("estimated step time: {} (compute {}, communication {})\n",
+             format_us(plan.objective_us), format_us(plan.compute_us), format_us(plan.comm_us));
+  fmt::print("lower bound: {}  gap: {:.4f}%{}\n", format_us(plan.lower_bound_us), plan.gap * 100,
+             plan.checked ? "  (verified independently)" : "");
+  fmt::print("peak memory per device: {}{}\n", format_bytes(plan.peak_memory_bytes),
+             plan.memory_limit_bytes > 0 ? fmt::format(" of {}", format_bytes(plan.memory_limit_bytes))
+                                         : std::string());
+  std::string phases;
+  for (const auto& [name, s] : plan.phase_seconds) phases += fmt::format(" {} {:.3f}s", name, s);
+  fmt::print("time per phase:{}\n", phases);
+  // The parameter table.
+  size_t wname = 9;
+  for (NodeIdx i = 0; i < g.size(); ++i)
+    if (g.node(i).kind == NodeKind::kParameter) wname = std::max(wname, g.node(i).name.size());
+  fmt::print("\n{:<{}}  {:<18} {:<12} {}\n", "parameter", wname, "shape", "placement", "parallelism");
+  for (NodeIdx i = 0; i < g.size(); ++i) {
+    const Node& n = g.node(i);
+    if (n.kind != NodeKind::kParameter || !plan.nodes[static_cast<size_t>(i)]) continue;
+    fmt::print("{:<{}}  {:<18} {:<12} {}\n", n.name, wname,
+               fmt::format("[{}]", fmt::join(n.out().shape, ",")),
+               output_spec_string(plan.nodes[static_cast<size_t>(i)]->chosen),
+               describe_parallelism(g, mesh, plan, i));
+  }
+}
+
+int run_plan(const PlanArgs& a) {
+  Graph g = load_graph(a.src);
+  Mesh mesh = make_mesh(a.mesh);
+  PlannerOptions opt;
+  auto cm = parse_comm_model(a.comm_model);
+  if (!cm) throw std::invalid_argument(fmt::format("--comm-model: expected nccl or dtensor, got '{}'", a.comm_model));
+  opt.comm_model = *cm;
+  if (!a.memory_limit.empty()) opt.memory_limit_bytes = parse_bytes(a.memory_limit);
+  opt.time_limit_s = a.time_limit;
+  opt.mip_gap = a.mip_gap;
+  opt.threads = a.threads;
+  opt.skip_fully_replicated = a.skip_fully_replicated;
+  opt.cluster = !a.no_cluster;
+  opt.require_divisible = a.require_divisible;
+  opt.run_checks = !a.no_checks;
+  const bool tty = isatty(STDERR_FILENO);
+  if (tty) fmt::print(stderr, "building the problem for {} nodes...\n", g.size());
+  ShardingOptimizer so(g, mesh, opt);
+  for (const std::string& p : a.pins) {
+    auto eq = p.find('=');
+    if (eq == std::string::npos)
+      throw std::invalid_argument(fmt::format("--pin '{}': expected NODE=PLACEMENTS", p));
+    so.pin(p.substr(0, eq), parse_placements(p.substr(eq + 1)));
+  }
+  if (!a.preload.empty()) {
+    auto wanted = read_placements_json(read_text_file(a.preload), a.preload, so.graph(), mesh);
+    auto choice = so.match_strategies(wanted);
+    for (size_t v = 0; v < choice.size(); ++v)
+      if (choice[v] < 0) choice[v] = 0;
+    so.set_warm_start(choice);
+  }
+  if (tty) fmt::print(stderr, "solving (time limit {} s)...\n", a.time_limit);
+  Plan plan = so.get_solution();
+  if (!a.out_dir.empty() && plan.has_solution) {
+    std::filesystem::create_directories(a.out_dir);
+    write_file_atomic(a.out_dir + "/placements.json", write_placements_json(plan, so.graph(), mesh));
+  }
+  if (a.json)
+    std::cout << plan_summary_json(plan, so.graph(), mesh).dump(2) << "\n";
+  else
+    print_summary(plan, so.graph(), mesh);
+  if (!plan.has_solution) {
+    if (plan.min_peak_memory_bytes >= 0)
+      throw std::runtime_error(fmt::format(
+          "infeasible memory budget: no plan fits in {} per device (needs at least {})",
+          format_bytes(plan.memory_limit_bytes), format_bytes(plan.min_peak_memory_bytes)));
+    throw std::runtime_error(fmt::format("no plan found ({})", solve_status_name(plan.status)));
+  }
+  return 0;
+}
+
+}  // namespace
+
+void register_plan(CLI::App& app) {
+  auto a = std::make_shared<PlanArgs>();
+  CLI::App* sub = app.add_subcommand(
+      "plan", "plan the sharding of a model on a device mesh (default: llama3-8b on 2x8 H100, dims dp,tp)");
+  add_graph_options(sub, a->src, "llama3-8b");
+  add_mesh_options(sub, a->mesh, "2x8", "dp,tp");
+  sub->add_option("--comm-model", a->comm_model, "nccl (measured bandwidths) or dtensor (DTensor's model)")
+      ->capture_default_str();
+  sub->add_option("--memory-limit", a->memory_limit, "per-device memory budget, e.g. 80GiB (default: the hardware's; 0: none)");
+  sub->add_option("--time-limit", a->time_limit, "solver time limit in seconds")->capture_default_str();
+  sub->add_option("--mip-gap", a->mip_gap, "relative MIP gap at which to stop")->capture_default_str();
+  sub->add_option("--threads", a->threads, "solver threads")->capture_default_str();
+  sub->add_flag("--skip-fully-replicated", a->skip_fully_replicated,
+                "drop fully replicated strategies where a sharded one exists");
+  sub->add_flag("--no-cluster", a->no_cluster, "do not tie repeated layers");
+  sub->add_flag("--require-divisible", a->require_divisible, "only shard dims that split evenly");
+  sub->add_flag("--no-checks", a->no_checks, "skip the independent verification of the solution");
+  sub->add_option("--pin", a->pins, "pin a node's output placements: NODE=PLACEMENTS (repeatable)");
+  sub->add_option("--preload", a->preload, "placements JSON of an earlier plan to start from");
+  sub->add_option("-o,--out", a->out_dir, "write DIR/placements.json (AutoParallel schema)");
+  sub->add_flag("--json", a->json, "print the result as JSON");
+  sub->callback([a] { run_plan(*a); });
+}
+
+}  // namespace autoshard::cli

@@ -1,0 +1,47 @@
+#pragma once
+/// Options shared by the subcommands: where the graph comes from and what the mesh is.
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <string>
+
+#include "ir/graph.h"
+#include "mesh/mesh.h"
+
+namespace autoshard::cli {
+
+struct GraphSource {
+  std::string model;       ///< built-in model name
+  std::string graph_file;  ///< or a graph JSON file
+  int64_t batch = -1;
+  int64_t seq = -1;
+  int64_t layers = -1;
+  std::string dtype;
+};
+void add_graph_options(CLI::App* app, GraphSource& src, const std::string& default_model);
+Graph load_graph(const GraphSource& src);
+
+struct MeshSource {
+  std::string shape = "2x8";
+  std::string dims;
+  std::string hardware = "h100";
+  std::string backend = "nccl";
+  int gpus_per_node = -1;
+};
+void add_mesh_options(CLI::App* app, MeshSource& src, const std::string& default_shape,
+                      const std::string& default_dims);
+Mesh make_mesh(const MeshSource& src);
+
+/// "80GiB", "80GB", "1.5e9", "512MiB" -> bytes.  Throws std::invalid_argument.
+int64_t parse_bytes(const std::string& s);
+/// "74.5 GiB" style.
+std::string format_bytes(int64_t bytes);
+/// "1.23 ms" / "456.7 us" / "2.1 s".
+std::string format_us(double us);
+
+void register_graph(CLI::App& app);
+void register_cost(CLI::App& app);
+void register_plan(CLI::App& app);
+void register_iopddl(CLI::App& app);
+
+}  // namespace autoshard::cli
