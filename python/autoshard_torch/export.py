@@ -143,8 +143,8 @@ def _attr(value):
         return _float(value)
     if isinstance(value, str):
         return value
-    if isinstance(value, torch.dtype):
-        return _dtype(value, "attr")
+    if isinstance(value, torch.dtype):  # attrs may name any dtype; tensors may not
+        return _compat.dtype_name(value) or str(value).replace("torch.", "")
     if isinstance(value, (list, tuple, torch.Size)):
         if all(isinstance(v, (bool, int)) for v in value):
             return [int(v) for v in value]  # bool lists (output_mask) become 0/1
@@ -184,10 +184,31 @@ def _bind(node) -> list:
 
 
 # --- conversion ----------------------------------------------------------------------------
-def to_graph_dict(traced: TracedStep, name: str = "model") -> dict:
-    """Builds the graph JSON object from a traced step."""
+def _dead_nodes(graph) -> set:
+    """call_function nodes whose results nobody uses (e.g. the empty uint8 "reserve" tensors
+    that 1.13's batch-norm emits), transitively.  In-place ops ("add_") are kept: they have
+    side effects (buffer updates such as num_batches_tracked)."""
+    dead: set = set()
+    for node in reversed(list(graph.nodes)):
+        if node.op not in ("call_function", "get_attr"):
+            continue
+        if all(u in dead for u in node.users):
+            if node.op == "call_function" and _is_inplace(node.target):
+                continue
+            dead.add(node)
+    return dead
+
+
+def _is_inplace(target) -> bool:
+    schema = getattr(target, "_schema", None)
+    return schema is not None and schema.name.endswith("_") and not schema.name.endswith("__")
+
+
+def to_graph_dict(traced: TracedStep, name: str = "model", *, keep_dead: bool = False) -> dict:
+    """Builds the graph JSON object from a traced step (dead nodes dropped unless keep_dead)."""
     graph = traced.gm.graph
     metas, sequences = _run_meta(traced)
+    dead = set() if keep_dead else _dead_nodes(graph)
     nodes_out: list[dict] = []
     out_name: dict = {}      # fx node -> autoshard name
     folded: dict = {}        # getitem fx node -> (producer fx node, index)
@@ -227,6 +248,8 @@ def to_graph_dict(traced: TracedStep, name: str = "model") -> dict:
     grad_refs = []
     loss_ref = None
     for fx_node in graph.nodes:
+        if fx_node in dead:
+            continue
         info = fx_node.meta.get(_META_KEY, {})
         where = f"node {fx_node.name}"
         if fx_node.op == "placeholder":

@@ -75,12 +75,16 @@ class _Recorder:
             return
         name = self.stack.pop()
         stop = self.in_fns.pop() if self.in_fns else set()
+        # Walk through the children's (already labelled, innermost wins) nodes too: the ops
+        # between two children belong to this module.  Stop at the module's inputs.
         todo = [t.grad_fn for t in _tensors(out) if t.grad_fn is not None]
+        seen = set()
         while todo:
             fn = todo.pop()
-            if fn is None or fn in stop or fn in self.fn_module:
+            if fn is None or fn in stop or fn in seen:
                 continue
-            self.fn_module[fn] = name
+            seen.add(fn)
+            self.fn_module.setdefault(fn, name)
             todo.extend(nxt for nxt, _ in fn.next_functions if nxt is not None)
 
     def _label_backward(self, loss):
