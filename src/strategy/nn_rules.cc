@@ -1,0 +1,275 @@
+/// Neural-network layer ops: embedding, scaled dot-product attention, losses, convolution,
+/// pooling and the fused optimizer.  Facts from sharding-rules.md; choices beyond it are noted
+/// at each rule.
+#include <algorithm>
+
+#include "strategy/rule.h"
+
+namespace autoshard {
+
+namespace {
+
+const Placement P = Placement::partial(ReduceOp::kSum);
+const Placement R = Placement::replicate();
+
+/// embedding [out | weight, indices]: [R | R, R]; column-wise [S(last) | S(1), R]; row-wise
+/// simplified from DTensor's MaskPartial to [P(sum) | S(0), R] (each rank looks up the rows it
+/// holds and zero elsewhere, so summing is exact); batch [S(d) | R, S(d)] per indices dim.
+RuleResult embedding(const OpContext& c) {
+  if (c.n_in() < 2 || c.n_out() != 1) c.fail("embedding takes weight and indices");
+  const TensorMeta& out = c.out(0);
+  RuleResult r;
+  r.rows.push_back(c.replicated());
+  r.rows.push_back({Placement::shard(static_cast<int32_t>(out.rank() - 1)), Placement::shard(1), R});
+  r.rows.push_back({P, Placement::shard(0), R});
+  for (int32_t d = 0; d < c.in[1].rank(); ++d)
+    r.rows.push_back({Placement::shard(d), R, Placement::shard(d)});
+  return r;
+}
+
+/// embedding_dense_backward [grad_w | grad_out, indices]: [R | R, R], [S(1) | S(last), R],
+/// [P | S(d), S(d)] per indices dim, [P | P, R].
+RuleResult embedding_backward(const OpContext& c) {
+  if (c.n_in() != 2 || c.n_out() != 1) c.fail("embedding_dense_backward takes grad and indices");
+  RuleResult r;
+  r.rows.push_back(c.replicated());
+  r.rows.push_back({Placement::shard(1), Placement::shard(static_cast<int32_t>(c.in[0].rank() - 1)), R});
+  for (int32_t d = 0; d < c.in[1].rank(); ++d)
+    r.rows.push_back({P, Placement::shard(d), Placement::shard(d)});
+  r.rows.push_back({P, P, R});
+  return r;
+}
+
+/// SDPA forward/backward, q/k/v as [b, h, s, d]: all-R, batch S(0) and head S(1) on every
+/// tensor of rank >= 3 (q, k, v, out, logsumexp, grads, attn bias); a broadcast (size 1) dim,
+/// rank < 3 tensors (cum_seq, empty debug masks) and scalars (philox seed/offset) stay R.
+/// With grouped-query attention (q and k/v head counts differ) head shards must split every
+/// head count evenly so query groups stay with their key/value head.
+RuleResult sdpa(const OpContext& c) {
+  RuleResult r;
+  r.rows.push_back(c.replicated());
+  for (int32_t k : {0, 1}) {
+    Row row = c.replicated();
+    for (size_t i = 0; i < c.n_out(); ++i)
+      if (c.out(i).rank() >= 3) row[c.out_slot(i)] = shard_if(c.out(i), k);
+    for (size_t i = 0; i < c.n_in(); ++i)
+      if (c.in[i].rank() >= 3) row[c.in_slot(i)] = shard_if(c.in[i], k);
+    r.rows.push_back(std::move(row));
+  }
+  std::vector<int64_t> heads;  // dim-1 size per slot (0 when not a rank >= 3 tensor)
+  for (size_t i = 0; i < c.n_out(); ++i) heads.push_back(c.out(i).rank() >= 3 ? c.out(i).shape[1] : 0);
+  for (size_t i = 0; i < c.n_in(); ++i) heads.push_back(c.in[i].rank() >= 3 ? c.in[i].shape[1] : 0);
+  bool differ = false;
+  for (int64_t h : heads) differ = differ || (h > 1 && h != heads[c.in_slot(0)]);
+  if (differ) {
+    const Mesh* mesh = &c.mesh;
+    r.accept = [mesh, heads](const Combo& combo) {
+      for (size_t t = 0; t < combo.size(); ++t) {
+        int64_t n = shards_of(combo[t], 1, *mesh);
+        if (heads[t] > 1 && n > 1 && heads[t] % n != 0) return false;
+      }
+      return true;
+    };
+  }
+  return r;
+}
+
+/// Reduction attr of losses: 0 none, 1 mean (default), 2 sum.
+int64_t loss_reduction(const OpContext& c) { return c.node.attr_int("reduction", 1); }
+
+/// nll_loss_forward / nll_loss2d_forward / cross_entropy_loss, [loss(, total_weight) | self,
+/// target, weight?].  self is [N, C, ...] (class dim 1), target [N, ...].  Sharding a non-class
+/// dim d of self (target correspondingly) gives: reduction none -> loss S(d'); sum -> P(sum);
+/// mean -> P(avg), kept only when those dims split evenly (exact when every shard has the same
+/// total weight: no class weights or ignored targets).  total_weight is P(sum) (R for none).
+/// The class dim is never sharded (vocab-parallel loss needs target masking, not a local op).
+RuleResult nll_forward(const OpContext& c) {
+  if (c.n_in() < 2 || c.n_out() < 1) c.fail("expected self and target");
+  const TensorMeta& self = c.in[0];
+  const TensorMeta& target = c.in[1];
+  RuleResult r;
+  r.rows.push_back(c.replicated());
+  if (self.rank() < 2) return r;
+  const int64_t red = loss_reduction(c);
+  const bool probs = target.rank() == self.rank();  // class-probability targets
+  for (int32_t d = 0; d < self.rank(); ++d) {
+    if (d == 1) continue;
+    int32_t td = probs || d == 0 ? d : d - 1;
+    Row row = c.replicated();
+    row[c.in_slot(0)] = Placement::shard(d);
+    row[c.in_slot(1)] = Placement::shard(td);
+    row[c.out_slot(0)] = red == 0 ? Placement::shard(td)
+                         : red == 2 ? P
+                                    : Placement::partial(ReduceOp::kAvg);
+    if (c.n_out() > 1) row[c.out_slot(1)] = red == 0 ? R : P;
+    r.rows.push_back(std::move(row));
+  }
+  if (red == 1) {
+    const Mesh* mesh = &c.mesh;
+    std::vector<int64_t> shape = self.shape;
+    size_t slot = c.in_slot(0);
+    r.accept = [mesh, shape, slot](const Combo& combo) {
+      for (size_t d = 0; d < shape.size(); ++d) {
+        int64_t n = shards_of(combo[slot], static_cast<int32_t>(d), *mesh);
+        if (n > 1 && shape[d] % n != 0) return false;
+      }
+      return true;
+    };
+  }
+  return r;
+}
+
+/// nll_loss_backward / nll_loss2d_backward [grad_self | grad_out, self, target, weight?,
+/// total_weight]: grad_self and self S(d), target S(d'), grad_out S(d') for reduction none
+/// else R; weight and total_weight R (total_weight must be the global total: the forward's
+/// P(sum) total is all-reduced, a scalar).
+RuleResult nll_backward(const OpContext& c) {
+  if (c.n_in() < 3 || c.n_out() != 1) c.fail("expected grad_output, self and target");
+  const TensorMeta& self = c.in[1];
+  RuleResult r;
+  r.rows.push_back(c.replicated());
+  if (self.rank() < 2) return r;
+  const bool none = loss_reduction(c) == 0;
+  const bool probs = c.in[2].rank() == self.rank();
+  for (int32_t d = 0; d < self.rank(); ++d) {
+    if (d == 1) continue;
+    int32_t td = probs || d == 0 ? d : d - 1;
+    Row row = c.replicated();
+    row[c.out_slot(0)] = Placement::shard(d);
+    row[c.in_slot(0)] = none ? Placement::shard(td) : R;
+    row[c.in_slot(1)] = Placement::shard(d);
+    row[c.in_slot(2)] = Placement::shard(td);
+    r.rows.push_back(std::move(row));
+  }
+  return r;
+}
+
+/// convolution [out | input, weight, bias?], input [N, C_in, ...], weight [C_out, C_in/g, ...]
+/// ([C_in, C_out/g, ...] when transposed): all-R; batch [S(0) | S(0), R, R]; for groups == 1
+/// also out-channel [S(1) | R, S(w_out), S(0)] and in-channel (contracting)
+/// [P | S(1), S(w_in), P] (the bias is divided like addmm's).  Unbatched inputs: all-R only.
+RuleResult convolution(const OpContext& c) {
+  if (c.n_in() < 2 || c.n_out() != 1) c.fail("convolution takes input, weight[, bias]");
+  const TensorMeta& x = c.in[0];
+  const TensorMeta& w = c.in[1];
+  RuleResult r;
+  r.rows.push_back(c.replicated());
+  if (x.rank() != w.rank()) return r;
+  const bool transposed = c.node.attr_bool("transposed", false);
+  const int32_t w_out = transposed ? 1 : 0, w_in = transposed ? 0 : 1;
+  const bool bias = c.n_in() > 2;
+  Row batch = c.replicated();
+  batch[0] = batch[c.in_slot(0)] = Placement::shard(0);
+  r.rows.push_back(batch);
+  if (c.node.attr_int("groups", 1) != 1) return r;
+  Row oc = c.replicated();
+  oc[0] = Placement::shard(1);
+  oc[c.in_slot(1)] = Placement::shard(w_out);
+  if (bias) oc[c.in_slot(2)] = Placement::shard(0);
+  r.rows.push_back(oc);
+  Row ic = c.replicated();
+  ic[0] = P;
+  ic[c.in_slot(0)] = Placement::shard(1);
+  ic[c.in_slot(1)] = Placement::shard(w_in);
+  if (bias) ic[c.in_slot(2)] = P;
+  r.rows.push_back(ic);
+  return r;
+}
+
+/// convolution_backward [grad_input, grad_weight, grad_bias | grad_out, input, weight]:
+/// batch [S(0), P, P | S(0), S(0), R]; out-channel [P, S(w_out), S(0) | S(1), R, S(w_out)];
+/// in-channel [S(1), S(w_in), R | R, S(1), S(w_in)].  Missing outputs simply have no slot.
+RuleResult convolution_backward(const OpContext& c) {
+  if (c.n_in() != 3 || c.n_out() < 1) c.fail("convolution_backward takes grad_out, input, weight");
+  RuleResult r;
+  r.rows.push_back(c.replicated());
+  if (c.in[1].rank() != c.in[2].rank()) return r;
+  const bool transposed = c.node.attr_bool("transposed", false);
+  const int32_t w_out = transposed ? 1 : 0, w_in = transposed ? 0 : 1;
+  auto make = [&](std::vector<Placement> outs, std::vector<Placement> ins) {
+    Row row = c.replicated();
+    for (size_t i = 0; i < c.n_out() && i < outs.size(); ++i)
+      row[c.out_slot(i)] = outs[i].is_shard() ? shard_if(c.out(i), outs[i].dim) : outs[i];
+    for (size_t i = 0; i < 3; ++i) row[c.in_slot(i)] = ins[i];
+    r.rows.push_back(std::move(row));
+  };
+  using S = Placement;
+  make({S::shard(0), P, P}, {S::shard(0), S::shard(0), R});
+  if (c.node.attr_int("groups", 1) != 1) return r;
+  make({P, S::shard(w_out), S::shard(0)}, {S::shard(1), R, S::shard(w_out)});
+  make({S::shard(1), S::shard(w_in), R}, {R, S::shard(1), S::shard(w_in)});
+  return r;
+}
+
+/// Pooling / upsampling over the trailing `spatial` dims: any leading (batch, channel) dim
+/// may be sharded on every tensor of the activation's rank (incl. max-pool indices).
+RuleResult spatial(const OpContext& c) {
+  if (c.n_in() < 1 || c.n_out() < 1) c.fail("expected an input");
+  const std::string& b = c.op.base;
+  int64_t k = b.find("1d") != std::string::npos ? 1 : b.find("3d") != std::string::npos ? 3 : 2;
+  const int64_t rank = c.out(0).rank();
+  RuleResult r;
+  r.rows.push_back(c.replicated());
+  for (int32_t d = 0; d < rank - k; ++d) {
+    Row row = c.replicated();
+    for (size_t i = 0; i < c.n_out(); ++i)
+      if (c.out(i).rank() == rank) row[c.out_slot(i)] = Placement::shard(d);
+    for (size_t i = 0; i < c.n_in(); ++i)
+      if (c.in[i].rank() == rank) row[c.in_slot(i)] = Placement::shard(d);
+    r.rows.push_back(std::move(row));
+  }
+  return r;
+}
+
+/// Fused optimizer step (_fused_adam: param, grad, master, exp_avg, exp_avg_sq -> 4 updated
+/// tensors): every tensor shaped like the parameter shares one placement (R or S(d)); other
+/// tensors (step counts, lr) stay R.  No Partial: the grad must be reduced first.
+RuleResult optimizer(const OpContext& c) {
+  if (c.n_in() < 1) c.fail("expected the parameter");
+  const TensorMeta& p = c.in[0];
+  RuleResult r;
+  r.rows.push_back(c.replicated());
+  for (int32_t d = 0; d < p.rank(); ++d) {
+    Row row = c.replicated();
+    for (size_t i = 0; i < c.n_out(); ++i)
+      if (c.out(i).shape == p.shape) row[c.out_slot(i)] = Placement::shard(d);
+    for (size_t i = 0; i < c.n_in(); ++i)
+      if (c.in[i].shape == p.shape) row[c.in_slot(i)] = Placement::shard(d);
+    r.rows.push_back(std::move(row));
+  }
+  return r;
+}
+
+}  // namespace
+
+void register_nn_rules(RuleTable& t) {
+  t["embedding"] = embedding;
+  t["embedding_dense_backward"] = embedding_backward;
+  for (const char* op : {"scaled_dot_product_attention", "_scaled_dot_product_efficient_attention",
+                         "_scaled_dot_product_flash_attention",
+                         "_scaled_dot_product_cudnn_attention",
+                         "_scaled_dot_product_efficient_attention_backward",
+                         "_scaled_dot_product_flash_attention_backward",
+                         "_scaled_dot_product_cudnn_attention_backward"})
+    t[op] = sdpa;
+  for (const char* op : {"nll_loss_forward", "nll_loss2d_forward", "nll_loss", "nll_loss2d",
+                         "cross_entropy_loss"})
+    t[op] = nll_forward;
+  for (const char* op : {"nll_loss_backward", "nll_loss2d_backward"}) t[op] = nll_backward;
+  t["convolution"] = convolution;
+  t["conv2d"] = convolution;
+  t["convolution_backward"] = convolution_backward;
+  for (const char* op :
+       {"max_pool1d", "max_pool2d", "max_pool3d", "max_pool2d_with_indices",
+        "max_pool3d_with_indices", "max_pool2d_with_indices_backward",
+        "max_pool3d_with_indices_backward", "avg_pool1d", "avg_pool2d", "avg_pool3d",
+        "avg_pool2d_backward", "avg_pool3d_backward", "adaptive_avg_pool1d",
+        "adaptive_avg_pool2d", "adaptive_avg_pool3d", "_adaptive_avg_pool2d",
+        "_adaptive_avg_pool3d", "_adaptive_avg_pool2d_backward", "_adaptive_avg_pool3d_backward",
+        "adaptive_max_pool2d", "adaptive_max_pool2d_backward", "upsample_nearest2d",
+        "upsample_nearest2d_backward", "upsample_bilinear2d", "upsample_bilinear2d_backward"})
+    t[op] = spatial;
+  for (const char* op : {"_fused_adam", "_fused_adamw", "_fused_sgd"}) t[op] = optimizer;
+}
+
+}  // namespace autoshard

@@ -1,0 +1,62 @@
+#pragma once
+/// Candidate sharding strategies of one graph node on the full N-D mesh, following PyTorch
+/// DTensor's propagation semantics (facts in ../shared/reference/sharding-rules.md).
+///
+/// A rule for one op lists, for ONE mesh dim, candidate rows [out placements..., in
+/// placements...]; the node's strategies are the Cartesian product of those rows over the mesh
+/// dims (mesh dim 0 varies slowest), deduplicated, minus combinations whose specs fail
+/// ShardingSpec::valid (a sharded dim must exist and hold at least one element per shard; with
+/// `require_divisible` it must split evenly) or a rule-specific check (e.g. flatten needs an even
+/// split).  The order is deterministic.
+///
+/// Partial placements use P(sum) unless stated otherwise; ops that pass Partial through
+/// (linear pointwise ops, views, sum/mean) only pass P(sum).  Per-family notes live in the
+/// *_rules.cc files.
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ir/graph.h"
+#include "mesh/mesh.h"
+#include "placement/placement.h"
+
+namespace autoshard {
+
+struct Strategy {
+  std::vector<ShardingSpec> outputs;  ///< one per node output (node.outputs)
+  std::vector<ShardingSpec> inputs;   ///< one per node input: the spec the op needs there
+  /// "S(0)R <- S(0)R, RR" (outputs <- inputs); a node without inputs prints only its outputs.
+  std::string name() const;
+};
+
+struct StrategyOptions {
+  /// Only keep strategies whose sharded dims split evenly over their shards.
+  bool require_divisible = false;
+  /// Batch norm in training with a batch-sharded input: compute statistics per shard, like
+  /// DDP without SyncBatchNorm (the batch statistics outputs are then P(avg)).  When false,
+  /// training batch norm can only be channel-sharded or replicated (exact global statistics).
+  bool batch_norm_local_stats = true;
+};
+
+struct NodeStrategies {
+  std::vector<Strategy> strategies;
+  bool fallback = false;  ///< the op had no rule: the single all-replicated strategy
+  /// kOutput nodes: the inputs accept whatever their producers chose (no redistribution).  The
+  /// single strategy lists replicated input specs as placeholders; the planner should not
+  /// charge edges into such a node.
+  bool any_input = false;
+};
+
+/// Strategies of node `n`.  Placeholders (input/parameter/buffer) and creation ops without
+/// inputs get every combination of Replicate / Shard(d) per mesh dim (no Partial).  Throws
+/// std::invalid_argument naming the node on inconsistent attrs (e.g. a dim out of range).
+NodeStrategies enumerate_strategies(const Graph& g, NodeIdx n, const Mesh& mesh,
+                                    const StrategyOptions& opt = {});
+
+/// True when `op` ("add.Tensor", "add", "aten.add.Tensor", "add_", ...) has a sharding rule.
+bool has_rule(std::string_view op);
+
+/// Every op name (base name or "base.overload") with a registered rule, sorted.
+std::vector<std::string> covered_ops();
+
+}  // namespace autoshard

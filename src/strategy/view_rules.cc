@@ -1,0 +1,210 @@
+/// View-like ops (sharding-rules.md, "Views", "cat / split").  Every rule here is "one output
+/// strategy per input strategy": per mesh dim the rows are [R | R], [P(sum) | P(sum)] (Partial
+/// passes through) and, for each input dim whose shard survives, [S(out dim) | S(in dim)].  An
+/// input dim whose shard cannot survive has no row: the input must be replicated on that mesh
+/// dim first (the [R | R] row).
+///
+/// Reshapes (view, reshape, _unsafe_view, _reshape_alias, flatten, unflatten, squeeze,
+/// unsqueeze, view_as) are mapped from the input and output shapes: dims are grouped into
+/// runs with equal products; a 1:1 group maps directly; in a flatten/split group only the
+/// leftmost (non-1) input dim may stay sharded, landing on the first (non-1) output dim, and
+/// only when both sizes divide evenly by its number of shards (so the chunks coincide).
+/// transpose/t/permute permute dims; expand/repeat cannot shard broadcast or repeated dims;
+/// slice/split/cat/select/unbind never shard the dim they cut or join (a slice covering the
+/// whole dim is a plain view).
+#include <fmt/format.h>
+
+#include <numeric>
+
+#include "strategy/rule.h"
+
+namespace autoshard {
+
+namespace {
+
+/// Input dim -> output dim a shard survives to (-1: cannot survive), plus the (in, out) dim
+/// pairs whose shards must be even.
+struct DimMap {
+  std::vector<int32_t> to_out;
+  std::vector<std::pair<int32_t, int32_t>> even;
+};
+
+DimMap identity(int64_t rank) {
+  DimMap m;
+  m.to_out.resize(static_cast<size_t>(rank));
+  std::iota(m.to_out.begin(), m.to_out.end(), 0);
+  return m;
+}
+
+DimMap reshape_map(const OpContext& c, const TensorMeta& in, const TensorMeta& out) {
+  DimMap m;
+  m.to_out.assign(static_cast<size_t>(in.rank()), -1);
+  if (in.numel() != out.numel()) c.fail(fmt::format("reshape changes numel"));
+  if (in.numel() == 0) return m;
+  const auto& a = in.shape;
+  const auto& b = out.shape;
+  size_t i = 0, o = 0;
+  while (i < a.size() && o < b.size()) {
+    if (a[i] == 1) { ++i; continue; }
+    if (b[o] == 1) { ++o; continue; }
+    size_t i0 = i, o0 = o;
+    int64_t pa = a[i++], pb = b[o++];
+    while (pa != pb) {
+      if (pa < pb) {
+        if (i >= a.size()) c.fail("reshape shapes do not match");
+        pa *= a[i++];
+      } else {
+        if (o >= b.size()) c.fail("reshape shapes do not match");
+        pb *= b[o++];
+      }
+    }
+    m.to_out[i0] = static_cast<int32_t>(o0);
+    if (i - i0 != 1 || o - o0 != 1) m.even.emplace_back(static_cast<int32_t>(i0), static_cast<int32_t>(o0));
+  }
+  return m;
+}
+
+/// Dims of a tensor that lose dim `gone` (select, unbind): later dims shift down.
+DimMap drop_dim(int64_t rank, int32_t gone) {
+  DimMap m = identity(rank);
+  for (int32_t d = 0; d < rank; ++d)
+    m.to_out[static_cast<size_t>(d)] = d < gone ? d : d == gone ? -1 : d - 1;
+  return m;
+}
+
+/// Dims of a tensor gaining dim `added` (stack, select_backward).
+DimMap insert_dim(int64_t rank, int32_t added) {
+  DimMap m = identity(rank);
+  for (int32_t d = 0; d < rank; ++d) m.to_out[static_cast<size_t>(d)] = d < added ? d : d + 1;
+  return m;
+}
+
+/// Right-aligned broadcast (expand, repeat): a dim survives when its size is unchanged.
+DimMap broadcast_map(const TensorMeta& in, const TensorMeta& out) {
+  DimMap m;
+  const int64_t shift = out.rank() - in.rank();
+  for (int64_t d = 0; d < in.rank(); ++d) {
+    int64_t od = d + shift;
+    bool same = od >= 0 && od < out.rank() && in.shape[static_cast<size_t>(d)] == out.shape[static_cast<size_t>(od)];
+    m.to_out.push_back(same ? static_cast<int32_t>(od) : -1);
+  }
+  return m;
+}
+
+/// The map of a single-tensor view op (input 0 -> every output).
+DimMap view_map(const OpContext& c) {
+  const TensorMeta& in = c.in.at(0);
+  const TensorMeta& out = c.out(0);
+  const int64_t rank = in.rank();
+  const std::string& b = c.op.base;
+  if (b == "transpose" || b == "swapaxes" || b == "t") {
+    DimMap m = identity(rank);
+    if (rank < 2) return m;
+    int32_t d0 = b == "t" ? 0 : c.dim_attr("dim0", 0, rank);
+    int32_t d1 = b == "t" ? 1 : c.dim_attr("dim1", 1, rank);
+    std::swap(m.to_out[static_cast<size_t>(d0)], m.to_out[static_cast<size_t>(d1)]);
+    return m;
+  }
+  if (b == "permute") {
+    std::vector<int64_t> dims = c.node.attr_ints("dims");
+    if (static_cast<int64_t>(dims.size()) != rank) c.fail("permute 'dims' must list every dim");
+    DimMap m = identity(rank);
+    for (size_t j = 0; j < dims.size(); ++j)
+      m.to_out[static_cast<size_t>(c.norm_dim(dims[j], rank))] = static_cast<int32_t>(j);
+    return m;
+  }
+  if (b == "expand" || b == "repeat" || b == "expand_as") return broadcast_map(in, out);
+  if (b == "slice") {
+    DimMap m = identity(rank);
+    int32_t d = c.dim_attr("dim", 0, rank);
+    if (rank > 0 && out.shape[static_cast<size_t>(d)] != in.shape[static_cast<size_t>(d)])
+      m.to_out[static_cast<size_t>(d)] = -1;
+    return m;
+  }
+  if (b == "select" || b == "unbind") return drop_dim(rank, c.dim_attr("dim", 0, rank));
+  if (b == "split" || b == "split_with_sizes" || b == "chunk" || b == "tensor_split") {
+    DimMap m = identity(rank);
+    int32_t d = c.dim_attr("dim", 0, rank);
+    if (c.n_out() > 1) m.to_out[static_cast<size_t>(d)] = -1;
+    return m;
+  }
+  if (b == "slice_backward") {
+    DimMap m = identity(rank);
+    int32_t d = c.dim_attr("dim", 0, rank);
+    if (rank > 0 && out.shape[static_cast<size_t>(d)] != in.shape[static_cast<size_t>(d)])
+      m.to_out[static_cast<size_t>(d)] = -1;
+    return m;
+  }
+  if (b == "select_backward") return insert_dim(rank, c.dim_attr("dim", 0, out.rank()));
+  if (b == "alias" || b == "detach" || b == "lift_fresh" || b == "view_copy_identity")
+    return identity(rank);
+  return reshape_map(c, in, out);  // view, reshape, flatten, squeeze, unsqueeze, ...
+}
+
+RuleResult view_rule(const OpContext& c) {
+  if (c.n_in() != 1 || c.n_out() < 1) c.fail("view ops take one tensor");
+  DimMap m = view_map(c);
+  RuleResult r;
+  r.rows.push_back(c.replicated());
+  r.rows.push_back(Row(c.n_out() + 1, Placement::partial(ReduceOp::kSum)));
+  for (size_t d = 0; d < m.to_out.size(); ++d) {
+    if (m.to_out[d] < 0) continue;
+    Row row(c.n_out() + 1, Placement::shard(m.to_out[d]));
+    row[c.in_slot(0)] = Placement::shard(static_cast<int32_t>(d));
+    r.rows.push_back(std::move(row));
+  }
+  if (!m.even.empty()) {
+    const Mesh* mesh = &c.mesh;
+    std::vector<int64_t> a = c.in[0].shape, b = c.out(0).shape;
+    auto even = m.even;
+    size_t slot = c.in_slot(0);
+    r.accept = [mesh, a, b, even, slot](const Combo& combo) {
+      for (auto [i, o] : even) {
+        int64_t n = shards_of(combo[slot], i, *mesh);
+        if (n > 1 && (a[static_cast<size_t>(i)] % n != 0 || b[static_cast<size_t>(o)] % n != 0))
+          return false;
+      }
+      return true;
+    };
+  }
+  return r;
+}
+
+/// cat / stack: every input maps to the output; the joined dim stays whole (cat) or is new
+/// (stack).  Legacy empty inputs (shape [0]) stay replicated.
+RuleResult join_rule(const OpContext& c, bool stack) {
+  if (c.n_out() != 1 || c.n_in() < 1) c.fail("expected inputs and one output");
+  const TensorMeta& out = c.out(0);
+  int32_t dim = c.dim_attr("dim", 0, out.rank());
+  RuleResult r;
+  r.rows.push_back(c.replicated());
+  r.rows.push_back(Row(1 + c.n_in(), Placement::partial(ReduceOp::kSum)));
+  for (int32_t od = 0; od < out.rank(); ++od) {
+    if (od == dim) continue;
+    int32_t id = stack && od > dim ? od - 1 : od;
+    Row row = c.replicated();
+    row[0] = Placement::shard(od);
+    for (size_t i = 0; i < c.n_in(); ++i) {
+      bool legacy_empty = c.in[i].rank() == 1 && c.in[i].shape[0] == 0 && out.rank() > 1;
+      row[c.in_slot(i)] = legacy_empty ? Placement::replicate() : Placement::shard(id);
+    }
+    r.rows.push_back(std::move(row));
+  }
+  return r;
+}
+
+}  // namespace
+
+void register_view_rules(RuleTable& t) {
+  for (const char* op :
+       {"view", "reshape", "_unsafe_view", "_reshape_alias", "view_copy", "flatten",
+        "unflatten", "squeeze", "unsqueeze", "transpose", "swapaxes", "t", "permute",
+        "expand", "repeat", "slice", "select", "alias", "detach", "lift_fresh",
+        "split", "split_with_sizes", "chunk", "tensor_split", "unbind", "slice_backward",
+        "select_backward"})
+    t[op] = view_rule;
+  t["cat"] = [](const OpContext& c) { return join_rule(c, false); };
+  t["stack"] = [](const OpContext& c) { return join_rule(c, true); };
+}
+
+}  // namespace autoshard
