@@ -170,7 +170,10 @@ def op_name(target) -> str:
 
 
 def _bind(node) -> list:
-    """(arg name, value) pairs in schema order; positional beyond the schema get arg{i}."""
+    """(arg name, value) pairs in schema order; positional beyond the schema get arg{i}.
+
+    Arguments the call left out take their schema default (so `add.Tensor` always has
+    `alpha`, `gelu` always has `approximate`), sparing consumers a table of ATen defaults."""
     schema = getattr(node.target, "_schema", None)
     if schema is None:
         return [(f"arg{i}", a) for i, a in enumerate(node.args)] + list(node.kwargs.items())
@@ -180,7 +183,16 @@ def _bind(node) -> list:
             pairs.append((arg.name, node.args[i]))
         elif arg.name in node.kwargs:
             pairs.append((arg.name, node.kwargs[arg.name]))
+        elif _has_default(arg):
+            pairs.append((arg.name, arg.default_value))
     return pairs
+
+
+def _has_default(arg) -> bool:
+    try:
+        return bool(arg.has_default_value())
+    except Exception:  # pragma: no cover - binding differences across releases
+        return False
 
 
 # --- conversion ----------------------------------------------------------------------------

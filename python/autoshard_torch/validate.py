@@ -1,0 +1,113 @@
+"""Structural checks of autoshard graph JSON (pure Python: no torch needed).
+
+Mirrors the invariants of the C++ Graph::validate() plus the file-level fields, so fixtures can
+be checked where torch is not installed:  python3 -m autoshard_torch.validate FILE...
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+DTYPES = {"f32", "bf16", "f16", "f8", "i64", "i32", "bool"}
+KINDS = {"input", "parameter", "buffer", "op", "output"}
+PHASES = {"forward", "backward", "optimizer"}
+
+
+def _check_attr(v) -> bool:
+    if isinstance(v, (bool, int, float, str)):
+        return True
+    return isinstance(v, list) and all(isinstance(x, int) and not isinstance(x, bool) for x in v)
+
+
+def validate_graph(g: dict) -> list[str]:
+    """Returns a list of error messages (empty when the graph is valid)."""
+    errs: list[str] = []
+    if g.get("format") != "autoshard-graph":
+        errs.append('format must be "autoshard-graph"')
+    if g.get("version") != 1:
+        errs.append("version must be 1")
+    if not isinstance(g.get("name"), str):
+        errs.append("name must be a string")
+    nodes = g.get("nodes")
+    if not isinstance(nodes, list):
+        return errs + ["nodes must be a list"]
+    n_out: dict[str, int] = {}
+    kind_of: dict[str, str] = {}
+
+    def check_ref(r, where):
+        if isinstance(r, str):
+            name, k = r, 0
+        elif isinstance(r, dict) and set(r) == {"node", "output"}:
+            name, k = r["node"], r["output"]
+        else:
+            errs.append(f"{where}: bad tensor reference {r!r}")
+            return
+        if name not in n_out:
+            errs.append(f"{where}: reference to unknown or later node {name!r}")
+        elif not isinstance(k, int) or not 0 <= k < n_out[name]:
+            errs.append(f"{where}: {name!r} has no output {k!r}")
+
+    for i, n in enumerate(nodes):
+        name = n.get("name")
+        where = f"node {i} ({name})"
+        if not isinstance(name, str) or not name:
+            errs.append(f"{where}: missing name")
+            continue
+        if name in n_out:
+            errs.append(f"{where}: duplicate name")
+        kind = n.get("kind")
+        if kind not in KINDS:
+            errs.append(f"{where}: bad kind {kind!r}")
+        for j, r in enumerate(n.get("inputs", [])):
+            check_ref(r, f"{where} input {j}")
+        outs = n.get("outputs", [])
+        if kind == "output":
+            if outs:
+                errs.append(f"{where}: output nodes have no outputs")
+        elif not outs:
+            errs.append(f"{where}: no outputs")
+        for o in outs:
+            shape = o.get("shape")
+            if not (isinstance(shape, list) and all(isinstance(d, int) and d >= 0 for d in shape)):
+                errs.append(f"{where}: bad shape {shape!r}")
+            if o.get("dtype") not in DTYPES:
+                errs.append(f"{where}: bad dtype {o.get('dtype')!r}")
+        if kind == "op":
+            if not isinstance(n.get("op"), str) or not n["op"]:
+                errs.append(f"{where}: op node without op")
+            if n.get("phase") not in PHASES:
+                errs.append(f"{where}: bad phase {n.get('phase')!r}")
+            for k, v in n.get("attrs", {}).items():
+                if not _check_attr(v):
+                    errs.append(f"{where}: attr {k!r} has unsupported value {v!r}")
+        elif kind in ("input", "parameter", "buffer") and n.get("inputs"):
+            errs.append(f"{where}: {kind} nodes take no inputs")
+        n_out[name] = len(outs)
+        kind_of[name] = kind
+    seen_params = set()
+    for gp in g.get("grad_pairs", []):
+        p = gp.get("param")
+        if kind_of.get(p) != "parameter":
+            errs.append(f"grad pair: {p!r} is not a parameter")
+        if p in seen_params:
+            errs.append(f"grad pair: {p!r} listed twice")
+        seen_params.add(p)
+        check_ref(gp.get("grad"), f"grad pair {p}")
+    if g.get("loss") is not None:
+        check_ref(g["loss"], "loss")
+    return errs
+
+
+def main(argv=None) -> int:
+    bad = 0
+    for path in (argv if argv is not None else sys.argv[1:]):
+        with open(path, encoding="utf-8") as f:
+            errs = validate_graph(json.load(f))
+        for e in errs[:20]:
+            print(f"{path}: {e}")
+        bad += bool(errs)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
