@@ -1,0 +1,25 @@
+#pragma once
+/// Fast heuristic used as the exact search's warm start and as the fallback answer when the
+/// search runs out of time: per-node cheapest strategy, coordinate descent on the full cost
+/// (node + incident edges), then memory repair (cheapest cost increase per unit of usage
+/// removed from violated rows) and a final memory-respecting descent.
+#include <cstdint>
+#include <vector>
+
+#include "problem/problem.h"
+#include "solver/reduce.h"
+
+namespace autoshard {
+
+struct GreedyResult {
+  std::vector<StrategyIdx> choice;
+  Cost cost = kInfCost;       ///< evaluate_cost of choice (+inf if a forbidden pair is used)
+  bool memory_ok = false;     ///< every row within the usage limit
+};
+
+/// `rows` are the problem's memory rows (see memory_rows); `start` (optional, may be empty)
+/// is an initial assignment.
+GreedyResult greedy_solve(const Problem& p, const std::vector<MemoryRow>& rows,
+                          const std::vector<StrategyIdx>& start = {});
+
+}  // namespace autoshard

@@ -1,0 +1,402 @@
+#include "solver/mip.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <CbcEventHandler.hpp>
+#include <CbcHeuristic.hpp>
+#include <CbcHeuristicFPump.hpp>
+#include <CbcHeuristicLocal.hpp>
+#include <CbcHeuristicRINS.hpp>
+#include <CbcModel.hpp>
+#include <CglClique.hpp>
+#include <CglFlowCover.hpp>
+#include <CglGomory.hpp>
+#include <CglKnapsackCover.hpp>
+#include <CglMixedIntegerRounding2.hpp>
+#include <CglProbing.hpp>
+#include <CoinPackedMatrix.hpp>
+#include <OsiClpSolverInterface.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <mutex>
+#include <string>
+
+namespace autoshard {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+inline size_t sz(int64_t x) { return static_cast<size_t>(x); }
+
+/// A MIP in row-major form, plus how to read an assignment back from its columns.
+struct Lp {
+  std::vector<double> collb, colub, obj;
+  std::vector<char> is_int;
+  std::vector<CoinBigIndex> row_start{0};
+  std::vector<int> idx;
+  std::vector<double> val;
+  std::vector<double> rlb, rub;
+  std::vector<int> node_col;  ///< first s column of each node
+  int peak_col = -1;
+
+  int add_col(double lb, double ub, double c, bool integer) {
+    collb.push_back(lb);
+    colub.push_back(ub);
+    obj.push_back(c);
+    is_int.push_back(integer ? 1 : 0);
+    return static_cast<int>(obj.size()) - 1;
+  }
+  void end_row(double lb, double ub) {
+    rlb.push_back(lb);
+    rub.push_back(ub);
+    row_start.push_back(static_cast<CoinBigIndex>(idx.size()));
+  }
+  void term(int col, double v) {
+    idx.push_back(col);
+    val.push_back(v);
+  }
+  int ncols() const { return static_cast<int>(obj.size()); }
+  int nrows() const { return static_cast<int>(rlb.size()); }
+};
+
+/// Builds the marginal formulation.  peak_mode: objective is a continuous peak column P and
+/// memory rows read "... - P <= -rhs"; edges without forbidden pairs are left out.
+/// Returns the full column vector of `warm` in `warm_cols` (empty if warm is unusable).
+Lp build_lp(const Problem& p, const std::vector<MemoryRow>& rows, bool peak_mode,
+            const std::vector<StrategyIdx>& warm, std::vector<double>& warm_cols) {
+  Lp lp;
+  const double inf = COIN_DBL_MAX;
+  bool warm_ok = warm.size() == sz(p.num_nodes());
+  std::vector<double> wc;
+  for (PNodeIdx v = 0; v < p.num_nodes(); ++v) {
+    const ProblemNode& n = p.nodes[sz(v)];
+    lp.node_col.push_back(lp.ncols());
+    for (StrategyIdx q = 0; q < n.num_strategies(); ++q) {
+      const Cost c = n.costs[sz(q)];
+      const bool ok = c < kInfCost;
+      lp.add_col(0, ok ? 1 : 0, peak_mode || !ok ? 0 : c, true);
+      wc.push_back(warm_ok && warm[sz(v)] == q ? 1 : 0);
+      if (warm_ok && warm[sz(v)] == q && !ok) warm_ok = false;
+    }
+    for (StrategyIdx q = 0; q < n.num_strategies(); ++q) lp.term(lp.node_col[sz(v)] + q, 1);
+    lp.end_row(1, 1);
+  }
+  for (const ProblemEdge& e : p.edges) {
+    const StrategyIdx ku = p.nodes[sz(e.u)].num_strategies(), kv = p.nodes[sz(e.v)].num_strategies();
+    if (peak_mode && std::all_of(e.costs.begin(), e.costs.end(), [](Cost c) { return c < kInfCost; }))
+      continue;
+    std::vector<int> col(e.costs.size(), -1);
+    for (size_t i = 0; i < e.costs.size(); ++i) {
+      if (!(e.costs[i] < kInfCost)) continue;
+      col[i] = lp.add_col(0, 1, peak_mode ? 0 : e.costs[i], false);
+      const bool on = warm_ok && sz(warm[sz(e.u)]) * sz(kv) + sz(warm[sz(e.v)]) == i;
+      wc.push_back(on ? 1 : 0);
+    }
+    if (warm_ok && col[sz(warm[sz(e.u)]) * sz(kv) + sz(warm[sz(e.v)])] < 0) warm_ok = false;
+    for (StrategyIdx a = 0; a < ku; ++a) {
+      for (StrategyIdx b = 0; b < kv; ++b)
+        if (int c = col[sz(a) * sz(kv) + sz(b)]; c >= 0) lp.term(c, 1);
+      lp.term(lp.node_col[sz(e.u)] + a, -1);
+      lp.end_row(0, 0);
+    }
+    for (StrategyIdx b = 0; b < kv; ++b) {
+      for (StrategyIdx a = 0; a < ku; ++a)
+        if (int c = col[sz(a) * sz(kv) + sz(b)]; c >= 0) lp.term(c, 1);
+      lp.term(lp.node_col[sz(e.v)] + b, -1);
+      lp.end_row(0, 0);
+    }
+  }
+  if (peak_mode) {
+    lp.peak_col = lp.add_col(0, inf, 1, false);
+    wc.push_back(warm_ok ? static_cast<double>(rows_peak(p, rows, warm)) : 0);
+  }
+  if (peak_mode || p.usage_limit >= 0) {
+    for (const MemoryRow& r : rows) {
+      double rhs = static_cast<double>(peak_mode ? -r.offset : p.usage_limit - r.offset);
+      for (PNodeIdx v : r.nodes) {
+        const auto& u = p.nodes[sz(v)].usages;
+        const int64_t umin = *std::min_element(u.begin(), u.end());
+        rhs -= static_cast<double>(umin);
+        for (size_t q = 0; q < u.size(); ++q)
+          if (u[q] != umin) lp.term(lp.node_col[sz(v)] + static_cast<int>(q), static_cast<double>(u[q] - umin));
+      }
+      if (peak_mode) lp.term(lp.peak_col, -1);
+      lp.end_row(-inf, rhs);
+    }
+  }
+  warm_cols.clear();
+  if (warm_ok) warm_cols = std::move(wc);
+  return lp;
+}
+
+// ---- the forked CBC child -------------------------------------------------------------------
+enum : char { kMsgSolution = 'S', kMsgBound = 'B', kMsgFinal = 'F' };
+
+void write_all(int fd, const char* data, size_t n) {
+  while (n > 0) {
+    ssize_t w = ::write(fd, data, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      _exit(3);
+    }
+    data += w;
+    n -= sz(w);
+  }
+}
+
+std::mutex g_child_write_mutex;
+
+/// Message: type, int32 payload bytes, payload.
+void send(int fd, char type, int32_t status, double a, double b, const double* x, int32_t n) {
+  std::string buf;
+  int32_t len = static_cast<int32_t>(sizeof(int32_t) + 2 * sizeof(double) + sizeof(int32_t) + sz(n) * sizeof(double));
+  buf.push_back(type);
+  buf.append(reinterpret_cast<const char*>(&len), sizeof len);
+  buf.append(reinterpret_cast<const char*>(&status), sizeof status);
+  buf.append(reinterpret_cast<const char*>(&a), sizeof a);
+  buf.append(reinterpret_cast<const char*>(&b), sizeof b);
+  buf.append(reinterpret_cast<const char*>(&n), sizeof n);
+  if (n > 0) buf.append(reinterpret_cast<const char*>(x), sz(n) * sizeof(double));
+  std::lock_guard<std::mutex> lock(g_child_write_mutex);
+  write_all(fd, buf.data(), buf.size());
+}
+
+class Streamer : public CbcEventHandler {
+ public:
+  Streamer(int fd, int ncols) : fd_(fd), ncols_(ncols) {}
+  CbcEventHandler* clone() const override { return new Streamer(*this); }
+  CbcAction event(CbcEvent which) override {
+    if (which == solution || which == heuristicSolution) {
+      const double* x = model_->bestSolution();
+      const double obj = model_->getObjValue();
+      if (x != nullptr && obj < last_obj_) {
+        last_obj_ = obj;
+        send(fd_, kMsgSolution, 0, obj, model_->getBestPossibleObjValue(), x, ncols_);
+      }
+    } else if (which == node || which == treeStatus) {
+      auto now = Clock::now();
+      if (now - last_bound_ > std::chrono::milliseconds(200)) {
+        last_bound_ = now;
+        send(fd_, kMsgBound, 0, model_->getBestPossibleObjValue(), 0, nullptr, 0);
+      }
+    }
+    return noAction;
+  }
+
+ private:
+  int fd_;
+  int ncols_;
+  double last_obj_ = COIN_DBL_MAX;
+  Clock::time_point last_bound_ = Clock::now();
+};
+
+[[noreturn]] void run_child(int fd, const Lp& lp, const std::vector<double>& warm_cols,
+                            double seconds, const MipOptions& opt) {
+  OsiClpSolverInterface solver;
+  CoinPackedMatrix mat(false, lp.ncols(), lp.nrows(), lp.row_start.back(), lp.val.data(),
+                       lp.idx.data(), lp.row_start.data(), nullptr);
+  solver.loadProblem(mat, lp.collb.data(), lp.colub.data(), lp.obj.data(), lp.rlb.data(),
+                     lp.rub.data());
+  for (int c = 0; c < lp.ncols(); ++c)
+    if (lp.is_int[sz(c)]) solver.setInteger(c);
+  solver.messageHandler()->setLogLevel(0);
+  solver.getModelPtr()->messageHandler()->setLogLevel(0);
+  CbcModel model(solver);
+  model.setLogLevel(0);
+  model.messageHandler()->setLogLevel(0);
+  model.solver()->messageHandler()->setLogLevel(0);
+
+  CglProbing probing;
+  probing.setUsingObjective(1);
+  probing.setMaxPass(1);
+  probing.setMaxPassRoot(3);
+  probing.setMaxProbe(10);
+  probing.setMaxProbeRoot(50);
+  probing.setMaxLook(10);
+  probing.setMaxLookRoot(50);
+  probing.setRowCuts(3);
+  CglGomory gomory;
+  gomory.setLimit(300);
+  CglKnapsackCover knapsack;
+  CglClique clique;
+  clique.setStarCliqueReport(false);
+  clique.setRowCliqueReport(false);
+  CglMixedIntegerRounding2 mir;
+  CglFlowCover flow;
+  model.addCutGenerator(&probing, -1, "Probing");
+  model.addCutGenerator(&gomory, -1, "Gomory");
+  model.addCutGenerator(&knapsack, -1, "Knapsack");
+  model.addCutGenerator(&clique, -1, "Clique");
+  model.addCutGenerator(&mir, -1, "MIR2");
+  model.addCutGenerator(&flow, -1, "FlowCover");
+  CbcRounding rounding(model);
+  model.addHeuristic(&rounding);
+  CbcHeuristicLocal local(model);
+  model.addHeuristic(&local);
+  CbcHeuristicFPump pump(model);
+  model.addHeuristic(&pump);
+  CbcHeuristicRINS rins(model);
+  model.addHeuristic(&rins);
+
+  Streamer streamer(fd, lp.ncols());
+  model.passInEventHandler(&streamer);
+  model.setMaximumSeconds(std::max(0.05, seconds));
+  model.setAllowableFractionGap(opt.mip_gap);
+  model.setAllowableGap(opt.mip_gap > 0 ? 0.0 : 1e-9);
+  if (opt.threads > 1) model.setNumberThreads(opt.threads);
+  if (!warm_cols.empty()) {
+    double wobj = 0;
+    for (int c = 0; c < lp.ncols(); ++c) wobj += lp.obj[sz(c)] * warm_cols[sz(c)];
+    model.setBestSolution(warm_cols.data(), lp.ncols(), wobj, true);
+  }
+  model.branchAndBound();
+  const double* x = model.bestSolution();
+  int32_t status = model.isProvenOptimal() ? 0 : model.isProvenInfeasible() ? 2 : 1;
+  if (status == 0 && x == nullptr) status = 2;  // "optimal" with no solution: infeasible
+  send(fd, kMsgFinal, status, x ? model.getObjValue() : COIN_DBL_MAX,
+       model.getBestPossibleObjValue(), x, x ? lp.ncols() : 0);
+  ::close(fd);
+  _exit(0);
+}
+
+std::vector<StrategyIdx> decode(const Problem& p, const Lp& lp, const double* x) {
+  std::vector<StrategyIdx> choice(sz(p.num_nodes()), 0);
+  for (PNodeIdx v = 0; v < p.num_nodes(); ++v) {
+    const int c0 = lp.node_col[sz(v)];
+    StrategyIdx best = 0;
+    for (StrategyIdx q = 1; q < p.nodes[sz(v)].num_strategies(); ++q)
+      if (x[c0 + q] > x[c0 + best]) best = q;
+    choice[sz(v)] = best;
+  }
+  return choice;
+}
+
+MipResult run_forked(const Problem& p, const Lp& lp, const std::vector<double>& warm_cols,
+                     const MipOptions& opt) {
+  const auto t0 = Clock::now();
+  const auto deadline = t0 + std::chrono::duration<double>(std::max(0.0, opt.time_limit_s));
+  MipResult res;
+  res.variables = lp.ncols();
+  res.constraints = lp.nrows();
+  // CBC gets most of the budget so that it normally stops by itself and reports its bound;
+  // the parent kills it at the deadline regardless.
+  const double child_seconds = opt.time_limit_s * 0.9 - 0.1;
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error("mip: pipe failed");
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    ::close(fds[0]);
+    ::close(fds[1]);
+    throw std::runtime_error("mip: fork failed");
+  }
+  if (pid == 0) {
+    ::close(fds[0]);
+    run_child(fds[1], lp, warm_cols, child_seconds, opt);
+  }
+  ::close(fds[1]);
+  const int fd = fds[0];
+  std::string buf;
+  bool final_seen = false, killed = false;
+  char chunk[1 << 16];
+  auto report = [&](const char* what) {
+    if (!opt.progress) return;
+    double t = std::chrono::duration<double>(Clock::now() - t0).count();
+    opt.progress("mip " + std::string(what) + ": objective " + std::to_string(res.objective) +
+                 " bound " + std::to_string(res.bound) + " at " + std::to_string(t) + " s");
+  };
+  auto parse = [&]() {
+    size_t at = 0;
+    while (buf.size() - at >= 5) {
+      int32_t len;
+      std::memcpy(&len, buf.data() + at + 1, sizeof len);
+      if (buf.size() - at - 5 < sz(len)) break;
+      const char type = buf[at];
+      const char* d = buf.data() + at + 5;
+      int32_t status, n;
+      double a, b;
+      std::memcpy(&status, d, 4);
+      std::memcpy(&a, d + 4, 8);
+      std::memcpy(&b, d + 12, 8);
+      std::memcpy(&n, d + 20, 4);
+      std::vector<double> x(sz(n));
+      if (n > 0) std::memcpy(x.data(), d + 24, sz(n) * sizeof(double));
+      at += 5 + sz(len);
+      if (type == kMsgBound) {
+        res.bound = std::max(res.bound, a);
+        report("bound");
+        continue;
+      }
+      if (n == lp.ncols() && a < res.objective) {
+        res.objective = a;
+        res.choice = decode(p, lp, x.data());
+      }
+      if (type == kMsgSolution) {
+        res.bound = std::max(res.bound, b);
+        report("incumbent");
+      } else if (type == kMsgFinal) {
+        final_seen = true;
+        if (status == 0) {
+          res.status = MipStatus::kOptimal;
+          res.bound = std::max(res.bound, std::min(b, res.objective));
+        } else if (status == 2) {
+          res.status = res.choice.empty() ? MipStatus::kInfeasible : MipStatus::kOptimal;
+        } else {
+          res.bound = std::max(res.bound, b);
+        }
+        report("final");
+      }
+    }
+    buf.erase(0, at);
+  };
+  for (;;) {
+    const auto now = Clock::now();
+    if (now >= deadline) {
+      ::kill(pid, SIGKILL);
+      killed = true;
+      break;
+    }
+    const int ms = static_cast<int>(std::ceil(std::chrono::duration<double, std::milli>(deadline - now).count()));
+    pollfd pfd{fd, POLLIN, 0};
+    int r = ::poll(&pfd, 1, std::max(1, ms));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) continue;
+    ssize_t got = ::read(fd, chunk, sizeof chunk);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) break;  // EOF: child finished (or died)
+    buf.append(chunk, sz(got));
+    parse();
+  }
+  ::close(fd);
+  int wstatus = 0;
+  while (::waitpid(pid, &wstatus, 0) < 0 && errno == EINTR) {
+  }
+  if (killed && opt.progress) opt.progress("mip: killed CBC at the deadline");
+  if (!final_seen || res.status == MipStatus::kNoSolution)
+    res.status = res.choice.empty() ? MipStatus::kNoSolution : MipStatus::kFeasible;
+  if (res.status == MipStatus::kOptimal && res.bound > res.objective) res.bound = res.objective;
+  return res;
+}
+
+}  // namespace
+
+MipResult solve_cost_mip(const Problem& p, const std::vector<MemoryRow>& rows,
+                         const std::vector<StrategyIdx>& warm, const MipOptions& opt) {
+  std::vector<double> warm_cols;
+  Lp lp = build_lp(p, rows, false, warm, warm_cols);
+  return run_forked(p, lp, warm_cols, opt);
+}
+
+MipResult solve_peak_mip(const Problem& p, const std::vector<MemoryRow>& rows,
+                         const std::vector<StrategyIdx>& warm, const MipOptions& opt) {
+  std::vector<double> warm_cols;
+  Lp lp = build_lp(p, rows, true, warm, warm_cols);
+  return run_forked(p, lp, warm_cols, opt);
+}
+
+}  // namespace autoshard

@@ -1,0 +1,207 @@
+#include "solver/solver.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+#include "solver/greedy.h"
+#include "solver/mip.h"
+#include "solver/reduce.h"
+
+namespace autoshard {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+inline size_t sz(int64_t x) { return static_cast<size_t>(x); }
+
+class PhaseTimer {
+ public:
+  explicit PhaseTimer(SolveResult& r) : r_(r), t_(Clock::now()) {}
+  void end(const char* name) {
+    auto now = Clock::now();
+    r_.phase_seconds.emplace_back(name, std::chrono::duration<double>(now - t_).count());
+    t_ = now;
+  }
+
+ private:
+  SolveResult& r_;
+  Clock::time_point t_;
+};
+
+double seconds_left(Clock::time_point deadline) {
+  return std::chrono::duration<double>(deadline - Clock::now()).count();
+}
+
+/// Sum of per-node and per-edge minima: a valid (weak) lower bound.
+Cost trivial_lower_bound(const Problem& p) {
+  Cost lb = 0;
+  for (const auto& n : p.nodes) lb += *std::min_element(n.costs.begin(), n.costs.end());
+  for (const auto& e : p.edges) lb += *std::min_element(e.costs.begin(), e.costs.end());
+  return lb;
+}
+
+/// Fills min_peak_usage for a problem with no assignment within the usage limit: minimizes
+/// the peak over assignments that avoid forbidden choices and pairs (costs ignored).
+void solve_min_peak(const Problem& p, const SolverOptions& opt, Clock::time_point deadline,
+                    SolveResult& res) {
+  Problem q = p;
+  for (auto& n : q.nodes)
+    for (Cost& c : n.costs) c = c < kInfCost ? 0 : kInfCost;
+  for (auto& e : q.edges)
+    for (Cost& c : e.costs) c = c < kInfCost ? 0 : kInfCost;
+  // Limit 0: every node whose usage can be non-zero is memory-relevant, so reductions only
+  // eliminate nodes whose usage is constant (exact for the peak).
+  q.usage_limit = 0;
+  ReducedProblem rq = reduce(q);
+  if (rq.infeasible) return;  // forbidden choices alone make it infeasible
+  std::vector<MemoryRow> rows = memory_rows(rq.problem, rq.base, false);
+  const int64_t lower = min_possible_peak(rq.problem, rows);
+  std::vector<StrategyIdx> best;
+  if (rq.problem.num_nodes() == 0) {
+    best = rq.map_back({});
+    res.min_peak_proven = true;
+  } else {
+    // Greedy start: minimize usage node by node (ignoring costs, as the reduced costs are 0).
+    Problem g = rq.problem;
+    for (auto& n : g.nodes)
+      for (size_t s = 0; s < n.costs.size(); ++s) n.costs[s] = static_cast<Cost>(n.usages[s]);
+    g.usage_limit = -1;
+    std::vector<StrategyIdx> warm = greedy_solve(g, {}).choice;
+    if (!(evaluate_cost(rq.problem, warm) < kInfCost)) warm.clear();
+    MipOptions mo;
+    mo.time_limit_s = std::max(0.05, seconds_left(deadline) - 0.05);
+    mo.threads = opt.threads;
+    mo.progress = opt.progress;
+    MipResult m = solve_peak_mip(rq.problem, rows, warm, mo);
+    if (!m.choice.empty()) {
+      best = m.choice;
+    } else if (!warm.empty()) {
+      best = warm;
+    }
+    if (m.status == MipStatus::kOptimal) res.min_peak_proven = true;
+    if (m.status == MipStatus::kInfeasible) return;
+    if (!best.empty() && rows_peak(rq.problem, rows, best) <= lower) res.min_peak_proven = true;
+  }
+  if (best.empty()) return;
+  res.min_peak_usage = peak_usage(p, rq.map_back(best));
+}
+
+}  // namespace
+
+std::string_view solve_status_name(SolveStatus s) {
+  switch (s) {
+    case SolveStatus::kOptimal: return "optimal";
+    case SolveStatus::kFeasible: return "feasible";
+    case SolveStatus::kInfeasible: return "infeasible";
+    case SolveStatus::kTimedOut: return "timed-out";
+  }
+  return "?";
+}
+
+SolveResult solve(const Problem& p, const SolverOptions& opt) {
+  const auto t0 = Clock::now();
+  const auto deadline = t0 + std::chrono::duration_cast<Clock::duration>(
+                                 std::chrono::duration<double>(std::max(0.0, opt.time_limit_s)));
+  if (std::string err = p.validate(); !err.empty()) throw std::invalid_argument("solve: " + err);
+  auto say = [&](const std::string& s) {
+    if (opt.progress) opt.progress(s);
+  };
+  SolveResult res;
+  PhaseTimer timer(res);
+
+  // 1. Reductions.
+  ReducedProblem rp = opt.skip_reductions ? identity_reduction(p) : reduce(p);
+  const Problem& r = rp.problem;
+  res.reduced_nodes = r.num_nodes();
+  res.reduced_edges = r.num_edges();
+  timer.end("reduce");
+  say("reduced to " + std::to_string(r.num_nodes()) + " nodes, " + std::to_string(r.num_edges()) +
+      " edges");
+  auto infeasible = [&](const char* why) {
+    res.status = SolveStatus::kInfeasible;
+    res.method = why;
+    res.choice.clear();
+    res.objective = kInfCost;
+    res.lower_bound = kInfCost;
+    res.gap = 0;
+    res.peak_usage = 0;
+    auto t = Clock::now();
+    solve_min_peak(p, opt, deadline, res);
+    res.phase_seconds.emplace_back("min peak", std::chrono::duration<double>(Clock::now() - t).count());
+    return res;
+  };
+  if (rp.infeasible) return infeasible("reductions");
+  std::vector<MemoryRow> rows = memory_rows(r, rp.base, true);
+  if (r.usage_limit >= 0 && min_possible_peak(r, rows) > r.usage_limit)
+    return infeasible("memory bound");
+
+  // 2. Warm start.
+  std::vector<StrategyIdx> best;
+  Cost best_obj = kInfCost;
+  auto consider = [&](const GreedyResult& g) {
+    if (g.memory_ok && g.cost < best_obj) best_obj = g.cost, best = g.choice;
+  };
+  if (r.num_nodes() > 0) {
+    consider(greedy_solve(r, rows));
+    if (opt.warm_start.size() == sz(p.num_nodes())) {
+      std::vector<StrategyIdx> fwd = rp.map_forward(opt.warm_start);
+      if (!fwd.empty()) consider(greedy_solve(r, rows, fwd));
+    }
+  }
+  timer.end("warm start");
+  if (best_obj < kInfCost) say("warm start: " + std::to_string(best_obj + rp.constant_cost));
+
+  // 3. Exact search.
+  Cost lb = trivial_lower_bound(r);
+  bool proven = false;
+  if (r.num_nodes() == 0) {
+    best_obj = 0;
+    proven = true;
+    res.method = "reductions";
+  } else if (seconds_left(deadline) > 0.05) {
+    MipOptions mo;
+    mo.time_limit_s = seconds_left(deadline) - 0.05;
+    mo.mip_gap = opt.mip_gap;
+    mo.threads = opt.threads;
+    mo.progress = opt.progress;
+    MipResult m = solve_cost_mip(r, rows, best, mo);
+    res.mip_variables = m.variables;
+    res.method = "mip";
+    if (m.status == MipStatus::kInfeasible) {
+      timer.end("mip");
+      return infeasible("mip");
+    }
+    if (!m.choice.empty()) {
+      Cost c = evaluate_cost(r, m.choice);
+      const bool fits = r.usage_limit < 0 || rows_peak(r, rows, m.choice) <= r.usage_limit;
+      if (fits && c < best_obj) best_obj = c, best = m.choice;
+    }
+    if (m.bound > lb) lb = m.bound;
+    if (m.status == MipStatus::kOptimal) proven = true;
+  }
+  timer.end("mip");
+
+  // 4. Map back.
+  if (best.empty() && r.num_nodes() > 0) {
+    res.status = SolveStatus::kTimedOut;
+    res.lower_bound = lb + rp.constant_cost;
+    res.method = "none";
+    timer.end("map back");
+    return res;
+  }
+  res.choice = rp.map_back(best);
+  res.objective = evaluate_cost(p, res.choice);
+  res.peak_usage = peak_usage(p, res.choice);
+  res.lower_bound = proven && opt.mip_gap <= 0 ? res.objective : std::min(lb + rp.constant_cost, res.objective);
+  res.gap = (res.objective - res.lower_bound) / std::max(std::abs(res.objective), 1e-9);
+  if (res.gap <= std::max(opt.mip_gap, 1e-9)) proven = true;
+  res.status = proven ? SolveStatus::kOptimal : SolveStatus::kFeasible;
+  if (res.method == "mip" && !proven && !best.empty()) res.method = "mip (stopped)";
+  timer.end("map back");
+  return res;
+}
+
+}  // namespace autoshard

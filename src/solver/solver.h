@@ -1,0 +1,60 @@
+#pragma once
+/// The exact solver: reductions (reduce.h), a greedy warm start (greedy.h), then an exact
+/// search (CBC MIP in a child process, mip.h) on what is left, and the answer mapped back to
+/// the original problem.  The time limit covers the whole call and holds even when CBC does
+/// not honour its own limit.
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "problem/problem.h"
+
+namespace autoshard {
+
+enum class SolveStatus {
+  kOptimal,     ///< proven optimal (within mip_gap)
+  kFeasible,    ///< a feasible assignment, optimality not proven before the time limit
+  kInfeasible,  ///< no assignment avoids forbidden choices and fits the usage limit
+  kTimedOut,    ///< the time limit passed without any feasible assignment
+};
+std::string_view solve_status_name(SolveStatus s);
+
+struct SolverOptions {
+  double time_limit_s = 60;
+  double mip_gap = 0;   ///< relative gap at which the search may stop
+  int threads = 1;
+  bool skip_reductions = false;
+  /// Optional initial assignment of the original problem (used if it is feasible and better
+  /// than the greedy one).
+  std::vector<StrategyIdx> warm_start;
+  /// Receives one-line progress messages (phases, incumbents, bounds).
+  std::function<void(std::string_view)> progress;
+};
+
+struct SolveResult {
+  /// One strategy per original node; empty when infeasible or timed out without a solution.
+  std::vector<StrategyIdx> choice;
+  Cost objective = kInfCost;    ///< evaluate_cost(p, choice)
+  Cost lower_bound = -kInfCost; ///< proven lower bound on the optimum
+  double gap = kInfCost;        ///< (objective - lower_bound) / max(|objective|, 1e-9)
+  SolveStatus status = SolveStatus::kTimedOut;
+  int64_t peak_usage = 0;       ///< peak_usage(p, choice)
+  /// When infeasible because of memory: the smallest peak achievable by any assignment that
+  /// avoids forbidden choices (proven unless min_peak_proven is false); -1 otherwise.
+  int64_t min_peak_usage = -1;
+  bool min_peak_proven = false;
+  /// Seconds per phase: "reduce", "warm start", "mip", "map back" (and "min peak").
+  std::vector<std::pair<std::string, double>> phase_seconds;
+  int32_t reduced_nodes = 0;    ///< size of the problem the exact search saw
+  int32_t reduced_edges = 0;
+  int64_t mip_variables = 0;    ///< 0 when no MIP was needed
+  std::string method;           ///< what proved the answer: "reductions", "mip", "greedy", ...
+};
+
+/// Solves `p` (throws std::invalid_argument if p.validate() fails).
+SolveResult solve(const Problem& p, const SolverOptions& opt = {});
+
+}  // namespace autoshard

@@ -1,0 +1,208 @@
+#include "solver/solver.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+
+#include "solver/solver_test_util.h"
+
+namespace autoshard {
+namespace {
+
+using testing::brute_force;
+using testing::random_problem;
+constexpr Cost inf = kInfCost;
+
+ProblemNode node(std::vector<Cost> c, std::vector<int64_t> u, int64_t s = 0, int64_t e = 1) {
+  return ProblemNode{"", std::move(c), std::move(u), s, e};
+}
+std::vector<int64_t> zeros(size_t n) { return std::vector<int64_t>(n, 0); }
+
+/// Agree = 0, disagree = d.
+ProblemEdge potts(PNodeIdx u, PNodeIdx v, int k, Cost d) {
+  ProblemEdge e{u, v, {}};
+  for (int a = 0; a < k; ++a)
+    for (int b = 0; b < k; ++b) e.costs.push_back(a == b ? 0 : d);
+  return e;
+}
+
+void expect_optimal(const Problem& p, Cost cost, std::vector<StrategyIdx> choice) {
+  for (bool skip : {false, true}) {
+    SolverOptions o;
+    o.skip_reductions = skip;
+    SolveResult r = solve(p, o);
+    SCOPED_TRACE(skip ? "without reductions" : "with reductions");
+    EXPECT_EQ(r.status, SolveStatus::kOptimal);
+    EXPECT_DOUBLE_EQ(r.objective, cost);
+    EXPECT_DOUBLE_EQ(r.lower_bound, cost);
+    EXPECT_DOUBLE_EQ(r.gap, 0);
+    EXPECT_EQ(r.choice, choice);
+  }
+}
+
+TEST(SolveGolden, Chain) {
+  Problem p;
+  p.nodes = {node({1, 3}, zeros(2)), node({2, 2}, zeros(2)), node({5, 1}, zeros(2))};
+  p.edges = {potts(0, 1, 2, 4), potts(1, 2, 2, 4)};
+  expect_optimal(p, 6, {1, 1, 1});
+}
+
+TEST(SolveGolden, Triangle) {
+  Problem p;
+  p.nodes = {node({0, 2}, zeros(2)), node({0, 0}, zeros(2)), node({3, 0}, zeros(2))};
+  p.edges = {potts(0, 1, 2, 1), potts(1, 2, 2, 1), potts(0, 2, 2, 10)};
+  expect_optimal(p, 2, {1, 1, 1});
+}
+
+TEST(SolveGolden, Star) {
+  Problem p;
+  p.nodes.push_back(node({0, 5, 2}, zeros(3)));
+  for (PNodeIdx i = 1; i <= 4; ++i) {
+    p.nodes.push_back(node({0, 1}, zeros(2)));
+    p.edges.push_back({0, i, {10, 10, 0, 0, 3, 1}});
+  }
+  expect_optimal(p, 5, {1, 0, 0, 0, 0});
+}
+
+Problem two_big_nodes(int64_t limit) {
+  Problem p;
+  p.nodes = {node({1, 4}, {10, 2}, 0, 2), node({1, 3}, {10, 2}, 1, 3)};
+  p.usage_limit = limit;
+  return p;
+}
+
+TEST(SolveGolden, MemoryLimitedCheapestTooBig) {
+  expect_optimal(two_big_nodes(-1), 2, {0, 0});
+  expect_optimal(two_big_nodes(12), 4, {0, 1});
+  expect_optimal(two_big_nodes(4), 7, {1, 1});
+}
+
+TEST(SolveGolden, MemoryLimitedChainOverTime) {
+  // Three nodes live at [0,2), [1,3), [2,4): only neighbours overlap; limit 12.
+  Problem p;
+  p.nodes = {node({0, 5}, {10, 2}, 0, 2), node({0, 1}, {10, 2}, 1, 3), node({0, 5}, {10, 2}, 2, 4)};
+  p.usage_limit = 12;
+  // Keeping both outer nodes big and the middle small costs 1.
+  expect_optimal(p, 1, {0, 1, 0});
+}
+
+TEST(SolveGolden, InfeasibleMemoryReportsMinPeak) {
+  for (bool skip : {false, true}) {
+    SolverOptions o;
+    o.skip_reductions = skip;
+    SolveResult r = solve(two_big_nodes(3), o);
+    EXPECT_EQ(r.status, SolveStatus::kInfeasible);
+    EXPECT_TRUE(r.choice.empty());
+    EXPECT_EQ(r.min_peak_usage, 4);
+    EXPECT_TRUE(r.min_peak_proven);
+  }
+  // The small strategy of node 0 is forbidden: the min peak is 12.
+  Problem p = two_big_nodes(3);
+  p.nodes[0].costs[1] = inf;
+  SolveResult r = solve(p);
+  EXPECT_EQ(r.status, SolveStatus::kInfeasible);
+  EXPECT_EQ(r.min_peak_usage, 12);
+}
+
+TEST(SolveGolden, ForbiddenPairs) {
+  Problem p;
+  p.nodes = {node({0, 1}, zeros(2)), node({0, 1}, zeros(2))};
+  p.edges = {{0, 1, {inf, 5, 0, inf}}};
+  expect_optimal(p, 1, {1, 0});
+  p.edges[0].costs = {inf, inf, inf, inf};
+  SolveResult r = solve(p);
+  EXPECT_EQ(r.status, SolveStatus::kInfeasible);
+  EXPECT_EQ(r.min_peak_usage, -1);
+}
+
+TEST(SolveGolden, ExampleJson) {
+  const std::string path = testing::shared_dir() + "/iopddl/example.json";
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << path;
+  Problem p = testing::load_iopddl(path);
+  expect_optimal(p, 445, {0, 0, 2, 1, 0});
+  SolveResult r = solve(p);
+  EXPECT_LE(r.peak_usage, 50);
+  std::vector<std::string> phases;
+  for (auto& [name, s] : r.phase_seconds) phases.push_back(name);
+  EXPECT_EQ(phases, (std::vector<std::string>{"reduce", "warm start", "mip", "map back"}));
+}
+
+TEST(SolveGolden, WarmStartAndProgress) {
+  Problem p;
+  p.nodes = {node({0, 2}, zeros(2)), node({0, 0}, zeros(2)), node({3, 0}, zeros(2))};
+  p.edges = {potts(0, 1, 2, 1), potts(1, 2, 2, 1), potts(0, 2, 2, 10)};
+  SolverOptions o;
+  o.warm_start = {1, 1, 1};
+  int messages = 0;
+  o.progress = [&](std::string_view) { ++messages; };
+  SolveResult r = solve(p, o);
+  EXPECT_EQ(r.status, SolveStatus::kOptimal);
+  EXPECT_DOUBLE_EQ(r.objective, 2);
+  EXPECT_GT(messages, 0);
+}
+
+TEST(SolveGolden, InvalidProblemThrows) {
+  Problem p;
+  p.nodes = {node({}, {})};
+  EXPECT_THROW(solve(p), std::invalid_argument);
+}
+
+void check_random(uint32_t seed, bool skip) {
+  SCOPED_TRACE("seed " + std::to_string(seed) + (skip ? " without reductions" : ""));
+  testing::RandomOptions ro;
+  ro.limit = seed % 4 != 0;
+  Problem p = random_problem(seed, ro);
+  auto b = brute_force(p);
+  SolverOptions o;
+  o.skip_reductions = skip;
+  o.time_limit_s = 20;
+  SolveResult r = solve(p, o);
+  if (!b.feasible) {
+    ASSERT_EQ(r.status, SolveStatus::kInfeasible);
+    EXPECT_EQ(r.min_peak_usage, b.min_peak);
+    return;
+  }
+  ASSERT_EQ(r.status, SolveStatus::kOptimal);
+  EXPECT_NEAR(r.objective, b.cost, 1e-6);
+  EXPECT_NEAR(evaluate_cost(p, r.choice), b.cost, 1e-6);
+  if (p.usage_limit >= 0) {
+    EXPECT_LE(peak_usage(p, r.choice), p.usage_limit);
+  }
+  EXPECT_EQ(r.peak_usage, peak_usage(p, r.choice));
+  EXPECT_NEAR(r.lower_bound, b.cost, 1e-6);
+}
+
+TEST(SolveRandom, MatchesBruteForce) {
+  for (uint32_t seed = 1; seed <= 300; ++seed) check_random(seed, false);
+}
+
+TEST(SolveRandom, MatchesBruteForceWithoutReductions) {
+  for (uint32_t seed = 1000; seed <= 1150; ++seed) check_random(seed, true);
+}
+
+TEST(SolveLarge, TimeLimitHoldsOnG) {
+  const std::string path = testing::shared_dir() + "/iopddl/asplos-2025-iopddl-G.json.gz";
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << path;
+  Problem p = testing::load_iopddl(path);
+  SolverOptions o;
+  o.time_limit_s = 5;
+  const auto t0 = std::chrono::steady_clock::now();
+  SolveResult r = solve(p, o);
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("G: reduced to %d nodes %d edges, %lld MIP variables; status %s, objective %.0f, "
+              "lower bound %.0f, %.2f s\n",
+              r.reduced_nodes, r.reduced_edges, static_cast<long long>(r.mip_variables),
+              std::string(solve_status_name(r.status)).c_str(), r.objective, r.lower_bound, wall);
+  for (auto& [name, s] : r.phase_seconds) std::printf("  %s: %.3f s\n", name.c_str(), s);
+  EXPECT_LE(wall, o.time_limit_s + 1.0);
+  EXPECT_LT(r.reduced_nodes, p.num_nodes());
+  if (!r.choice.empty()) {
+    EXPECT_LE(peak_usage(p, r.choice), p.usage_limit);
+    EXPECT_GE(r.objective, 217039 * 0.999);  // best known
+  }
+}
+
+}  // namespace
+}  // namespace autoshard
