@@ -124,12 +124,11 @@ def _out_json(metas, where: str) -> list:
 
 # --- attributes ----------------------------------------------------------------------------
 def _float(v: float):
-    # JSON has no inf/nan: clamp infinities to +-DBL_MAX (what the C++ side reads as
-    # "huge"); nan becomes the string "nan".
+    # JSON cannot spell inf/nan: docs/graph-format.md uses {"float": "inf" | "-inf" | "nan"}.
     if math.isnan(v):
-        return "nan"
+        return {"float": "nan"}
     if math.isinf(v):
-        return 1.7976931348623157e308 if v > 0 else -1.7976931348623157e308
+        return {"float": "inf" if v > 0 else "-inf"}
     return v
 
 

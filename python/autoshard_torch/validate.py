@@ -11,11 +11,21 @@ import sys
 DTYPES = {"f32", "bf16", "f16", "f8", "i64", "i32", "bool"}
 KINDS = {"input", "parameter", "buffer", "op", "output"}
 PHASES = {"forward", "backward", "optimizer"}
+TOP_KEYS = {"format", "version", "name", "nodes", "grad_pairs", "loss"}
+NODE_KEYS = {"name", "kind", "op", "phase", "inputs", "attrs", "outputs", "module", "source"}
+OUTPUT_KEYS = {"shape", "dtype", "none"}
+
+
+def _unknown(obj: dict, allowed: set) -> list:
+    """Members the C++ reader would reject (names starting with "_" are extensions)."""
+    return sorted(k for k in obj if k not in allowed and not k.startswith("_"))
 
 
 def _check_attr(v) -> bool:
-    if isinstance(v, (bool, int, float, str)):
+    if v is None or isinstance(v, (bool, int, float, str)):
         return True
+    if isinstance(v, dict):
+        return set(v) == {"float"} and v["float"] in ("inf", "-inf", "nan")
     return isinstance(v, list) and all(isinstance(x, int) and not isinstance(x, bool) for x in v)
 
 
@@ -28,17 +38,20 @@ def validate_graph(g: dict) -> list[str]:
         errs.append("version must be 1")
     if not isinstance(g.get("name"), str):
         errs.append("name must be a string")
+    for k in _unknown(g, TOP_KEYS):
+        errs.append(f"unknown top-level member {k!r}")
     nodes = g.get("nodes")
     if not isinstance(nodes, list):
         return errs + ["nodes must be a list"]
     n_out: dict[str, int] = {}
     kind_of: dict[str, str] = {}
+    shapes: dict[str, list] = {}
 
     def check_ref(r, where):
         if isinstance(r, str):
             name, k = r, 0
-        elif isinstance(r, dict) and set(r) == {"node", "output"}:
-            name, k = r["node"], r["output"]
+        elif isinstance(r, dict) and "node" in r and set(r) <= {"node", "output"}:
+            name, k = r["node"], r.get("output", 0)
         else:
             errs.append(f"{where}: bad tensor reference {r!r}")
             return
@@ -55,6 +68,8 @@ def validate_graph(g: dict) -> list[str]:
             continue
         if name in n_out:
             errs.append(f"{where}: duplicate name")
+        for k in _unknown(n, NODE_KEYS):
+            errs.append(f"{where}: unknown member {k!r}")
         kind = n.get("kind")
         if kind not in KINDS:
             errs.append(f"{where}: bad kind {kind!r}")
@@ -67,6 +82,8 @@ def validate_graph(g: dict) -> list[str]:
         elif not outs:
             errs.append(f"{where}: no outputs")
         for o in outs:
+            for k in _unknown(o, OUTPUT_KEYS):
+                errs.append(f"{where}: unknown output member {k!r}")
             shape = o.get("shape")
             if not (isinstance(shape, list) and all(isinstance(d, int) and d >= 0 for d in shape)):
                 errs.append(f"{where}: bad shape {shape!r}")
@@ -84,6 +101,7 @@ def validate_graph(g: dict) -> list[str]:
             errs.append(f"{where}: {kind} nodes take no inputs")
         n_out[name] = len(outs)
         kind_of[name] = kind
+        shapes[name] = [o.get("shape") for o in outs]
     seen_params = set()
     for gp in g.get("grad_pairs", []):
         p = gp.get("param")
@@ -92,7 +110,14 @@ def validate_graph(g: dict) -> list[str]:
         if p in seen_params:
             errs.append(f"grad pair: {p!r} listed twice")
         seen_params.add(p)
-        check_ref(gp.get("grad"), f"grad pair {p}")
+        r = gp.get("grad")
+        check_ref(r, f"grad pair {p}")
+        gname, k = (r, 0) if isinstance(r, str) else (r.get("node"), r.get("output", 0)) \
+            if isinstance(r, dict) else (None, 0)
+        if p in shapes and gname in shapes and isinstance(k, int) and k < len(shapes[gname]) \
+                and shapes[gname][k] != shapes[p][0]:
+            errs.append(f"grad pair {p}: gradient shape {shapes[gname][k]} != parameter "
+                        f"shape {shapes[p][0]}")
     if g.get("loss") is not None:
         check_ref(g["loss"], "loss")
     return errs
