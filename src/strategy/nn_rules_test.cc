@@ -1,0 +1,172 @@
+#include <gtest/gtest.h>
+
+#include "strategy/test_util.h"
+
+namespace autoshard {
+namespace {
+
+using namespace autoshard::testing;
+using V = std::vector<std::string>;
+
+TEST(Embedding, FourRules) {
+  Graph g;
+  auto w = input(g, {32, 16});
+  auto idx = input(g, {4, 8}, DType::kI64);
+  NodeIdx n = g.add_op("emb", "embedding", {w, idx}, T({4, 8, 16}));
+  EXPECT_EQ(names(g, n, mesh1()),
+            (V{"R <- R, R", "S(2) <- S(1), R", "P(sum) <- S(0), R", "S(0) <- R, S(0)",
+               "S(1) <- R, S(1)"}));
+}
+
+TEST(Embedding, DenseBackward) {
+  Graph g;
+  auto go = input(g, {4, 8, 16});
+  auto idx = input(g, {4, 8}, DType::kI64);
+  NodeIdx n = g.add_op("eb", "embedding_dense_backward", {go, idx}, T({32, 16}),
+                       Phase::kBackward, {{"num_weights", int64_t{32}}, {"padding_idx", int64_t{-1}}});
+  EXPECT_EQ(names(g, n, mesh1()),
+            (V{"R <- R, R", "S(1) <- S(2), R", "P(sum) <- S(0), S(0)", "P(sum) <- S(1), S(1)",
+               "P(sum) <- P(sum), R"}));
+}
+
+TEST(Sdpa, FlashForwardBatchAndHead) {
+  Graph g;
+  auto q = input(g, {2, 4, 8, 16});
+  auto k = input(g, {2, 4, 8, 16});
+  auto v = input(g, {2, 4, 8, 16});
+  NodeIdx n = op(g, "_scaled_dot_product_flash_attention", {q, k, v},
+                 {T({2, 4, 8, 16}), T({2, 4, 8}), T({0}), T({0}), T({}, DType::kI64),
+                  T({}, DType::kI64)});
+  EXPECT_EQ(names(g, n, mesh1(2)),
+            (V{"R, R, R, R, R, R <- R, R, R", "S(0), S(0), R, R, R, R <- S(0), S(0), S(0)",
+               "S(1), S(1), R, R, R, R <- S(1), S(1), S(1)"}));
+  V two = names(g, n, mesh2());
+  EXPECT_EQ(two.size(), 8u);  // batch 2 cannot be split 4 ways
+}
+
+TEST(Sdpa, EfficientBackwardWithBroadcastBias) {
+  Graph g;
+  auto go = input(g, {2, 4, 8, 16});
+  auto q = input(g, {2, 4, 8, 16});
+  auto k = input(g, {2, 4, 8, 16});
+  auto v = input(g, {2, 4, 8, 16});
+  auto bias = input(g, {1, 4, 8, 8});
+  auto o = input(g, {2, 4, 8, 16});
+  auto lse = input(g, {2, 4, 32});
+  auto seed = input(g, {}, DType::kI64);
+  auto off = input(g, {}, DType::kI64);
+  NodeIdx n = op(g, "_scaled_dot_product_efficient_attention_backward",
+                 {go, q, k, v, bias, o, lse, seed, off},
+                 {T({2, 4, 8, 16}), T({2, 4, 8, 16}), T({2, 4, 8, 16}), T({1, 4, 8, 8})});
+  EXPECT_EQ(names(g, n, mesh1(2)),
+            (V{"R, R, R, R <- R, R, R, R, R, R, R, R, R",
+               "S(0), S(0), S(0), R <- S(0), S(0), S(0), S(0), R, S(0), S(0), R, R",
+               "S(1), S(1), S(1), S(1) <- S(1), S(1), S(1), S(1), S(1), S(1), S(1), R, R"}));
+}
+
+TEST(Sdpa, GroupedQueryHeadsMustSplitEvenly) {
+  Graph g;
+  auto q = input(g, {2, 6, 8, 16});
+  auto k = input(g, {2, 3, 8, 16});
+  auto v = input(g, {2, 3, 8, 16});
+  NodeIdx n = g.add_op("a", "scaled_dot_product_attention", {q, k, v}, T({2, 6, 8, 16}));
+  // 3 kv heads over 2 ranks would split query groups: no head sharding.
+  EXPECT_EQ(names(g, n, mesh1(2)), (V{"R <- R, R, R", "S(0) <- S(0), S(0), S(0)"}));
+  Graph g2;
+  auto q2 = input(g2, {2, 8, 8, 16});
+  auto k2 = input(g2, {2, 2, 8, 16});
+  NodeIdx m = g2.add_op("a", "scaled_dot_product_attention", {q2, k2, k2}, T({2, 8, 8, 16}));
+  EXPECT_EQ(names(g2, m, mesh1(2)).back(), "S(1) <- S(1), S(1), S(1)");
+}
+
+TEST(Loss, NllForwardMeanSumNone) {
+  Graph g;
+  auto x = input(g, {8, 10});
+  auto t = input(g, {8}, DType::kI64);
+  NodeIdx mean = op(g, "nll_loss_forward", {x, t}, {T({}), T({})}, {{"reduction", int64_t{1}}});
+  EXPECT_EQ(names(g, mean, mesh1()), (V{"R, R <- R, R", "P(avg), P(sum) <- S(0), S(0)"}));
+  NodeIdx sum = op(g, "nll_loss_forward", {x, t}, {T({}), T({})}, {{"reduction", int64_t{2}}});
+  EXPECT_EQ(names(g, sum, mesh1()), (V{"R, R <- R, R", "P(sum), P(sum) <- S(0), S(0)"}));
+  NodeIdx none = op(g, "nll_loss_forward", {x, t}, {T({8}), T({})}, {{"reduction", int64_t{0}}});
+  EXPECT_EQ(names(g, none, mesh1()), (V{"R, R <- R, R", "S(0), R <- S(0), S(0)"}));
+  Graph g2;  // uneven batch: no P(avg) mean
+  auto x2 = input(g2, {6, 10});
+  auto t2 = input(g2, {6}, DType::kI64);
+  NodeIdx m2 = op(g2, "nll_loss_forward", {x2, t2}, {T({}), T({})});
+  EXPECT_EQ(names(g2, m2, mesh1()), (V{"R, R <- R, R"}));
+}
+
+TEST(Loss, NllBackwardAnd2d) {
+  Graph g;
+  auto go = input(g, {});
+  auto x = input(g, {8, 10});
+  auto t = input(g, {8}, DType::kI64);
+  auto tw = input(g, {});
+  NodeIdx n = g.add_op("nb", "nll_loss_backward", {go, x, t, tw}, T({8, 10}), Phase::kBackward,
+                       {{"reduction", int64_t{1}}});
+  EXPECT_EQ(names(g, n, mesh1()), (V{"R <- R, R, R, R", "S(0) <- R, S(0), S(0), R"}));
+  auto x4 = input(g, {4, 10, 8, 8});
+  auto t3 = input(g, {4, 8, 8}, DType::kI64);
+  NodeIdx f = op(g, "nll_loss2d_forward", {x4, t3}, {T({4, 8, 8}), T({})},
+                 {{"reduction", int64_t{0}}});
+  EXPECT_EQ(names(g, f, mesh1()),
+            (V{"R, R <- R, R", "S(0), R <- S(0), S(0)", "S(1), R <- S(2), S(1)",
+               "S(2), R <- S(3), S(2)"}));
+}
+
+TEST(Conv, ForwardBatchOutAndInChannels) {
+  Graph g;
+  auto x = input(g, {4, 8, 6, 6});
+  auto w = input(g, {16, 8, 3, 3});
+  auto b = input(g, {16});
+  NodeIdx n = g.add_op("c", "convolution", {x, w, b}, T({4, 16, 4, 4}), Phase::kForward,
+                       {{"transposed", false}, {"groups", int64_t{1}}});
+  EXPECT_EQ(names(g, n, mesh1()),
+            (V{"R <- R, R, R", "S(0) <- S(0), R, R", "S(1) <- R, S(0), S(0)",
+               "P(sum) <- S(1), S(1), P(sum)"}));
+  NodeIdx dw = g.add_op("dw", "convolution", {x, input(g, {8, 1, 3, 3})}, T({4, 8, 4, 4}),
+                        Phase::kForward, {{"groups", int64_t{8}}});
+  EXPECT_EQ(names(g, dw, mesh1()), (V{"R <- R, R", "S(0) <- S(0), R"}));
+}
+
+TEST(Conv, Backward) {
+  Graph g;
+  auto go = input(g, {4, 16, 4, 4});
+  auto x = input(g, {4, 8, 6, 6});
+  auto w = input(g, {16, 8, 3, 3});
+  NodeIdx n = op(g, "convolution_backward", {go, x, w},
+                 {T({4, 8, 6, 6}), T({16, 8, 3, 3}), T({16})}, {{"groups", int64_t{1}}});
+  EXPECT_EQ(names(g, n, mesh1()),
+            (V{"R, R, R <- R, R, R", "S(0), P(sum), P(sum) <- S(0), S(0), R",
+               "P(sum), S(0), S(0) <- S(1), R, S(0)", "S(1), S(1), R <- R, S(1), S(1)"}));
+}
+
+TEST(Pool, MaxPoolWithIndicesAndBackward) {
+  Graph g;
+  auto x = input(g, {4, 8, 6, 6});
+  NodeIdx n = op(g, "max_pool2d_with_indices", {x}, {T({4, 8, 3, 3}), T({4, 8, 3, 3}, DType::kI64)});
+  EXPECT_EQ(names(g, n, mesh1()),
+            (V{"R, R <- R", "S(0), S(0) <- S(0)", "S(1), S(1) <- S(1)"}));
+  auto go = input(g, {4, 8, 3, 3});
+  NodeIdx b = g.add_op("mpb", "max_pool2d_with_indices_backward", {go, x, {n, 1}}, T({4, 8, 6, 6}));
+  EXPECT_EQ(names(g, b, mesh1()),
+            (V{"R <- R, R, R", "S(0) <- S(0), S(0), S(0)", "S(1) <- S(1), S(1), S(1)"}));
+  NodeIdx a = g.add_op("ap", "_adaptive_avg_pool2d", {x}, T({4, 8, 1, 1}));
+  EXPECT_EQ(names(g, a, mesh1()), (V{"R <- R", "S(0) <- S(0)", "S(1) <- S(1)"}));
+}
+
+TEST(Optimizer, FusedAdamSharesOnePlacement) {
+  Graph g;
+  auto p = input(g, {8, 4});
+  auto gr = input(g, {8, 4});
+  auto m = input(g, {8, 4});
+  auto ea = input(g, {8, 4});
+  auto es = input(g, {8, 4});
+  NodeIdx n = op(g, "_fused_adam", {p, gr, m, ea, es}, {T({8, 4}), T({8, 4}), T({8, 4}), T({8, 4})});
+  EXPECT_EQ(names(g, n, mesh1()),
+            (V{"R, R, R, R <- R, R, R, R, R", "S(0), S(0), S(0), S(0) <- S(0), S(0), S(0), S(0), S(0)",
+               "S(1), S(1), S(1), S(1) <- S(1), S(1), S(1), S(1), S(1)"}));
+}
+
+}  // namespace
+}  // namespace autoshard
