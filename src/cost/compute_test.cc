@@ -1,0 +1,159 @@
+#include "cost/compute.h"
+
+#include <gtest/gtest.h>
+
+namespace autoshard {
+namespace {
+
+Node op(const char* name, Attrs attrs = {}) {
+  Node n;
+  n.name = "n";
+  n.kind = NodeKind::kOp;
+  n.op = name;
+  n.attrs = std::move(attrs);
+  return n;
+}
+
+TensorMeta t(std::vector<int64_t> shape, DType dt = DType::kBF16) {
+  return TensorMeta{std::move(shape), dt};
+}
+
+TEST(Compute, AtenPacket) {
+  EXPECT_EQ(aten_packet("aten.sum.dim_IntList"), "sum");
+  EXPECT_EQ(aten_packet("aten::mm"), "mm");
+  EXPECT_EQ(aten_packet("mm.default"), "mm");
+  EXPECT_EQ(aten_packet("_scaled_dot_product_flash_attention"),
+            "_scaled_dot_product_flash_attention");
+  EXPECT_TRUE(is_view_op("aten.view.default"));
+  EXPECT_TRUE(is_view_op("_unsafe_view"));
+  EXPECT_TRUE(is_view_op("split.Tensor"));
+  EXPECT_FALSE(is_view_op("mm"));
+}
+
+// cost-model.md §4: mm 4096^3 = 1.374e11 FLOPs.
+TEST(ComputeFlops, Matmuls) {
+  const TensorMeta a = t({4096, 4096});
+  EXPECT_DOUBLE_EQ(op_flops(op("mm"), {a, a}, {a}), 137438953472.0);
+  EXPECT_NEAR(op_flops(op("mm"), {a, a}, {a}), 1.374e11, 0.001e11);
+  EXPECT_DOUBLE_EQ(op_flops(op("addmm"), {t({4096}), a, a}, {a}), 137438953472.0);
+  // bmm: 2 b m k n.
+  EXPECT_DOUBLE_EQ(op_flops(op("bmm"), {t({8, 512, 64}), t({8, 64, 256})}, {t({8, 512, 256})}),
+                   2.0 * 8 * 512 * 64 * 256);
+  EXPECT_DOUBLE_EQ(op_flops(op("baddbmm"), {t({8, 512, 256}), t({8, 512, 64}), t({8, 64, 256})},
+                            {t({8, 512, 256})}),
+                   2.0 * 8 * 512 * 64 * 256);
+  // Local shapes: contracting dim sharded 4 ways -> a quarter of the FLOPs.
+  EXPECT_DOUBLE_EQ(op_flops(op("mm"), {t({4096, 1024}), t({1024, 4096})}, {a}),
+                   137438953472.0 / 4);
+  // linear composite: x [b, s, in] -> [b, s, out].
+  EXPECT_DOUBLE_EQ(op_flops(op("linear"), {t({2, 128, 512}), t({1024, 512})}, {t({2, 128, 1024})}),
+                   2.0 * 2 * 128 * 512 * 1024);
+}
+
+TEST(ComputeFlops, Attention) {
+  const TensorMeta q = t({2, 16, 1024, 64});
+  const double fwd = 4.0 * 2 * 16 * 1024 * 1024 * 64;  // 8.59e9
+  for (const char* name : {"_scaled_dot_product_flash_attention",
+                           "_scaled_dot_product_efficient_attention",
+                           "scaled_dot_product_attention"})
+    EXPECT_DOUBLE_EQ(op_flops(op(name), {q, q, q}, {q}), fwd) << name;
+  // Backward (grad_out, q, k, v, out, logsumexp): 10 b h s_q s_k d.
+  const TensorMeta lse = t({2, 16, 1024}, DType::kF32);
+  EXPECT_DOUBLE_EQ(op_flops(op("_scaled_dot_product_flash_attention_backward"),
+                            {q, q, q, q, q, lse}, {q, q, q}),
+                   10.0 * 2 * 16 * 1024 * 1024 * 64);
+  EXPECT_DOUBLE_EQ(op_flops(op("_scaled_dot_product_efficient_attention_backward"),
+                            {q, q, q, q, q, lse}, {q, q, q}),
+                   2.5 * fwd);
+  // Cross attention: s_q != s_k.
+  EXPECT_DOUBLE_EQ(op_flops(op("scaled_dot_product_attention"),
+                            {t({1, 8, 128, 64}), t({1, 8, 512, 64}), t({1, 8, 512, 64})},
+                            {t({1, 8, 128, 64})}),
+                   4.0 * 8 * 128 * 512 * 64);
+  // Flash kernel layout [b, s, h, d].
+  EXPECT_DOUBLE_EQ(op_flops(op("_flash_attention_forward"),
+                            {t({2, 1024, 16, 64}), t({2, 1024, 16, 64}), t({2, 1024, 16, 64})},
+                            {t({2, 1024, 16, 64})}),
+                   fwd);
+}
+
+TEST(ComputeFlops, Convolution) {
+  const TensorMeta x = t({8, 64, 56, 56});
+  const TensorMeta w = t({128, 64, 3, 3});
+  const TensorMeta y = t({8, 128, 56, 56});
+  const double fwd = 2.0 * 8 * 128 * 56 * 56 * 64 * 9;
+  EXPECT_DOUBLE_EQ(op_flops(op("convolution"), {x, w}, {y}), fwd);
+  EXPECT_DOUBLE_EQ(op_flops(op("conv2d"), {x, w}, {y}), fwd);
+  // groups = 2: the weight holds Cin/groups input channels.
+  EXPECT_DOUBLE_EQ(op_flops(op("convolution", {{"groups", int64_t{2}}}), {x, t({128, 32, 3, 3})},
+                            {y}),
+                   fwd / 2);
+  // Backward: input and weight gradients by default, each one forward.
+  EXPECT_DOUBLE_EQ(op_flops(op("convolution_backward"), {y, x, w}, {x, w, t({128})}), 2 * fwd);
+  EXPECT_DOUBLE_EQ(op_flops(op("convolution_backward",
+                               {{"output_mask", std::vector<int64_t>{0, 1, 1}}}),
+                            {y, x, w}, {x, w, t({128})}),
+                   fwd);
+  // Without the attr: a masked-off gradient is exported with shape [0].
+  EXPECT_DOUBLE_EQ(op_flops(op("convolution_backward"), {y, x, w}, {t({0}), w, t({0})}), fwd);
+}
+
+TEST(ComputeFlops, OtherConventions) {
+  const TensorMeta a = t({1024, 1024});
+  EXPECT_DOUBLE_EQ(op_flops(op("add.Tensor"), {a, a}, {a}), 1024.0 * 1024);
+  EXPECT_DOUBLE_EQ(op_flops(op("native_layer_norm"), {a, t({1024}), t({1024})},
+                            {a, t({1024, 1}), t({1024, 1})}),
+                   5.0 * 1024 * 1024);
+  EXPECT_DOUBLE_EQ(op_flops(op("_softmax"), {a}, {a}), 5.0 * 1024 * 1024);
+  EXPECT_DOUBLE_EQ(op_flops(op("sum.dim_IntList"), {a}, {t({1024})}), 1024.0 * 1024);
+  EXPECT_EQ(op_flops(op("view"), {a}, {t({1024 * 1024})}), 0.0);
+  EXPECT_EQ(op_flops(op("embedding"), {t({32000, 4096}), t({8, 128}, DType::kI64)},
+                     {t({8, 128, 4096})}),
+            0.0);
+  Node param;
+  param.kind = NodeKind::kParameter;
+  param.outputs = {a};
+  EXPECT_EQ(op_flops(param, {}, {a}), 0.0);
+}
+
+TEST(ComputeTime, RooflineBranches) {
+  const Hardware hw = *hardware_preset("a100");  // 312 TFLOPS bf16, 2039 GB/s, eta 0.7
+  const TensorMeta a = t({4096, 4096});
+  // Compute-bound: 1.374e11 / (0.7 * 312e12) s.
+  EXPECT_NEAR(compute_time_us(op("mm"), {a, a}, {a}, hw), 629.299, 0.01);
+  // FP32 runs at the FP32 peak (19.5 TFLOPS).
+  const TensorMeta f = t({4096, 4096}, DType::kF32);
+  EXPECT_NEAR(compute_time_us(op("mm"), {f, f}, {f}, hw),
+              137438953472.0 / (0.7 * 19.5e12) * 1e6, 1e-6);
+  // Memory-bound: add of three 32 MiB bf16 tensors / (0.7 * 2039 GB/s).
+  EXPECT_NEAR(compute_time_us(op("add.Tensor"), {a, a}, {a}, hw), 70.527, 0.01);
+  // Launch floor.
+  EXPECT_DOUBLE_EQ(compute_time_us(op("add.Tensor"), {t({4}), t({4})}, {t({4})}, hw), 7.0);
+  // Gathers read the indexed rows, not the table.
+  const TensorMeta table = t({128256, 4096});
+  const TensorMeta idx = t({8, 4096}, DType::kI64);
+  const TensorMeta rows = t({8, 4096, 4096});
+  EXPECT_DOUBLE_EQ(op_memory_bytes(op("embedding"), {table, idx}, {rows}),
+                   static_cast<double>(idx.bytes() + 2 * rows.bytes()));
+}
+
+TEST(ComputeTime, ZeroCostOps) {
+  const Hardware hw = *hardware_preset("h100");
+  const TensorMeta a = t({4096, 4096});
+  for (const char* name : {"view", "_unsafe_view", "_reshape_alias", "reshape", "t",
+                           "transpose.int", "permute", "expand", "squeeze.dim", "unsqueeze",
+                           "slice.Tensor", "select.int", "alias", "detach", "split.Tensor",
+                           "unbind.int", "as_strided", "empty.memory_format"})
+    EXPECT_EQ(compute_time_us(op(name), {a}, {a}, hw), 0.0) << name;
+  Node input;
+  input.kind = NodeKind::kInput;
+  EXPECT_EQ(compute_time_us(input, {}, {a}, hw), 0.0);
+  Node output;
+  output.kind = NodeKind::kOutput;
+  EXPECT_EQ(compute_time_us(output, {a}, {}, hw), 0.0);
+  // A real copy is not free.
+  EXPECT_GT(compute_time_us(op("clone"), {a}, {a}, hw), 0.0);
+}
+
+}  // namespace
+}  // namespace autoshard

@@ -1,0 +1,78 @@
+#pragma once
+/// Cost of redistributing a tensor from one ShardingSpec to another on the same mesh.
+///
+/// Impossible transitions cost +infinity: a global shape or dtype mismatch, Shard -> Partial on
+/// some mesh dim, Partial(x) -> Partial(y) with different reduce ops.  Specs with the wrong
+/// number of placements, or a shard dim outside the tensor, are caller bugs:
+/// std::invalid_argument.
+///
+/// Profile `dtensor`: exactly PyTorch DTensor's redistribute_cost
+/// (torch/distributed/tensor/_collective_utils.py, see ../shared/reference/cost-model.md §1):
+/// 0 when `from` is fully replicated; otherwise start from b = global bytes / num_shards and walk
+/// the mesh dims first to last, skipping equal placements: S->R b *= n then all_gather(b);
+/// S(i)->S(j) all_gather(b) + 1 us (DTensor's penalty in place of an all-to-all); P->R
+/// all_reduce(b); P->S reduce_scatter(b) then b /= n; R->S b /= n (free); R->P free;
+/// S->P and P(x)->P(y) inf.  It ignores nesting order and uneven shards, as DTensor does.
+///
+/// Profile `nccl`: a schedule that is sound for N-D meshes, costed with the ring model.
+/// Semantics: a tensor dim sharded on several mesh dims is split in mesh-dim order (the lower
+/// mesh dim is the outer split, as ShardingSpec::local_shape does and as DTensor's default
+/// shard order does).  Per mesh dim the moves are: S->R all-gather, P->R all-reduce,
+/// P->S reduce-scatter, R->S local slice (free), R->P local (free), S(i)->S(j) all-to-all.
+/// Nesting: a mesh dim may only leave or join the sharding of tensor dim d as its innermost
+/// split, so for each tensor dim the longest common prefix (in mesh-dim order) of the current
+/// and target mesh dims sharding it is kept, and every other current sharding of d is undone
+/// innermost first before the target's remaining ones are added outermost first.  E.g.
+/// S(0)S(0) -> RS(0) gathers mesh dim 1, then mesh dim 0, then slices on mesh dim 1.
+/// Order of the steps (greedy, shrink before grow):
+///   1. apply every ready R->S local slice (free, shrinks the data), scanning mesh dims FIRST
+///      TO LAST, until none is ready;
+///   2. then ONE ready P->S reduce-scatter or S(i)->S(j) all-to-all (the latter when mesh dim m
+///      may also leave i), the FIRST ready mesh dim; back to 1;
+///   3. when no add is ready, all-gather ONE ready "remove", choosing the LAST ready mesh dim
+///      (DTensor's last-to-first order for shard -> replicate), then go back to 1;
+///   4. P->R all-reduces commute with all of the above, so each is charged at the smallest
+///      per-device size reached along the schedule (initial, intermediate or final);
+///   5. R->P is free.
+/// Byte counts are the largest local shard (ceil split, like torch.chunk), which is what a
+/// padded collective moves.
+#include <array>
+#include <cstdint>
+
+#include "cost/collective.h"
+#include "mesh/mesh.h"
+#include "placement/placement.h"
+
+namespace autoshard {
+
+/// Largest mesh rank the redistribution code accepts (fixed-size arrays, no heap).
+inline constexpr int32_t kMaxMeshDims = 8;
+
+/// One collective of a redistribution.  `bytes` follows collective_time_us's convention.
+struct CommStep {
+  Collective kind = Collective::kAllGather;
+  MeshDimIdx dim = 0;
+  double bytes = 0;
+};
+
+/// The `nccl`-profile schedule of collectives (free local steps are not listed).
+struct RedistributePlan {
+  static constexpr int32_t kMaxSteps = 3 * kMaxMeshDims;
+  std::array<CommStep, kMaxSteps> steps{};
+  int32_t num_steps = 0;
+  bool impossible = false;
+};
+
+/// Builds the sound N-D schedule described above.  No heap allocation.
+RedistributePlan plan_redistribute(const ShardingSpec& from, const ShardingSpec& to,
+                                   const Mesh& mesh);
+
+/// Time in microseconds to go from `from` to `to`; +infinity when impossible.
+double redistribute_cost_us(const ShardingSpec& from, const ShardingSpec& to, const Mesh& mesh,
+                            CommModel model = CommModel::kNccl);
+
+/// Bytes each device sends (ring bus bytes, see collective_bus_bytes) in the `nccl` schedule;
+/// +infinity when impossible.
+double redistribute_bytes(const ShardingSpec& from, const ShardingSpec& to, const Mesh& mesh);
+
+}  // namespace autoshard
