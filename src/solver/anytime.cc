@@ -1,0 +1,113 @@
+#include "solver/anytime.h"
+
+#include <fmt/format.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <memory>
+#include <ostream>
+#include <thread>
+
+#include "problem/iopddl.h"
+#include "solver/anytime_reduce.h"
+#include "solver/local_search.h"
+#include "solver/lower_bound.h"
+
+namespace autoshard {
+
+using Clock = std::chrono::steady_clock;
+
+AnytimeResult solve_anytime(const Problem& p, const AnytimeOptions& options) {
+  const auto t0 = Clock::now();
+  auto since = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
+  auto say = [&](const std::string& s) {
+    if (options.progress) options.progress(s);
+  };
+  const auto deadline = t0 + std::chrono::duration_cast<Clock::duration>(
+                                 std::chrono::duration<double>(std::max(0.0, options.time_limit_s)));
+  AnytimeResult res;
+  AnytimeReduction red(p);
+  const GroupModel& m = red.model();
+  res.reduction_summary = red.summary();
+  say(fmt::format("{:.2f}s {}", since(), red.summary()));
+  if (m.infeasible) {
+    res.lower_bound = kInfCost;
+    res.elapsed_s = since();
+    say("no finite-cost choice exists");
+    return res;
+  }
+  res.lower_bound = edge_split_lower_bound(m);
+  say(fmt::format("{:.2f}s lower bound {:.0f}", since(), res.lower_bound));
+
+  SharedIncumbent shared;
+  shared.start = t0;
+  shared.on_improve = [&](Cost c, double t) { say(fmt::format("{:.2f}s cost {:.0f}", t, c + m.offset)); };
+  std::atomic<bool> stop{false};
+  int threads = options.threads > 0 ? options.threads : static_cast<int>(std::thread::hardware_concurrency());
+  threads = std::max(1, threads);
+  std::vector<std::unique_ptr<GroupSearch>> searches;
+  for (int i = 0; i < threads; ++i) searches.push_back(std::make_unique<GroupSearch>(m, static_cast<uint64_t>(i) + 1));
+  std::vector<std::thread> pool;
+  for (int i = 0; i < threads; ++i)
+    pool.emplace_back([&, i] { searches[static_cast<size_t>(i)]->run(deadline, shared, stop); });
+  // Stop early when the incumbent meets the lower bound.
+  while (Clock::now() < deadline) {
+    {
+      std::lock_guard<std::mutex> lock(shared.mu);
+      if (shared.have && shared.cost + m.offset <= res.lower_bound) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  stop = true;
+  for (auto& t : pool) t.join();
+  for (const auto& s : searches) res.proposals += s->stats().proposals;
+  if (shared.have) {
+    res.choice = red.expand(shared.choice);
+    res.cost = evaluate_cost(p, res.choice);
+    res.feasible = std::isfinite(res.cost) && (p.usage_limit < 0 || peak_usage(p, res.choice) <= p.usage_limit);
+    res.time_to_first_feasible_s = shared.first_feasible_s;
+    if (res.feasible && res.cost < res.lower_bound) res.lower_bound = res.cost;  // rounding guard
+  }
+  res.elapsed_s = since();
+  return res;
+}
+
+int run_iopddl(const std::string& path, double timeout_s, int threads, std::ostream& out) {
+  const auto t0 = Clock::now();
+  auto since = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
+  IopddlInstance inst;
+  try {
+    inst = read_iopddl(path);
+  } catch (const std::exception& e) {
+    out << "# error: " << e.what() << "\n[]" << std::endl;
+    return 1;
+  }
+  out << fmt::format("# read {}: {} nodes, {} edges in {:.2f}s", path, inst.problem.num_nodes(),
+                     inst.problem.num_edges(), since())
+      << std::endl;
+  // Leave a margin for expansion, evaluation and printing (and for a slow machine).
+  double margin = std::max(0.3, 0.04 * timeout_s);
+  AnytimeOptions opt;
+  opt.time_limit_s = std::max(0.05, timeout_s - since() - margin);
+  opt.threads = threads;
+  opt.progress = [&](const std::string& s) { out << "# " << s << std::endl; };
+  AnytimeResult r = solve_anytime(inst.problem, opt);
+  std::string line = "[";
+  if (r.feasible || !r.choice.empty()) {
+    IopddlEvaluation ev = evaluate(inst, r.choice);
+    out << fmt::format("# final cost {} ({}), lower bound {:.0f}, first feasible {:.2f}s, {} moves, total {:.2f}s",
+                       ev.cost_str, ev.feasible ? "feasible" : ev.message, r.lower_bound,
+                       r.time_to_first_feasible_s, r.proposals, since())
+        << std::endl;
+    if (ev.feasible)
+      for (size_t i = 0; i < r.choice.size(); ++i) line += (i ? ", " : "") + std::to_string(r.choice[i]);
+    r.feasible = ev.feasible;
+  } else {
+    out << "# no feasible solution found" << std::endl;
+  }
+  out << line << "]" << std::endl;
+  return r.feasible ? 0 : 1;
+}
+
+}  // namespace autoshard

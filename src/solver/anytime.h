@@ -1,0 +1,41 @@
+#pragma once
+/// Anytime solver for large strategy-selection problems (the IOPDDL contest setting): exact
+/// memory-aware reductions (anytime_reduce.h), a least-memory start, then memory-aware
+/// large-neighbourhood search with exact tree DP moves and Lagrangian time prices
+/// (local_search.h) in `threads` threads sharing the incumbent, until the time limit.
+#include <functional>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include "problem/problem.h"
+
+namespace autoshard {
+
+struct AnytimeOptions {
+  double time_limit_s = 10;
+  int threads = 0;  ///< 0: hardware concurrency
+  /// Called with one-line progress messages (reduction summary, each new incumbent).
+  std::function<void(const std::string&)> progress;
+};
+
+struct AnytimeResult {
+  bool feasible = false;                 ///< a choice within the usage limit with finite cost
+  std::vector<StrategyIdx> choice;       ///< best found (empty if none)
+  Cost cost = kInfCost;
+  Cost lower_bound = 0;                  ///< memory-free bound; == cost means proven optimal
+  double time_to_first_feasible_s = -1;  ///< since the call, -1 if none
+  double elapsed_s = 0;
+  std::string reduction_summary;
+  int64_t proposals = 0;                 ///< LNS moves tried, over all threads
+};
+
+AnytimeResult solve_anytime(const Problem& p, const AnytimeOptions& options);
+
+/// The contest driver: reads `path` (plain or gzip IOPDDL JSON), solves until shortly before
+/// `timeout_s` (reading counts against it), prints progress lines starting with '#', and as the
+/// last line the best solution as "[i, j, ...]" ("[]" if none).  Returns 0 if a feasible
+/// solution was printed, 1 otherwise.
+int run_iopddl(const std::string& path, double timeout_s, int threads, std::ostream& out);
+
+}  // namespace autoshard
