@@ -82,13 +82,31 @@ def _getattr_path(obj, target: str):
 
 
 def _metas(val):
-    """Result -> list of (shape, dtype) / None per output, or a non-tensor marker."""
+    """Result -> list of (shape, dtype) / None per output, or ("nontensor", val).
+
+    Non-tensor members of a tuple (e.g. the int max_q / max_k that 2.x's
+    _scaled_dot_product_flash_attention returns) count as not-produced outputs, so output
+    indices keep matching the schema; their getitems become constants (see _constant)."""
     if isinstance(val, torch.Tensor):
         return [(list(val.shape), val.dtype)]
-    if isinstance(val, (tuple, list)) and all(v is None or isinstance(v, torch.Tensor)
-                                              for v in val):
-        return [None if v is None else (list(v.shape), v.dtype) for v in val]
+    if isinstance(val, (tuple, list)) and any(isinstance(v, torch.Tensor) for v in val):
+        return [(list(v.shape), v.dtype) if isinstance(v, torch.Tensor) else None for v in val]
+    if isinstance(val, (tuple, list)) and all(v is None for v in val) and val:
+        return [None for _ in val]
     return ("nontensor", val)
+
+
+def _constant(m):
+    """(True, value) when a node's result is a plain number (int/float/bool), else (False, _)."""
+    if isinstance(m, tuple) and m and m[0] == "nontensor":
+        v = m[1]
+        if isinstance(v, (bool, int, float)) or (hasattr(v, "__int__") and not
+                                                 isinstance(v, (tuple, list, dict))):
+            try:
+                return True, v if isinstance(v, (bool, int, float)) else int(v)
+            except (TypeError, ValueError):
+                return False, None
+    return False, None
 
 
 def _metas_from_node_meta(node):
@@ -258,6 +276,7 @@ def to_graph_dict(traced: TracedStep, name: str = "model", *, keep_dead: bool = 
 
     grad_refs = []
     loss_ref = None
+    consts: dict = {}        # fx node -> plain number it evaluates to
     for fx_node in graph.nodes:
         if fx_node in dead:
             continue
@@ -285,6 +304,10 @@ def to_graph_dict(traced: TracedStep, name: str = "model", *, keep_dead: bool = 
         m = metas.get(fx_node)
         if m is None or (isinstance(m, tuple) and m and m[0] == "nontensor"):
             m = _metas_from_node_meta(fx_node) or m
+        is_const, cval = _constant(m)
+        if is_const and fx_node.op == "call_function":
+            consts[fx_node] = cval  # e.g. a SymInt/int output: consumers get the value as attr
+            continue
         if fx_node.op == "call_function" and fx_node.target is operator.getitem:
             prod, k = fx_node.args
             if prod in sequences and prod in n_outputs and isinstance(k, int):
@@ -302,6 +325,7 @@ def to_graph_dict(traced: TracedStep, name: str = "model", *, keep_dead: bool = 
         # call_function
         inputs, attrs = [], {}
         for arg_name, value in _bind(fx_node):
+            value = _resolve_consts(value, consts)
             if isinstance(value, torch.fx.Node):
                 inputs.append(ref(value))
             elif isinstance(value, (list, tuple)) and any(isinstance(v, torch.fx.Node)
@@ -346,6 +370,14 @@ def to_graph_dict(traced: TracedStep, name: str = "model", *, keep_dead: bool = 
             by_name[gname]["module"] = by_name[p]["module"]
     return {"format": FORMAT, "version": VERSION, "name": name, "nodes": nodes_out,
             "grad_pairs": grad_pairs, "loss": loss_ref}
+
+
+def _resolve_consts(value, consts):
+    if isinstance(value, torch.fx.Node):
+        return consts.get(value, value)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_resolve_consts(v, consts) for v in value)
+    return value
 
 
 def _backward_module(fx_node, mod_of, phase_of) -> str:
