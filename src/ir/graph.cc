@@ -1,6 +1,7 @@
 #include "ir/graph.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <unordered_set>
 
@@ -117,6 +118,7 @@ std::vector<std::vector<Graph::Use>> Graph::uses() const {
     const Node& n = node(i);
     for (int32_t s = 0; s < static_cast<int32_t>(n.inputs.size()); ++s) {
       const TensorRef& r = n.inputs[static_cast<size_t>(s)];
+      if (r.node < 0 || r.node >= size()) continue;  // invalid graph; validate() reports it
       result[static_cast<size_t>(r.node)].push_back({i, s, r.output});
     }
   }
@@ -133,6 +135,8 @@ std::string Graph::validate() const {
       return fmt::format("node '{}': op node without an op", n.name);
     if (n.kind != NodeKind::kOutput && n.outputs.empty())
       return fmt::format("node '{}': produces no tensor", n.name);
+    if (n.kind == NodeKind::kOutput && !n.outputs.empty())
+      return fmt::format("node '{}': an output node produces no tensors", n.name);
     if ((n.kind == NodeKind::kInput || n.kind == NodeKind::kParameter ||
          n.kind == NodeKind::kBuffer) &&
         !n.inputs.empty())
@@ -151,18 +155,30 @@ std::string Graph::validate() const {
                            n.name, s, r.output, p.name, p.outputs.size());
     }
   }
-  for (const GradPair& g : grad_pairs) {
-    if (g.param < 0 || g.param >= size() || node(g.param).kind != NodeKind::kParameter)
-      return fmt::format("gradient pair: #{} is not a parameter", g.param);
-    if (g.grad.node < 0 || g.grad.node >= size() ||
-        g.grad.output >= static_cast<int32_t>(node(g.grad.node).outputs.size()))
-      return fmt::format("gradient pair of '{}': bad gradient reference", node(g.param).name);
-    if (meta(g.grad).shape != node(g.param).out().shape)
-      return fmt::format("gradient pair of '{}': gradient shape differs from parameter",
-                         node(g.param).name);
+  auto ref_ok = [&](const TensorRef& r) {
+    return r.node >= 0 && r.node < size() && r.output >= 0 &&
+           r.output < static_cast<int32_t>(node(r.node).outputs.size());
+  };
+  for (size_t k = 0; k < grad_pairs.size(); ++k) {
+    const GradPair& g = grad_pairs[k];
+    if (g.param < 0 || g.param >= size())
+      return fmt::format("gradient pair {}: parameter #{} does not exist", k, g.param);
+    const Node& p = node(g.param);
+    if (p.kind != NodeKind::kParameter)
+      return fmt::format("gradient pair {}: '{}' is not a parameter (kind {})", k, p.name,
+                         node_kind_name(p.kind));
+    if (!ref_ok(g.grad))
+      return fmt::format("gradient pair of '{}': bad gradient reference (node #{}, output {})",
+                         p.name, g.grad.node, g.grad.output);
+    if (meta(g.grad).shape != p.out().shape)
+      return fmt::format(
+          "gradient pair of '{}': gradient '{}' output {} has shape [{}], parameter has [{}]",
+          p.name, node(g.grad.node).name, g.grad.output, fmt::join(meta(g.grad).shape, ", "),
+          fmt::join(p.out().shape, ", "));
   }
-  if (loss && (loss->node < 0 || loss->node >= size()))
-    return "loss refers to a missing node";
+  if (loss && !ref_ok(*loss))
+    return fmt::format("loss refers to a missing tensor (node #{}, output {})", loss->node,
+                       loss->output);
   return {};
 }
 

@@ -111,8 +111,9 @@ class Graph {
   std::vector<std::vector<Use>> uses() const;
 
   /// Checks structural invariants: unique names, inputs refer to earlier nodes and existing
-  /// outputs, op nodes have an op, grad pairs point at parameters.  Returns an error message
-  /// naming the node, or the empty string when the graph is valid.
+  /// outputs, op nodes have an op, output nodes produce nothing, grad pairs point at
+  /// parameters and gradients of the same shape, the loss names an existing tensor.  Returns
+  /// an error message naming the node, or the empty string when the graph is valid.
   std::string validate() const;
 
   /// Number of parameter elements (sum over kParameter nodes).

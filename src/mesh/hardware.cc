@@ -4,10 +4,10 @@
 
 #include <algorithm>
 #include <cctype>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <stdexcept>
+
+#include "ir/file_util.h"
 
 namespace autoshard {
 
@@ -78,9 +78,16 @@ std::string lower(std::string_view s) {
 
 std::optional<Hardware> hardware_preset(std::string_view name) {
   std::string n = lower(name);
-  for (const char* suffix : {"-80gb", "-sxm", "_sxm", "-sxm5", "sxm"}) {
-    std::string_view sv(suffix);
-    if (n.size() > sv.size() && n.ends_with(sv)) n.resize(n.size() - sv.size());
+  // Strip decorations in any order ("a100-80gb-sxm", "h100-sxm5", "h100_sxm").
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (std::string_view sv : {"-80gb", "_80gb", "-sxm5", "_sxm5", "-sxm4", "_sxm4", "-sxm",
+                                "_sxm", "sxm"}) {
+      if (n.size() > sv.size() && n.ends_with(sv)) {
+        n.resize(n.size() - sv.size());
+        changed = true;
+      }
+    }
   }
   for (const Hardware& h : presets())
     if (h.name == n) return h;
@@ -94,13 +101,7 @@ std::vector<std::string> hardware_preset_names() {
 }
 
 Hardware parse_hardware_json(std::string_view text, std::string_view origin) {
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
-    throw std::runtime_error(fmt::format("{}: malformed JSON at byte {}: {}", origin, e.byte,
-                                         e.what()));
-  }
+  nlohmann::json j = parse_json_text(text, origin);
   if (!j.is_object()) throw std::runtime_error(fmt::format("{}: expected a JSON object", origin));
   Hardware hw;
   if (j.contains("base")) {
@@ -147,6 +148,9 @@ Hardware parse_hardware_json(std::string_view text, std::string_view origin) {
   num("base_latency_us", hw.base_latency_us);
   num("efficiency", hw.efficiency);
   num("launch_floor_us", hw.launch_floor_us);
+  if (j.contains("memory_bytes") && j.contains("memory_gb"))
+    throw std::runtime_error(
+        fmt::format("{}: /memory_gb: give either memory_bytes or memory_gb, not both", origin));
   double mem = static_cast<double>(hw.memory_bytes);
   num("memory_bytes", mem);
   if (j.contains("memory_gb")) {
@@ -154,10 +158,16 @@ Hardware parse_hardware_json(std::string_view text, std::string_view origin) {
     num("memory_gb", gb);
     mem = gb * 1e9;
   }
+  if (mem >= 9e18)  // beyond int64
+    throw std::runtime_error(fmt::format("{}: /memory_bytes: too large", origin));
   hw.memory_bytes = static_cast<int64_t>(mem);
-  double gpn = hw.gpus_per_node;
-  num("gpus_per_node", gpn);
-  hw.gpus_per_node = static_cast<int>(gpn);
+  if (j.contains("gpus_per_node")) {
+    const auto& v = j["gpus_per_node"];
+    if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > 1'000'000)
+      throw std::runtime_error(
+          fmt::format("{}: /gpus_per_node: expected a positive integer", origin));
+    hw.gpus_per_node = static_cast<int>(v.get<int64_t>());
+  }
   for (auto [key, v] : {std::pair{"peak_bf16_tflops", hw.peak_bf16_tflops},
                         {"peak_fp32_tflops", hw.peak_fp32_tflops}, {"hbm_gbps", hw.hbm_gbps},
                         {"intra_busbw_gbps", hw.intra_busbw_gbps},
@@ -173,11 +183,7 @@ Hardware parse_hardware_json(std::string_view text, std::string_view origin) {
 }
 
 Hardware load_hardware_json(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw std::runtime_error(fmt::format("{}: cannot open file", path));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse_hardware_json(ss.str(), path);
+  return parse_hardware_json(read_text_file(path), path);
 }
 
 }  // namespace autoshard

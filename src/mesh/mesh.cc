@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <cctype>
 #include <charconv>
 #include <set>
 #include <stdexcept>
@@ -49,32 +50,64 @@ Mesh::Mesh(std::vector<int64_t> shape, std::vector<std::string> names, const Har
   }
 }
 
-std::vector<int64_t> Mesh::parse_shape(std::string_view s) {
+namespace {
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+}  // namespace
+
+std::vector<int64_t> Mesh::parse_shape(std::string_view text) {
+  std::string_view s = trim(text);
+  if (s.empty()) throw std::invalid_argument("mesh shape: empty");
+  // Python tuple/list spelling: "(2, 8)", "[16]", "(16,)".
+  if ((s.front() == '(' && s.back() == ')') || (s.front() == '[' && s.back() == ']')) {
+    s = trim(s.substr(1, s.size() - 2));
+    if (!s.empty() && s.back() == ',') s = trim(s.substr(0, s.size() - 1));
+    if (s.empty()) throw std::invalid_argument(fmt::format("mesh shape '{}': empty", text));
+  }
   std::vector<int64_t> shape;
   size_t pos = 0;
-  if (s.empty()) throw std::invalid_argument("mesh shape: empty");
   while (pos <= s.size()) {
     size_t next = s.find_first_of("x,X*", pos);
     if (next == std::string_view::npos) next = s.size();
-    std::string_view tok = s.substr(pos, next - pos);
+    std::string_view tok = trim(s.substr(pos, next - pos));
     int64_t v = 0;
     auto [ptr, ec] = std::from_chars(tok.data(), tok.data() + tok.size(), v);
-    if (ec != std::errc() || ptr != tok.data() + tok.size() || tok.empty() || v < 1)
-      throw std::invalid_argument(fmt::format("mesh shape '{}': '{}' is not a positive integer",
-                                              s, tok));
+    if (tok.empty() || ec != std::errc() || ptr != tok.data() + tok.size() || v < 1)
+      throw std::invalid_argument(fmt::format(
+          "mesh shape '{}': '{}' at position {} is not a positive integer", text, tok,
+          static_cast<size_t>(s.data() - text.data()) + pos));
     shape.push_back(v);
     pos = next + 1;
   }
   return shape;
 }
 
-std::vector<std::string> Mesh::parse_names(std::string_view s) {
+std::vector<std::string> Mesh::parse_names(std::string_view text) {
   std::vector<std::string> names;
+  std::string_view s = trim(text);
+  if (s.empty()) return names;  // no names given: the mesh picks d0, d1, ...
+  std::set<std::string, std::less<>> seen;
   size_t pos = 0;
   while (pos <= s.size()) {
     size_t next = s.find(',', pos);
     if (next == std::string_view::npos) next = s.size();
-    names.emplace_back(s.substr(pos, next - pos));
+    std::string_view name = trim(s.substr(pos, next - pos));
+    if (name.empty())
+      throw std::invalid_argument(
+          fmt::format("mesh dim names '{}': empty name in item {}", text, names.size()));
+    for (char c : name)
+      if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-'))
+        throw std::invalid_argument(fmt::format(
+            "mesh dim names '{}': '{}' has character '{}' (use letters, digits, '_' or '-')",
+            text, name, c));
+    if (!seen.emplace(name).second)
+      throw std::invalid_argument(fmt::format("mesh dim names '{}': duplicate '{}'", text, name));
+    names.emplace_back(name);
     pos = next + 1;
   }
   return names;

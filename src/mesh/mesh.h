@@ -32,9 +32,12 @@ class Mesh {
   Mesh(std::vector<int64_t> shape, std::vector<std::string> names, const Hardware& hw,
        CommBackend backend = CommBackend::kNccl);
 
-  /// Parses "2x8" / "2,8" / "8" into a shape.  Throws std::invalid_argument.
+  /// Parses "2x8" / "2,8" / "8" (also "(2, 8)", "(16,)") into a shape.  Throws
+  /// std::invalid_argument naming the bad item.
   static std::vector<int64_t> parse_shape(std::string_view s);
-  /// Parses "dp,tp".
+  /// Parses "dp,tp" (spaces around items allowed); an empty string gives no names (the mesh
+  /// then uses d0, d1, ...).  Throws std::invalid_argument for empty items, characters other
+  /// than letters, digits, '_' and '-', or duplicates.
   static std::vector<std::string> parse_names(std::string_view s);
 
   int32_t ndim() const { return static_cast<int32_t>(dims_.size()); }

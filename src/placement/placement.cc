@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cctype>
 #include <stdexcept>
 
@@ -34,18 +35,18 @@ std::string placements_to_string(const std::vector<Placement>& p) {
 
 namespace {
 
+/// Recursive-descent parser over the placement string; positions in errors are 0-based byte
+/// offsets into the original text.
 struct Parser {
   std::string_view s;
   size_t pos = 0;
 
-  [[noreturn]] void fail(std::string_view why) const {
-    throw std::invalid_argument(
-        fmt::format("placement '{}': {} at position {}", s, why, pos));
+  [[noreturn]] void fail(std::string_view why) const { fail_at(why, pos); }
+  [[noreturn]] void fail_at(std::string_view why, size_t at) const {
+    throw std::invalid_argument(fmt::format("placement '{}': {} at position {}", s, why, at));
   }
-  void skip_separators() {
-    while (pos < s.size() && (s[pos] == ' ' || s[pos] == ',' || s[pos] == '[' || s[pos] == ']' ||
-                              s[pos] == '(' || s[pos] == ')'))
-      ++pos;
+  void skip_spaces() {
+    while (pos < s.size() && (s[pos] == ' ' || s[pos] == '\t')) ++pos;
   }
   bool eat(std::string_view word) {
     if (s.substr(pos, word.size()) == word) {
@@ -54,51 +55,63 @@ struct Parser {
     }
     return false;
   }
-  std::string_view paren_arg() {
-    if (!eat("(")) return {};
+  /// Reads "(" ... ")" if present and returns the trimmed text between; nullopt without "(".
+  std::optional<std::string_view> paren_arg() {
+    if (!eat("(")) return std::nullopt;
     size_t close = s.find(')', pos);
     if (close == std::string_view::npos) fail("missing ')'");
     std::string_view arg = s.substr(pos, close - pos);
+    while (!arg.empty() && arg.front() == ' ') arg.remove_prefix(1);
+    while (!arg.empty() && arg.back() == ' ') arg.remove_suffix(1);
     pos = close + 1;
     return arg;
   }
+  /// Removes "key=" (spaces allowed around '=') from the front of an argument.
+  static std::string_view strip_keyword(std::string_view arg, std::string_view key) {
+    if (!arg.starts_with(key)) return arg;
+    std::string_view rest = arg.substr(key.size());
+    while (!rest.empty() && rest.front() == ' ') rest.remove_prefix(1);
+    if (rest.empty() || rest.front() != '=') return arg;
+    rest.remove_prefix(1);
+    while (!rest.empty() && rest.front() == ' ') rest.remove_prefix(1);
+    return rest;
+  }
   Placement one() {
+    size_t start = pos;
     if (eat("Replicate") || eat("R")) {
-      if (!paren_arg().empty()) fail("Replicate takes no argument");
+      size_t at = pos;
+      auto arg = paren_arg();
+      if (arg && !arg->empty()) fail_at("Replicate takes no argument", at);
       return Placement::replicate();
     }
     if (eat("Shard") || eat("S")) {
       size_t at = pos;
-      std::string_view arg = paren_arg();
-      if (arg.starts_with("dim=")) arg.remove_prefix(4);
-      if (arg.empty()) {
-        pos = at;
-        fail("Shard needs a dim, e.g. S(0)");
+      auto arg = paren_arg();
+      if (!arg) fail_at("Shard needs a dim in parentheses, e.g. S(0)", at);
+      std::string_view d = strip_keyword(*arg, "dim");
+      if (d.empty()) fail_at("Shard needs a dim, e.g. S(0)", at);
+      int64_t v = 0;
+      for (char c : d) {
+        if (!std::isdigit(static_cast<unsigned char>(c)))
+          fail_at(fmt::format("Shard dim '{}' is not a non-negative integer", d), at);
+        v = v * 10 + (c - '0');
+        if (v > (1 << 20)) fail_at(fmt::format("Shard dim '{}' out of range", d), at);
       }
-      int32_t d = 0;
-      for (char c : arg) {
-        if (!std::isdigit(static_cast<unsigned char>(c))) {
-          pos = at;
-          fail("Shard dim must be a non-negative integer");
-        }
-        d = d * 10 + (c - '0');
-        if (d > 1 << 20) fail("Shard dim out of range");
-      }
-      return Placement::shard(d);
+      return Placement::shard(static_cast<int32_t>(v));
     }
     if (eat("Partial") || eat("P")) {
       size_t at = pos;
-      std::string_view arg = paren_arg();
-      if (arg.starts_with("reduce_op=")) arg.remove_prefix(10);
-      if (arg.size() >= 2 && (arg.front() == '\'' || arg.front() == '"')) arg = arg.substr(1, arg.size() - 2);
-      if (arg.empty() || arg == "sum") return Placement::partial(ReduceOp::kSum);
-      if (arg == "avg") return Placement::partial(ReduceOp::kAvg);
-      if (arg == "max") return Placement::partial(ReduceOp::kMax);
-      if (arg == "min") return Placement::partial(ReduceOp::kMin);
-      pos = at;
-      fail(fmt::format("unknown reduce op '{}'", arg));
+      auto arg = paren_arg();
+      std::string_view op = arg ? strip_keyword(*arg, "reduce_op") : std::string_view{};
+      if (op.size() >= 2 && (op.front() == '\'' || op.front() == '"') && op.back() == op.front())
+        op = op.substr(1, op.size() - 2);
+      if (op.empty() || op == "sum") return Placement::partial(ReduceOp::kSum);
+      if (op == "avg") return Placement::partial(ReduceOp::kAvg);
+      if (op == "max") return Placement::partial(ReduceOp::kMax);
+      if (op == "min") return Placement::partial(ReduceOp::kMin);
+      fail_at(fmt::format("unknown reduce op '{}' (expected sum, avg, max or min)", op), at);
     }
-    fail("expected R, S(d) or P(op)");
+    fail_at("expected R, S(d) or P(op)", start);
   }
 };
 
@@ -107,16 +120,28 @@ struct Parser {
 std::vector<Placement> parse_placements(std::string_view s) {
   Parser p{s};
   std::vector<Placement> out;
-  // Strip one pair of outer brackets/parentheses ("(S(0), R)") without touching "S(0)".
-  while (p.pos < s.size() && (s[p.pos] == ' ' || s[p.pos] == '[' ||
-                              (s[p.pos] == '(' && p.pos == 0)))
-    ++p.pos;
+  p.skip_spaces();
+  // One optional pair of enclosing brackets: "[Shard(dim=0), Replicate()]" or "(S(0), R)".
+  // No placement item starts with a bracket, so a leading one is always an enclosure.
+  char close = 0;
+  size_t open_at = p.pos;
+  if (p.eat("[")) close = ']';
+  else if (p.eat("(")) close = ')';
   while (true) {
-    while (p.pos < s.size() && (s[p.pos] == ' ' || s[p.pos] == ',')) ++p.pos;
-    if (p.pos >= s.size() || s[p.pos] == ']' || s[p.pos] == ')') break;
+    p.skip_spaces();
+    if (p.pos >= s.size() || (close && s[p.pos] == close)) break;
+    if (!out.empty() && s[p.pos] == ',') {
+      ++p.pos;
+      p.skip_spaces();
+      if (p.pos >= s.size() || (close && s[p.pos] == close)) break;  // trailing comma
+    }
     out.push_back(p.one());
   }
-  while (p.pos < s.size() && (s[p.pos] == ' ' || s[p.pos] == ']' || s[p.pos] == ')')) ++p.pos;
+  if (close) {
+    if (p.pos >= s.size()) p.fail_at(fmt::format("unclosed '{}'", s[open_at]), open_at);
+    ++p.pos;
+    p.skip_spaces();
+  }
   if (p.pos != s.size()) p.fail("unexpected trailing text");
   if (out.empty()) p.fail("no placements");
   return out;
@@ -177,15 +202,29 @@ bool ShardingSpec::has_partial() const {
 
 bool ShardingSpec::valid(const Mesh& mesh, bool require_divisible) const {
   if (ndim_mesh() != mesh.ndim()) return false;
-  std::vector<int64_t> shards = shards_per_dim(mesh);
-  for (int32_t m = 0; m < ndim_mesh(); ++m) {
-    const Placement& p = placements[static_cast<size_t>(m)];
+  for (const Placement& p : placements)
     if (p.is_shard() && (p.dim < 0 || p.dim >= meta.rank())) return false;
-  }
-  for (size_t d = 0; d < shards.size(); ++d) {
-    if (shards[d] == 1) continue;
-    if (meta.shape[d] < shards[d]) return false;
-    if (require_divisible && meta.shape[d] % shards[d] != 0) return false;
+  // Every shard must be non-empty.  With torch.chunk splitting this is not just "size >=
+  // shards" (5 split in 4 gives 2,2,1,0), and a dim sharded on several mesh dims is split
+  // again piece by piece, so follow the distinct piece sizes through each split.
+  for (int32_t d = 0; d < meta.rank(); ++d) {
+    std::vector<int64_t> pieces{meta.shape[static_cast<size_t>(d)]};
+    int64_t total = 1;
+    for (int32_t m = 0; m < ndim_mesh(); ++m) {
+      if (!placements[static_cast<size_t>(m)].is_shard(d)) continue;
+      int64_t n = mesh.size(m);
+      total *= n;
+      std::vector<int64_t> next;
+      for (int64_t size : pieces) {
+        for (int64_t i = 0; i < n; ++i) {
+          int64_t c = chunk_size(size, n, i);
+          if (c == 0) return false;
+          if (std::find(next.begin(), next.end(), c) == next.end()) next.push_back(c);
+        }
+      }
+      pieces = std::move(next);
+    }
+    if (require_divisible && meta.shape[static_cast<size_t>(d)] % total != 0) return false;
   }
   return true;
 }

@@ -43,7 +43,8 @@ struct Placement {
 
 /// Parses a concatenation of placements, one per mesh dim: "S(0)R", "P(sum)S(1)", "RR",
 /// also accepting "P" (older DTensor, = P(sum)), "Shard(0)", "Replicate()", "Partial(sum)" and
-/// separators ", " between items.  Throws std::invalid_argument with the offending position.
+/// separators ", " between items, optionally enclosed in one pair of [] or ().  Throws
+/// std::invalid_argument naming the offending 0-based position.
 std::vector<Placement> parse_placements(std::string_view s);
 std::string placements_to_string(const std::vector<Placement>& p);
 
@@ -64,8 +65,9 @@ struct ShardingSpec {
   int64_t local_bytes(const Mesh& mesh) const;
   bool is_replicated() const;
   bool has_partial() const;
-  /// A spec is valid on a mesh when every shard dim exists in the tensor and the sharded size
-  /// is at least the number of shards (no empty shards); with `require_divisible`, also evenly.
+  /// A spec is valid on a mesh when it has one placement per mesh dim, every shard dim exists
+  /// in the tensor and no shard is empty under torch.chunk splitting (5 in 4 gives 2,2,1,0:
+  /// invalid although 5 >= 4); with `require_divisible`, every sharded dim also splits evenly.
   bool valid(const Mesh& mesh, bool require_divisible = false) const;
   std::string to_string() const { return placements_to_string(placements); }
   bool operator==(const ShardingSpec& o) const {
