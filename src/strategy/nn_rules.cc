@@ -201,8 +201,9 @@ RuleResult convolution_backward(const OpContext& c) {
   return r;
 }
 
-/// Pooling / upsampling over the trailing `spatial` dims: any leading (batch, channel) dim
-/// may be sharded on every tensor of the activation's rank (incl. max-pool indices).
+/// Pooling / upsampling over the trailing `spatial` dims (1, 2 or 3 from the op name; triu /
+/// tril work on the trailing 2): any leading (batch, channel) dim may be sharded on every
+/// tensor of the activation's rank (incl. max-pool indices).
 RuleResult spatial(const OpContext& c) {
   if (c.n_in() < 1 || c.n_out() < 1) c.fail("expected an input");
   const std::string& b = c.op.base;
@@ -269,6 +270,8 @@ void register_nn_rules(RuleTable& t) {
         "adaptive_max_pool2d", "adaptive_max_pool2d_backward", "upsample_nearest2d",
         "upsample_nearest2d_backward", "upsample_bilinear2d", "upsample_bilinear2d_backward"})
     t[op] = spatial;
+  t["triu"] = spatial;
+  t["tril"] = spatial;
   for (const char* op : {"_fused_adam", "_fused_adamw", "_fused_sgd"}) t[op] = optimizer;
 }
 

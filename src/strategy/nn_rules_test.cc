@@ -155,6 +155,14 @@ TEST(Pool, MaxPoolWithIndicesAndBackward) {
   EXPECT_EQ(names(g, a, mesh1()), (V{"R <- R", "S(0) <- S(0)", "S(1) <- S(1)"}));
 }
 
+TEST(Pool, TriuKeepsTheMatrixWhole) {
+  Graph g;
+  auto m = input(g, {4, 64, 64});
+  NodeIdx n = g.add_op("tu", "triu", {m}, T({4, 64, 64}), Phase::kForward,
+                       {{"diagonal", int64_t{1}}});
+  EXPECT_EQ(names(g, n, mesh1()), (V{"R <- R", "S(0) <- S(0)"}));
+}
+
 TEST(Optimizer, FusedAdamSharesOnePlacement) {
   Graph g;
   auto p = input(g, {8, 4});
