@@ -277,6 +277,7 @@ def to_graph_dict(traced: TracedStep, name: str = "model", *, keep_dead: bool = 
     grad_refs = []
     loss_ref = None
     consts: dict = {}        # fx node -> plain number it evaluates to
+    attr_nodes: dict = {}    # get_attr target -> exported buffer name
     for fx_node in graph.nodes:
         if fx_node in dead:
             continue
@@ -317,7 +318,12 @@ def to_graph_dict(traced: TracedStep, name: str = "model", *, keep_dead: bool = 
             raise ExportError(f"{where} ({fx_node.target}) produces a non-tensor value "
                               f"{type(m[1]).__name__}; symbolic shapes are not supported")
         if fx_node.op == "get_attr":
-            entry = {"name": unique(fx_node.name), "kind": "buffer",
+            # A tensor constant captured by the trace; FX makes a node per use: keep one.
+            if fx_node.target in attr_nodes:
+                out_name[fx_node] = attr_nodes[fx_node.target]
+                continue
+            attr_nodes[fx_node.target] = unique(str(fx_node.target).replace(".", "_"))
+            entry = {"name": attr_nodes[fx_node.target], "kind": "buffer",
                      "outputs": _out_json(m, where), "module": ""}
             out_name[fx_node] = entry["name"]
             nodes_out.append(entry)

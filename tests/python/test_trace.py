@@ -209,6 +209,31 @@ class ConventionsTest(unittest.TestCase):
         with_grad = {p["param"] for p in g["grad_pairs"]}
         self.assertEqual(with_grad, {"a.weight", "a.bias", "b.bias"})
 
+    def test_index_with_holes_and_tensor_constants(self):
+        class M(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.w = nn.Parameter(torch.empty(4, 6, 8))
+
+            def forward(self, x, idx):
+                c = torch.tensor([float(i) for i in range(8)], device=x.device)
+                return self.w[:, idx] * x * c
+
+        g = self.trace(M(), (torch.empty(4, 3, 8), torch.zeros(3, dtype=torch.long)))
+        index = next(n for n in g["nodes"] if n.get("op") == "index.Tensor")
+        self.assertEqual(index["attrs"], {"indices_count": 1, "indices_positions": [1]})
+        self.assertEqual(index["inputs"][1], "idx")
+        consts = [n for n in g["nodes"] if n["kind"] == "buffer"]
+        self.assertEqual(len(consts), 1)  # one node although forward and backward both use it
+        self.assertEqual(consts[0]["outputs"], [{"shape": [8], "dtype": "f32"}])
+
+    def test_non_tensor_outputs(self):
+        from autoshard_torch.export import _constant, _metas
+        t = torch.empty(2, 3, device="meta")
+        self.assertEqual(_metas((t, None, 5)), [([2, 3], torch.float32), None, None])
+        self.assertEqual(_constant(_metas(7)), (True, 7))
+        self.assertEqual(_constant(_metas(t))[0], False)
+
     def test_real_cpu_model_is_moved_to_meta(self):
         g = self.trace(nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 1)),
                        (torch.randn(4, 8),))
