@@ -134,7 +134,15 @@ def main(argv=None) -> int:
         k, v = kv.split("=", 1)
         kwargs[k.strip()] = _parse_value(v.strip())
 
-    import torch
+    try:
+        import torch
+    except ImportError:
+        hint = "" if sys.executable == "/usr/bin/python3" else \
+            " (Debian's python3-torch is for /usr/bin/python3: run `/usr/bin/python3 " \
+            "python/autoshard-trace ...`)"
+        print(f"autoshard-trace: PyTorch is not importable by {sys.executable}{hint}",
+              file=sys.stderr)
+        return 2
 
     from . import _compat
     from .export import to_graph_dict, write_graph_json
