@@ -13,7 +13,7 @@ try:  # pragma: no cover - depends on the installed torch
 except ImportError:  # pragma: no cover
     from torch.nn.utils.stateless import functional_call as _functional_call  # type: ignore
 
-from torch.fx.experimental.proxy_tensor import make_fx  # same API on 1.13 and 2.x
+from torch.fx.experimental.proxy_tensor import make_fx  # noqa: F401  (same API on 1.13 and 2.x)
 
 
 def functional_call(module, tensors, args, kwargs=None):
