@@ -141,6 +141,18 @@ TEST(Conv, Backward) {
                "P(sum), S(0), S(0) <- S(1), R, S(0)", "S(1), S(1), R <- R, S(1), S(1)"}));
 }
 
+TEST(Conv, BackwardWithAbsentGradBias) {
+  Graph g;
+  auto go = input(g, {4, 16, 4, 4});
+  auto x = input(g, {4, 8, 6, 6});
+  auto w = input(g, {16, 8, 3, 3});
+  NodeIdx n = op(g, "convolution_backward", {go, x, w},
+                 {T({4, 8, 6, 6}), T({16, 8, 3, 3}), T({0})}, {{"groups", int64_t{1}}});
+  EXPECT_EQ(names(g, n, mesh1()),
+            (V{"R, R, R <- R, R, R", "S(0), P(sum), R <- S(0), S(0), R",
+               "P(sum), S(0), R <- S(1), R, S(0)", "S(1), S(1), R <- R, S(1), S(1)"}));
+}
+
 TEST(Pool, MaxPoolWithIndicesAndBackward) {
   Graph g;
   auto x = input(g, {4, 8, 6, 6});

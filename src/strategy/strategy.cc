@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <set>
 #include <stdexcept>
 
@@ -162,6 +163,10 @@ std::vector<Strategy> expand(const OpContext& c, const RuleResult& rr) {
     bool ok = true;
     for (size_t t = 0; t < width && ok; ++t) {
       const TensorMeta& meta = t < c.n_out() ? c.out(t) : c.in[t - c.n_out()];
+      // Empty tensors (absent outputs such as a masked-off grad_bias, shape [0]) hold nothing:
+      // they are replicated whatever the row says.
+      if (meta.numel() == 0)
+        std::fill(combo[t].begin(), combo[t].end(), Placement::replicate());
       ShardingSpec sp = spec(combo[t], meta);
       ok = sp.valid(c.mesh, c.opt.require_divisible);
       (t < c.n_out() ? s.outputs : s.inputs).push_back(std::move(sp));
@@ -220,8 +225,14 @@ NodeStrategies enumerate_strategies(const Graph& g, NodeIdx n, const Mesh& mesh,
     ns.fallback = true;
     return ns;
   }
-  RuleResult rr = (*rule)(c);
-  ns.strategies = expand(c, rr);
+  try {
+    RuleResult rr = (*rule)(c);
+    ns.strategies = expand(c, rr);
+  } catch (const std::invalid_argument&) {
+    throw;  // already names the node
+  } catch (const std::out_of_range& e) {
+    c.fail(fmt::format("unexpected tensors or attrs ({})", e.what()));
+  }
   if (ns.strategies.empty()) ns.strategies.push_back(replicated_strategy(g, node, mesh));
   return ns;
 }
