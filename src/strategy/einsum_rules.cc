@@ -101,6 +101,7 @@ EinsumSpec parse_einsum(std::string_view equation, const std::vector<int64_t>& r
 std::vector<Row> einsum_rows(const EinsumSpec& s, const std::vector<TensorMeta>& in,
                              const TensorMeta& out) {
   const size_t n = s.inputs.size();
+  (void)out;  // the output's letters carry no extra constraint (its sizes follow the operands)
   // Letter sizes (the largest over operands, for broadcast detection).
   auto size_of = [&](char ch) {
     int64_t sz = 1;
@@ -142,7 +143,6 @@ std::vector<Row> einsum_rows(const EinsumSpec& s, const std::vector<TensorMeta>&
         if (at == std::string::npos || (in[i].shape[at] == 1 && sz != 1)) continue;
         row[i + 1] = Placement::shard(static_cast<int32_t>(at));
       }
-      (void)out;
       rows.push_back(std::move(row));
     }
   return rows;

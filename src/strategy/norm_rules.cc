@@ -66,8 +66,8 @@ RuleResult layer_norm_backward(const OpContext& c) {
   return norm_rows(c, c.in[1], norm_axis(c, c.in[1]), partial);
 }
 
-/// Index of the batch-norm per-channel tensors that are batch statistics (P(avg) under local
-/// batch sharding) rather than parameters / running stats (R).
+/// Batch norm forward (backward=false) or backward.  Activation-like tensors are those with
+/// the input's rank; rank-1 tensors are per-channel (parameters, running or batch stats).
 RuleResult batch_norm(const OpContext& c, bool backward) {
   if (c.n_in() < (backward ? 2u : 1u)) c.fail("expected an input");
   const TensorMeta& x = c.in[backward ? 1 : 0];

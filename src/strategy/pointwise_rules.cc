@@ -78,7 +78,7 @@ void register_pointwise_rules(RuleTable& t) {
   t["mul"] = arith(false);
   t["div"] = arith(false);
   // Unary linear ops and dtype casts.
-  for (const char* op : {"neg", "_to_copy", "clone", "contiguous", "to", "type_as",
+  for (const char* op : {"neg", "_to_copy", "clone", "contiguous", "to",
                          "convert_element_type", "copy_", "copy", "lift_fresh_copy",
                          "_conj", "positive"})
     t[op] = rule(Linear::kAll);
