@@ -16,6 +16,16 @@ class Greedy {
       adj_[sz(p.edges[sz(k)].u)].push_back(k);
       adj_[sz(p.edges[sz(k)].v)].push_back(k);
     }
+    double total = 0;
+    auto add_max = [&](const std::vector<Cost>& cs) {
+      double m = 0;
+      for (Cost c : cs)
+        if (c < kInfCost) m = std::max(m, std::abs(c));
+      total += m;
+    };
+    for (const auto& n : p.nodes) add_max(n.costs);
+    for (const auto& e : p.edges) add_max(e.costs);
+    big_ = 10 * total + 1;
     node_rows_.resize(sz(p.num_nodes()));
     if (p.usage_limit >= 0)
       for (size_t r = 0; r < rows.size(); ++r)
@@ -28,10 +38,7 @@ class Greedy {
     if (start.size() == sz(n)) {
       choice_ = start;
     } else {
-      for (PNodeIdx v = 0; v < n; ++v) {
-        const auto& c = p_.nodes[sz(v)].costs;
-        choice_[sz(v)] = static_cast<StrategyIdx>(std::min_element(c.begin(), c.end()) - c.begin());
-      }
+      construct();
     }
     load_.assign(rows_.size(), 0);
     for (size_t r = 0; r < rows_.size(); ++r) {
@@ -39,8 +46,9 @@ class Greedy {
       for (PNodeIdx v : rows_[r].nodes) load_[r] += usage(v, choice_[sz(v)]);
     }
     descend();
-    if (p_.usage_limit >= 0) {
-      repair();
+    if (p_.usage_limit >= 0 && violated()) {
+      penalty_repair();
+      if (violated()) ratio_repair();
       descend();
     }
     GreedyResult res;
@@ -52,14 +60,59 @@ class Greedy {
   }
 
  private:
+  /// Assigns nodes in breadth-first order, each to its cheapest strategy given the edges to
+  /// nodes assigned before it (so forbidden pairs are avoided whenever a choice allows it).
+  void construct() {
+    const PNodeIdx n = p_.num_nodes();
+    std::vector<char> done(sz(n), 0);
+    std::vector<PNodeIdx> order;
+    std::vector<PNodeIdx> by_degree(sz(n));
+    for (PNodeIdx v = 0; v < n; ++v) by_degree[sz(v)] = v;
+    std::stable_sort(by_degree.begin(), by_degree.end(),
+                     [&](PNodeIdx a, PNodeIdx b) { return adj_[sz(a)].size() > adj_[sz(b)].size(); });
+    std::vector<char> seen(sz(n), 0);
+    for (PNodeIdx root : by_degree) {
+      if (seen[sz(root)]) continue;
+      seen[sz(root)] = 1;
+      size_t head = order.size();
+      order.push_back(root);
+      while (head < order.size()) {
+        PNodeIdx v = order[head++];
+        for (EdgeIdx k : adj_[sz(v)]) {
+          const ProblemEdge& e = p_.edges[sz(k)];
+          PNodeIdx o = e.u == v ? e.v : e.u;
+          if (!seen[sz(o)]) seen[sz(o)] = 1, order.push_back(o);
+        }
+      }
+    }
+    for (PNodeIdx v : order) {
+      Cost best = kInfCost;
+      StrategyIdx arg = 0;
+      for (StrategyIdx q = 0; q < p_.nodes[sz(v)].num_strategies(); ++q) {
+        Cost c = fin(p_.nodes[sz(v)].costs[sz(q)]);
+        for (EdgeIdx k : adj_[sz(v)]) {
+          const ProblemEdge& e = p_.edges[sz(k)];
+          if ((e.u == v && done[sz(e.v)]) || (e.v == v && done[sz(e.u)])) c += ecost(e, v, q);
+        }
+        if (c < best) best = c, arg = q;
+      }
+      choice_[sz(v)] = arg;
+      done[sz(v)] = 1;
+    }
+  }
+
   int64_t usage(PNodeIdx v, StrategyIdx q) const { return p_.nodes[sz(v)].usages[sz(q)]; }
 
+  /// Forbidden choices count as a huge finite cost inside the local search, so that it can
+  /// walk out of assignments that use them (the final cost is evaluated exactly).
+  Cost fin(Cost c) const { return c < kInfCost ? c : big_; }
+  Cost ecost(const ProblemEdge& e, PNodeIdx v, StrategyIdx q) const {
+    return fin(e.u == v ? p_.edge_cost(e, q, choice_[sz(e.v)]) : p_.edge_cost(e, choice_[sz(e.u)], q));
+  }
+
   Cost local(PNodeIdx v, StrategyIdx q) const {
-    Cost c = p_.nodes[sz(v)].costs[sz(q)];
-    for (EdgeIdx k : adj_[sz(v)]) {
-      const ProblemEdge& e = p_.edges[sz(k)];
-      c += e.u == v ? p_.edge_cost(e, q, choice_[sz(e.v)]) : p_.edge_cost(e, choice_[sz(e.u)], q);
-    }
+    Cost c = fin(p_.nodes[sz(v)].costs[sz(q)]);
+    for (EdgeIdx k : adj_[sz(v)]) c += ecost(p_.edges[sz(k)], v, q);
     return c;
   }
 
@@ -78,25 +131,118 @@ class Greedy {
     choice_[sz(v)] = q;
   }
 
+  bool violated() const {
+    return std::any_of(load_.begin(), load_.end(), [&](int64_t l) { return l > p_.usage_limit; });
+  }
+
+  /// Usage penalty of strategy q at v under the row multipliers (0 without multipliers).
+  double penalty(PNodeIdx v, StrategyIdx q) const {
+    if (lambda_.empty()) return 0;
+    double w = 0;
+    for (int32_t r : node_rows_[sz(v)]) w += lambda_[sz(r)];
+    return w * static_cast<double>(usage(v, q));
+  }
+
+  /// Coordinate descent on cost (+ usage penalties when multipliers are set).  Without
+  /// multipliers, moves must keep memory rows within the limit.
   void descend() {
+    const bool penalized = !lambda_.empty();
     for (int pass = 0; pass < 100; ++pass) {
       bool improved = false;
       for (PNodeIdx v = 0; v < p_.num_nodes(); ++v) {
         const StrategyIdx cur = choice_[sz(v)];
-        Cost best = local(v, cur);
+        Cost best = local(v, cur) + penalty(v, cur);
         StrategyIdx arg = cur;
         for (StrategyIdx q = 0; q < p_.nodes[sz(v)].num_strategies(); ++q) {
           if (q == cur) continue;
-          Cost c = local(v, q);
-          if (c < best - 1e-12 * std::max(1.0, std::abs(best)) && fits(v, q)) best = c, arg = q;
+          Cost c = local(v, q) + penalty(v, q);
+          if (c < best - 1e-12 * std::max(1.0, std::abs(best)) && (penalized || fits(v, q)))
+            best = c, arg = q;
         }
         if (arg != cur) move(v, arg), improved = true;
       }
-      if (!improved) break;
+      if (!improved && !pair_pass()) break;
     }
   }
 
-  void repair() {
+  /// Local cost of v at q without the contribution of edge `skip`.
+  Cost local_without(PNodeIdx v, StrategyIdx q, EdgeIdx skip) const {
+    Cost c = fin(p_.nodes[sz(v)].costs[sz(q)]);
+    for (EdgeIdx k : adj_[sz(v)])
+      if (k != skip) c += ecost(p_.edges[sz(k)], v, q);
+    return c;
+  }
+
+  /// One pass of joint moves of the two ends of every edge; returns true if any improved.
+  bool pair_pass() {
+    const bool penalized = !lambda_.empty();
+    bool improved = false;
+    std::vector<Cost> lu, lv;
+    for (EdgeIdx k = 0; k < p_.num_edges(); ++k) {
+      const ProblemEdge& e = p_.edges[sz(k)];
+      const StrategyIdx ku = p_.nodes[sz(e.u)].num_strategies(), kv = p_.nodes[sz(e.v)].num_strategies();
+      const StrategyIdx cu = choice_[sz(e.u)], cv = choice_[sz(e.v)];
+      lu.resize(sz(ku));
+      lv.resize(sz(kv));
+      for (StrategyIdx a = 0; a < ku; ++a) lu[sz(a)] = local_without(e.u, a, k) + penalty(e.u, a);
+      for (StrategyIdx b = 0; b < kv; ++b) lv[sz(b)] = local_without(e.v, b, k) + penalty(e.v, b);
+      const Cost cur = lu[sz(cu)] + lv[sz(cv)] + fin(p_.edge_cost(e, cu, cv));
+      Cost best = cur;
+      StrategyIdx ba = cu, bb = cv;
+      for (StrategyIdx a = 0; a < ku; ++a) {
+        if (!(lu[sz(a)] < best)) continue;
+        for (StrategyIdx b = 0; b < kv; ++b) {
+          const Cost c = lu[sz(a)] + lv[sz(b)] + fin(p_.edge_cost(e, a, b));
+          if (c < best - 1e-12 * std::max(1.0, std::abs(best)) && (a != cu || b != cv)) {
+            if (!penalized) {  // the joint move must keep memory within the limit
+              move(e.u, a);
+              move(e.v, b);
+              const bool ok = !violated_at(e.u) && !violated_at(e.v);
+              move(e.v, cv);
+              move(e.u, cu);
+              if (!ok) continue;
+            }
+            best = c, ba = a, bb = b;
+          }
+        }
+      }
+      if (ba != cu || bb != cv) {
+        move(e.u, ba);
+        move(e.v, bb);
+        improved = true;
+      }
+    }
+    return improved;
+  }
+
+  bool violated_at(PNodeIdx v) const {
+    for (int32_t r : node_rows_[sz(v)])
+      if (load_[sz(r)] > p_.usage_limit) return true;
+    return false;
+  }
+
+  /// Raises per-row usage prices on violated rows until penalized descent fits the limit.
+  void penalty_repair() {
+    double dc = 0, du = 0;
+    for (const ProblemNode& n : p_.nodes) {
+      Cost lo = kInfCost, hi = -kInfCost;
+      for (Cost c : n.costs)
+        if (c < kInfCost) lo = std::min(lo, c), hi = std::max(hi, c);
+      if (hi > lo) dc += hi - lo;
+      du += static_cast<double>(*std::max_element(n.usages.begin(), n.usages.end()) -
+                                *std::min_element(n.usages.begin(), n.usages.end()));
+    }
+    const double scale = du > 0 && dc > 0 ? dc / du : 1.0;
+    lambda_.assign(rows_.size(), 0.0);
+    for (int iter = 0; iter < 80 && violated(); ++iter) {
+      for (size_t r = 0; r < rows_.size(); ++r)
+        if (load_[r] > p_.usage_limit) lambda_[r] = lambda_[r] == 0 ? scale * 1e-3 : lambda_[r] * 1.6;
+      descend();
+    }
+    lambda_.clear();
+  }
+
+  void ratio_repair() {
     const int64_t limit = p_.usage_limit;
     std::vector<char> seen(sz(p_.num_nodes()), 0);
     for (int iter = 0; iter < 100000; ++iter) {
@@ -119,7 +265,7 @@ class Greedy {
         for (StrategyIdx q = 0; q < p_.nodes[sz(v)].num_strategies(); ++q) {
           const int64_t saved = usage(v, cur) - usage(v, q);
           if (saved <= 0) continue;
-          const Cost delta = local(v, q) - (base < kInfCost ? base : 0.0);
+          const Cost delta = local(v, q) - base;
           if (!(delta < kInfCost)) continue;
           const double score = delta / (static_cast<double>(saved) * static_cast<double>(violated));
           if (score < best_score) best_score = score, bv = v, bq = q;
@@ -136,13 +282,79 @@ class Greedy {
   std::vector<std::vector<int32_t>> node_rows_;
   std::vector<StrategyIdx> choice_;
   std::vector<int64_t> load_;
+  std::vector<double> lambda_;  ///< per-row usage prices during penalty_repair
+  double big_ = 1;              ///< stands for +inf inside the local search
 };
+
+}  // namespace
+
+namespace {
+
+/// Lagrangian heuristic: usage priced per memory row is folded into node costs, the priced
+/// problem (no usage limit) is solved by the exact reductions (trees and chains vanish) and
+/// local search on what is left, and prices of violated rows rise until the answer fits.
+GreedyResult lagrangian(const Problem& p, const std::vector<MemoryRow>& rows) {
+  std::vector<std::vector<int32_t>> node_rows(sz(p.num_nodes()));
+  for (size_t r = 0; r < rows.size(); ++r)
+    for (PNodeIdx v : rows[r].nodes) node_rows[sz(v)].push_back(static_cast<int32_t>(r));
+  double dc = 0, du = 0;
+  for (const ProblemNode& n : p.nodes) {
+    Cost lo = kInfCost, hi = -kInfCost;
+    for (Cost c : n.costs)
+      if (c < kInfCost) lo = std::min(lo, c), hi = std::max(hi, c);
+    if (hi > lo) dc += hi - lo;
+    du += static_cast<double>(*std::max_element(n.usages.begin(), n.usages.end()) -
+                              *std::min_element(n.usages.begin(), n.usages.end()));
+  }
+  const double scale = du > 0 && dc > 0 ? dc / du : 1.0;
+  std::vector<double> lambda(rows.size(), 0.0);
+  Greedy polish(p, rows);
+  GreedyResult best;
+  for (int iter = 0; iter < 40; ++iter) {
+    Problem q = p;
+    q.usage_limit = -1;
+    for (PNodeIdx v = 0; v < p.num_nodes(); ++v) {
+      double w = 0;
+      for (int32_t r : node_rows[sz(v)]) w += lambda[sz(r)];
+      if (w == 0) continue;
+      ProblemNode& n = q.nodes[sz(v)];
+      for (size_t s = 0; s < n.costs.size(); ++s) n.costs[s] += w * static_cast<double>(n.usages[s]);
+    }
+    ReducedProblem rq = reduce(q);
+    if (rq.infeasible) break;
+    std::vector<StrategyIdx> x = rq.map_back(Greedy(rq.problem, {}).run({}).choice);
+    bool fits = true;
+    for (size_t r = 0; r < rows.size(); ++r) {
+      int64_t load = rows[r].offset;
+      for (PNodeIdx v : rows[r].nodes) load += p.nodes[sz(v)].usages[sz(x[sz(v)])];
+      if (load > p.usage_limit) {
+        fits = false;
+        lambda[r] = lambda[r] == 0 ? scale * 1e-2 : lambda[r] * 1.5;
+      }
+    }
+    if (!fits) continue;
+    GreedyResult g = polish.run(x);
+    if (g.memory_ok && g.cost < best.cost) best = g;
+    break;
+  }
+  return best;
+}
 
 }  // namespace
 
 GreedyResult greedy_solve(const Problem& p, const std::vector<MemoryRow>& rows,
                           const std::vector<StrategyIdx>& start) {
-  return Greedy(p, rows).run(start);
+  GreedyResult best;
+  auto consider = [&](GreedyResult g) {
+    const bool better = (g.memory_ok && !best.memory_ok) ||
+                        (g.memory_ok == best.memory_ok && g.cost < best.cost) || best.choice.empty();
+    if (better) best = std::move(g);
+  };
+  Greedy g(p, rows);
+  if (start.size() == sz(p.num_nodes())) consider(g.run(start));
+  if (p.num_edges() > 0) consider(lagrangian(p, rows));
+  if (!best.memory_ok || !(best.cost < kInfCost)) consider(g.run({}));
+  return best;
 }
 
 }  // namespace autoshard

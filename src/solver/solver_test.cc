@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 
 #include "solver/solver_test_util.h"
@@ -202,6 +203,38 @@ TEST(SolveLarge, TimeLimitHoldsOnG) {
     EXPECT_LE(peak_usage(p, r.choice), p.usage_limit);
     EXPECT_GE(r.objective, 217039 * 0.999);  // best known
   }
+}
+
+}  // namespace
+}  // namespace autoshard
+
+namespace autoshard {
+namespace {
+
+/// Manual exploration: AUTOSHARD_INSTANCE=path AUTOSHARD_LIMIT=s ./solver_test
+/// --gtest_also_run_disabled_tests --gtest_filter='*Explore*'
+TEST(SolveLarge, DISABLED_Explore) {
+  const char* path = std::getenv("AUTOSHARD_INSTANCE");
+  if (!path) GTEST_SKIP();
+  const char* lim = std::getenv("AUTOSHARD_LIMIT");
+  const char* skip = std::getenv("AUTOSHARD_SKIP_REDUCTIONS");
+  auto t0 = std::chrono::steady_clock::now();
+  auto el = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+  Problem p = testing::load_iopddl(path);
+  std::printf("loaded %d nodes %d edges, %lld Alpa variables in %.2f s\n", p.num_nodes(), p.num_edges(),
+              static_cast<long long>(alpa_variable_count(p)), el());
+  SolverOptions o;
+  o.time_limit_s = lim ? std::atof(lim) : 30;
+  o.skip_reductions = skip != nullptr;
+  o.progress = [&](std::string_view s) { std::printf("[%7.2f] %.*s\n", el(), static_cast<int>(s.size()), s.data()); };
+  auto t1 = std::chrono::steady_clock::now();
+  SolveResult r = solve(p, o);
+  double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+  std::printf("reduced %d nodes %d edges, %lld MIP vars; %s objective %.0f lb %.0f gap %.4g peak %lld/%lld; %.2f s (%s)\n",
+              r.reduced_nodes, r.reduced_edges, static_cast<long long>(r.mip_variables),
+              std::string(solve_status_name(r.status)).c_str(), r.objective, r.lower_bound, r.gap,
+              static_cast<long long>(r.peak_usage), static_cast<long long>(p.usage_limit), wall, r.method.c_str());
+  for (auto& [name, s] : r.phase_seconds) std::printf("  %s: %.3f s\n", name.c_str(), s);
 }
 
 }  // namespace
