@@ -1,0 +1,142 @@
+#include "solver/anytime.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <sstream>
+
+#include "problem/iopddl.h"
+#include "solver/anytime_reduce.h"
+#include "solver/lower_bound.h"
+
+namespace autoshard {
+namespace {
+
+const std::string kExample = std::string(AUTOSHARD_SHARED_DIR) + "/iopddl/example.json";
+
+Problem random_problem(std::mt19937& rng, int n, int max_s, double p_edge, double p_inf, bool tight) {
+  Problem p;
+  std::uniform_int_distribution<int> cost(0, 50), use(1, 20), t(0, 10);
+  for (int i = 0; i < n; ++i) {
+    ProblemNode node;
+    int s = 1 + static_cast<int>(rng() % static_cast<unsigned>(max_s));
+    for (int k = 0; k < s; ++k) {
+      node.costs.push_back(rng() % 10 == 0 ? kInfCost : cost(rng));
+      node.usages.push_back(use(rng));
+    }
+    int a = t(rng), b = t(rng);
+    node.start = std::min(a, b);
+    node.end = std::max(a, b);
+    p.nodes.push_back(node);
+  }
+  for (int u = 0; u < n; ++u)
+    for (int v = u + 1; v < n; ++v) {
+      if (std::uniform_real_distribution<double>(0, 1)(rng) > p_edge) continue;
+      ProblemEdge e;
+      e.u = u;
+      e.v = v;
+      size_t sz = p.nodes[static_cast<size_t>(u)].costs.size() * p.nodes[static_cast<size_t>(v)].costs.size();
+      for (size_t k = 0; k < sz; ++k)
+        e.costs.push_back(std::uniform_real_distribution<double>(0, 1)(rng) < p_inf ? kInfCost : cost(rng));
+      p.edges.push_back(e);
+    }
+  p.usage_limit = tight ? 40 : -1;
+  return p;
+}
+
+/// Exhaustive optimum (cost, memory); +inf if infeasible.
+Cost brute_force(const Problem& p) {
+  std::vector<StrategyIdx> x(p.nodes.size(), 0);
+  Cost best = kInfCost;
+  for (;;) {
+    Cost c = evaluate_cost(p, x);
+    if (c < best && (p.usage_limit < 0 || peak_usage(p, x) <= p.usage_limit)) best = c;
+    size_t i = 0;
+    while (i < x.size() && ++x[i] == p.nodes[i].num_strategies()) x[i++] = 0;
+    if (i == x.size()) break;
+  }
+  return best;
+}
+
+TEST(Anytime, ExampleReaches445) {
+  IopddlInstance inst = read_iopddl(kExample);
+  AnytimeOptions opt;
+  opt.time_limit_s = 0.3;
+  opt.threads = 2;
+  AnytimeResult r = solve_anytime(inst.problem, opt);
+  ASSERT_TRUE(r.feasible);
+  EXPECT_EQ(r.cost, 445);
+  EXPECT_EQ(r.choice, (std::vector<StrategyIdx>{0, 0, 2, 1, 0}));
+  EXPECT_LE(r.lower_bound, 445);
+  EXPECT_GE(r.time_to_first_feasible_s, 0);
+}
+
+TEST(Anytime, DriverPrintsSolutionLast) {
+  std::ostringstream out;
+  EXPECT_EQ(run_iopddl(kExample, 1.0, 1, out), 0);
+  std::string s = out.str();
+  ASSERT_GE(s.size(), 2u);
+  std::string last = s.substr(s.rfind('\n', s.size() - 2) + 1);
+  EXPECT_EQ(last, "[0, 0, 2, 1, 0]\n") << s;
+  std::ostringstream bad;
+  EXPECT_EQ(run_iopddl("/nonexistent.json", 1.0, 1, bad), 1);
+  EXPECT_NE(bad.str().find("[]\n"), std::string::npos);
+}
+
+TEST(Anytime, ReductionPreservesCostAndUsage) {
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 200; ++trial) {
+    Problem p = random_problem(rng, 3 + trial % 8, 4, 0.4, 0.3, trial % 2 == 0);
+    AnytimeReduction red(p);
+    const GroupModel& m = red.model();
+    if (m.infeasible) {
+      EXPECT_TRUE(std::isinf(brute_force(p))) << trial;
+      continue;
+    }
+    for (int k = 0; k < 5; ++k) {
+      std::vector<int32_t> x(static_cast<size_t>(m.num_groups()));
+      for (int32_t g = 0; g < m.num_groups(); ++g)
+        x[static_cast<size_t>(g)] = static_cast<int32_t>(rng() % m.unary[static_cast<size_t>(g)].size());
+      Cost c = m.offset;
+      for (int32_t g = 0; g < m.num_groups(); ++g) c += m.unary[static_cast<size_t>(g)][static_cast<size_t>(x[static_cast<size_t>(g)])];
+      for (const auto& e : m.edges) c += m.edge_cost(e, x[static_cast<size_t>(e.a)], x[static_cast<size_t>(e.b)]);
+      std::vector<StrategyIdx> ox = red.expand(x);
+      Cost oc = evaluate_cost(p, ox);
+      if (std::isinf(c)) {
+        EXPECT_TRUE(std::isinf(oc)) << trial;
+      } else {
+        EXPECT_EQ(c, oc) << trial;
+      }
+    }
+    EXPECT_LE(edge_split_lower_bound(m), brute_force(p)) << trial;
+  }
+}
+
+TEST(Anytime, RandomSmallProblemsReachBruteForceOptimum) {
+  std::mt19937 rng(42);
+  int solved = 0;
+  for (int trial = 0; trial < 24; ++trial) {
+    Problem p = random_problem(rng, 5 + trial % 4, 4, 0.35, 0.15, trial % 3 != 0);
+    Cost opt = brute_force(p);
+    AnytimeOptions o;
+    o.time_limit_s = 0.2;
+    o.threads = 2;
+    AnytimeResult r = solve_anytime(p, o);
+    if (std::isinf(opt)) {
+      EXPECT_FALSE(r.feasible) << trial;
+      continue;
+    }
+    ASSERT_TRUE(r.feasible) << trial;
+    EXPECT_EQ(r.cost, opt) << trial;
+    EXPECT_LE(r.lower_bound, opt) << trial;
+    if (p.usage_limit >= 0) {
+      EXPECT_LE(peak_usage(p, r.choice), p.usage_limit);
+    }
+    ++solved;
+  }
+  EXPECT_GT(solved, 10);
+}
+
+}  // namespace
+}  // namespace autoshard
