@@ -1,16 +1,19 @@
 #include "solver/greedy.h"
 
 #include <algorithm>
+#include <chrono>
 
 namespace autoshard {
 
 namespace {
 
 inline size_t sz(int64_t x) { return static_cast<size_t>(x); }
+using Clock = std::chrono::steady_clock;
 
 class Greedy {
  public:
-  Greedy(const Problem& p, const std::vector<MemoryRow>& rows) : p_(p), rows_(rows) {
+  Greedy(const Problem& p, const std::vector<MemoryRow>& rows, Deadline deadline)
+      : p_(p), rows_(rows), deadline_(deadline) {
     adj_.resize(sz(p.num_nodes()));
     for (EdgeIdx k = 0; k < p.num_edges(); ++k) {
       adj_[sz(p.edges[sz(k)].u)].push_back(k);
@@ -131,6 +134,9 @@ class Greedy {
     choice_[sz(v)] = q;
   }
 
+  /// Checked between passes: past the deadline the search stops with what it has.
+  bool late() const { return Clock::now() >= deadline_; }
+
   bool violated() const {
     return std::any_of(load_.begin(), load_.end(), [&](int64_t l) { return l > p_.usage_limit; });
   }
@@ -147,7 +153,7 @@ class Greedy {
   /// multipliers, moves must keep memory rows within the limit.
   void descend() {
     const bool penalized = !lambda_.empty();
-    for (int pass = 0; pass < 100; ++pass) {
+    for (int pass = 0; pass < 100 && !late(); ++pass) {
       bool improved = false;
       for (PNodeIdx v = 0; v < p_.num_nodes(); ++v) {
         const StrategyIdx cur = choice_[sz(v)];
@@ -179,6 +185,7 @@ class Greedy {
     bool improved = false;
     std::vector<Cost> lu, lv;
     for (EdgeIdx k = 0; k < p_.num_edges(); ++k) {
+      if (k % 256 == 0 && late()) break;
       const ProblemEdge& e = p_.edges[sz(k)];
       const StrategyIdx ku = p_.nodes[sz(e.u)].num_strategies(), kv = p_.nodes[sz(e.v)].num_strategies();
       const StrategyIdx cu = choice_[sz(e.u)], cv = choice_[sz(e.v)];
@@ -234,7 +241,7 @@ class Greedy {
     }
     const double scale = du > 0 && dc > 0 ? dc / du : 1.0;
     lambda_.assign(rows_.size(), 0.0);
-    for (int iter = 0; iter < 80 && violated(); ++iter) {
+    for (int iter = 0; iter < 80 && violated() && !late(); ++iter) {
       for (size_t r = 0; r < rows_.size(); ++r)
         if (load_[r] > p_.usage_limit) lambda_[r] = lambda_[r] == 0 ? scale * 1e-3 : lambda_[r] * 1.6;
       descend();
@@ -245,7 +252,7 @@ class Greedy {
   void ratio_repair() {
     const int64_t limit = p_.usage_limit;
     std::vector<char> seen(sz(p_.num_nodes()), 0);
-    for (int iter = 0; iter < 100000; ++iter) {
+    for (int iter = 0; iter < 100000 && !late(); ++iter) {
       std::vector<PNodeIdx> cand;
       for (size_t r = 0; r < rows_.size(); ++r) {
         if (load_[r] <= limit) continue;
@@ -284,6 +291,7 @@ class Greedy {
   std::vector<int64_t> load_;
   std::vector<double> lambda_;  ///< per-row usage prices during penalty_repair
   double big_ = 1;              ///< stands for +inf inside the local search
+  Deadline deadline_;
 };
 
 }  // namespace
@@ -293,7 +301,7 @@ namespace {
 /// Lagrangian heuristic: usage priced per memory row is folded into node costs, the priced
 /// problem (no usage limit) is solved by the exact reductions (trees and chains vanish) and
 /// local search on what is left, and prices of violated rows rise until the answer fits.
-GreedyResult lagrangian(const Problem& p, const std::vector<MemoryRow>& rows) {
+GreedyResult lagrangian(const Problem& p, const std::vector<MemoryRow>& rows, Deadline deadline) {
   std::vector<std::vector<int32_t>> node_rows(sz(p.num_nodes()));
   for (size_t r = 0; r < rows.size(); ++r)
     for (PNodeIdx v : rows[r].nodes) node_rows[sz(v)].push_back(static_cast<int32_t>(r));
@@ -308,9 +316,9 @@ GreedyResult lagrangian(const Problem& p, const std::vector<MemoryRow>& rows) {
   }
   const double scale = du > 0 && dc > 0 ? dc / du : 1.0;
   std::vector<double> lambda(rows.size(), 0.0);
-  Greedy polish(p, rows);
+  Greedy polish(p, rows, deadline);
   GreedyResult best;
-  for (int iter = 0; iter < 40; ++iter) {
+  for (int iter = 0; iter < 40 && Clock::now() < deadline; ++iter) {
     Problem q = p;
     q.usage_limit = -1;
     for (PNodeIdx v = 0; v < p.num_nodes(); ++v) {
@@ -322,7 +330,7 @@ GreedyResult lagrangian(const Problem& p, const std::vector<MemoryRow>& rows) {
     }
     ReducedProblem rq = reduce(q);
     if (rq.infeasible) break;
-    std::vector<StrategyIdx> x = rq.map_back(Greedy(rq.problem, {}).run({}).choice);
+    std::vector<StrategyIdx> x = rq.map_back(Greedy(rq.problem, {}, deadline).run({}).choice);
     bool fits = true;
     for (size_t r = 0; r < rows.size(); ++r) {
       int64_t load = rows[r].offset;
@@ -343,16 +351,16 @@ GreedyResult lagrangian(const Problem& p, const std::vector<MemoryRow>& rows) {
 }  // namespace
 
 GreedyResult greedy_solve(const Problem& p, const std::vector<MemoryRow>& rows,
-                          const std::vector<StrategyIdx>& start) {
+                          const std::vector<StrategyIdx>& start, Deadline deadline) {
   GreedyResult best;
   auto consider = [&](GreedyResult g) {
     const bool better = (g.memory_ok && !best.memory_ok) ||
                         (g.memory_ok == best.memory_ok && g.cost < best.cost) || best.choice.empty();
     if (better) best = std::move(g);
   };
-  Greedy g(p, rows);
+  Greedy g(p, rows, deadline);
   if (start.size() == sz(p.num_nodes())) consider(g.run(start));
-  if (p.num_edges() > 0) consider(lagrangian(p, rows));
+  if (p.num_edges() > 0) consider(lagrangian(p, rows, deadline));
   if (!best.memory_ok || !(best.cost < kInfCost)) consider(g.run({}));
   return best;
 }

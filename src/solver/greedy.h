@@ -3,6 +3,7 @@
 /// search runs out of time: per-node cheapest strategy, coordinate descent on the full cost
 /// (node + incident edges), then memory repair (cheapest cost increase per unit of usage
 /// removed from violated rows) and a final memory-respecting descent.
+#include <chrono>
 #include <cstdint>
 #include <vector>
 
@@ -19,7 +20,10 @@ struct GreedyResult {
 
 /// `rows` are the problem's memory rows (see memory_rows); `start` (optional, may be empty)
 /// is an initial assignment.
+/// The search stops improving at `deadline` (it still returns an assignment).
+using Deadline = std::chrono::steady_clock::time_point;
 GreedyResult greedy_solve(const Problem& p, const std::vector<MemoryRow>& rows,
-                          const std::vector<StrategyIdx>& start = {});
+                          const std::vector<StrategyIdx>& start = {},
+                          Deadline deadline = Deadline::max());
 
 }  // namespace autoshard

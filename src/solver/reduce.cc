@@ -156,8 +156,7 @@ class Reducer {
     enqueue(v);
   }
 
-  void to_base(const WNode& n) {
-    int64_t u = n.max_usage();
+  void to_base(const WNode& n, int64_t u) {
     if (n.end > n.start && u != 0) out_.base.push_back({n.start, n.end, u});
   }
 
@@ -175,10 +174,11 @@ class Reducer {
     return el;
   }
 
-  void kill(PNodeIdx v) {
+  /// Removes v and its edges; `usage` is counted as base usage over v's interval.
+  void kill(PNodeIdx v, int64_t usage) {
     WNode& n = nodes_[sz(v)];
     while (!n.adj.empty()) remove_edge(n.adj.back());
-    to_base(n);
+    to_base(n, usage);
     n.alive = false;
   }
 
@@ -196,7 +196,7 @@ class Reducer {
       for (int32_t id : adj) try_decompose(id);
     }
     if (opt_.dominance && remove_dominated(v)) return;  // v is re-queued
-    if (opt_.eliminate && (n.mem_free || n.const_usage())) eliminate(v);
+    if (opt_.eliminate) eliminate(v, n.mem_free || n.const_usage());
   }
 
   /// Returns false when v became empty (infeasible) or changed (re-queued).
@@ -238,7 +238,7 @@ class Reducer {
     Elimination el = start_elimination(v, {});
     el.table = {n.orig[0]};
     out_.eliminated.push_back(std::move(el));
-    kill(v);
+    kill(v, n.usage[0]);
   }
 
   void try_decompose(int32_t id) {
@@ -294,16 +294,30 @@ class Reducer {
     return any;
   }
 
-  void eliminate(PNodeIdx v) {
+  /// Eliminates v (degree 0, 1 or 2).  With `free` (memory-free or constant usage) v's best
+  /// response is chosen by cost alone and its maximum usage goes to the base.  Otherwise the
+  /// elimination is done only if every best response (ties broken towards lower usage) has
+  /// v's minimum usage: then the choice is optimal for cost and for memory at once, and v
+  /// counts as a constant minimum usage.
+  void eliminate(PNodeIdx v, bool free) {
     WNode& n = nodes_[sz(v)];
     const int32_t k = n.k();
+    const int64_t umin = *std::min_element(n.usage.begin(), n.usage.end());
+    auto ok = [&](int32_t q) { return free || n.usage[sz(q)] == umin; };
+    auto better = [&](Cost c, int32_t q, Cost best, int32_t bq) {
+      return c < best || (c == best && bq >= 0 && n.usage[sz(q)] < n.usage[sz(bq)]);
+    };
+    const int64_t base_usage = free ? n.max_usage() : umin;
     if (n.adj.empty()) {
-      int32_t best = static_cast<int32_t>(std::min_element(n.cost.begin(), n.cost.end()) - n.cost.begin());
+      int32_t best = 0;
+      for (int32_t q = 1; q < k; ++q)
+        if (better(n.cost[sz(q)], q, n.cost[sz(best)], best)) best = q;
+      if (!ok(best)) return;
       out_.constant_cost += n.cost[sz(best)];
       Elimination el = start_elimination(v, {});
       el.table = {n.orig[sz(best)]};
       out_.eliminated.push_back(std::move(el));
-      kill(v);
+      kill(v, base_usage);
       return;
     }
     if (n.adj.size() == 1) {
@@ -311,18 +325,23 @@ class Reducer {
       const WEdge& e = edges_[sz(id)];
       const PNodeIdx u = other(e, v);
       WNode& un = nodes_[sz(u)];
-      Elimination el = start_elimination(v, {u});
-      el.table.assign(sz(un.k()), n.orig[0]);
+      std::vector<Cost> add(sz(un.k()), kInfCost);
+      std::vector<int32_t> arg(sz(un.k()), -1);
       for (int32_t p = 0; p < un.k(); ++p) {
-        Cost best = kInfCost;
         for (int32_t q = 0; q < k; ++q) {
           Cost c = n.cost[sz(q)] + ev(e, v, q, p);
-          if (c < best) best = c, el.table[sz(p)] = n.orig[sz(q)];
+          if (c < kInfCost && better(c, q, add[sz(p)], arg[sz(p)])) add[sz(p)] = c, arg[sz(p)] = q;
         }
-        un.cost[sz(p)] += best;
+        if (arg[sz(p)] >= 0 && !ok(arg[sz(p)])) return;
+      }
+      Elimination el = start_elimination(v, {u});
+      el.table.resize(sz(un.k()));
+      for (int32_t p = 0; p < un.k(); ++p) {
+        un.cost[sz(p)] += add[sz(p)];
+        el.table[sz(p)] = n.orig[sz(std::max(arg[sz(p)], 0))];
       }
       out_.eliminated.push_back(std::move(el));
-      kill(v);
+      kill(v, base_usage);
       return;
     }
     if (n.adj.size() == 2) {
@@ -334,8 +353,7 @@ class Reducer {
       const bool existing = edge_index_.count(edge_key(u, w)) > 0;
       if (!existing && ku * kw > ku * k + k * kw + opt_.chain_growth_slack) return;
       std::vector<Cost> m(sz(ku * kw), kInfCost);
-      Elimination el = start_elimination(v, {u, w});
-      el.table.assign(sz(ku * kw), n.orig[0]);
+      std::vector<int32_t> arg(sz(ku * kw), -1);
       std::vector<Cost> col2(sz(kw));
       for (int32_t q = 0; q < k; ++q) {
         for (int32_t r = 0; r < kw; ++r) col2[sz(r)] = ev(e2, v, q, r);
@@ -343,15 +361,21 @@ class Reducer {
           const Cost x = ev(e1, v, q, p) + n.cost[sz(q)];
           if (!(x < kInfCost)) continue;
           Cost* row = &m[sz(p * kw)];
-          StrategyIdx* trow = &el.table[sz(p * kw)];
+          int32_t* arow = &arg[sz(p * kw)];
           for (int32_t r = 0; r < kw; ++r) {
             const Cost y = x + col2[sz(r)];
-            if (y < row[r]) row[r] = y, trow[r] = n.orig[sz(q)];
+            if (y < kInfCost && better(y, q, row[r], arow[r])) row[r] = y, arow[r] = q;
           }
         }
       }
+      if (!free)
+        for (int32_t a : arg)
+          if (a >= 0 && !ok(a)) return;
+      Elimination el = start_elimination(v, {u, w});
+      el.table.resize(arg.size());
+      for (size_t i = 0; i < arg.size(); ++i) el.table[i] = n.orig[sz(std::max(arg[i], 0))];
       out_.eliminated.push_back(std::move(el));
-      kill(v);
+      kill(v, base_usage);
       add_edge(u, w, m);
     }
   }

@@ -17,6 +17,10 @@ namespace {
 using Clock = std::chrono::steady_clock;
 inline size_t sz(int64_t x) { return static_cast<size_t>(x); }
 
+/// Beyond this many Alpa variables CBC cannot finish even its root LP in useful time (measured:
+/// 222k variables took minutes), and building the model alone costs seconds and gigabytes.
+constexpr int64_t kMaxMipVariables = 2'000'000;
+
 class PhaseTimer {
  public:
   explicit PhaseTimer(SolveResult& r) : r_(r), t_(Clock::now()) {}
@@ -69,13 +73,15 @@ void solve_min_peak(const Problem& p, const SolverOptions& opt, Clock::time_poin
     for (auto& n : g.nodes)
       for (size_t s = 0; s < n.costs.size(); ++s) n.costs[s] = static_cast<Cost>(n.usages[s]);
     g.usage_limit = -1;
-    std::vector<StrategyIdx> warm = greedy_solve(g, {}).choice;
+    std::vector<StrategyIdx> warm =
+        greedy_solve(g, {}, {}, Clock::now() + (deadline - Clock::now()) / 4).choice;
     if (!(evaluate_cost(rq.problem, warm) < kInfCost)) warm.clear();
     MipOptions mo;
     mo.time_limit_s = std::max(0.05, seconds_left(deadline) - 0.05);
     mo.threads = opt.threads;
     mo.progress = opt.progress;
-    MipResult m = solve_peak_mip(rq.problem, rows, warm, mo);
+    MipResult m;
+    if (alpa_variable_count(rq.problem) <= kMaxMipVariables) m = solve_peak_mip(rq.problem, rows, warm, mo);
     if (!m.choice.empty()) {
       best = m.choice;
     } else if (!warm.empty()) {
@@ -145,11 +151,15 @@ SolveResult solve(const Problem& p, const SolverOptions& opt) {
     if (g.memory_ok && g.cost < best_obj) best_obj = g.cost, best = g.choice;
   };
   if (r.num_nodes() > 0) {
-    consider(greedy_solve(r, rows));
+    // The heuristic gets a quarter of the remaining time, or all of it when no MIP follows.
+    const bool mip_follows = alpa_variable_count(r) <= kMaxMipVariables;
+    const auto greedy_deadline =
+        mip_follows ? Clock::now() + (deadline - Clock::now()) / 4 : deadline - std::chrono::milliseconds(20);
     if (opt.warm_start.size() == sz(p.num_nodes())) {
       std::vector<StrategyIdx> fwd = rp.map_forward(opt.warm_start);
-      if (!fwd.empty()) consider(greedy_solve(r, rows, fwd));
+      if (!fwd.empty()) consider(greedy_solve(r, rows, fwd, greedy_deadline));
     }
+    consider(greedy_solve(r, rows, {}, greedy_deadline));
   }
   timer.end("warm start");
   if (best_obj < kInfCost) say("warm start: " + std::to_string(best_obj + rp.constant_cost));
@@ -161,6 +171,9 @@ SolveResult solve(const Problem& p, const SolverOptions& opt) {
     best_obj = 0;
     proven = true;
     res.method = "reductions";
+  } else if (alpa_variable_count(r) > kMaxMipVariables) {
+    res.method = "greedy (too large for the MIP)";
+    say(res.method);
   } else if (seconds_left(deadline) > 0.05) {
     MipOptions mo;
     mo.time_limit_s = seconds_left(deadline) - 0.05;
