@@ -34,7 +34,24 @@ struct PlanArgs {
   std::string preload;
   bool json = false;
   std::vector<std::string> pins;
+  bool show_nodes = false;
 };
+
+void print_nodes(const Plan& plan, const Graph& g) {
+  fmt::print("\n{:<40} {:<36} {:<16} {:>10} {:>10}  {}\n", "node", "op", "output", "compute", "comm",
+             "inputs");
+  for (NodeIdx i = 0; i < g.size(); ++i) {
+    const auto& np = plan.nodes[static_cast<size_t>(i)];
+    if (!np) continue;
+    std::string ins;
+    for (size_t k = 0; k < np->chosen.inputs.size(); ++k)
+      ins += (k ? ", " : "") + np->chosen.inputs[k].to_string();
+    const Node& n = g.node(i);
+    fmt::print("{:<40} {:<36} {:<16} {:>10.2f} {:>10.2f}  {}\n", n.name,
+               n.kind == NodeKind::kOp ? n.op : std::string(node_kind_name(n.kind)),
+               output_spec_string(np->chosen), np->compute_us, np->comm_us, ins);
+  }
+}
 
 void print_summary(const Plan& plan, const Graph& g, const Mesh& mesh) {
   fmt::print("autoshard plan: {} on mesh {} of {} ({} devices)\n", g.name, mesh.describe(),
@@ -119,6 +136,7 @@ int run_plan(const PlanArgs& a) {
     std::cout << plan_summary_json(plan, so.graph(), mesh).dump(2) << "\n";
   else
     print_summary(plan, so.graph(), mesh);
+  if (a.show_nodes && plan.has_solution && !a.json) print_nodes(plan, so.graph());
   if (!plan.has_solution) {
     if (plan.min_peak_memory_bytes >= 0)
       throw std::runtime_error(fmt::format(
@@ -152,6 +170,7 @@ void register_plan(CLI::App& app) {
   sub->add_option("--preload", a->preload, "placements JSON of an earlier plan to start from");
   sub->add_option("-o,--out", a->out_dir, "write DIR/placements.json (AutoParallel schema)");
   sub->add_flag("--json", a->json, "print the result as JSON");
+  sub->add_flag("--show-nodes", a->show_nodes, "print every node's placement and costs (us)");
   sub->callback([a] { run_plan(*a); });
 }
 

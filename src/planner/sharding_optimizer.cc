@@ -233,19 +233,49 @@ Plan ShardingOptimizer::get_solution() {
   });
   bool memory_may_bind = bp.problem.usage_limit >= 0 &&
                          (has_shadows || peak_upper_bound(bp.problem) > bp.problem.usage_limit);
-  ClusteredProblem cp = options_.cluster ? cluster_problem(graph_, bp, memory_may_bind)
-                                         : identity_cluster(bp);
-  Problem solve_problem = cp.problem;
-  if (!memory_may_bind) solve_problem.usage_limit = -1;  // cannot bind: drop it (exact)
-  double t_cluster = seconds_since(t1);
-
+  const auto deadline = t0 + std::chrono::duration<double>(options_.time_limit_s);
+  auto remaining = [&] {
+    return std::max(0.5, std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count());
+  };
   SolverOptions so;
-  so.time_limit_s = options_.time_limit_s;
   so.mip_gap = options_.mip_gap;
   so.threads = options_.threads;
+
+  // Memory is handled by relaxation first: solve without the usage limit (where the tied
+  // problem needs no shadows and every reduction applies); if the optimum fits, it is also
+  // optimal for the limited problem.  Otherwise solve again with memory, keeping the relaxed
+  // optimum as a lower bound.
+  // Parameter-memory constraints live in the usage limit, so they are never relaxed.
+  ClusteredProblem cp = options_.cluster ? cluster_problem(graph_, bp, has_shadows && memory_may_bind)
+                                         : identity_cluster(bp);
+  if (!has_shadows) cp.problem.usage_limit = -1;
+  double t_cluster = seconds_since(t1);
+  so.time_limit_s = remaining();
   if (!warm_start_.empty() && static_cast<PNodeIdx>(warm_start_.size()) == bp.problem.num_nodes())
     so.warm_start = cp.restrict(warm_start_);
-  SolveResult r = solve(solve_problem, so);
+  SolveResult r = solve(cp.problem, so);
+  bool relaxed = memory_may_bind && !has_shadows;
+  if (relaxed && !r.choice.empty() &&
+      peak_usage(bp.problem, cp.expand(r.choice)) <= bp.problem.usage_limit)
+    relaxed = false;  // the relaxed optimum fits: done
+  if (relaxed) {
+    Cost relaxed_bound = r.lower_bound;
+    auto t2 = std::chrono::steady_clock::now();
+    cp = options_.cluster ? cluster_problem(graph_, bp, true) : identity_cluster(bp);
+    t_cluster += seconds_since(t2);
+    so.time_limit_s = remaining();
+    so.warm_start.clear();
+    if (!warm_start_.empty() && static_cast<PNodeIdx>(warm_start_.size()) == bp.problem.num_nodes())
+      so.warm_start = cp.restrict(warm_start_);
+    auto phases = r.phase_seconds;
+    r = solve(cp.problem, so);
+    for (auto& ph : phases) r.phase_seconds.insert(r.phase_seconds.begin(), {"relaxed " + ph.first, ph.second});
+    if (!r.choice.empty() && relaxed_bound > r.lower_bound) {
+      r.lower_bound = relaxed_bound;
+      r.gap = (r.objective - r.lower_bound) / std::max(std::abs(r.objective), 1e-9);
+      if (r.gap <= options_.mip_gap + 1e-9) r.status = SolveStatus::kOptimal;
+    }
+  }
 
   Plan plan;
   if (!r.choice.empty()) {
