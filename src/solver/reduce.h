@@ -24,9 +24,13 @@
 ///  (b) v is "memory-free": at every time point of v's interval the usage limit cannot bind,
 ///      i.e. base usage + sum over live nodes of their MAXIMUM usage <= limit (always true
 ///      without a limit, and for empty intervals).
-/// In both cases v's maximum usage is moved into the base usage over its interval: for (a)
-/// that is exact, for (b) it keeps every time point of v's interval non-binding (the maximum
-/// profile is unchanged), and no other time point is touched.  Memory-freedom is monotone:
+///  (c) otherwise, only if every best response of v (ties broken towards lower usage) has
+///      v's minimum usage: the response is then optimal for cost and for memory at once, and
+///      v counts as that constant minimum usage.
+/// In cases (a) and (b) v's maximum usage is moved into the base usage over its interval: for
+/// (a) that is exact, for (b) it keeps every time point of v's interval non-binding (the
+/// maximum profile is unchanged), and no other time point is touched; in case (c) the minimum
+/// usage is moved (exact).  Memory-freedom is monotone:
 /// reductions never raise any node's maximum usage, so a memory-free node stays memory-free;
 /// it is recomputed after each fixpoint round and the rounds repeat while new nodes become
 /// free.  Dominance drops the usage condition only for memory-free nodes, for the same reason.

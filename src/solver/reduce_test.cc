@@ -2,7 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <random>
 
 #include "solver/solver_test_util.h"
 
@@ -143,6 +146,30 @@ TEST(Reduce, ParallelAndReversedEdgesAreSummed) {
   ReducedProblem rp = reduce(p, o);
   ASSERT_EQ(rp.problem.num_edges(), 1);
   EXPECT_EQ(rp.problem.edges[0].costs, (std::vector<Cost>{2, 2, 3, 4, 5, 15}));
+}
+
+}  // namespace
+}  // namespace autoshard
+
+namespace autoshard {
+namespace {
+
+/// 10k-node planner-like problem: a long chain of layers, each with a few side nodes, one hub
+/// joined to every 10th node, and a usage limit that binds somewhere.  Reductions must be fast.
+TEST(ReduceScale, TenThousandNodesIsFast) {
+  for (bool tight : {false, true}) {
+  const int n = 10000;
+  Problem p = testing::planner_like(n, tight);
+  auto t0 = std::chrono::steady_clock::now();
+  ReducedProblem rp = reduce(p);
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("10k nodes reduced to %d nodes %d edges in %.3f s\n", rp.problem.num_nodes(),
+              rp.problem.num_edges(), s);
+  EXPECT_LT(s, 5.0);
+  if (!tight) {
+    EXPECT_LT(rp.problem.num_nodes(), n / 2);
+  }
+  }
 }
 
 }  // namespace

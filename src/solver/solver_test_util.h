@@ -133,6 +133,36 @@ inline Brute brute_force(const Problem& p, const std::vector<BaseUsage>& base = 
   return r;
 }
 
+/// Planner-like problem: a long chain of layers with short side branches, one hub joined to
+/// every 10th node, short live intervals.  `tight`: every node's usage varies and the limit
+/// binds almost everywhere; otherwise only every 50th node's usage varies.
+inline Problem planner_like(int n, bool tight, uint32_t seed = 7) {
+  std::mt19937 rng(seed);
+  auto uni = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  Problem p;
+  for (int v = 0; v < n; ++v) {
+    ProblemNode nd;
+    const int k = uni(2, 8);
+    for (int s = 0; s < k; ++s) {
+      nd.costs.push_back(uni(0, 100));
+      nd.usages.push_back(tight || v % 50 == 0 ? uni(1, 9) : 4);
+    }
+    nd.start = v;
+    nd.end = v + uni(1, 5);
+    p.nodes.push_back(nd);
+  }
+  auto edge = [&](int u, int v) {
+    ProblemEdge e{u, v, {}};
+    for (size_t a = 0; a < p.nodes[static_cast<size_t>(u)].costs.size(); ++a)
+      for (size_t b = 0; b < p.nodes[static_cast<size_t>(v)].costs.size(); ++b) e.costs.push_back(uni(0, 50));
+    p.edges.push_back(e);
+  };
+  for (int v = 1; v < n; ++v) edge(v % 7 == 0 ? v - 3 : v - 1, v);
+  for (int v = 10; v < n; v += 10) edge(0, v);
+  p.usage_limit = tight ? 30 : 26;
+  return p;
+}
+
 inline std::string read_maybe_gz(const std::string& path) {
   gzFile f = gzopen(path.c_str(), "rb");
   if (!f) throw std::runtime_error("cannot open " + path);
