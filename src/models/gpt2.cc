@@ -164,7 +164,7 @@ Graph build_gpt2(const std::string& name, const Gpt2Config& c, const ModelOption
     p.mlp_proj = linear_params(pre + ".mlp.c_proj", {d.h, 4 * d.h});
   }
   LinearParams ln_f = linear_params("transformer.ln_f", {d.h});
-  std::vector<OptimizerState> opt = add_optimizer_state(b);
+  std::vector<OptimizerState> opt = add_optimizer_state(b, o.optimizer);
 
   // Forward.
   b.set_phase(Phase::kForward);
@@ -212,7 +212,7 @@ Graph build_gpt2(const std::string& name, const Gpt2Config& c, const ModelOption
   b.set_module("transformer.wte");
   grads.accumulate(b, wte, embedding_backward(b, g, idx, d.vocab));
 
-  add_optimizer_step(b, opt, grads, loss);
+  add_optimizer_step(b, opt, grads, loss, o.optimizer);
   return b.finish();
 }
 

@@ -56,7 +56,7 @@ TensorRef linear_forward(GraphBuilder& b, TensorRef x, TensorRef w, std::optiona
 }
 
 LinearGrads linear_backward(GraphBuilder& b, const LinearSaved& s, TensorRef grad,
-                            bool need_input_grad) {
+                            bool need_input_grad, std::optional<TensorRef> accumulate_into) {
   const Shape& wt = b.shape(s.wt);  // [in, out]
   LinearGrads out;
   TensorRef g2 = grad;
@@ -66,18 +66,27 @@ LinearGrads linear_backward(GraphBuilder& b, const LinearSaved& s, TensorRef gra
     b.expect_shape(grad, expect, "linear_backward");
     g2 = b.view(grad, {b.shape(s.x2d)[0], wt[1]});
   }
-  if (need_input_grad) {
-    TensorRef gx2 = b.mm(g2, b.t(s.wt));
-    if (s.lead.empty()) {
-      out.input = gx2;
-    } else {
-      Shape in = s.lead;
-      in.push_back(wt[0]);
-      out.input = b.view(gx2, in);
-    }
+  // mm's derivative as traced: the gradient of t(w) is computed transposed (t(g) @ x, then t)
+  // because t(w) is column-major; the parameter's gradient is t of that (t's backward).
+  auto input_grad = [&] {
+    if (need_input_grad) out.input = b.mm(g2, b.t(s.wt));
+  };
+  auto weight_grad = [&] { return b.t(b.mm(b.t(g2), s.x2d)); };
+  TensorRef gwt;
+  if (s.has_bias) {  // addmm: mat1, mat2, then self (the bias)
+    input_grad();
+    gwt = weight_grad();
+    out.bias = b.view(b.sum_dim(g2, {0}, true), {wt[1]});
+  } else {  // mm: mat2 first
+    gwt = weight_grad();
+    input_grad();
   }
-  TensorRef gwt = b.mm(b.t(s.x2d), g2);
-  if (s.has_bias) out.bias = b.view(b.sum_dim(g2, {0}, true), {wt[1]});
+  if (out.input && !s.lead.empty()) {
+    Shape in = s.lead;
+    in.push_back(wt[0]);
+    out.input = b.view(*out.input, in);
+  }
+  if (out.input && accumulate_into) out.input = b.add(*accumulate_into, *out.input);
   out.weight = b.t(gwt);
   return out;
 }
@@ -98,7 +107,7 @@ TensorRef rms_norm_forward(GraphBuilder& b, TensorRef x, TensorRef w, double eps
   s.rsqrt = r;
   s.rsqrt_saved = b.unary("detach", r);
   s.normed = b.cast(b.mul(s.x32, r), s.in_dtype);
-  TensorRef out = b.mul(w, s.normed);
+  TensorRef out = b.mul(s.normed, w);
   b.expect_shape(out, xs, "rms_norm");
   if (saved) *saved = s;
   return out;
@@ -108,27 +117,39 @@ NormGrads rms_norm_backward(GraphBuilder& b, const RmsNormSaved& s, TensorRef gr
   const Shape xs = b.shape(s.x32);
   b.expect_shape(grad, xs, "rms_norm_backward");
   const int64_t h = xs.back();
+  const auto last = static_cast<int64_t>(xs.size()) - 1;
   const TensorRef r = s.rsqrt;
   NormGrads out;
-  // out = w * normed: self (w) grad, then other (normed) grad; w's grad is summed to [h].
+  // out = normed * w: the weight's grad (summed to [h]) first, then normed's.
   TensorRef gw_full = b.mul(grad, s.normed);
   TensorRef g_normed = b.mul(grad, s.weight);
   std::vector<int64_t> lead(xs.size() - 1);
   std::iota(lead.begin(), lead.end(), int64_t{0});
   out.weight = b.view(b.sum_dim(gw_full, lead, true), {h});
   TensorRef g_y = b.cast(g_normed, DType::kF32);
-  // y = x32 * r
+  // y = x32 * r: other (r, summed over the broadcast dim) uses x32, self uses r.
+  TensorRef g_r_full = b.mul(g_y, s.x32);
   TensorRef g_x32_direct = b.mul(g_y, r);
-  TensorRef g_r = b.sum_dim(b.mul(g_y, s.x32), {-1}, true);
-  // r = rsqrt(variance + eps): -0.5 * grad * r^3
-  TensorRef r_again = b.unary("detach", s.rsqrt_saved);
-  TensorRef g_var = b.mul(g_r, b.mul_scalar(b.pow_scalar(r_again, 3.0), -0.5));
-  // variance = mean(x32^2, -1)
+  TensorRef g_r = b.sum_dim(g_r_full, {last}, true);
+  // r = rsqrt(variance + eps): grad * -0.5 * r^3, with r from the saved result.
+  TensorRef r3 = b.pow_scalar(b.unary("detach", s.rsqrt_saved), 3.0);
+  TensorRef g_var = b.mul(b.mul_scalar(g_r, -0.5), r3);
+  // variance = mean(x32^2, -1): expand / h, times 2 * x32^1.
   TensorRef g_sq = b.div_scalar(b.expand(g_var, xs), static_cast<double>(h));
   TensorRef g_x32_pow = b.mul(g_sq, b.mul_scalar(b.pow_scalar(s.x32, 1.0), 2.0));
   TensorRef g_x32 = b.add(g_x32_direct, g_x32_pow);
   out.input = b.cast(g_x32, s.in_dtype);
   return out;
+}
+
+TensorRef silu_backward_decomposed(GraphBuilder& b, TensorRef grad, TensorRef x) {
+  b.expect_shape(grad, b.shape(x), "silu_backward");
+  TensorRef sig = b.unary("sigmoid", x);
+  TensorRef ones = b.unary("fill_.Scalar", b.unary("empty_like", sig), Attrs{{"value", int64_t{1}}});
+  TensorRef one_minus = b.op1("sub_.Tensor", {ones, sig}, Attrs{{"alpha", int64_t{1}}}, b.meta(sig));
+  TensorRef inner = b.op1("add.Scalar", {b.mul(x, one_minus)},
+                          Attrs{{"other", int64_t{1}}, {"alpha", int64_t{1}}}, b.meta(x));
+  return b.mul(grad, b.mul(sig, inner));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -252,7 +273,7 @@ TensorRef embedding_backward(GraphBuilder& b, TensorRef grad, TensorRef indices,
 // ---------------------------------------------------------------------------------------------
 // Optimizer
 
-std::vector<OptimizerState> add_optimizer_state(GraphBuilder& b) {
+std::vector<OptimizerState> add_optimizer_state(GraphBuilder& b, bool with_state) {
   std::vector<TensorRef> params;
   for (NodeIdx i = 0; i < b.graph().size(); ++i)
     if (b.graph().node(i).kind == NodeKind::kParameter) params.push_back({i, 0});
@@ -264,6 +285,10 @@ std::vector<OptimizerState> add_optimizer_state(GraphBuilder& b) {
     TensorMeta f32{n.out().shape, DType::kF32};
     OptimizerState s;
     s.param = p;
+    if (!with_state) {
+      state.push_back(s);
+      continue;
+    }
     s.master = b.buffer(name + ".master", path, f32, Phase::kOptimizer);
     s.exp_avg = b.buffer(name + ".exp_avg", path, f32, Phase::kOptimizer);
     s.exp_avg_sq = b.buffer(name + ".exp_avg_sq", path, f32, Phase::kOptimizer);
@@ -273,7 +298,8 @@ std::vector<OptimizerState> add_optimizer_state(GraphBuilder& b) {
 }
 
 void add_optimizer_step(GraphBuilder& b, const std::vector<OptimizerState>& state, GradMap& grads,
-                        TensorRef loss, const AdamConfig& cfg) {
+                        TensorRef loss, bool optimizer, const AdamConfig& cfg) {
+  const Phase end_phase = optimizer ? Phase::kOptimizer : Phase::kBackward;
   b.set_phase(Phase::kOptimizer);
   Graph& g = b.graph();
   std::vector<TensorRef> outputs{loss};
@@ -281,6 +307,10 @@ void add_optimizer_step(GraphBuilder& b, const std::vector<OptimizerState>& stat
     TensorRef grad = grads.take(s.param);
     b.expect_shape(grad, b.shape(s.param), "parameter gradient");
     g.grad_pairs.push_back(GradPair{s.param.node, grad});
+    if (!optimizer) {
+      outputs.push_back(grad);
+      continue;
+    }
     b.set_module(g.node(s.param.node).module_path);
     Attrs attrs{{"lr", cfg.lr},
                 {"beta1", cfg.beta1},
@@ -296,7 +326,7 @@ void add_optimizer_step(GraphBuilder& b, const std::vector<OptimizerState>& stat
   Node out;
   out.name = "output";
   out.kind = NodeKind::kOutput;
-  out.phase = Phase::kOptimizer;
+  out.phase = end_phase;
   out.inputs = std::move(outputs);
   g.add(std::move(out));
   b.set_module({});

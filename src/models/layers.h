@@ -36,8 +36,11 @@ struct LinearGrads {
 };
 TensorRef linear_forward(GraphBuilder& b, TensorRef x, TensorRef w, std::optional<TensorRef> bias,
                          LinearSaved* saved);
+/// `accumulate_into`: an earlier gradient of the same input; the input gradient returned is
+/// their sum, added where autograd's input buffer adds it (before the weight's final t).
 LinearGrads linear_backward(GraphBuilder& b, const LinearSaved& s, TensorRef grad,
-                            bool need_input_grad);
+                            bool need_input_grad,
+                            std::optional<TensorRef> accumulate_into = std::nullopt);
 
 // HF-style RMSNorm decomposed: _to_copy f32, pow, mean, add eps, rsqrt, mul, _to_copy, mul w.
 struct RmsNormSaved {
@@ -56,6 +59,10 @@ struct NormGrads {
 TensorRef rms_norm_forward(GraphBuilder& b, TensorRef x, TensorRef w, double eps,
                            RmsNormSaved* saved);
 NormGrads rms_norm_backward(GraphBuilder& b, const RmsNormSaved& s, TensorRef grad);
+
+/// silu's derivative as make_fx records it (no silu_backward node): sigmoid(x), empty_like,
+/// fill_(1), sub_ (1 - sigmoid), mul by x, add.Scalar 1, mul by sigmoid, mul by grad.
+TensorRef silu_backward_decomposed(GraphBuilder& b, TensorRef grad, TensorRef x);
 
 // nn.LayerNorm: native_layer_norm -> (out, mean, rstd); backward native_layer_norm_backward.
 struct LayerNormSaved {
@@ -107,16 +114,18 @@ struct AdamConfig {
 
 /// Optimizer state placeholders for every parameter of the graph built so far:
 /// `<param>.master`, `<param>.exp_avg`, `<param>.exp_avg_sq` (f32 buffers, phase optimizer).
+/// Without `with_state` only `param` is set (no buffers: ModelOptions::optimizer false).
 struct OptimizerState {
   TensorRef param, master, exp_avg, exp_avg_sq;
 };
-std::vector<OptimizerState> add_optimizer_state(GraphBuilder& b);
+std::vector<OptimizerState> add_optimizer_state(GraphBuilder& b, bool with_state = true);
 
 /// The optimizer phase: one _fused_adam per parameter (inputs param, grad, master, exp_avg,
 /// exp_avg_sq; outputs the four updated tensors), Graph::grad_pairs, Graph::loss and a final
 /// `output` node returning the loss and the updated state.  `grads` maps each parameter to
-/// its final gradient.
+/// its final gradient.  Without `optimizer` there are no _fused_adam nodes and the output node
+/// (phase backward) returns the loss and the gradients, like a traced training step.
 void add_optimizer_step(GraphBuilder& b, const std::vector<OptimizerState>& state, GradMap& grads,
-                        TensorRef loss, const AdamConfig& cfg = {});
+                        TensorRef loss, bool optimizer = true, const AdamConfig& cfg = {});
 
 }  // namespace autoshard

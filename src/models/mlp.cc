@@ -32,7 +32,7 @@ Graph build_mlp(const std::string& name, const MlpConfig& c, const ModelOptions&
     l.weight = b.parameter(l.path + ".weight", l.path, {{h, h}, dt});
     l.bias = b.parameter(l.path + ".bias", l.path, {{h}, dt});
   }
-  std::vector<OptimizerState> opt = add_optimizer_state(b);
+  std::vector<OptimizerState> opt = add_optimizer_state(b, o.optimizer);
 
   b.set_phase(Phase::kForward);
   TensorRef y = x;
@@ -66,7 +66,7 @@ Graph build_mlp(const std::string& name, const MlpConfig& c, const ModelOptions&
     if (i > 0) g = *lg.input;
   }
 
-  add_optimizer_step(b, opt, grads, loss);
+  add_optimizer_step(b, opt, grads, loss, o.optimizer);
   return b.finish();
 }
 

@@ -144,6 +144,56 @@ RuleResult nll_backward(const OpContext& c) {
   return r;
 }
 
+/// mse_loss [loss | self, target] (same shapes): all-R, and per dim d self and target S(d) with
+/// loss S(d) for reduction none, P(sum) for sum, P(avg) for mean (kept only when every sharded
+/// dim splits evenly, so that each shard averages the same number of elements).
+RuleResult mse_forward(const OpContext& c) {
+  if (c.n_in() != 2 || c.n_out() != 1) c.fail("expected self and target");
+  const TensorMeta& self = c.in[0];
+  RuleResult r;
+  r.rows.push_back(c.replicated());
+  const int64_t red = loss_reduction(c);
+  for (int32_t d = 0; d < self.rank(); ++d) {
+    Row row(3, Placement::shard(d));
+    row[c.out_slot(0)] = red == 0 ? Placement::shard(d)
+                         : red == 2 ? P
+                                    : Placement::partial(ReduceOp::kAvg);
+    r.rows.push_back(std::move(row));
+  }
+  if (red == 1) {
+    const Mesh* mesh = &c.mesh;
+    std::vector<int64_t> shape = self.shape;
+    size_t slot = c.in_slot(0);
+    r.accept = [mesh, shape, slot](const Combo& combo) {
+      for (size_t d = 0; d < shape.size(); ++d) {
+        int64_t n = shards_of(combo[slot], static_cast<int32_t>(d), *mesh);
+        if (n > 1 && shape[d] % n != 0) return false;
+      }
+      return true;
+    };
+  }
+  return r;
+}
+
+/// mse_loss_backward [grad_self | grad_output, self, target]: pointwise over self/target — all-R,
+/// or grad_self, self and target S(d) with grad_output S(d) for reduction none, else R (the
+/// scalar seed gradient).  With reduction mean the local kernel divides by the local element
+/// count; like P(avg) in the forward this is exact up to the 1/shards factor an executor
+/// applies (DTensor has no mse rule; this is the DDP convention).
+RuleResult mse_backward(const OpContext& c) {
+  if (c.n_in() != 3 || c.n_out() != 1) c.fail("expected grad_output, self and target");
+  const TensorMeta& self = c.in[1];
+  RuleResult r;
+  r.rows.push_back(c.replicated());
+  const bool none = loss_reduction(c) == 0;
+  for (int32_t d = 0; d < self.rank(); ++d) {
+    Row row(4, Placement::shard(d));
+    if (!none) row[c.in_slot(0)] = R;
+    r.rows.push_back(std::move(row));
+  }
+  return r;
+}
+
 /// convolution [out | input, weight, bias?], input [N, C_in, ...], weight [C_out, C_in/g, ...]
 /// ([C_in, C_out/g, ...] when transposed): all-R; batch [S(0) | S(0), R, R]; for groups == 1
 /// also out-channel [S(1) | R, S(w_out), S(0)] and in-channel (contracting)
@@ -257,6 +307,8 @@ void register_nn_rules(RuleTable& t) {
                          "cross_entropy_loss"})
     t[op] = nll_forward;
   for (const char* op : {"nll_loss_backward", "nll_loss2d_backward"}) t[op] = nll_backward;
+  t["mse_loss"] = mse_forward;
+  t["mse_loss_backward"] = mse_backward;
   t["convolution"] = convolution;
   t["conv2d"] = convolution;
   t["convolution_backward"] = convolution_backward;

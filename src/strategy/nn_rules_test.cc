@@ -114,6 +114,33 @@ TEST(Loss, NllBackwardAnd2d) {
                "S(2), R <- S(3), S(2)"}));
 }
 
+TEST(Loss, MseForwardAndBackward) {
+  Graph g;
+  auto x = input(g, {8, 7});
+  auto t = input(g, {8, 7});
+  NodeIdx mean = op(g, "mse_loss", {x, t}, {T({})}, {{"reduction", int64_t{1}}});
+  // Mean needs an even split: dim 1 (7) does not split evenly over 4.
+  EXPECT_EQ(names(g, mean, mesh1()), (V{"R <- R, R", "P(avg) <- S(0), S(0)"}));
+  NodeIdx sum = op(g, "mse_loss", {x, t}, {T({})}, {{"reduction", int64_t{2}}});
+  EXPECT_EQ(names(g, sum, mesh1()),
+            (V{"R <- R, R", "P(sum) <- S(0), S(0)", "P(sum) <- S(1), S(1)"}));
+  NodeIdx none = op(g, "mse_loss", {x, t}, {T({8, 7})}, {{"reduction", int64_t{0}}});
+  EXPECT_EQ(names(g, none, mesh1()),
+            (V{"R <- R, R", "S(0) <- S(0), S(0)", "S(1) <- S(1), S(1)"}));
+  auto go = input(g, {});
+  NodeIdx b = g.add_op("mb", "mse_loss_backward", {go, x, t}, T({8, 7}), Phase::kBackward,
+                       {{"reduction", int64_t{1}}});
+  EXPECT_EQ(names(g, b, mesh1()),
+            (V{"R <- R, R, R", "S(0) <- R, S(0), S(0)", "S(1) <- R, S(1), S(1)"}));
+  auto go_none = input(g, {8, 7});
+  NodeIdx bn = g.add_op("mbn", "mse_loss_backward", {go_none, x, t}, T({8, 7}),
+                        Phase::kBackward, {{"reduction", int64_t{0}}});
+  EXPECT_EQ(names(g, bn, mesh1()),
+            (V{"R <- R, R, R", "S(0) <- S(0), S(0), S(0)", "S(1) <- S(1), S(1), S(1)"}));
+  EXPECT_TRUE(has_rule("mse_loss"));
+  EXPECT_TRUE(has_rule("aten.mse_loss_backward.default"));
+}
+
 TEST(Conv, ForwardBatchOutAndInChannels) {
   Graph g;
   auto x = input(g, {4, 8, 6, 6});
