@@ -13,6 +13,7 @@
 #include "solver/anytime_reduce.h"
 #include "solver/local_search.h"
 #include "solver/lower_bound.h"
+#include "solver/penalty_search.h"
 
 namespace autoshard {
 
@@ -46,11 +47,20 @@ AnytimeResult solve_anytime(const Problem& p, const AnytimeOptions& options) {
   std::atomic<bool> stop{false};
   int threads = options.threads > 0 ? options.threads : static_cast<int>(std::thread::hardware_concurrency());
   threads = std::max(1, threads);
+  // Even threads: penalty search (TRW-S + LNS on the memory-penalised pairwise problem, repair,
+  // polish, weight bisection).  Odd threads: memory-aware LNS restarting from the incumbent.
   std::vector<std::unique_ptr<GroupSearch>> searches;
-  for (int i = 0; i < threads; ++i) searches.push_back(std::make_unique<GroupSearch>(m, static_cast<uint64_t>(i) + 1));
+  std::vector<PenaltySearchStats> pstats(static_cast<size_t>(threads));
+  for (int i = 0; i < threads; ++i)
+    searches.push_back(i % 2 == 0 ? nullptr : std::make_unique<GroupSearch>(m, static_cast<uint64_t>(i) + 1));
   std::vector<std::thread> pool;
   for (int i = 0; i < threads; ++i)
-    pool.emplace_back([&, i] { searches[static_cast<size_t>(i)]->run(deadline, shared, stop); });
+    pool.emplace_back([&, i] {
+      if (searches[static_cast<size_t>(i)])
+        searches[static_cast<size_t>(i)]->run(deadline, shared, stop);
+      else
+        run_penalty_search(m, static_cast<uint64_t>(i) + 1, deadline, shared, stop, &pstats[static_cast<size_t>(i)]);
+    });
   // Stop early when the incumbent meets the lower bound.
   while (Clock::now() < deadline) {
     {
@@ -61,7 +71,9 @@ AnytimeResult solve_anytime(const Problem& p, const AnytimeOptions& options) {
   }
   stop = true;
   for (auto& t : pool) t.join();
-  for (const auto& s : searches) res.proposals += s->stats().proposals;
+  for (const auto& s : searches)
+    if (s) res.proposals += s->stats().proposals;
+  for (const auto& s : pstats) res.proposals += s.proposals;
   if (shared.have) {
     res.choice = red.expand(shared.choice);
     res.cost = evaluate_cost(p, res.choice);

@@ -216,8 +216,8 @@ bool GroupSearch::block_move(bool perturb) {
   pick_block(target);
   size_t nb = block_.size();
   std::vector<std::vector<double>> f(nb);
-  const bool memory = m_.limit >= 0 && nseg_ > 0;
-  const int64_t cur_over = overflow();
+  const bool memory = m_.limit >= 0 && nseg_ > 0 && pen_ == nullptr;
+  const int64_t cur_over = memory ? overflow() : 0;
   for (size_t i = 0; i < nb; ++i) {
     int32_t g = block_[i];
     const auto& u = m_.unary[static_cast<size_t>(g)];
@@ -233,6 +233,10 @@ bool GroupSearch::block_move(bool perturb) {
         Cost c = a ? m_.edge_cost(ed, static_cast<int32_t>(s), xo) : m_.edge_cost(ed, xo, static_cast<int32_t>(s));
         fi[s] += std::isinf(c) ? kBig : c;
       }
+    }
+    if (pen_ != nullptr) {
+      const auto& pg = (*pen_)[static_cast<size_t>(g)];
+      for (size_t s = 0; s < fi.size(); ++s) fi[s] += pg[s];
     }
     if (memory) {
       for (const auto& pc : m_.pieces[static_cast<size_t>(g)]) {
@@ -283,13 +287,15 @@ bool GroupSearch::block_move(bool perturb) {
     y[i] = arg[i][static_cast<size_t>(y[static_cast<size_t>(pos_[static_cast<size_t>(p)])])];
   }
   // Exact evaluation of the change.
-  Cost dcost = 0;
+  Cost dcost = 0, dpen = 0;
   int64_t dbad = 0;
   bool same = true;
   for (size_t i = 0; i < nb; ++i) {
     int32_t g = block_[i];
     int32_t xo = x_[static_cast<size_t>(g)], yn = y[i];
     same &= xo == yn;
+    if (pen_ != nullptr)
+      dpen += (*pen_)[static_cast<size_t>(g)][static_cast<size_t>(yn)] - (*pen_)[static_cast<size_t>(g)][static_cast<size_t>(xo)];
     dcost += m_.unary[static_cast<size_t>(g)][static_cast<size_t>(yn)] -
              m_.unary[static_cast<size_t>(g)][static_cast<size_t>(xo)];
     for (auto [e, a] : m_.adj[static_cast<size_t>(g)]) {
@@ -307,9 +313,11 @@ bool GroupSearch::block_move(bool perturb) {
   ++stats_.proposals;
   if (same) return false;
   for (size_t i = 0; i < nb; ++i) change_usage(block_[i], x_[static_cast<size_t>(block_[i])], y[i]);
-  int64_t new_over = overflow();
+  int64_t new_over = memory ? overflow() : 0;
   bool accept;
-  if (cur_over > 0) {
+  if (pen_ != nullptr) {
+    accept = perturb ? dbad <= 0 : (dbad < 0 || (dbad == 0 && dcost + dpen <= 0));
+  } else if (cur_over > 0) {
     accept = new_over < cur_over || (new_over == cur_over && (dbad < 0 || (dbad == 0 && dcost <= 0)));
   } else if (new_over > 0) {
     accept = false;
@@ -343,7 +351,90 @@ bool GroupSearch::block_move(bool perturb) {
   cost_ += dcost;
   bad_ += dbad;
   ++stats_.accepted;
-  return dbad < 0 || dcost < 0 || new_over < cur_over;
+  return dbad < 0 || (pen_ != nullptr ? dcost + dpen < 0 : dcost < 0) || new_over < cur_over;
+}
+
+int64_t GroupSearch::moves(int64_t n) {
+  int64_t improved = 0;
+  for (int64_t i = 0; i < n; ++i) improved += block_move(false) ? 1 : 0;
+  return improved;
+}
+
+int32_t GroupSearch::argmax_segment() const {
+  int node = 1;
+  int32_t l = 0, r = size_;
+  while (r - l > 1) {
+    size_t n = static_cast<size_t>(node);
+    int32_t mid = (l + r) / 2;
+    node = mx_[2 * n] >= mx_[2 * n + 1] ? 2 * node : 2 * node + 1;
+    if (node & 1) l = mid; else r = mid;
+  }
+  return l;
+}
+
+bool GroupSearch::repair(std::chrono::steady_clock::time_point deadline) {
+  if (m_.limit < 0 || nseg_ == 0) return true;
+  const int32_t ng = m_.num_groups();
+  for (int64_t it = 0; overflow() > 0; ++it) {
+    if ((it & 15) == 0 && std::chrono::steady_clock::now() >= deadline) return false;
+    const int64_t peak = root_max();
+    const int64_t over = peak - m_.limit;
+    const int32_t t = argmax_segment();
+    double best = kInfCost;
+    int32_t bg = -1, bs = -1;
+    for (int32_t g = 0; g < ng; ++g) {
+      const auto& pcs = m_.pieces[static_cast<size_t>(g)];
+      const size_t xg = static_cast<size_t>(x_[static_cast<size_t>(g)]);
+      bool covers = false;
+      for (const auto& pc : pcs)
+        if (pc.seg_lo <= t && t < pc.seg_hi && pc.du[xg] > 0) { covers = true; break; }
+      if (!covers) continue;
+      const auto& u = m_.unary[static_cast<size_t>(g)];
+      for (size_t s = 0; s < u.size(); ++s) {
+        if (s == xg) continue;
+        int64_t saved = 0;
+        bool ok = true;
+        for (const auto& pc : pcs) {
+          int64_t d = pc.du[s] - pc.du[xg];
+          if (pc.seg_lo <= t && t < pc.seg_hi) saved -= d;
+          // Must not push any other segment to the current peak or above.
+          if (d > 0 && st_max(pc.seg_lo, pc.seg_hi) + d >= peak) { ok = false; break; }
+        }
+        if (!ok || saved <= 0) continue;
+        double dc = u[s] - u[xg];
+        int64_t dbad = 0;
+        for (auto [e, a] : m_.adj[static_cast<size_t>(g)]) {
+          const auto& ed = m_.edges[static_cast<size_t>(e)];
+          int32_t o = a ? ed.b : ed.a;
+          int32_t xo = x_[static_cast<size_t>(o)];
+          Cost c0 = a ? m_.edge_cost(ed, static_cast<int32_t>(xg), xo) : m_.edge_cost(ed, xo, static_cast<int32_t>(xg));
+          Cost c1 = a ? m_.edge_cost(ed, static_cast<int32_t>(s), xo) : m_.edge_cost(ed, xo, static_cast<int32_t>(s));
+          if (std::isinf(c1)) { ++dbad; break; }
+          if (std::isinf(c0)) --dbad; else dc -= c0;
+          dc += c1;
+        }
+        if (dbad > 0) continue;
+        double score = dc / static_cast<double>(std::min(saved, over));
+        if (score < best) { best = score; bg = g; bs = static_cast<int32_t>(s); }
+      }
+    }
+    if (bg < 0) return false;
+    // Apply the single-group move.
+    const size_t xg = static_cast<size_t>(x_[static_cast<size_t>(bg)]);
+    cost_ += m_.unary[static_cast<size_t>(bg)][static_cast<size_t>(bs)] - m_.unary[static_cast<size_t>(bg)][xg];
+    for (auto [e, a] : m_.adj[static_cast<size_t>(bg)]) {
+      const auto& ed = m_.edges[static_cast<size_t>(e)];
+      int32_t o = a ? ed.b : ed.a;
+      int32_t xo = x_[static_cast<size_t>(o)];
+      Cost c0 = a ? m_.edge_cost(ed, static_cast<int32_t>(xg), xo) : m_.edge_cost(ed, xo, static_cast<int32_t>(xg));
+      Cost c1 = a ? m_.edge_cost(ed, bs, xo) : m_.edge_cost(ed, xo, bs);
+      if (std::isinf(c0)) --bad_; else cost_ -= c0;
+      if (std::isinf(c1)) ++bad_; else cost_ += c1;
+    }
+    change_usage(bg, static_cast<int32_t>(xg), bs);
+    x_[static_cast<size_t>(bg)] = bs;
+  }
+  return true;
 }
 
 void GroupSearch::run(std::chrono::steady_clock::time_point deadline, SharedIncumbent& shared,

@@ -54,6 +54,19 @@ class GroupSearch {
   Cost cost() const { return cost_; }
   const std::vector<int32_t>& state() const { return x_; }
 
+  /// Relaxed mode: with `pen` non-null, memory is ignored by the moves and the objective is the
+  /// cost plus pen[g][s] for each group's choice (usage is still tracked).  Null: normal mode.
+  void set_penalty(const std::vector<std::vector<double>>* pen) { pen_ = pen; }
+  /// Runs n block moves (no perturbation) in the current mode; returns how many improved.
+  int64_t moves(int64_t n);
+  /// Greedy memory repair: while some segment overflows, moves one group covering the peak
+  /// segment to the strategy with the least (cost increase / usage saved there).  Returns true
+  /// when the state fits the limit.  Stops at the deadline.
+  bool repair(std::chrono::steady_clock::time_point deadline);
+  /// Peak usage over segments [lo, hi).
+  int64_t range_max(int32_t lo, int32_t hi) const { return st_max(lo, hi); }
+  int64_t peak() const { return root_max(); }
+
  private:
   // Segment tree over time segments: range add, global and range max.
   void st_add(int32_t lo, int32_t hi, int64_t v) { st_add(1, 0, size_, lo, hi, v); }
@@ -69,6 +82,7 @@ class GroupSearch {
   void lambda_decay(double f);
 
   bool block_move(bool perturb);
+  int32_t argmax_segment() const;
   void pick_block(int32_t target);
 
   const GroupModel& m_;
@@ -85,6 +99,7 @@ class GroupSearch {
   std::vector<int32_t> block_, parent_edge_, pos_;
   std::vector<char> in_block_;
   LocalSearchStats stats_;
+  const std::vector<std::vector<double>>* pen_ = nullptr;
 };
 
 }  // namespace autoshard

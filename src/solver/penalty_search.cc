@@ -1,0 +1,110 @@
+#include "solver/penalty_search.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <vector>
+
+#include "solver/trws.h"
+
+namespace autoshard {
+
+void run_penalty_search(const GroupModel& m, uint64_t seed, std::chrono::steady_clock::time_point deadline,
+                        SharedIncumbent& shared, const std::atomic<bool>& stop, PenaltySearchStats* stats,
+                        bool verbose) {
+  using Clock = std::chrono::steady_clock;
+  const int32_t ng = m.num_groups();
+  GroupSearch relaxed(m, seed), polish(m, seed + 7777);
+  auto done = [&] { return stop.load(std::memory_order_relaxed) || Clock::now() >= deadline; };
+  if (ng == 0) {
+    shared.offer(0, {});
+    return;
+  }
+  const bool memory = m.limit >= 0 && m.num_segments() > 0;
+  // Initial weight scale: median over groups of (unary spread) / (largest usage spread).
+  std::vector<double> ratios;
+  for (int32_t g = 0; g < ng; ++g) {
+    const auto& u = m.unary[static_cast<size_t>(g)];
+    double spread = *std::max_element(u.begin(), u.end()) - *std::min_element(u.begin(), u.end());
+    int64_t du = 0;
+    for (const auto& pc : m.pieces[static_cast<size_t>(g)]) du = std::max(du, *std::max_element(pc.du.begin(), pc.du.end()));
+    if (spread > 0 && du > 0) ratios.push_back(spread / static_cast<double>(du));
+  }
+  double w0 = 1.0;
+  if (!ratios.empty()) {
+    std::nth_element(ratios.begin(), ratios.begin() + static_cast<long>(ratios.size() / 2), ratios.end());
+    w0 = ratios[ratios.size() / 2];
+  }
+  constexpr double kInf = 1e300;
+  std::vector<std::vector<double>> w(static_cast<size_t>(ng)), lo(static_cast<size_t>(ng)), hi(static_cast<size_t>(ng));
+  std::vector<std::vector<double>> pen(static_cast<size_t>(ng));
+  for (int32_t g = 0; g < ng; ++g) {
+    size_t np = m.pieces[static_cast<size_t>(g)].size();
+    w[static_cast<size_t>(g)].assign(np, 0.0);
+    lo[static_cast<size_t>(g)].assign(np, 0.0);
+    hi[static_cast<size_t>(g)].assign(np, kInf);
+    pen[static_cast<size_t>(g)].assign(m.unary[static_cast<size_t>(g)].size(), 0.0);
+  }
+  const auto t0 = Clock::now();
+  const int64_t per_round = 3000;
+  const int trws_iters = 10;
+  Trws trws(m);
+  for (int64_t round = 0; !done(); ++round) {
+    for (int32_t g = 0; g < ng; ++g) {
+      auto& pg = pen[static_cast<size_t>(g)];
+      std::fill(pg.begin(), pg.end(), 0.0);
+      const auto& pcs = m.pieces[static_cast<size_t>(g)];
+      for (size_t k = 0; k < pcs.size(); ++k) {
+        double wk = w[static_cast<size_t>(g)][k];
+        if (wk == 0) continue;
+        for (size_t s = 0; s < pg.size(); ++s) pg[s] += wk * static_cast<double>(pcs[k].du[s]);
+      }
+    }
+    trws.iterate(trws_iters, &pen);
+    relaxed.set_penalty(&pen);
+    relaxed.set_state(trws.labeling());
+    for (int64_t done_moves = 0; done_moves < per_round && !done(); done_moves += 256) relaxed.moves(256);
+    if (stats) { ++stats->rounds; }
+    // Repair and polish.
+    polish.set_state(relaxed.state());
+    bool ok = polish.repair(deadline);
+    Cost repaired = polish.cost();
+    if (ok && polish.bad() == 0) {
+      for (int64_t k = 0; k < per_round && !done(); k += 256) polish.moves(256);
+      if (polish.overflow() == 0 && polish.bad() == 0) {
+        shared.offer(polish.cost(), polish.state());
+        if (stats) ++stats->repaired;
+      }
+    }
+    if (verbose)
+      std::fprintf(stderr, "%.2fs round %ld relaxed cost %.4g peak/limit %.3f bad %ld | repaired %s %.4g -> %.4g\n",
+                   std::chrono::duration<double>(Clock::now() - t0).count(), static_cast<long>(round),
+                   relaxed.cost(), static_cast<double>(relaxed.peak()) / static_cast<double>(m.limit),
+                   static_cast<long>(relaxed.bad()), ok ? "ok" : "FAIL", repaired, polish.cost());
+    // Bisect the weights.
+    for (int32_t g = 0; g < ng && memory; ++g) {
+      const auto& pcs = m.pieces[static_cast<size_t>(g)];
+      for (size_t k = 0; k < pcs.size(); ++k) {
+        double& wk = w[static_cast<size_t>(g)][k];
+        double& l = lo[static_cast<size_t>(g)][k];
+        double& h = hi[static_cast<size_t>(g)][k];
+        bool over = relaxed.range_max(pcs[k].seg_lo, pcs[k].seg_hi) > m.limit;
+        if (over) {
+          l = wk;
+          if (h < kInf && h < 1.05 * l) h = 2 * l + w0 * 1e-9;  // reopen a stale bracket
+          wk = h >= kInf ? (wk == 0 ? w0 : 4 * wk) : (l == 0 ? h / 4 : std::sqrt(l * h));
+        } else {
+          h = wk;
+          if (l > 0 && l > h / 1.05) l = h / 2;
+          wk = l == 0 ? wk / 4 : std::sqrt(l * h);
+          if (wk < w0 * 1e-9) wk = 0;
+        }
+      }
+    }
+  }
+  if (stats) stats->proposals += relaxed.stats().proposals + polish.stats().proposals;
+}
+
+}  // namespace autoshard

@@ -1,0 +1,105 @@
+#include "solver/trws.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace autoshard {
+
+Trws::Trws(const GroupModel& m) : m_(m) {
+  const int32_t ng = m.num_groups();
+  gamma_.assign(static_cast<size_t>(ng), 1.0);
+  for (int32_t g = 0; g < ng; ++g) {
+    int before = 0, after = 0;
+    for (auto [e, a] : m.adj[static_cast<size_t>(g)]) {
+      const auto& ed = m.edges[static_cast<size_t>(e)];
+      int32_t o = a ? ed.b : ed.a;
+      (o < g ? before : after) += 1;
+    }
+    gamma_[static_cast<size_t>(g)] = 1.0 / std::max(1, std::max(before, after));
+  }
+  x_.assign(static_cast<size_t>(ng), 0);
+  reset();
+}
+
+void Trws::reset() {
+  to_b_.resize(m_.edges.size());
+  to_a_.resize(m_.edges.size());
+  for (size_t e = 0; e < m_.edges.size(); ++e) {
+    to_b_[e].assign(m_.unary[static_cast<size_t>(m_.edges[e].b)].size(), 0.0);
+    to_a_[e].assign(m_.unary[static_cast<size_t>(m_.edges[e].a)].size(), 0.0);
+  }
+}
+
+void Trws::iterate(int iters, const std::vector<std::vector<double>>* pen) {
+  const int32_t ng = m_.num_groups();
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  std::vector<double> h, lab;
+  for (int it = 0; it < iters; ++it) {
+    for (int dir = 0; dir < 2; ++dir) {
+      const bool fwd = dir == 0;
+      for (int32_t k = 0; k < ng; ++k) {
+        const int32_t g = fwd ? k : ng - 1 - k;
+        const auto& u = m_.unary[static_cast<size_t>(g)];
+        const size_t ns = u.size();
+        h.assign(u.begin(), u.end());
+        if (pen) {
+          const auto& pg = (*pen)[static_cast<size_t>(g)];
+          for (size_t s = 0; s < ns; ++s) h[s] += pg[s];
+        }
+        if (fwd) lab = h;
+        for (auto [e, a] : m_.adj[static_cast<size_t>(g)]) {
+          const auto& ed = m_.edges[static_cast<size_t>(e)];
+          const auto& in = a ? to_a_[static_cast<size_t>(e)] : to_b_[static_cast<size_t>(e)];
+          for (size_t s = 0; s < ns; ++s) h[s] += in[s];
+          if (fwd) {
+            int32_t o = a ? ed.b : ed.a;
+            if (o < g) {
+              // Earlier neighbour: use its chosen strategy instead of the message.
+              int32_t xo = x_[static_cast<size_t>(o)];
+              size_t nb = m_.unary[static_cast<size_t>(ed.b)].size();
+              for (size_t s = 0; s < ns; ++s)
+                lab[s] += a ? ed.m[s * nb + static_cast<size_t>(xo)] : ed.m[static_cast<size_t>(xo) * nb + s];
+            } else {
+              for (size_t s = 0; s < ns; ++s) lab[s] += in[s];
+            }
+          }
+        }
+        if (fwd) x_[static_cast<size_t>(g)] = static_cast<int32_t>(std::min_element(lab.begin(), lab.end()) - lab.begin());
+        const double gam = gamma_[static_cast<size_t>(g)];
+        for (auto [e, a] : m_.adj[static_cast<size_t>(g)]) {
+          const auto& ed = m_.edges[static_cast<size_t>(e)];
+          int32_t o = a ? ed.b : ed.a;
+          if (fwd ? o < g : o > g) continue;
+          auto& out = a ? to_b_[static_cast<size_t>(e)] : to_a_[static_cast<size_t>(e)];
+          const auto& back = a ? to_a_[static_cast<size_t>(e)] : to_b_[static_cast<size_t>(e)];
+          const size_t no = out.size();
+          std::fill(out.begin(), out.end(), kInf);
+          if (a) {
+            // out[t] = min_s gam*h[s] - back[s] + M[s][t]
+            for (size_t s = 0; s < ns; ++s) {
+              double hs = gam * h[s] - back[s];
+              const double* row = &ed.m[s * no];
+              for (size_t t = 0; t < no; ++t) out[t] = std::min(out[t], hs + row[t]);
+            }
+          } else {
+            // out[t] = min_s gam*h[s] - back[s] + M[t][s]
+            for (size_t s = 0; s < ns; ++s) h[s] = gam * h[s] - back[s];
+            for (size_t t = 0; t < no; ++t) {
+              const double* row = &ed.m[t * ns];
+              double best = kInf;
+              for (size_t s = 0; s < ns; ++s) best = std::min(best, h[s] + row[s]);
+              out[t] = best;
+            }
+            for (size_t s = 0; s < ns; ++s) h[s] = (h[s] + back[s]) / gam;
+          }
+          double mn = *std::min_element(out.begin(), out.end());
+          if (std::isfinite(mn))
+            for (double& v : out) v -= mn;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace autoshard

@@ -1,0 +1,32 @@
+#pragma once
+/// Sequential tree-reweighted message passing (TRW-S, Kolmogorov 2006) for the pairwise part of
+/// a GroupModel (memory ignored), with optional extra unary costs (memory penalties).  Each
+/// iteration is a forward and a backward pass over the groups in index order; the labeling is
+/// the greedy one built during the forward pass (each group picks its best strategy given the
+/// earlier groups' picks and the later groups' messages).  Messages persist across calls, so
+/// changing the penalties and iterating again warm-starts from the previous messages.
+#include <cstdint>
+#include <vector>
+
+#include "solver/anytime_reduce.h"
+
+namespace autoshard {
+
+class Trws {
+ public:
+  explicit Trws(const GroupModel& m);
+  /// Runs `iters` iterations with unary costs m.unary + *pen (pen may be null).
+  void iterate(int iters, const std::vector<std::vector<double>>* pen);
+  /// Labeling from the last forward pass (all zeros before the first).
+  const std::vector<int32_t>& labeling() const { return x_; }
+  /// Resets the messages to zero.
+  void reset();
+
+ private:
+  const GroupModel& m_;
+  std::vector<std::vector<double>> to_b_, to_a_;  ///< per edge: message a->b (|S_b|), b->a (|S_a|)
+  std::vector<double> gamma_;
+  std::vector<int32_t> x_;
+};
+
+}  // namespace autoshard
