@@ -1,6 +1,7 @@
 #include "planner/cluster.h"
 
 #include <algorithm>
+#include <climits>
 #include <functional>
 #include <map>
 #include <numeric>
@@ -173,13 +174,13 @@ std::vector<std::pair<NodeIdx, NodeIdx>> find_layer_ties(const Graph& g, const B
 
 ClusteredProblem identity_cluster(const BuiltProblem& bp) {
   ClusteredProblem cp;
-  cp.problem = bp.problem;
+  cp.problem = materialize_edges(bp);
   cp.class_of.resize(static_cast<size_t>(bp.problem.num_nodes()));
   std::iota(cp.class_of.begin(), cp.class_of.end(), 0);
   return cp;
 }
 
-ClusteredProblem cluster_problem(const Graph& g, const BuiltProblem& bp, bool memory_may_bind) {
+ClusteredProblem cluster_problem(const Graph& g, const BuiltProblem& bp) {
   const Problem& p = bp.problem;
   UnionFind uf(static_cast<size_t>(p.num_nodes()));
   for (auto [a, b] : find_layer_ties(g, bp)) {
@@ -193,74 +194,94 @@ ClusteredProblem cluster_problem(const Graph& g, const BuiltProblem& bp, bool me
   cp.problem.name = p.name;
   cp.problem.usage_limit = p.usage_limit;
   cp.class_of.assign(static_cast<size_t>(p.num_nodes()), -1);
-  std::vector<int32_t> members(static_cast<size_t>(p.num_nodes()), 0);
+  std::vector<std::vector<PNodeIdx>> members;
   for (PNodeIdx v = 0; v < p.num_nodes(); ++v) {
     PNodeIdx root = uf.find(v);
-    ++members[static_cast<size_t>(root)];
     if (root == v) {
       cp.class_of[static_cast<size_t>(v)] = cp.problem.num_nodes();
-      ProblemNode node = p.nodes[static_cast<size_t>(v)];
-      cp.problem.nodes.push_back(std::move(node));
+      cp.problem.nodes.push_back(p.nodes[static_cast<size_t>(v)]);
+      members.push_back({v});
     } else {
       PNodeIdx c = cp.class_of[static_cast<size_t>(root)];
       cp.class_of[static_cast<size_t>(v)] = c;
       ProblemNode& cn = cp.problem.nodes[static_cast<size_t>(c)];
       const ProblemNode& mn = p.nodes[static_cast<size_t>(v)];
       for (size_t q = 0; q < cn.costs.size(); ++q) cn.costs[q] += mn.costs[q];
+      members[static_cast<size_t>(c)].push_back(v);
     }
   }
-  for (int32_t m : members)
-    if (m > 1) ++cp.num_classes_tied;
-  // Edges: summed per class pair; an edge within a class contributes its diagonal.
-  std::map<std::pair<PNodeIdx, PNodeIdx>, EdgeIdx> index;
-  for (const ProblemEdge& e : p.edges) {
+  // Memory of a class: its members have identical usage vectors (equal signatures) but live
+  // at different times.  The class counts m x usage over the union of their intervals, where
+  // m is the most members live at any one time point: exact when all members share one
+  // interval (parameters, optimizer state), an over-estimate otherwise -- so any tied plan
+  // that fits, fits for real.
+  for (size_t c = 0; c < members.size(); ++c) {
+    const auto& ms = members[c];
+    if (ms.size() == 1) continue;
+    ++cp.num_classes_tied;
+    std::vector<std::pair<int64_t, int>> events;
+    int64_t lo = INT64_MAX, hi = INT64_MIN;
+    bool same = true;
+    const ProblemNode& first = p.nodes[static_cast<size_t>(ms[0])];
+    for (PNodeIdx v : ms) {
+      const ProblemNode& mn = p.nodes[static_cast<size_t>(v)];
+      if (mn.end <= mn.start) continue;
+      same = same && mn.start == first.start && mn.end == first.end;
+      lo = std::min(lo, mn.start);
+      hi = std::max(hi, mn.end);
+      events.push_back({mn.start, +1});
+      events.push_back({mn.end, -1});
+    }
+    if (events.empty()) continue;
+    std::sort(events.begin(), events.end());
+    int live = 0, most = 0;
+    for (auto [t, d] : events) {
+      live += d;
+      most = std::max(most, live);
+    }
+    ProblemNode& cn = cp.problem.nodes[c];
+    cn.start = lo;
+    cn.end = hi;
+    for (int64_t& u : cn.usages) u *= most;
+    if (!same) cp.memory_exact = false;
+  }
+  // Edges: summed per class pair from the shared matrices; an edge within a class adds its
+  // diagonal to the class's cost.
+  struct Agg {
+    std::map<std::pair<const std::vector<Cost>*, bool>, int64_t> uses;
+  };
+  std::map<std::pair<PNodeIdx, PNodeIdx>, Agg> agg;
+  for (const BuiltProblem::Edge& e : bp.edges) {
     PNodeIdx cu = cp.class_of[static_cast<size_t>(e.u)], cv = cp.class_of[static_cast<size_t>(e.v)];
     const size_t nu = p.nodes[static_cast<size_t>(e.u)].costs.size();
     const size_t nv = p.nodes[static_cast<size_t>(e.v)].costs.size();
     if (cu == cv) {
       ProblemNode& cn = cp.problem.nodes[static_cast<size_t>(cu)];
-      for (size_t q = 0; q < nu; ++q) cn.costs[q] += e.costs[q * nv + q];
+      for (size_t q = 0; q < nu && q < nv; ++q) cn.costs[q] += (*e.costs)[q * nv + q];
       continue;
     }
     bool flip = cu > cv;
     auto key = flip ? std::make_pair(cv, cu) : std::make_pair(cu, cv);
-    auto [it, inserted] = index.try_emplace(key, cp.problem.num_edges());
-    if (inserted) {
-      ProblemEdge ne;
-      ne.u = key.first;
-      ne.v = key.second;
-      ne.costs.assign(nu * nv, 0);
-      cp.problem.edges.push_back(std::move(ne));
-    }
-    ProblemEdge& ce = cp.problem.edges[static_cast<size_t>(it->second)];
-    for (size_t a = 0; a < nu; ++a)
-      for (size_t b = 0; b < nv; ++b) {
-        Cost c = e.costs[a * nv + b];
-        if (flip) ce.costs[b * nu + a] += c;
-        else ce.costs[a * nv + b] += c;
-      }
+    ++agg[key].uses[{e.costs.get(), flip}];
   }
-  // Members' memory, when it matters: zero-cost shadows tied to their class.
-  if (memory_may_bind) {
-    for (PNodeIdx v = 0; v < p.num_nodes(); ++v) {
-      if (uf.find(v) == v) continue;
-      const ProblemNode& mn = p.nodes[static_cast<size_t>(v)];
-      ProblemNode shadow;
-      shadow.name = mn.name;
-      shadow.start = mn.start;
-      shadow.end = mn.end;
-      shadow.usages = mn.usages;
-      shadow.costs.assign(mn.costs.size(), 0);
-      PNodeIdx s = cp.problem.num_nodes();
-      cp.problem.nodes.push_back(std::move(shadow));
-      ProblemEdge tie;
-      tie.u = cp.class_of[static_cast<size_t>(v)];
-      tie.v = s;
-      size_t k = mn.costs.size();
-      tie.costs.assign(k * k, kInfCost);
-      for (size_t a = 0; a < k; ++a) tie.costs[a * k + a] = 0;
-      cp.problem.edges.push_back(std::move(tie));
+  cp.problem.edges.reserve(agg.size());
+  for (const auto& [key, a] : agg) {
+    const size_t nu = cp.problem.nodes[static_cast<size_t>(key.first)].costs.size();
+    const size_t nv = cp.problem.nodes[static_cast<size_t>(key.second)].costs.size();
+    ProblemEdge ne;
+    ne.u = key.first;
+    ne.v = key.second;
+    ne.costs.assign(nu * nv, 0);
+    for (const auto& [m, count] : a.uses) {
+      const std::vector<Cost>& mat = *m.first;
+      const double k = static_cast<double>(count);
+      for (size_t x = 0; x < nu; ++x)
+        for (size_t y = 0; y < nv; ++y) {
+          Cost c = m.second ? mat[y * nu + x] : mat[x * nv + y];
+          if (c != 0) ne.costs[x * nv + y] += k * c;
+        }
     }
+    cp.problem.edges.push_back(std::move(ne));
   }
   return cp;
 }
@@ -281,12 +302,6 @@ std::vector<StrategyIdx> ClusteredProblem::restrict(const std::vector<StrategyId
       set[k] = 1;
     }
   }
-  // Shadows (past the classes) copy their class: find them through their tie edges.
-  for (const ProblemEdge& e : problem.edges)
-    if (!set[static_cast<size_t>(e.v)] && set[static_cast<size_t>(e.u)]) {
-      c[static_cast<size_t>(e.v)] = c[static_cast<size_t>(e.u)];
-      set[static_cast<size_t>(e.v)] = 1;
-    }
   return c;
 }
 

@@ -4,8 +4,9 @@
 /// its costs are the sums over the members (an exact multiplier), edges between classes are
 /// summed, and an edge inside one class adds its diagonal to the class's cost.  A tie is a
 /// restriction of the original problem, so every tied solution is a valid plan with exactly the
-/// cost the tied problem reports.  When the memory limit can bind, every member other than the
-/// representative keeps its own usage through a zero-cost shadow node tied to the class.
+/// cost the tied problem reports.  Memory: a class counts m x its members' usage over the union
+/// of their intervals (m = most members live at once) -- exact when all members share one
+/// interval, otherwise a safe over-estimate (memory_exact = false).
 ///
 /// Detection: ops are compared by a structural signature (op, attributes, input and output
 /// shapes and dtypes, strategy list).  In the schedule, a run of ops that equals the run P
@@ -25,6 +26,7 @@ struct ClusteredProblem {
   Problem problem;
   std::vector<PNodeIdx> class_of;  ///< per original problem node: its node in `problem`
   int32_t num_classes_tied = 0;    ///< classes with more than one member
+  bool memory_exact = true;        ///< class usages equal the members' (see above)
 
   /// Full assignment from a clustered one.
   std::vector<StrategyIdx> expand(const std::vector<StrategyIdx>& c) const;
@@ -32,8 +34,7 @@ struct ClusteredProblem {
   std::vector<StrategyIdx> restrict(const std::vector<StrategyIdx>& full) const;
 };
 
-/// `memory_may_bind`: keep members' usages (through shadows) because the limit can bind.
-ClusteredProblem cluster_problem(const Graph& g, const BuiltProblem& bp, bool memory_may_bind);
+ClusteredProblem cluster_problem(const Graph& g, const BuiltProblem& bp);
 /// No ties: the problem as built.
 ClusteredProblem identity_cluster(const BuiltProblem& bp);
 

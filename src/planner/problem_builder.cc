@@ -69,7 +69,7 @@ class EdgeMatrixCache {
   }
 
   /// Row-major |from| x |to| matrix of redistribution times; `strict` forbids any change.
-  const std::vector<Cost>& matrix(int32_t from, int32_t to, bool strict) {
+  std::shared_ptr<const std::vector<Cost>> matrix(int32_t from, int32_t to, bool strict) {
     uint64_t key = (static_cast<uint64_t>(from) << 33) | (static_cast<uint64_t>(to) << 1) |
                    (strict ? 1u : 0u);
     auto it = cache_.find(key);
@@ -84,7 +84,9 @@ class EdgeMatrixCache {
         else
           m[p * b.size() + q] = redistribute_cost_us(a[p], b[q], mesh_, model_);
       }
-    return cache_.emplace(key, std::move(m)).first->second;
+    auto shared = std::make_shared<const std::vector<Cost>>(std::move(m));
+    cache_.emplace(key, shared);
+    return shared;
   }
 
  private:
@@ -92,7 +94,7 @@ class EdgeMatrixCache {
   CommModel model_;
   std::unordered_map<std::vector<ShardingSpec>, int32_t, SpecListHash> ids_;
   std::vector<const std::vector<ShardingSpec>*> lists_;
-  std::unordered_map<uint64_t, std::vector<Cost>> cache_;
+  std::unordered_map<uint64_t, std::shared_ptr<const std::vector<Cost>>> cache_;
 };
 
 bool matches_pin(const Strategy& s, const Constraint& c) {
@@ -239,11 +241,7 @@ BuiltProblem build_problem(const Graph& g, const Mesh& mesh, const PlannerOption
       bool strict = x.phase == Phase::kOptimizer &&
                     (src.kind == NodeKind::kParameter || src.kind == NodeKind::kBuffer);
       if (x.phase == Phase::kOptimizer) optimizer_consumed.insert(r.node);
-      ProblemEdge e;
-      e.u = u;
-      e.v = v;
-      e.costs = cache.matrix(out_id(u, r.output), input_list(v, s), strict);
-      prob.edges.push_back(std::move(e));
+      bp.edges.push_back({u, v, cache.matrix(out_id(u, r.output), input_list(v, s), strict)});
       bp.edge_origin.push_back({i, s, r});
     }
   }
@@ -260,11 +258,8 @@ BuiltProblem build_problem(const Graph& g, const Mesh& mesh, const PlannerOption
       t.meta = g.meta(gp.grad);
       targets.push_back(std::move(t));
     }
-    ProblemEdge e;
-    e.u = u;
-    e.v = v;
-    e.costs = cache.matrix(out_id(u, gp.grad.output), cache.intern(std::move(targets)), false);
-    prob.edges.push_back(std::move(e));
+    bp.edges.push_back(
+        {u, v, cache.matrix(out_id(u, gp.grad.output), cache.intern(std::move(targets)), false)});
     bp.edge_origin.push_back({gp.param, -1, gp.grad});
   }
 
@@ -319,19 +314,35 @@ BuiltProblem build_problem(const Graph& g, const Mesh& mesh, const PlannerOption
         prob.nodes.push_back(std::move(shadow));
         bp.graph_node.push_back(i);
         bp.strategies.push_back(strats);
-        ProblemEdge tie;
-        tie.u = p;
-        tie.v = sp;
         size_t k = strats.size();
-        tie.costs.assign(k * k, kInfCost);
-        for (size_t a = 0; a < k; ++a) tie.costs[a * k + a] = 0;
-        prob.edges.push_back(std::move(tie));
+        std::vector<Cost> tie(k * k, kInfCost);
+        for (size_t a = 0; a < k; ++a) tie[a * k + a] = 0;
+        bp.edges.push_back({p, sp, std::make_shared<const std::vector<Cost>>(std::move(tie))});
         bp.edge_origin.push_back({i, -2, TensorRef{i, 0}});
       }
       ++t_extra;
     }
   }
   return bp;
+}
+
+Problem materialize_edges(const BuiltProblem& bp) {
+  Problem p = bp.problem;
+  p.edges.reserve(bp.edges.size());
+  for (const BuiltProblem::Edge& e : bp.edges) p.edges.push_back({e.u, e.v, *e.costs});
+  return p;
+}
+
+Cost evaluate_cost(const BuiltProblem& bp, const std::vector<StrategyIdx>& choice) {
+  Cost total = 0;
+  for (PNodeIdx i = 0; i < bp.problem.num_nodes(); ++i)
+    total += bp.problem.nodes[static_cast<size_t>(i)].costs[static_cast<size_t>(choice[static_cast<size_t>(i)])];
+  for (const BuiltProblem::Edge& e : bp.edges) {
+    size_t nv = bp.problem.nodes[static_cast<size_t>(e.v)].costs.size();
+    total += (*e.costs)[static_cast<size_t>(choice[static_cast<size_t>(e.u)]) * nv +
+                        static_cast<size_t>(choice[static_cast<size_t>(e.v)])];
+  }
+  return total;
 }
 
 }  // namespace autoshard

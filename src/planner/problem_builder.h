@@ -5,6 +5,7 @@
 /// tensor use whose matrix is the redistribution time from the producer's output spec to the
 /// spec the consumer needs, memory = local bytes of the node's outputs, live from the producer
 /// to its last consumer in schedule (node) order.
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -18,7 +19,18 @@
 namespace autoshard {
 
 struct BuiltProblem {
+  /// Nodes with costs and usages.  Edges are NOT materialized here (repeated layers share
+  /// their matrices; copying one matrix per edge costs gigabytes on 3-D meshes): see
+  /// `edges` below and materialize_edges().
   Problem problem;
+  /// One per tensor use / grad agreement / tie: its ends and a shared cost matrix
+  /// (row-major |S_u| x |S_v|).
+  struct Edge {
+    PNodeIdx u = 0;
+    PNodeIdx v = 0;
+    std::shared_ptr<const std::vector<Cost>> costs;
+  };
+  std::vector<Edge> edges;
   std::vector<NodeIdx> graph_node;                ///< per problem node
   std::vector<PNodeIdx> pnode;                    ///< per graph node; -1 for output nodes
   std::vector<std::vector<Strategy>> strategies;  ///< per problem node, after filtering
@@ -39,6 +51,12 @@ struct BuiltProblem {
 /// any strategy.
 BuiltProblem build_problem(const Graph& g, const Mesh& mesh, const PlannerOptions& opt,
                            const std::vector<Constraint>& constraints);
+
+/// The full Problem with one materialized edge per BuiltProblem edge (for small problems,
+/// --no-cluster and tests).
+Problem materialize_edges(const BuiltProblem& bp);
+/// Total cost of a full assignment using the shared matrices.
+Cost evaluate_cost(const BuiltProblem& bp, const std::vector<StrategyIdx>& choice);
 
 /// Schedule interval [start, end) of every graph node's outputs (see build_problem).
 std::vector<std::pair<int64_t, int64_t>> live_intervals(const Graph& g);

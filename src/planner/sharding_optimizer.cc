@@ -39,6 +39,13 @@ int64_t schedule_peak(const Problem& p, const std::vector<StrategyIdx>& choice, 
 
 /// Largest usage any assignment could reach at any time point: if it fits, the memory limit
 /// cannot bind and the solver may drop it (an exact simplification).
+int64_t alpa_variables(const BuiltProblem& bp) {
+  int64_t n = 0;
+  for (const ProblemNode& x : bp.problem.nodes) n += static_cast<int64_t>(x.costs.size());
+  for (const BuiltProblem::Edge& e : bp.edges) n += static_cast<int64_t>(e.costs->size());
+  return n;
+}
+
 int64_t peak_upper_bound(const Problem& p) {
   std::map<int64_t, int64_t> delta;
   for (const ProblemNode& n : p.nodes) {
@@ -197,10 +204,12 @@ Plan ShardingOptimizer::evaluate(const std::vector<StrategyIdx>& choice) {
     plan.compute_us += np.compute_us;
     plan.nodes[static_cast<size_t>(i)] = std::move(np);
   }
-  for (EdgeIdx k = 0; k < p.num_edges(); ++k) {
-    const ProblemEdge& e = p.edges[static_cast<size_t>(k)];
-    Cost c = p.edge_cost(e, choice[static_cast<size_t>(e.u)], choice[static_cast<size_t>(e.v)]);
-    const auto& origin = bp.edge_origin[static_cast<size_t>(k)];
+  for (size_t k = 0; k < bp.edges.size(); ++k) {
+    const BuiltProblem::Edge& e = bp.edges[k];
+    const size_t nv = p.nodes[static_cast<size_t>(e.v)].costs.size();
+    Cost c = (*e.costs)[static_cast<size_t>(choice[static_cast<size_t>(e.u)]) * nv +
+                        static_cast<size_t>(choice[static_cast<size_t>(e.v)])];
+    const auto& origin = bp.edge_origin[k];
     if (origin.slot == -2) {  // parameter-memory tie: zero or infinite
       if (std::isinf(c)) plan.comm_us = kInfCost;
       continue;
@@ -214,8 +223,8 @@ Plan ShardingOptimizer::evaluate(const std::vector<StrategyIdx>& choice) {
   plan.memory_limit_bytes = bp.memory_limit;
   plan.graph_nodes = graph_.size();
   plan.problem_nodes = p.num_nodes();
-  plan.problem_edges = p.num_edges();
-  plan.alpa_variables = alpa_variable_count(p);
+  plan.problem_edges = static_cast<int32_t>(bp.edges.size());
+  plan.alpa_variables = alpa_variables(bp);
   plan.has_solution = true;
   for (const std::string& op : bp.fallback_ops)
     plan.warnings.push_back(fmt::format("no sharding rule for op '{}': planned replicated", op));
@@ -241,39 +250,44 @@ Plan ShardingOptimizer::get_solution() {
   so.mip_gap = options_.mip_gap;
   so.threads = options_.threads;
 
-  // Memory is handled by relaxation first: solve without the usage limit (where the tied
-  // problem needs no shadows and every reduction applies); if the optimum fits, it is also
-  // optimal for the limited problem.  Otherwise solve again with memory, keeping the relaxed
-  // optimum as a lower bound.
-  // Parameter-memory constraints live in the usage limit, so they are never relaxed.
-  ClusteredProblem cp = options_.cluster ? cluster_problem(graph_, bp, has_shadows && memory_may_bind)
-                                         : identity_cluster(bp);
-  if (!has_shadows) cp.problem.usage_limit = -1;
+  // Memory is handled by relaxation first: solve without the usage limit (every reduction
+  // applies); if the optimum fits, it is also optimal for the limited problem.  Otherwise
+  // solve again with memory, keeping the relaxed optimum as a lower bound.  Parameter-memory
+  // constraints live in the usage limit, so they are never relaxed.
+  ClusteredProblem cp = options_.cluster ? cluster_problem(graph_, bp) : identity_cluster(bp);
   double t_cluster = seconds_since(t1);
+  Problem relaxed_problem = cp.problem;
+  if (!has_shadows) relaxed_problem.usage_limit = -1;
   so.time_limit_s = remaining();
   if (!warm_start_.empty() && static_cast<PNodeIdx>(warm_start_.size()) == bp.problem.num_nodes())
     so.warm_start = cp.restrict(warm_start_);
-  SolveResult r = solve(cp.problem, so);
+  SolveResult r = solve(relaxed_problem, so);
   bool relaxed = memory_may_bind && !has_shadows;
   if (relaxed && !r.choice.empty() &&
       peak_usage(bp.problem, cp.expand(r.choice)) <= bp.problem.usage_limit)
     relaxed = false;  // the relaxed optimum fits: done
   if (relaxed) {
-    Cost relaxed_bound = r.lower_bound;
-    auto t2 = std::chrono::steady_clock::now();
-    cp = options_.cluster ? cluster_problem(graph_, bp, true) : identity_cluster(bp);
-    t_cluster += seconds_since(t2);
+    Cost relaxed_bound = r.choice.empty() ? -kInfCost : r.lower_bound;
     so.time_limit_s = remaining();
-    so.warm_start.clear();
-    if (!warm_start_.empty() && static_cast<PNodeIdx>(warm_start_.size()) == bp.problem.num_nodes())
-      so.warm_start = cp.restrict(warm_start_);
     auto phases = r.phase_seconds;
     r = solve(cp.problem, so);
-    for (auto& ph : phases) r.phase_seconds.insert(r.phase_seconds.begin(), {"relaxed " + ph.first, ph.second});
-    if (!r.choice.empty() && relaxed_bound > r.lower_bound) {
-      r.lower_bound = relaxed_bound;
+    if (!cp.memory_exact && r.status == SolveStatus::kInfeasible) {
+      // The tied memory model over-estimates: only the untied problem can prove infeasibility.
+      auto t2 = std::chrono::steady_clock::now();
+      cp = identity_cluster(bp);
+      t_cluster += seconds_since(t2);
+      so.time_limit_s = remaining();
+      so.warm_start.clear();
+      r = solve(cp.problem, so);
+    }
+    for (auto it = phases.rbegin(); it != phases.rend(); ++it)
+      r.phase_seconds.insert(r.phase_seconds.begin(), {"relaxed " + it->first, it->second});
+    if (!r.choice.empty()) {
+      if (!cp.memory_exact && r.status == SolveStatus::kOptimal)
+        r.status = SolveStatus::kFeasible;  // optimal only for the over-estimated memory
+      if (relaxed_bound > r.lower_bound || !cp.memory_exact) r.lower_bound = relaxed_bound;
       r.gap = (r.objective - r.lower_bound) / std::max(std::abs(r.objective), 1e-9);
-      if (r.gap <= options_.mip_gap + 1e-9) r.status = SolveStatus::kOptimal;
+      if (r.gap <= std::max(options_.mip_gap, 1e-9)) r.status = SolveStatus::kOptimal;
     }
   }
 
@@ -285,8 +299,8 @@ Plan ShardingOptimizer::get_solution() {
     plan.memory_limit_bytes = bp.memory_limit;
     plan.graph_nodes = graph_.size();
     plan.problem_nodes = bp.problem.num_nodes();
-    plan.problem_edges = bp.problem.num_edges();
-    plan.alpa_variables = alpa_variable_count(bp.problem);
+    plan.problem_edges = static_cast<int32_t>(bp.edges.size());
+    plan.alpa_variables = alpa_variables(bp);
   }
   plan.status = r.status;
   plan.lower_bound_us = r.lower_bound;
@@ -304,7 +318,7 @@ Plan ShardingOptimizer::get_solution() {
     // Independent check: recompute the objective from the full problem and compare with what
     // the solver reported on the clustered one; check memory against the limit.
     std::vector<StrategyIdx> full = cp.expand(r.choice);
-    Cost again = evaluate_cost(bp.problem, full);
+    Cost again = evaluate_cost(bp, full);
     double tol = 1e-6 * std::max(1.0, std::abs(again));
     if (std::abs(again - r.objective) > tol || std::abs(again - plan.objective_us) > tol)
       throw std::runtime_error(fmt::format(
