@@ -29,15 +29,14 @@ void run_cost(const CostArgs& a) {
   try {
     meta.shape = Mesh::parse_shape(a.shape);
   } catch (const std::invalid_argument&) {
-    throw std::invalid_argument(fmt::format("--shape '{}': expected sizes like 8192,4096", a.shape));
+    throw std::invalid_argument(
+        fmt::format("--shape '{}': expected positive sizes like 8192,4096", a.shape));
   }
-  auto dt = parse_dtype(a.dtype);
-  if (!dt) throw std::invalid_argument(fmt::format("--dtype: unknown dtype '{}'", a.dtype));
-  meta.dtype = *dt;
+  meta.dtype = parse_dtype_option(a.dtype);
   auto model = parse_comm_model(a.comm_model);
   if (!model) throw std::invalid_argument(fmt::format("--comm-model: expected nccl or dtensor, got '{}'", a.comm_model));
-  ShardingSpec from{parse_placements(a.from), meta};
-  ShardingSpec to{parse_placements(a.to), meta};
+  ShardingSpec from{parse_placements_option("--from", a.from), meta};
+  ShardingSpec to{parse_placements_option("--to", a.to), meta};
   for (const auto* s : {&from, &to})
     if (s->ndim_mesh() != mesh.ndim())
       throw std::invalid_argument(fmt::format("spec '{}' has {} placements for a {}-D mesh",

@@ -96,6 +96,8 @@ void print_summary(const Plan& plan, const Graph& g, const Mesh& mesh) {
 }
 
 int run_plan(const PlanArgs& a) {
+  // Fail on an unusable output directory before spending time on the solve.
+  if (!a.out_dir.empty()) check_output_dir(a.out_dir);
   Graph g = load_graph(a.src);
   Mesh mesh = make_mesh(a.mesh);
   PlannerOptions opt;
@@ -103,6 +105,9 @@ int run_plan(const PlanArgs& a) {
   if (!cm) throw std::invalid_argument(fmt::format("--comm-model: expected nccl or dtensor, got '{}'", a.comm_model));
   opt.comm_model = *cm;
   if (!a.memory_limit.empty()) opt.memory_limit_bytes = parse_bytes(a.memory_limit);
+  if (a.threads < 1) throw std::invalid_argument(fmt::format("--threads: expected >= 1, got {}", a.threads));
+  if (!(a.time_limit > 0)) throw std::invalid_argument(fmt::format("--time-limit: expected > 0, got {}", a.time_limit));
+  if (!(a.mip_gap >= 0)) throw std::invalid_argument(fmt::format("--mip-gap: expected >= 0, got {}", a.mip_gap));
   opt.time_limit_s = a.time_limit;
   opt.mip_gap = a.mip_gap;
   opt.threads = a.threads;
@@ -117,11 +122,33 @@ int run_plan(const PlanArgs& a) {
     auto eq = p.find('=');
     if (eq == std::string::npos)
       throw std::invalid_argument(fmt::format("--pin '{}': expected NODE=PLACEMENTS", p));
-    so.pin(p.substr(0, eq), parse_placements(p.substr(eq + 1)));
+    so.pin(p.substr(0, eq), parse_placements_option("--pin", p.substr(eq + 1)));
   }
   if (!a.preload.empty()) {
     auto wanted = read_placements_json(read_text_file(a.preload), a.preload, so.graph(), mesh);
     auto choice = so.match_strategies(wanted);
+    // A saved entry that matches none of the node's strategies (another graph, or options such
+    // as --skip-fully-replicated or a --pin that removed it) cannot be a starting point: say so
+    // rather than silently starting elsewhere.
+    const BuiltProblem& bp = so.problem();
+    int unmatched = 0;
+    std::string first;
+    for (NodeIdx i = 0; i < so.graph().size(); ++i) {
+      const auto& w = wanted[static_cast<size_t>(i)];
+      PNodeIdx v = bp.pnode[static_cast<size_t>(i)];
+      if (!w || v < 0 || choice[static_cast<size_t>(v)] >= 0) continue;
+      if (unmatched++ == 0) {
+        std::string ins;
+        for (size_t k = 0; k < w->inputs.size(); ++k) ins += (k ? ", " : "") + w->inputs[k].to_string();
+        first = fmt::format("/placements/{}: output {}, inputs [{}]", so.graph().node(i).name,
+                            output_spec_string(*w), ins);
+      }
+    }
+    if (unmatched > 0)
+      fmt::print(stderr,
+                 "autoshard: warning: {}: {} saved placements match no strategy under the current "
+                 "options and are ignored (first: {})\n",
+                 a.preload, unmatched, first);
     for (size_t v = 0; v < choice.size(); ++v)
       if (choice[v] < 0) choice[v] = 0;
     so.set_warm_start(choice);
@@ -129,13 +156,16 @@ int run_plan(const PlanArgs& a) {
   if (tty) fmt::print(stderr, "solving (time limit {} s)...\n", a.time_limit);
   Plan plan = so.get_solution();
   if (!a.out_dir.empty() && plan.has_solution) {
-    std::filesystem::create_directories(a.out_dir);
+    create_output_dir(a.out_dir);
     write_file_atomic(a.out_dir + "/placements.json", write_placements_json(plan, so.graph(), mesh));
   }
-  if (a.json)
+  if (a.json) {
     std::cout << plan_summary_json(plan, so.graph(), mesh).dump(2) << "\n";
-  else
+    // The text summary prints warnings inline; with --json they would be easy to miss.
+    for (const std::string& w : plan.warnings) fmt::print(stderr, "autoshard: warning: {}\n", one_line(w));
+  } else {
     print_summary(plan, so.graph(), mesh);
+  }
   if (a.show_nodes && plan.has_solution && !a.json) print_nodes(plan, so.graph());
   if (!plan.has_solution) {
     if (plan.min_peak_memory_bytes >= 0)

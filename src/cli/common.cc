@@ -2,7 +2,12 @@
 
 #include <fmt/format.h>
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <cmath>
+#include <cstring>
+#include <filesystem>
 #include <stdexcept>
 
 #include "ir/graph_json.h"
@@ -27,11 +32,7 @@ Graph load_graph(const GraphSource& src) {
   mo.batch = src.batch;
   mo.seq = src.seq;
   mo.layers = src.layers;
-  if (!src.dtype.empty()) {
-    auto d = parse_dtype(src.dtype);
-    if (!d) throw std::invalid_argument(fmt::format("--dtype: unknown dtype '{}'", src.dtype));
-    mo.dtype = *d;
-  }
+  if (!src.dtype.empty()) mo.dtype = parse_dtype_option(src.dtype);
   return build_model(src.model, mo);
 }
 
@@ -64,9 +65,18 @@ Mesh make_mesh(const MeshSource& src) {
   if (src.backend == "nccl") backend = CommBackend::kNccl;
   else if (src.backend == "gloo") backend = CommBackend::kGloo;
   else throw std::invalid_argument(fmt::format("--backend: expected nccl or gloo, got '{}'", src.backend));
-  auto shape = Mesh::parse_shape(src.shape);
+  std::vector<int64_t> shape;
+  try {
+    shape = Mesh::parse_shape(src.shape);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(fmt::format("--mesh: {}", e.what()));
+  }
   std::vector<std::string> names;
-  if (!src.dims.empty()) names = Mesh::parse_names(src.dims);
+  try {
+    if (!src.dims.empty()) names = Mesh::parse_names(src.dims);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(fmt::format("--mesh-dims: {}", e.what()));
+  }
   if (!names.empty() && names.size() != shape.size()) {
     if (src.dims == "dp,tp" && shape.size() == 1) names = {"dp"};  // default names, 1-D mesh
     else if (src.dims == "dp,tp" && shape.size() == 3) names = {"pp", "dp", "tp"};
@@ -83,7 +93,7 @@ int64_t parse_bytes(const std::string& s) {
   try {
     v = std::stod(s, &pos);
   } catch (const std::exception&) {
-    throw std::invalid_argument(fmt::format("'{}' is not a size (e.g. 80GiB, 40GB, 1e9)", s));
+    throw std::invalid_argument(fmt::format("--memory-limit: '{}' is not a size (e.g. 80GiB, 40GB, 1e9)", s));
   }
   std::string unit = s.substr(pos);
   while (!unit.empty() && unit.front() == ' ') unit.erase(0, 1);
@@ -97,9 +107,66 @@ int64_t parse_bytes(const std::string& s) {
   else if (unit == "MB") mult = 1e6;
   else if (unit == "GB") mult = 1e9;
   else if (unit == "TB") mult = 1e12;
-  else throw std::invalid_argument(fmt::format("'{}': unknown unit '{}'", s, unit));
-  if (v < 0 || !std::isfinite(v)) throw std::invalid_argument(fmt::format("'{}': must be >= 0", s));
+  else
+    throw std::invalid_argument(fmt::format(
+        "--memory-limit: '{}': unknown unit '{}' (expected B, KiB, MiB, GiB, TiB, KB, MB, GB or TB)", s,
+        unit));
+  if (v < 0 || !std::isfinite(v))
+    throw std::invalid_argument(fmt::format("--memory-limit: '{}': must be >= 0", s));
   return static_cast<int64_t>(v * mult);
+}
+
+DType parse_dtype_option(const std::string& s) {
+  std::string name = s;
+  if (name == "fp32") name = "f32";
+  else if (name == "fp16") name = "f16";
+  else if (name == "fp8") name = "f8";
+  if (auto d = parse_dtype(name)) return *d;
+  throw std::invalid_argument(fmt::format(
+      "--dtype: unknown dtype '{}' (expected bf16, f32, f16, f8, i64, i32 or bool)", s));
+}
+
+std::vector<Placement> parse_placements_option(std::string_view option, const std::string& s) {
+  try {
+    return parse_placements(s);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(fmt::format("{} '{}': {}", option, s, e.what()));
+  }
+}
+
+namespace {
+[[noreturn]] void fail_output(const std::string& dir, const std::string& why) {
+  throw std::runtime_error(fmt::format("{}: cannot write output: {}", dir, why));
+}
+}  // namespace
+
+void check_output_dir(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::path p = fs::absolute(fs::path(dir), ec);
+  if (ec) fail_output(dir, ec.message());
+  // Walk up to the nearest existing ancestor: it must be a writable directory.
+  fs::path q = p;
+  while (!fs::exists(q, ec)) {
+    if (ec) fail_output(dir, ec.message());
+    if (!q.has_parent_path() || q.parent_path() == q) fail_output(dir, "no existing parent directory");
+    q = q.parent_path();
+  }
+  if (!fs::is_directory(q, ec))
+    fail_output(dir, q == p ? std::string("not a directory")
+                            : fmt::format("'{}' is not a directory", q.string()));
+  if (::access(q.c_str(), W_OK | X_OK) != 0)
+    fail_output(dir, q == p ? std::string(std::strerror(errno))
+                            : fmt::format("'{}': {}", q.string(), std::strerror(errno)));
+  fs::path target = p / "placements.json";
+  if (fs::exists(target, ec) && fs::is_directory(target, ec))
+    fail_output(dir, "placements.json is a directory");
+}
+
+void create_output_dir(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) fail_output(dir, ec.message());
 }
 
 std::string format_bytes(int64_t bytes) {

@@ -4,9 +4,12 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "ir/graph.h"
 #include "mesh/mesh.h"
+#include "placement/placement.h"
 
 namespace autoshard::cli {
 
@@ -34,6 +37,17 @@ Mesh make_mesh(const MeshSource& src);
 
 /// "80GiB", "80GB", "1.5e9", "512MiB" -> bytes.  Throws std::invalid_argument.
 int64_t parse_bytes(const std::string& s);
+/// A --dtype value: parse_dtype's names plus the common "fp32"/"fp16"/"fp8" spellings.
+/// Throws std::invalid_argument "--dtype: unknown dtype 'x' (expected ...)".
+DType parse_dtype_option(const std::string& s);
+/// Placements given on the command line; errors start with `option` and the value.
+std::vector<Placement> parse_placements_option(std::string_view option, const std::string& s);
+
+/// Checks, before any work is done, that `dir` is (or can be created as) a writable directory,
+/// without creating anything.  Throws std::runtime_error "<dir>: cannot write output: <why>".
+void check_output_dir(const std::string& dir);
+/// Creates `dir` (and parents) if needed; errors name the directory.
+void create_output_dir(const std::string& dir);
 /// "74.5 GiB" style.
 std::string format_bytes(int64_t bytes);
 /// "1.23 ms" / "456.7 us" / "2.1 s".

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# `autoshard plan`: the default job (llama3-8b on 2x8), --json, -o, --preload and determinism.
+source "$(dirname "$0")/lib.bash" "$@"
+
+strip_phases() {  # the JSON summary without the (timing-dependent) phase_seconds
+  python3 -c 'import json,sys
+j=json.load(open(sys.argv[1])); j.pop("phase_seconds")
+print(json.dumps(j, indent=1, sort_keys=True))' "$1"
+}
+
+# Defaults: llama3-8b on a 2x8 H100 mesh (dp, tp), proven optimal, written to -o DIR.
+"$AS" plan --json -o "$TMP/a" >"$TMP/a.json"
+pycheck "$TMP/a.json" "
+assert j['graph'] == 'llama3-8b', j['graph']
+assert j['mesh']['shape'] == [2, 8] and j['mesh']['dim_names'] == ['dp', 'tp'], j['mesh']
+assert j['mesh']['hardware'] == 'h100'
+assert j['status'] == 'optimal' and j['has_solution'] is True, j['status']
+for k in ('objective_us', 'lower_bound_us', 'gap', 'compute_us', 'comm_us'):
+    assert isinstance(j[k], float) or isinstance(j[k], int), (k, j[k])
+assert j['objective_us'] > 0 and j['gap'] <= 1e-6, (j['objective_us'], j['gap'])
+assert j['lower_bound_us'] <= j['objective_us'] * (1 + 1e-9)
+assert abs(j['compute_us'] + j['comm_us'] - j['objective_us']) <= 1e-6 * j['objective_us']
+assert 0 < j['peak_memory_bytes'] <= j['memory_limit_bytes'], (j['peak_memory_bytes'], j['memory_limit_bytes'])
+assert j['checked'] is True
+p = j['problem']
+assert p['graph_nodes'] > 8000 and 0 < p['nodes'] <= p['graph_nodes'] and p['edges'] > 0, p
+assert 0 < p['clustered_nodes'] <= p['nodes'] and p['reduced_nodes'] <= p['clustered_nodes'], p
+assert p['alpa_variables'] > 0 and p['layer_classes'] > 0, p
+assert isinstance(j['phase_seconds'], dict) and j['phase_seconds'], j['phase_seconds']
+assert all(v >= 0 for v in j['phase_seconds'].values())
+assert len(j['parameters']) == 291, len(j['parameters'])
+"
+ok "defaults: optimal, json fields"
+
+# placements.json in AutoParallel's save_placements schema.
+P="$TMP/a/placements.json"
+[[ -f $P ]] || fail "no $P"
+[[ -z $(ls "$TMP/a" | grep -v '^placements.json$' || true) ]] || fail "stray files in -o dir: $(ls "$TMP/a")"
+pycheck "$P" "
+assert j['version'] == 1
+assert j['mesh_shape'] == [2, 8] and j['mesh_dim_names'] == ['dp', 'tp']
+pl = j['placements']
+assert len(pl) > 8000, len(pl)
+import re
+item = r'(R|S\(\d+\)|P\(\w+\))'
+spec = re.compile(item + '{2}$')
+for name, e in pl.items():
+    assert set(e) == {'output', 'inputs'}, (name, e)
+    outs = e['output'][1:-1].split(', ') if e['output'].startswith('(') else [e['output']]
+    assert all(spec.match(o) for o in outs), (name, e['output'])
+    assert all(spec.match(s) for s in e['inputs']), (name, e['inputs'])
+assert pl['tok_embeddings.weight']['inputs'] == []
+assert any(e['output'].startswith('(') for e in pl.values()), 'no tuple outputs'
+"
+ok "placements.json schema"
+
+# Determinism: the same run gives the same summary (but for timings) and the same bytes.
+"$AS" plan --json -o "$TMP/b" >"$TMP/b.json"
+cmp "$TMP/a/placements.json" "$TMP/b/placements.json" || fail "placements.json differs between runs"
+diff <(strip_phases "$TMP/a.json") <(strip_phases "$TMP/b.json") >&2 || fail "--json differs between runs"
+ok "deterministic"
+
+# --preload of the saved placements reproduces the objective (and the placements).
+"$AS" plan --preload "$P" --json -o "$TMP/c" >"$TMP/c.json" 2>"$TMP/c.err"
+[[ ! -s $TMP/c.err ]] || { cat "$TMP/c.err" >&2; fail "--preload printed warnings"; }
+python3 -c 'import json,sys
+a=json.load(open(sys.argv[1])); c=json.load(open(sys.argv[2]))
+assert c["status"] == "optimal", c["status"]
+assert abs(a["objective_us"] - c["objective_us"]) <= 1e-9 * a["objective_us"], (a["objective_us"], c["objective_us"])' \
+  "$TMP/a.json" "$TMP/c.json" || fail "--preload changed the objective"
+cmp "$P" "$TMP/c/placements.json" || fail "--preload changed the placements"
+ok "--preload reproduces the plan"
+
+# The text summary of the same job.
+out=$("$AS" plan --model llama3-8b --layers 2 --mesh 2x8)
+for k in "autoshard plan: llama3-8b on mesh 2x8 (dp, tp) of h100 (16 devices)" "status: optimal" \
+         "estimated step time: " "lower bound: " "gap: 0.0000%" "peak memory per device: " \
+         "time per phase:" "tok_embeddings.weight"; do
+  expect_contains "$out" "$k" "plan text"
+done
+ok plan

@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# `autoshard plan` options on small models: --pin, --no-cluster, --skip-fully-replicated,
+# --comm-model, --memory-limit (feasible and infeasible), unknown ops.
+source "$(dirname "$0")/lib.bash" "$@"
+
+M=(--model gpt2 --layers 2 --mesh 2x4)
+jget() { python3 -c 'import json,sys
+v=json.load(open(sys.argv[1]))
+for k in sys.argv[2:]: v=v[int(k)] if isinstance(v,list) else v[k]
+print(v)' "$@"; }
+
+"$AS" plan "${M[@]}" --json -o "$TMP/base" >"$TMP/base.json"
+[[ $(jget "$TMP/base.json" status) == optimal ]] || fail "base plan not optimal"
+base=$(jget "$TMP/base.json" objective_us)
+
+# --pin: the pinned node gets exactly that output placement, and the cost cannot improve.
+node=$(python3 -c 'import json,sys
+pl=json.load(open(sys.argv[1]))["placements"]
+print(next(n for n,e in pl.items() if n.startswith("mm") and e["output"] != "RR"))' "$TMP/base/placements.json")
+"$AS" plan "${M[@]}" --pin "$node=RR" --json -o "$TMP/pin" >"$TMP/pin.json"
+[[ $(jget "$TMP/pin/placements.json" placements "$node" output) == RR ]] || fail "--pin ignored"
+python3 -c "import sys; assert float(sys.argv[1]) >= float(sys.argv[2]) * (1 - 1e-9)" \
+  "$(jget "$TMP/pin.json" objective_us)" "$base" || fail "pinning improved the optimum"
+expect_error "no node named 'nope'" -- "$AS" plan "${M[@]}" --pin 'nope=RR'
+ok "--pin $node=RR"
+
+# --no-cluster solves the full problem: no layer classes, and an optimum no worse than the
+# clustered one (tying layers restricts the choices; the clustered optimum is within 1 %).
+"$AS" plan "${M[@]}" --no-cluster --json >"$TMP/nc.json"
+[[ $(jget "$TMP/nc.json" status) == optimal ]] || fail "--no-cluster not optimal"
+python3 -c "import sys; a,b=map(float,sys.argv[1:]); assert a <= b*(1+1e-9) and b <= a*1.01, (a,b)" \
+  "$(jget "$TMP/nc.json" objective_us)" "$base" || fail "--no-cluster: optimum out of range"
+[[ $(jget "$TMP/nc.json" problem clustered_nodes) == $(jget "$TMP/nc.json" problem nodes) ]] \
+  || fail "--no-cluster still clustered"
+ok "--no-cluster"
+
+# --skip-fully-replicated: no parameter stays fully replicated if it can be sharded.
+"$AS" plan "${M[@]}" --skip-fully-replicated --json >"$TMP/sfr.json"
+pycheck "$TMP/sfr.json" "
+assert j['status'] == 'optimal', j['status']
+assert j['objective_us'] >= $base * (1 - 1e-9)
+big = [p for p in j['parameters'] if len(p['shape']) == 2]
+assert big and all(p['placement'] != 'RR' for p in big), [p for p in big if p['placement'] == 'RR']
+"
+ok "--skip-fully-replicated"
+
+# --comm-model dtensor: another cost model, still optimal, different communication time.
+"$AS" plan "${M[@]}" --comm-model dtensor --json >"$TMP/dt.json"
+[[ $(jget "$TMP/dt.json" status) == optimal ]] || fail "dtensor not optimal"
+python3 -c "import sys; a,b=map(float,sys.argv[1:]); assert a != b, (a,b)" \
+  "$(jget "$TMP/dt.json" objective_us)" "$base" || fail "--comm-model dtensor gave the nccl objective"
+ok "--comm-model dtensor"
+
+# --memory-limit: between the smallest achievable peak and the unconstrained one, the plan
+# must shard more, fit, and cost at least as much.
+S=(--model gpt2 --layers 2 --mesh 4)
+"$AS" plan "${S[@]}" --memory-limit 0 --json >"$TMP/free.json"
+free_peak=$(jget "$TMP/free.json" peak_memory_bytes)
+free_obj=$(jget "$TMP/free.json" objective_us)
+rc=0; "$AS" plan "${S[@]}" --memory-limit 1MiB --json >"$TMP/inf.json" 2>"$TMP/inf.err" || rc=$?
+[[ $rc -ne 0 ]] || fail "1 MiB budget did not fail"
+min_peak=$(jget "$TMP/inf.json" min_peak_memory_bytes)
+(( min_peak < free_peak )) || fail "no room to force sharding: min $min_peak, free $free_peak"
+limit=$(( (min_peak + free_peak) / 2 ))
+"$AS" plan "${S[@]}" --memory-limit "$limit" --json -o "$TMP/tight" >"$TMP/tight.json"
+pycheck "$TMP/tight.json" "
+assert j['status'] in ('optimal', 'feasible'), j['status']   # memory-bound solves may stop unproven
+assert j['has_solution'] is True and j['checked'] is True
+assert j['memory_limit_bytes'] == $limit
+assert j['peak_memory_bytes'] <= $limit < $free_peak, (j['peak_memory_bytes'], $limit, $free_peak)
+assert j['objective_us'] >= $free_obj * (1 - 1e-9)
+"
+ok "--memory-limit $limit (free peak $free_peak, min $min_peak)"
+
+# Infeasible budget: non-zero exit, one error line naming the smallest peak, no output files.
+expect_error "needs at least" -- "$AS" plan "${S[@]}" --memory-limit 1MiB -o "$TMP/none"
+[[ ! -e $TMP/none ]] || fail "infeasible plan created $TMP/none"
+grep -q "smallest achievable peak" "$TMP/err.out" || fail "summary lacks the smallest achievable peak"
+mkdir "$TMP/keep"
+expect_error "needs at least" -- "$AS" plan "${S[@]}" --memory-limit 1MiB -o "$TMP/keep"
+[[ -z $(ls -A "$TMP/keep") ]] || fail "infeasible plan wrote into $TMP/keep: $(ls -A "$TMP/keep")"
+ok "infeasible budget"
+
+# An op without a sharding rule is accepted and planned replicated, with a warning.
+cat >"$TMP/custom.graph.json" <<'G'
+{"format": "autoshard-graph", "version": 1, "name": "custom",
+ "nodes": [
+  {"name": "x", "kind": "input", "outputs": [{"shape": [64, 128], "dtype": "bf16"}]},
+  {"name": "w", "kind": "parameter", "outputs": [{"shape": [128, 128], "dtype": "bf16"}]},
+  {"name": "mm_1", "kind": "op", "op": "mm", "inputs": ["x", "w"], "outputs": [{"shape": [64, 128], "dtype": "bf16"}]},
+  {"name": "weird", "kind": "op", "op": "my_custom_op", "inputs": ["mm_1"], "outputs": [{"shape": [64, 128], "dtype": "bf16"}]},
+  {"name": "loss", "kind": "op", "op": "sum", "inputs": ["weird"], "outputs": [{"shape": [], "dtype": "f32"}]},
+  {"name": "out", "kind": "output", "inputs": ["loss"]}
+ ],
+ "loss": "loss"}
+G
+out=$("$AS" plan --graph "$TMP/custom.graph.json" --mesh 4 -o "$TMP/custom" 2>"$TMP/custom.err")
+expect_contains "$out" "warning: no sharding rule for op 'my_custom_op'" "plan text"
+[[ $(jget "$TMP/custom/placements.json" placements weird output) == R ]] || fail "unknown op not replicated"
+"$AS" plan --graph "$TMP/custom.graph.json" --mesh 4 --json >"$TMP/custom.json" 2>"$TMP/custom.err"
+grep -q "^autoshard: warning: no sharding rule for op 'my_custom_op'" "$TMP/custom.err" \
+  || fail "--json does not warn on stderr"
+pycheck "$TMP/custom.json" "assert any('my_custom_op' in w for w in j['warnings']), j['warnings']"
+ok "unknown op planned replicated with a warning"
+ok plan_options
