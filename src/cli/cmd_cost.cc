@@ -37,13 +37,13 @@ void run_cost(const CostArgs& a) {
   if (!model) throw std::invalid_argument(fmt::format("--comm-model: expected nccl or dtensor, got '{}'", a.comm_model));
   ShardingSpec from{parse_placements_option("--from", a.from), meta};
   ShardingSpec to{parse_placements_option("--to", a.to), meta};
-  for (const auto* s : {&from, &to})
+  for (const auto& [opt, s] : {std::pair{"--from", &from}, std::pair{"--to", &to}})
     if (s->ndim_mesh() != mesh.ndim())
-      throw std::invalid_argument(fmt::format("spec '{}' has {} placements for a {}-D mesh",
+      throw std::invalid_argument(fmt::format("{} '{}': {} placements for a {}-D mesh", opt,
                                               s->to_string(), s->ndim_mesh(), mesh.ndim()));
-  for (const auto* s : {&from, &to})
+  for (const auto& [opt, s] : {std::pair{"--from", &from}, std::pair{"--to", &to}})
     if (!s->valid(mesh))
-      throw std::invalid_argument(fmt::format("spec '{}' cannot shard shape [{}] on mesh {}",
+      throw std::invalid_argument(fmt::format("{} '{}': cannot shard shape [{}] on mesh {}", opt,
                                               s->to_string(), a.shape, mesh.describe()));
   double us = redistribute_cost_us(from, to, mesh, *model);
   if (a.json) {

@@ -89,7 +89,8 @@ std::vector<std::optional<Strategy>> read_placements_json(std::string_view text,
     std::vector<std::string> names;
     for (const auto& x : j["mesh_dim_names"]) names.push_back(x.is_string() ? x.get<std::string>() : "");
     if (names != mesh.names())
-      throw fail("/mesh_dim_names", "dim names differ from the mesh's");
+      throw fail("/mesh_dim_names", fmt::format("saved for dims ({}) but planning on ({})",
+                                                fmt::join(names, ", "), fmt::join(mesh.names(), ", ")));
   }
   if (!j.contains("placements") || !j["placements"].is_object())
     throw fail("/placements", "missing or not an object");
@@ -103,32 +104,42 @@ std::vector<std::optional<Strategy>> read_placements_json(std::string_view text,
     if (!e.is_object() || !e.contains("output") || !e["output"].is_string())
       throw fail(where + "/output", "missing");
     Strategy s;
-    try {
-      auto parts = split_tuple(e["output"].get<std::string>());
-      if (parts.size() != n.outputs.size())
-        throw fail(where + "/output", fmt::format("{} specs for {} outputs", parts.size(),
-                                                  n.outputs.size()));
-      for (size_t k = 0; k < parts.size(); ++k) {
+    // Parses one DTensor string; errors carry the exact JSON pointer of the string.
+    auto parse_at = [&](const nlohmann::json& v, const std::string& at) {
+      if (!v.is_string()) throw fail(at, fmt::format("expected a placement string, got {}", v.dump()));
+      try {
+        return parse_placements(v.get<std::string>());
+      } catch (const std::invalid_argument& ex) {
+        throw fail(at, one_line(ex.what()));
+      }
+    };
+    auto parts = split_tuple(e["output"].get<std::string>());
+    if (parts.size() != n.outputs.size())
+      throw fail(where + "/output", fmt::format("{} specs for {} outputs", parts.size(),
+                                                n.outputs.size()));
+    for (size_t k = 0; k < parts.size(); ++k) {
+      ShardingSpec sp;
+      sp.placements = parts[k] == "None" ? std::vector<Placement>(static_cast<size_t>(mesh.ndim()))
+                                         : parse_at(parts[k], where + "/output");
+      sp.meta = n.outputs[k];
+      s.outputs.push_back(std::move(sp));
+    }
+    if (e.contains("inputs")) {
+      if (!e["inputs"].is_array() || e["inputs"].size() != n.inputs.size())
+        throw fail(where + "/inputs",
+                   fmt::format("expected {} input specs (node '{}' has {} inputs), got {}",
+                               n.inputs.size(), n.name, n.inputs.size(),
+                               e["inputs"].is_array() ? std::to_string(e["inputs"].size())
+                                                      : std::string("no array")));
+      for (size_t k = 0; k < n.inputs.size(); ++k) {
+        const std::string at = fmt::format("{}/inputs/{}", where, k);
         ShardingSpec sp;
-        sp.placements = parts[k] == "None" ? std::vector<Placement>(static_cast<size_t>(mesh.ndim()))
-                                           : parse_placements(parts[k]);
-        sp.meta = n.outputs[k];
-        s.outputs.push_back(std::move(sp));
+        sp.placements = parse_at(e["inputs"][k], at);
+        sp.meta = g.meta(n.inputs[k]);
+        if (sp.ndim_mesh() != mesh.ndim())
+          throw fail(at, fmt::format("{} placements for a {}-D mesh", sp.ndim_mesh(), mesh.ndim()));
+        s.inputs.push_back(std::move(sp));
       }
-      if (e.contains("inputs")) {
-        if (!e["inputs"].is_array() || e["inputs"].size() != n.inputs.size())
-          throw fail(where + "/inputs", fmt::format("expected {} input specs", n.inputs.size()));
-        for (size_t k = 0; k < n.inputs.size(); ++k) {
-          ShardingSpec sp;
-          sp.placements = parse_placements(e["inputs"][k].get<std::string>());
-          sp.meta = g.meta(n.inputs[k]);
-          s.inputs.push_back(std::move(sp));
-        }
-      }
-    } catch (const std::invalid_argument& ex) {
-      throw fail(where, one_line(ex.what()));
-    } catch (const nlohmann::json::exception& ex) {
-      throw fail(where, one_line(ex.what()));
     }
     for (const ShardingSpec& sp : s.outputs)
       if (sp.ndim_mesh() != mesh.ndim())
