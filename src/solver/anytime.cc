@@ -47,12 +47,13 @@ AnytimeResult solve_anytime(const Problem& p, const AnytimeOptions& options) {
   std::atomic<bool> stop{false};
   int threads = options.threads > 0 ? options.threads : static_cast<int>(std::thread::hardware_concurrency());
   threads = std::max(1, threads);
-  // Even threads: penalty search (TRW-S + LNS on the memory-penalised pairwise problem, repair,
-  // polish, weight bisection).  Odd threads: memory-aware LNS restarting from the incumbent.
+  // Penalty search (TRW-S + LNS on the memory-penalised pairwise problem, repair, polish,
+  // weight bisection) on every thread, seeds differing (and with them the weight growth);
+  // with 3+ threads every third one runs the memory-aware LNS from the incumbent instead.
   std::vector<std::unique_ptr<GroupSearch>> searches;
   std::vector<PenaltySearchStats> pstats(static_cast<size_t>(threads));
   for (int i = 0; i < threads; ++i)
-    searches.push_back(i % 2 == 0 ? nullptr : std::make_unique<GroupSearch>(m, static_cast<uint64_t>(i) + 1));
+    searches.push_back(i % 3 != 2 ? nullptr : std::make_unique<GroupSearch>(m, static_cast<uint64_t>(i) + 1));
   std::vector<std::thread> pool;
   for (int i = 0; i < threads; ++i)
     pool.emplace_back([&, i] {
@@ -73,7 +74,10 @@ AnytimeResult solve_anytime(const Problem& p, const AnytimeOptions& options) {
   for (auto& t : pool) t.join();
   for (const auto& s : searches)
     if (s) res.proposals += s->stats().proposals;
-  for (const auto& s : pstats) res.proposals += s.proposals;
+  for (const auto& s : pstats) {
+    res.proposals += s.proposals;
+    if (s.rounds > 0) res.lower_bound = std::max(res.lower_bound, s.lower_bound + m.offset);
+  }
   if (shared.have) {
     res.choice = red.expand(shared.choice);
     res.cost = evaluate_cost(p, res.choice);

@@ -9,6 +9,8 @@
 #include "problem/iopddl.h"
 #include "solver/anytime_reduce.h"
 #include "solver/lower_bound.h"
+#include "solver/penalty_search.h"
+#include "solver/trws.h"
 
 namespace autoshard {
 namespace {
@@ -136,6 +138,100 @@ TEST(Anytime, RandomSmallProblemsReachBruteForceOptimum) {
     ++solved;
   }
   EXPECT_GT(solved, 10);
+}
+
+Cost model_cost(const GroupModel& m, const std::vector<int32_t>& x) {
+  Cost c = m.offset;
+  for (int32_t g = 0; g < m.num_groups(); ++g) c += m.unary[static_cast<size_t>(g)][static_cast<size_t>(x[static_cast<size_t>(g)])];
+  for (const auto& e : m.edges) c += m.edge_cost(e, x[static_cast<size_t>(e.a)], x[static_cast<size_t>(e.b)]);
+  return c;
+}
+
+TEST(Anytime, TrwsIsExactOnTreesAndBoundIsValid) {
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 60; ++trial) {
+    // Random tree, no memory, no forbidden pairs.
+    int n = 3 + trial % 6;
+    Problem p = random_problem(rng, n, 4, 0.0, 0.0, false);
+    for (auto& node : p.nodes)
+      for (auto& c : node.costs)
+        if (std::isinf(c)) c = 60;
+    for (int v = 1; v < n; ++v) {
+      ProblemEdge e;
+      e.u = static_cast<int32_t>(rng() % static_cast<unsigned>(v));
+      e.v = v;
+      size_t sz = p.nodes[static_cast<size_t>(e.u)].costs.size() * p.nodes[static_cast<size_t>(v)].costs.size();
+      for (size_t k = 0; k < sz; ++k) e.costs.push_back(static_cast<double>(rng() % 50));
+      p.edges.push_back(e);
+    }
+    Cost opt = brute_force(p);
+    AnytimeReduction red(p);
+    const GroupModel& m = red.model();
+    Trws t(m);
+    t.iterate(30, nullptr);
+    EXPECT_EQ(model_cost(m, t.labeling()), opt) << trial;
+    EXPECT_LE(t.lower_bound(nullptr) + m.offset, opt + 1e-6) << trial;
+  }
+  // Bound validity on graphs with cycles and forbidden pairs.
+  for (int trial = 0; trial < 100; ++trial) {
+    Problem p = random_problem(rng, 4 + trial % 5, 4, 0.5, 0.2, false);
+    Cost opt = brute_force(p);
+    AnytimeReduction red(p);
+    const GroupModel& m = red.model();
+    if (m.infeasible) continue;
+    Trws t(m);
+    t.iterate(1 + trial % 10, nullptr);
+    EXPECT_LE(t.lower_bound(nullptr) + m.offset, opt + 1e-6) << trial;
+  }
+}
+
+TEST(Anytime, PenaltySearchFindsFeasibleOptima) {
+  std::mt19937 rng(5);
+  int hits = 0, feasible = 0;
+  for (int trial = 0; trial < 30; ++trial) {
+    Problem p = random_problem(rng, 6 + trial % 4, 4, 0.35, 0.1, true);
+    Cost opt = brute_force(p);
+    AnytimeReduction red(p);
+    const GroupModel& m = red.model();
+    if (m.infeasible || std::isinf(opt)) continue;
+    SharedIncumbent shared;
+    shared.start = std::chrono::steady_clock::now();
+    std::atomic<bool> stop{false};
+    PenaltySearchStats st;
+    run_penalty_search(m, 3, shared.start + std::chrono::milliseconds(60), shared, stop, &st);
+    EXPECT_LE(st.lower_bound + m.offset, opt + 1e-6) << trial;
+    if (!shared.have) continue;
+    ++feasible;
+    std::vector<StrategyIdx> x = red.expand(shared.choice);
+    EXPECT_LE(peak_usage(p, x), p.usage_limit) << trial;
+    EXPECT_EQ(evaluate_cost(p, x), shared.cost + m.offset) << trial;
+    EXPECT_GE(shared.cost + m.offset, opt) << trial;
+    if (shared.cost + m.offset == opt) ++hits;
+  }
+  EXPECT_GT(feasible, 10);
+  EXPECT_GT(hits, feasible / 2);
+}
+
+TEST(Anytime, RepairReachesTheLimitOrSaysNo) {
+  std::mt19937 rng(9);
+  for (int trial = 0; trial < 60; ++trial) {
+    Problem p = random_problem(rng, 6 + trial % 5, 4, 0.3, 0.0, true);
+    AnytimeReduction red(p);
+    const GroupModel& m = red.model();
+    if (m.infeasible) continue;
+    GroupSearch s(m, 1);
+    std::vector<int32_t> x(static_cast<size_t>(m.num_groups()));
+    for (int32_t g = 0; g < m.num_groups(); ++g)
+      x[static_cast<size_t>(g)] = static_cast<int32_t>(rng() % m.unary[static_cast<size_t>(g)].size());
+    s.set_state(x);
+    bool ok = s.repair(std::chrono::steady_clock::now() + std::chrono::seconds(5));
+    EXPECT_EQ(ok, s.overflow() == 0) << trial;
+    GroupSearch check(m, 2);
+    check.set_state(s.state());
+    EXPECT_EQ(check.cost(), s.cost()) << trial;
+    EXPECT_EQ(check.bad(), s.bad()) << trial;
+    EXPECT_EQ(check.overflow(), s.overflow()) << trial;
+  }
 }
 
 }  // namespace

@@ -50,8 +50,12 @@ void run_penalty_search(const GroupModel& m, uint64_t seed, std::chrono::steady_
   const auto t0 = Clock::now();
   const int64_t per_round = 3000;
   const int trws_iters = 10;
+  const double expand = (seed & 1) ? 16.0 : 8.0;  // bracket growth while a weight is unbracketed
   Trws trws(m);
+  // The least-memory start (polish's initial state) is often feasible: a first answer at once.
+  if (polish.overflow() == 0 && polish.bad() == 0) shared.offer(polish.cost(), polish.state());
   for (int64_t round = 0; !done(); ++round) {
+    const auto round_start = Clock::now();
     for (int32_t g = 0; g < ng; ++g) {
       auto& pg = pen[static_cast<size_t>(g)];
       std::fill(pg.begin(), pg.end(), 0.0);
@@ -62,17 +66,31 @@ void run_penalty_search(const GroupModel& m, uint64_t seed, std::chrono::steady_
         for (size_t s = 0; s < pg.size(); ++s) pg[s] += wk * static_cast<double>(pcs[k].du[s]);
       }
     }
-    trws.iterate(trws_iters, &pen);
+    trws.iterate(round == 0 ? 3 * trws_iters : trws_iters, &pen);
+    if (round == 0 && stats) stats->lower_bound = std::max(stats->lower_bound, trws.lower_bound(nullptr));
     relaxed.set_penalty(&pen);
     relaxed.set_state(trws.labeling());
     for (int64_t done_moves = 0; done_moves < per_round && !done(); done_moves += 256) relaxed.moves(256);
     if (stats) { ++stats->rounds; }
-    // Repair and polish.
-    polish.set_state(relaxed.state());
-    bool ok = polish.repair(deadline);
+    // Repair and polish (skipped while the relaxed peak is far above the limit, once some
+    // feasible solution exists: the repair would be slow and poor).
+    bool far = memory && relaxed.peak() - m.limit > m.limit;
+    bool have;
+    {
+      std::lock_guard<std::mutex> lock(shared.mu);
+      have = shared.have;
+    }
+    bool ok = false;
+    if (!(far && have)) {
+      polish.set_state(relaxed.state());
+      ok = polish.repair(deadline);
+    }
     Cost repaired = polish.cost();
     if (ok && polish.bad() == 0) {
-      for (int64_t k = 0; k < per_round && !done(); k += 256) polish.moves(256);
+      // Polish for at most as long as the relaxed phase took (memory-aware moves are slower).
+      const auto polish_until = Clock::now() + std::max<Clock::duration>(Clock::now() - round_start,
+                                                                         std::chrono::milliseconds(20));
+      for (int64_t k = 0; k < per_round && !done() && Clock::now() < polish_until; k += 64) polish.moves(64);
       if (polish.overflow() == 0 && polish.bad() == 0) {
         shared.offer(polish.cost(), polish.state());
         if (stats) ++stats->repaired;
@@ -94,11 +112,11 @@ void run_penalty_search(const GroupModel& m, uint64_t seed, std::chrono::steady_
         if (over) {
           l = wk;
           if (h < kInf && h < 1.05 * l) h = 2 * l + w0 * 1e-9;  // reopen a stale bracket
-          wk = h >= kInf ? (wk == 0 ? w0 : 4 * wk) : (l == 0 ? h / 4 : std::sqrt(l * h));
+          wk = h >= kInf ? (wk == 0 ? w0 : expand * wk) : (l == 0 ? h / expand : std::sqrt(l * h));
         } else {
           h = wk;
           if (l > 0 && l > h / 1.05) l = h / 2;
-          wk = l == 0 ? wk / 4 : std::sqrt(l * h);
+          wk = l == 0 ? wk / expand : std::sqrt(l * h);
           if (wk < w0 * 1e-9) wk = 0;
         }
       }

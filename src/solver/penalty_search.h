@@ -15,6 +15,8 @@ namespace autoshard {
 
 struct PenaltySearchStats {
   int64_t rounds = 0, repaired = 0, proposals = 0;
+  /// Memory-free lower bound from the first round's messages (without the model offset).
+  double lower_bound = -1e300;
 };
 
 /// Runs rounds until the deadline or `stop`, offering feasible states to `shared`.

@@ -102,4 +102,44 @@ void Trws::iterate(int iters, const std::vector<std::vector<double>>* pen) {
   }
 }
 
+double Trws::lower_bound(const std::vector<std::vector<double>>* pen) const {
+  const int32_t ng = m_.num_groups();
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  // Reparametrised unary, split evenly over each group's edges.
+  std::vector<std::vector<double>> share(static_cast<size_t>(ng));
+  double bound = 0;
+  for (int32_t g = 0; g < ng; ++g) {
+    const auto& u = m_.unary[static_cast<size_t>(g)];
+    auto& h = share[static_cast<size_t>(g)];
+    h.assign(u.begin(), u.end());
+    if (pen)
+      for (size_t s = 0; s < h.size(); ++s) h[s] += (*pen)[static_cast<size_t>(g)][s];
+    const auto& adj = m_.adj[static_cast<size_t>(g)];
+    for (auto [e, a] : adj) {
+      const auto& in = a ? to_a_[static_cast<size_t>(e)] : to_b_[static_cast<size_t>(e)];
+      for (size_t s = 0; s < h.size(); ++s) h[s] += in[s];
+    }
+    if (adj.empty()) {
+      bound += *std::min_element(h.begin(), h.end());
+      continue;
+    }
+    for (double& v : h) v /= static_cast<double>(adj.size());
+  }
+  for (size_t e = 0; e < m_.edges.size(); ++e) {
+    const auto& ed = m_.edges[e];
+    const auto& ha = share[static_cast<size_t>(ed.a)];
+    const auto& hb = share[static_cast<size_t>(ed.b)];
+    const auto& ma = to_a_[e];  // message b->a, indexed by a's strategy
+    const auto& mb = to_b_[e];
+    double best = kInf;
+    for (size_t s = 0; s < ha.size(); ++s) {
+      double base = ha[s] - ma[s];
+      const double* row = &ed.m[s * hb.size()];
+      for (size_t t = 0; t < hb.size(); ++t) best = std::min(best, base + row[t] + hb[t] - mb[t]);
+    }
+    bound += best;
+  }
+  return bound;
+}
+
 }  // namespace autoshard

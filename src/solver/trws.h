@@ -19,6 +19,10 @@ class Trws {
   void iterate(int iters, const std::vector<std::vector<double>>* pen);
   /// Labeling from the last forward pass (all zeros before the first).
   const std::vector<int32_t>& labeling() const { return x_; }
+  /// Lower bound on min over choices of (cost + *pen) without the model offset, memory ignored:
+  /// the edge-split bound (lower_bound.h) of the energy reparametrised by the current messages.
+  /// Valid for any messages.
+  double lower_bound(const std::vector<std::vector<double>>* pen) const;
   /// Resets the messages to zero.
   void reset();
 
