@@ -1,5 +1,9 @@
 #include "solver/solver.h"
 
+#include <optional>
+
+#include "solver/elimination.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -167,10 +171,24 @@ SolveResult solve(const Problem& p, const SolverOptions& opt) {
   // 3. Exact search.
   Cost lb = trivial_lower_bound(r);
   bool proven = false;
+  std::optional<std::vector<StrategyIdx>> by_elimination;
+  if (r.num_nodes() > 0 && rows.empty()) {
+    // No memory row can bind: the pairwise problem alone decides; try exact elimination.
+    EliminationOptions eo;
+    eo.deadline = deadline;
+    by_elimination = solve_by_elimination(r, eo);
+    if (by_elimination && evaluate_cost(r, *by_elimination) >= kInfCost) by_elimination.reset();
+  }
   if (r.num_nodes() == 0) {
     best_obj = 0;
     proven = true;
     res.method = "reductions";
+  } else if (by_elimination) {
+    best = *by_elimination;
+    best_obj = evaluate_cost(r, best);
+    proven = true;
+    res.method = "elimination";
+    say(res.method);
   } else if (alpa_variable_count(r) > kMaxMipVariables) {
     res.method = "greedy (too large for the MIP)";
     say(res.method);

@@ -1,0 +1,65 @@
+#include "solver/elimination.h"
+
+#include <gtest/gtest.h>
+
+#include "solver/solver.h"
+#include "solver/solver_test_util.h"
+
+namespace autoshard {
+namespace {
+
+using testing::brute_force;
+using testing::random_problem;
+using testing::RandomOptions;
+
+TEST(Elimination, MatchesBruteForceWithoutMemory) {
+  RandomOptions o;
+  o.limit = false;
+  for (uint32_t seed = 1; seed <= 400; ++seed) {
+    Problem p = random_problem(seed, o);
+    p.usage_limit = -1;
+    auto got = solve_by_elimination(p);
+    ASSERT_TRUE(got.has_value()) << "seed " << seed;
+    auto want = brute_force(p);
+    EXPECT_EQ(evaluate_cost(p, *got), want.cost) << "seed " << seed;
+  }
+}
+
+TEST(Elimination, GoldenChain) {
+  // a - b - c with costs chosen so the best pair differs from each node's own minimum.
+  Problem p;
+  p.nodes = {{"a", {0, 5}, {0, 0}, 0, 1}, {"b", {3, 0}, {0, 0}, 0, 1}, {"c", {0, 1}, {0, 0}, 0, 1}};
+  p.edges = {{0, 1, {10, 0, 0, 10}}, {1, 2, {0, 7, 7, 0}}};
+  auto got = solve_by_elimination(p);
+  ASSERT_TRUE(got);
+  // a=0 forces b=1 (edge 0), b=1 prefers c=1: 0 + 0 + 1 + 0 + 0 = 1.
+  EXPECT_EQ(*got, (std::vector<StrategyIdx>{0, 1, 1}));
+  EXPECT_EQ(evaluate_cost(p, *got), 1);
+}
+
+TEST(Elimination, GivesUpOnHugeTables) {
+  // A clique of 8 nodes with 20 strategies each has treewidth 7: 20^7 entries.
+  Problem p;
+  for (int v = 0; v < 8; ++v) p.nodes.push_back({"", std::vector<Cost>(20, 1), std::vector<int64_t>(20, 0), 0, 1});
+  for (int u = 0; u < 8; ++u)
+    for (int v = u + 1; v < 8; ++v) p.edges.push_back({u, v, std::vector<Cost>(400, 1)});
+  EXPECT_FALSE(solve_by_elimination(p).has_value());
+}
+
+TEST(Elimination, SolverUsesItWhenMemoryCannotBind) {
+  RandomOptions o;
+  o.limit = false;
+  o.min_nodes = 7;
+  for (uint32_t seed = 500; seed < 600; ++seed) {
+    Problem p = random_problem(seed, o);
+    p.usage_limit = -1;
+    SolveResult r = solve(p, {});
+    auto want = brute_force(p);
+    if (!want.feasible) continue;
+    EXPECT_EQ(r.status, SolveStatus::kOptimal);
+    EXPECT_EQ(r.objective, want.cost) << "seed " << seed;
+  }
+}
+
+}  // namespace
+}  // namespace autoshard
