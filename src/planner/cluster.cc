@@ -5,6 +5,7 @@
 #include <functional>
 #include <map>
 #include <numeric>
+#include <string>
 #include <unordered_map>
 
 namespace autoshard {
@@ -65,7 +66,46 @@ std::vector<uint64_t> signatures(const Graph& g, const BuiltProblem& bp) {
     }
     sig[static_cast<size_t>(i)] = h;
   }
-  return sig;
+  // An op also carries the signatures of the placeholders it reads (parameters, buffers,
+  // inputs): their strategy lists reflect pins, so two layers whose weights are pinned
+  // differently do not tie (a tie would force one decision on both, and the optimizer's strict
+  // parameter -> update edges would make the tied problem infeasible).
+  std::vector<uint64_t> refined = sig;
+  for (NodeIdx i = 0; i < g.size(); ++i) {
+    const Node& n = g.node(i);
+    if (n.kind != NodeKind::kOp) continue;
+    uint64_t& h = refined[static_cast<size_t>(i)];
+    for (const TensorRef& r : n.inputs)
+      if (g.node(r.node).kind != NodeKind::kOp) h = mix(h, sig[static_cast<size_t>(r.node)]);
+  }
+  return refined;
+}
+
+/// Module path with every run of digits replaced by '#': "layers.3.attention.wq" ->
+/// "layers.#.attention.wq".
+std::string mask_digits(std::string_view path) {
+  std::string out;
+  for (size_t i = 0; i < path.size(); ++i) {
+    if (path[i] >= '0' && path[i] <= '9') {
+      if (out.empty() || out.back() != '#') out += '#';
+    } else {
+      out += path[i];
+    }
+  }
+  return out;
+}
+
+/// Can nodes a and b be counterparts in two repeated layers?  Structurally identical ops also
+/// occur inside one layer (q/k/v projections of multi-head attention, the two RMSNorms of a
+/// LLaMA block, RoPE on q and on k); tying those is a restriction that can lose the optimum.
+/// When the graph records module paths, counterparts must live in different instances of the
+/// same module: paths that differ, but only in their layer indices.  Graphs without module
+/// paths fall back to structure alone.
+bool corresponding_modules(const Graph& g, NodeIdx a, NodeIdx b) {
+  const std::string& pa = g.node(a).module_path;
+  const std::string& pb = g.node(b).module_path;
+  if (pa.empty() && pb.empty()) return true;
+  return pa != pb && mask_digits(pa) == mask_digits(pb);
 }
 
 struct UnionFind {
@@ -120,7 +160,8 @@ std::vector<std::pair<NodeIdx, NodeIdx>> find_layer_ties(const Graph& g, const B
       size_t cover = 0, run = 0;
       for (size_t i = 0; i + p < n; ++i) {
         bool m = !used[i] && !used[i + p] &&
-                 sig[static_cast<size_t>(seq[i])] == sig[static_cast<size_t>(seq[i + p])];
+                 sig[static_cast<size_t>(seq[i])] == sig[static_cast<size_t>(seq[i + p])] &&
+                 corresponding_modules(g, seq[i], seq[i + p]);
         run = m ? run + 1 : 0;
         if (run == p) cover += p;
         else if (run > p) ++cover;
@@ -143,7 +184,8 @@ std::vector<std::pair<NodeIdx, NodeIdx>> find_layer_ties(const Graph& g, const B
     };
     for (size_t i = 0; i + best_p < n; ++i) {
       bool m = !used[i] && !used[i + best_p] &&
-               sig[static_cast<size_t>(seq[i])] == sig[static_cast<size_t>(seq[i + best_p])];
+               sig[static_cast<size_t>(seq[i])] == sig[static_cast<size_t>(seq[i + best_p])] &&
+               corresponding_modules(g, seq[i], seq[i + best_p]);
       if (m) {
         if (run == 0) run_start = i;
         ++run;
