@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "cost/compute.h"
+
 namespace autoshard {
 
 namespace {
@@ -24,15 +26,25 @@ std::string parallelism_on_dim(const Graph& g, const Mesh& mesh, const Plan& pla
   const auto& np = plan.nodes[static_cast<size_t>(param)];
   if (!np) return "?";
   const Placement& stored = np->chosen.outputs[0].placements[static_cast<size_t>(dim)];
-  // How the first forward consumer reads the parameter on this dim.
+  // How the first forward consumer reads the parameter on this dim.  Views (nn.Linear's t())
+  // are looked through when they keep the placement, since a gather can sit after them.
   std::optional<Placement> used;
-  for (NodeIdx i = param + 1; i < g.size() && !used; ++i) {
+  NodeIdx cur = param;
+  for (NodeIdx i = cur + 1; i < g.size() && !used; ++i) {
     const Node& n = g.node(i);
     if (n.kind != NodeKind::kOp || n.phase == Phase::kOptimizer) continue;
     for (size_t s = 0; s < n.inputs.size(); ++s)
-      if (n.inputs[s].node == param) {
+      if (n.inputs[s].node == cur) {
         const auto& cp = plan.nodes[static_cast<size_t>(i)];
-        if (cp) used = cp->chosen.inputs[s].placements[static_cast<size_t>(dim)];
+        if (!cp) break;
+        Placement in = cp->chosen.inputs[s].placements[static_cast<size_t>(dim)];
+        const Placement& out = cp->chosen.outputs.at(0).placements[static_cast<size_t>(dim)];
+        if (is_view_op(n.op) && n.inputs.size() == 1 && in.is_shard() == out.is_shard() &&
+            in.is_replicate() == out.is_replicate()) {
+          cur = i;  // follow the view to its own first consumer
+        } else {
+          used = in;
+        }
         break;
       }
   }
