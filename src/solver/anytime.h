@@ -1,8 +1,10 @@
 #pragma once
 /// Anytime solver for large strategy-selection problems (the IOPDDL contest setting): exact
-/// memory-aware reductions (anytime_reduce.h), a least-memory start, then memory-aware
-/// large-neighbourhood search with exact tree DP moves and Lagrangian time prices
-/// (local_search.h) in `threads` threads sharing the incumbent, until the time limit.
+/// memory-aware reductions (anytime_reduce.h), then penalty search (penalty_search.h: memory
+/// relaxed into per-piece penalties, the pairwise problem optimised by TRW-S message passing
+/// (trws.h) plus tree-DP LNS (local_search.h), greedy memory repair, memory-aware LNS polish,
+/// penalty weights bisected per piece) in `threads` threads sharing the incumbent, until the
+/// time limit.  With 3+ threads every third thread runs the plain memory-aware LNS instead.
 #include <functional>
 #include <iosfwd>
 #include <string>
@@ -23,7 +25,8 @@ struct AnytimeResult {
   bool feasible = false;                 ///< a choice within the usage limit with finite cost
   std::vector<StrategyIdx> choice;       ///< best found (empty if none)
   Cost cost = kInfCost;
-  Cost lower_bound = 0;                  ///< memory-free bound; == cost means proven optimal
+  Cost lower_bound = 0;                  ///< memory-free bound (edge split, or TRW-S
+                                         ///< reparametrised); == cost means proven optimal
   double time_to_first_feasible_s = -1;  ///< since the call, -1 if none
   double elapsed_s = 0;
   std::string reduction_summary;

@@ -1,7 +1,5 @@
 #include "solver/penalty_search.h"
 
-#include <fmt/format.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -52,6 +50,8 @@ void run_penalty_search(const GroupModel& m, uint64_t seed, std::chrono::steady_
   const int trws_iters = 10;
   const double expand = (seed & 1) ? 16.0 : 8.0;  // bracket growth while a weight is unbracketed
   Trws trws(m);
+  std::vector<int32_t> prev;
+  const bool keep_prev = (seed & 1) == 0;  // half the threads: more exploitation
   // The least-memory start (polish's initial state) is often feasible: a first answer at once.
   if (polish.overflow() == 0 && polish.bad() == 0) shared.offer(polish.cost(), polish.state());
   for (int64_t round = 0; !done(); ++round) {
@@ -69,7 +69,18 @@ void run_penalty_search(const GroupModel& m, uint64_t seed, std::chrono::steady_
     trws.iterate(round == 0 ? 3 * trws_iters : trws_iters, &pen);
     if (round == 0 && stats) stats->lower_bound = std::max(stats->lower_bound, trws.lower_bound(nullptr));
     relaxed.set_penalty(&pen);
+    // Continue from whichever is better under the new penalties: the previous relaxed state
+    // (LNS-improved) or the TRW-S labeling.
+    auto penalised = [&] {  // (forbidden pairs, cost + penalties) of the relaxed state
+      double v = relaxed.cost();
+      for (int32_t g = 0; g < ng; ++g)
+        v += pen[static_cast<size_t>(g)][static_cast<size_t>(relaxed.state()[static_cast<size_t>(g)])];
+      return std::make_pair(relaxed.bad(), v);
+    };
+    prev = relaxed.state();
+    auto prev_key = penalised();
     relaxed.set_state(trws.labeling());
+    if (round > 0 && keep_prev && prev_key < penalised()) relaxed.set_state(prev);
     for (int64_t done_moves = 0; done_moves < per_round && !done(); done_moves += 256) relaxed.moves(256);
     if (stats) { ++stats->rounds; }
     // Repair and polish (skipped while the relaxed peak is far above the limit, once some
@@ -86,7 +97,9 @@ void run_penalty_search(const GroupModel& m, uint64_t seed, std::chrono::steady_
       ok = polish.repair(deadline);
     }
     Cost repaired = polish.cost();
-    if (ok && polish.bad() == 0) {
+    // Without any feasible solution yet, a failed repair is continued by the memory-aware LNS,
+    // which accepts moves that lower the overflow.
+    if ((ok && polish.bad() == 0) || !have) {
       // Polish for at most as long as the relaxed phase took (memory-aware moves are slower).
       const auto polish_until = Clock::now() + std::max<Clock::duration>(Clock::now() - round_start,
                                                                          std::chrono::milliseconds(20));
