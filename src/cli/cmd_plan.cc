@@ -35,6 +35,7 @@ struct PlanArgs {
   bool json = false;
   std::vector<std::string> pins;
   bool show_nodes = false;
+  bool verbose = false;
 };
 
 void print_nodes(const Plan& plan, const Graph& g) {
@@ -115,6 +116,8 @@ int run_plan(const PlanArgs& a) {
   opt.cluster = !a.no_cluster;
   opt.require_divisible = a.require_divisible;
   opt.run_checks = !a.no_checks;
+  if (a.verbose || isatty(STDERR_FILENO))
+    opt.progress = [](std::string_view m) { fmt::print(stderr, "  {}\n", m); };
   const bool tty = isatty(STDERR_FILENO);
   if (tty) fmt::print(stderr, "building the problem for {} nodes...\n", g.size());
   ShardingOptimizer so(g, mesh, opt);
@@ -200,6 +203,7 @@ void register_plan(CLI::App& app) {
   sub->add_option("--preload", a->preload, "placements JSON of an earlier plan to start from");
   sub->add_option("-o,--out", a->out_dir, "write DIR/placements.json (AutoParallel schema)");
   sub->add_flag("--json", a->json, "print the result as JSON");
+  sub->add_flag("-v,--verbose", a->verbose, "print solver progress on stderr (default on a terminal)");
   sub->add_flag("--show-nodes", a->show_nodes, "print every node's placement and costs (us)");
   sub->callback([a] { run_plan(*a); });
 }

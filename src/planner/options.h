@@ -1,7 +1,9 @@
 #pragma once
 /// Options of the planner: the knobs users know from Alpa / MASE / AutoParallel.
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <string_view>
 
 #include "cost/collective.h"
 #include "cost/memory.h"
@@ -26,6 +28,8 @@ struct PlannerOptions {
   OptimizerConfig optimizer;
   /// Verify the solution independently after solving (recompute cost and memory from scratch).
   bool run_checks = true;
+  /// Receives one-line progress messages from the phases (the CLI prints them on a terminal).
+  std::function<void(std::string_view)> progress;
 };
 
 }  // namespace autoshard

@@ -247,6 +247,10 @@ Plan ShardingOptimizer::get_solution() {
     return std::max(0.5, std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count());
   };
   SolverOptions so;
+  so.progress = options_.progress;
+  auto say = [&](const std::string& m) {
+    if (options_.progress) options_.progress(m);
+  };
   so.mip_gap = options_.mip_gap;
   so.threads = options_.threads;
 
@@ -258,15 +262,20 @@ Plan ShardingOptimizer::get_solution() {
   double t_cluster = seconds_since(t1);
   Problem relaxed_problem = cp.problem;
   if (!has_shadows) relaxed_problem.usage_limit = -1;
-  so.time_limit_s = remaining();
+  // When memory may bind, the relaxed solve gets half of the time: the second solve needs room.
+  so.time_limit_s = memory_may_bind && !has_shadows ? remaining() / 2 : remaining();
   if (!warm_start_.empty() && static_cast<PNodeIdx>(warm_start_.size()) == bp.problem.num_nodes())
     so.warm_start = cp.restrict(warm_start_);
+  say(fmt::format("built {} nodes, {} edges; tied into {} nodes", bp.problem.num_nodes(),
+                  bp.edges.size(), cp.problem.num_nodes()));
   SolveResult r = solve(relaxed_problem, so);
   bool relaxed = memory_may_bind && !has_shadows;
   if (relaxed && !r.choice.empty() &&
       peak_usage(bp.problem, cp.expand(r.choice)) <= bp.problem.usage_limit)
     relaxed = false;  // the relaxed optimum fits: done
   if (relaxed) {
+    say(fmt::format("the memory-free optimum ({}) does not fit: solving with the memory limit",
+                    r.choice.empty() ? std::string("none") : fmt::format("{:.1f} us", r.objective)));
     Cost relaxed_bound = r.choice.empty() ? -kInfCost : r.lower_bound;
     so.time_limit_s = remaining();
     auto phases = r.phase_seconds;

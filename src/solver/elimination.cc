@@ -32,7 +32,10 @@ Factor make_factor(std::vector<PNodeIdx> scope, const std::vector<int64_t>& dom)
 }  // namespace
 
 std::optional<std::vector<StrategyIdx>> solve_by_elimination(const Problem& p,
-                                                             const EliminationOptions& opt) {
+                                                             const EliminationOptions& opt,
+                                                             EliminationStats* stats) {
+  EliminationStats local;
+  if (!stats) stats = &local;
   const size_t n = static_cast<size_t>(p.num_nodes());
   std::vector<int64_t> dom(n);
   for (size_t v = 0; v < n; ++v) dom[v] = static_cast<int64_t>(p.nodes[v].costs.size());
@@ -90,6 +93,7 @@ std::optional<std::vector<StrategyIdx>> solve_by_elimination(const Problem& p,
     }
     if (best == n) break;
     const double work = best_size * static_cast<double>(dom[best]);
+    stats->largest_table = std::max(stats->largest_table, best_size);
     if (best_size > static_cast<double>(opt.max_table) || work > static_cast<double>(opt.max_work))
       return std::nullopt;
     const size_t v = best;
@@ -147,6 +151,7 @@ std::optional<std::vector<StrategyIdx>> solve_by_elimination(const Problem& p,
         list.erase(std::remove(list.begin(), list.end(), id), list.end());
       }
     gone[v] = 1;
+    ++stats->eliminated;
     order.push_back(static_cast<PNodeIdx>(v));
     if (!out.scope.empty()) add(std::move(out));
   }

@@ -16,15 +16,21 @@ namespace autoshard {
 
 struct EliminationOptions {
   /// Largest table (entries) one elimination may create; beyond it the method gives up.
-  int64_t max_table = 4'000'000;
+  int64_t max_table = 16'000'000;
   /// Largest work (table entries x eliminated domain) of one step.
-  int64_t max_work = 200'000'000;
+  int64_t max_work = 2'000'000'000;
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
+};
+
+struct EliminationStats {
+  double largest_table = 0;  ///< largest table created (or, on giving up, the one refused)
+  int32_t eliminated = 0;
 };
 
 /// The optimal assignment ignoring the usage limit, or nullopt when a table would be too large
 /// or the deadline passes.  The optimum may be +inf when every assignment is forbidden.
 std::optional<std::vector<StrategyIdx>> solve_by_elimination(const Problem& p,
-                                                             const EliminationOptions& opt = {});
+                                                             const EliminationOptions& opt = {},
+                                                             EliminationStats* stats = nullptr);
 
 }  // namespace autoshard

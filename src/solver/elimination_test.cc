@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include "solver/lagrangian.h"
 #include "solver/solver.h"
 #include "solver/solver_test_util.h"
 
@@ -59,6 +60,33 @@ TEST(Elimination, SolverUsesItWhenMemoryCannotBind) {
     EXPECT_EQ(r.status, SolveStatus::kOptimal);
     EXPECT_EQ(r.objective, want.cost) << "seed " << seed;
   }
+}
+
+}  // namespace
+}  // namespace autoshard
+
+namespace autoshard {
+namespace {
+
+TEST(Lagrangian, BoundNeverExceedsOptimumAndPlansFit) {
+  int found = 0;
+  for (uint32_t seed = 1000; seed < 1300; ++seed) {
+    Problem p = testing::random_problem(seed);
+    if (p.usage_limit < 0) continue;
+    auto want = testing::brute_force(p);
+    std::vector<MemoryRow> rows = memory_rows(p, {}, true);
+    if (rows.empty()) continue;
+    LagrangianResult lr = lagrangian_memory(p, rows, std::chrono::steady_clock::now() + std::chrono::seconds(5));
+    ASSERT_TRUE(lr.applicable);
+    if (want.feasible) EXPECT_LE(lr.lower_bound, want.cost + 1e-9) << "seed " << seed;
+    if (!lr.best_feasible.empty()) {
+      ++found;
+      EXPECT_LE(peak_usage(p, lr.best_feasible), p.usage_limit) << "seed " << seed;
+      EXPECT_EQ(lr.best_cost, evaluate_cost(p, lr.best_feasible));
+      EXPECT_GE(lr.best_cost, want.cost) << "seed " << seed;
+    }
+  }
+  EXPECT_GT(found, 20);
 }
 
 }  // namespace

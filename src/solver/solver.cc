@@ -3,6 +3,7 @@
 #include <optional>
 
 #include "solver/elimination.h"
+#include "solver/lagrangian.h"
 
 #include <algorithm>
 #include <chrono>
@@ -148,13 +149,38 @@ SolveResult solve(const Problem& p, const SolverOptions& opt) {
   if (r.usage_limit >= 0 && min_possible_peak(r, rows) > r.usage_limit)
     return infeasible("memory bound");
 
+  std::optional<std::vector<StrategyIdx>> by_elimination;
+  if (r.num_nodes() > 0 && rows.empty()) {
+    // No memory row can bind: the pairwise problem alone decides; try exact elimination.
+    EliminationOptions eo;
+    eo.deadline = deadline;
+    EliminationStats es;
+    by_elimination = solve_by_elimination(r, eo, &es);
+    if (!by_elimination)
+      say("elimination gave up after " + std::to_string(es.eliminated) + " nodes at a table of " +
+          std::to_string(static_cast<int64_t>(es.largest_table)) + " entries");
+    if (by_elimination && evaluate_cost(r, *by_elimination) >= kInfCost) by_elimination.reset();
+  }
   // 2. Warm start.
   std::vector<StrategyIdx> best;
   Cost best_obj = kInfCost;
+  Cost lagrangian_bound = -kInfCost;
+  if (r.num_nodes() > 0 && !rows.empty()) {
+    // Memory rows bind: price them (Lagrangian relaxation solved by elimination) for a feasible
+    // start and a lower bound; half of the remaining time at most.
+    LagrangianResult lr = lagrangian_memory(r, rows, Clock::now() + (deadline - Clock::now()) / 2);
+    if (lr.applicable) {
+      lagrangian_bound = lr.lower_bound;
+      if (!lr.best_feasible.empty()) best = lr.best_feasible, best_obj = lr.best_cost;
+      say("lagrangian: " + std::to_string(lr.iterations) + " iterations, bound " +
+          std::to_string(lr.lower_bound + rp.constant_cost) +
+          (best.empty() ? std::string(", nothing feasible") : ", feasible " + std::to_string(best_obj + rp.constant_cost)));
+    }
+  }
   auto consider = [&](const GreedyResult& g) {
     if (g.memory_ok && g.cost < best_obj) best_obj = g.cost, best = g.choice;
   };
-  if (r.num_nodes() > 0) {
+  if (r.num_nodes() > 0 && !by_elimination) {
     // The heuristic gets a quarter of the remaining time, or all of it when no MIP follows.
     const bool mip_follows = alpa_variable_count(r) <= kMaxMipVariables;
     const auto greedy_deadline =
@@ -169,16 +195,8 @@ SolveResult solve(const Problem& p, const SolverOptions& opt) {
   if (best_obj < kInfCost) say("warm start: " + std::to_string(best_obj + rp.constant_cost));
 
   // 3. Exact search.
-  Cost lb = trivial_lower_bound(r);
+  Cost lb = std::max(trivial_lower_bound(r), lagrangian_bound);
   bool proven = false;
-  std::optional<std::vector<StrategyIdx>> by_elimination;
-  if (r.num_nodes() > 0 && rows.empty()) {
-    // No memory row can bind: the pairwise problem alone decides; try exact elimination.
-    EliminationOptions eo;
-    eo.deadline = deadline;
-    by_elimination = solve_by_elimination(r, eo);
-    if (by_elimination && evaluate_cost(r, *by_elimination) >= kInfCost) by_elimination.reset();
-  }
   if (r.num_nodes() == 0) {
     best_obj = 0;
     proven = true;

@@ -1,0 +1,123 @@
+#include "solver/lagrangian.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace autoshard {
+
+LagrangianResult lagrangian_memory(const Problem& p, const std::vector<MemoryRow>& rows,
+                                   std::chrono::steady_clock::time_point deadline,
+                                   int max_iterations) {
+  LagrangianResult res;
+  const size_t n = static_cast<size_t>(p.num_nodes());
+  const double limit = static_cast<double>(p.usage_limit);
+  std::vector<std::vector<size_t>> rows_of(n);
+  for (size_t k = 0; k < rows.size(); ++k)
+    for (PNodeIdx v : rows[k].nodes) rows_of[static_cast<size_t>(v)].push_back(k);
+  std::vector<double> lambda(rows.size(), 0.0);
+  Problem priced = p;
+  priced.usage_limit = -1;
+  EliminationOptions eo;
+  eo.deadline = deadline;
+
+  auto solve_priced = [&](const std::vector<double>& lam) -> std::optional<std::vector<StrategyIdx>> {
+    for (size_t v = 0; v < n; ++v) {
+      double price = 0;
+      for (size_t k : rows_of[v]) price += lam[k];
+      const ProblemNode& src = p.nodes[v];
+      ProblemNode& dst = priced.nodes[v];
+      for (size_t s = 0; s < src.costs.size(); ++s)
+        dst.costs[s] = src.costs[s] + price * static_cast<double>(src.usages[s]);
+    }
+    return solve_by_elimination(priced, eo);
+  };
+  auto row_loads = [&](const std::vector<StrategyIdx>& x) {
+    std::vector<double> load(rows.size());
+    for (size_t k = 0; k < rows.size(); ++k) {
+      double s = static_cast<double>(rows[k].offset);
+      for (PNodeIdx v : rows[k].nodes)
+        s += static_cast<double>(p.nodes[static_cast<size_t>(v)].usages[static_cast<size_t>(x[static_cast<size_t>(v)])]);
+      load[k] = s;
+    }
+    return load;
+  };
+  auto consider = [&](const std::vector<StrategyIdx>& x, const std::vector<double>& load) {
+    for (double l : load)
+      if (l > limit) return;
+    Cost c = evaluate_cost(p, x);
+    if (c < res.best_cost) {
+      res.best_cost = c;
+      res.best_feasible = x;
+    }
+  };
+
+  double theta = 1.0;
+  int since_improve = 0;
+  double best_dual = -kInfCost;
+  std::vector<double> best_lambda = lambda;
+  for (int it = 0; it < max_iterations; ++it) {
+    if (std::chrono::steady_clock::now() > deadline) break;
+    auto x = solve_priced(lambda);
+    if (!x) break;
+    res.applicable = true;
+    ++res.iterations;
+    const std::vector<double> load = row_loads(*x);
+    consider(*x, load);
+    // Dual value: priced optimum - sum_k lambda_k * (limit - 0) ... the offsets are in load.
+    double dual = evaluate_cost(p, *x);
+    double norm2 = 0;
+    std::vector<double> g(rows.size());
+    for (size_t k = 0; k < rows.size(); ++k) {
+      g[k] = load[k] - limit;
+      dual += lambda[k] * g[k];
+      norm2 += g[k] * g[k];
+    }
+    if (dual > best_dual) {
+      best_dual = dual;
+      best_lambda = lambda;
+      since_improve = 0;
+    } else if (++since_improve >= 4) {
+      theta /= 2;
+      since_improve = 0;
+    }
+    if (norm2 == 0) break;
+    // Target: the best feasible cost, or the dual plus 10% while none is known.
+    double target = res.best_cost < kInfCost ? res.best_cost : best_dual + 0.1 * std::abs(best_dual) + 1;
+    if (target <= best_dual + 1e-12 * std::max(1.0, std::abs(best_dual))) break;  // proven
+    double step = theta * (target - dual) / norm2;
+    bool moved = false;
+    for (size_t k = 0; k < rows.size(); ++k) {
+      double nl = std::max(0.0, lambda[k] + step * g[k]);
+      moved = moved || nl != lambda[k];
+      lambda[k] = nl;
+    }
+    if (!moved || theta < 1e-6) break;
+  }
+  res.lower_bound = best_dual;
+  // No feasible point yet: push the best prices up until one fits.
+  if (res.applicable && res.best_feasible.empty()) {
+    std::vector<double> lam = best_lambda;
+    double floor_price = 0;
+    for (double l : lam) floor_price = std::max(floor_price, l);
+    if (floor_price == 0) {
+      // Prices of the order cost / usage.
+      double c = 0, u = 0;
+      for (const ProblemNode& nd : p.nodes) {
+        c += *std::max_element(nd.costs.begin(), nd.costs.end());
+        u += static_cast<double>(*std::max_element(nd.usages.begin(), nd.usages.end()));
+      }
+      floor_price = u > 0 ? std::max(c, 1.0) / u : 1.0;
+      std::fill(lam.begin(), lam.end(), floor_price * 1e-3);
+    }
+    for (int k = 0; k < 40 && res.best_feasible.empty(); ++k) {
+      if (std::chrono::steady_clock::now() > deadline) break;
+      auto x = solve_priced(lam);
+      if (!x) break;
+      consider(*x, row_loads(*x));
+      for (double& l : lam) l = l * 2 + floor_price * 1e-3;
+    }
+  }
+  return res;
+}
+
+}  // namespace autoshard
