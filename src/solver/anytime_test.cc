@@ -185,6 +185,22 @@ TEST(Anytime, TrwsIsExactOnTreesAndBoundIsValid) {
   }
 }
 
+TEST(Anytime, LagrangianMemoryBoundIsValid) {
+  std::mt19937 rng(13);
+  int tighter = 0;
+  for (int trial = 0; trial < 40; ++trial) {
+    Problem p = random_problem(rng, 5 + trial % 4, 4, 0.35, 0.1, true);
+    Cost opt = brute_force(p);
+    AnytimeReduction red(p);
+    const GroupModel& m = red.model();
+    if (m.infeasible || std::isinf(opt)) continue;
+    Cost lb = lagrangian_memory_bound(m, opt, 0.01);
+    EXPECT_LE(lb, opt + 1e-6) << trial;
+    if (lb > edge_split_lower_bound(m) + 1e-6) ++tighter;
+  }
+  EXPECT_GT(tighter, 0);
+}
+
 TEST(Anytime, PenaltySearchFindsFeasibleOptima) {
   std::mt19937 rng(5);
   int hits = 0, feasible = 0;

@@ -1,6 +1,10 @@
 #include "solver/lower_bound.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "solver/trws.h"
 
 namespace autoshard {
 namespace {
@@ -51,6 +55,76 @@ Cost edge_split_lower_bound(const Problem& p) {
       p.nodes.size(), [&](size_t g) -> const std::vector<Cost>& { return p.nodes[g].costs; }, p.edges,
       [](const ProblemEdge& e) { return std::pair{e.u, e.v}; },
       [](const ProblemEdge& e) -> const std::vector<Cost>& { return e.costs; });
+}
+
+Cost lagrangian_memory_bound(const GroupModel& m, Cost upper_bound, double time_s) {
+  using Clock = std::chrono::steady_clock;
+  if (m.infeasible) return kInfCost;
+  const auto until = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(time_s));
+  const int32_t ng = m.num_groups(), nseg = m.num_segments();
+  const bool memory = m.limit >= 0 && nseg > 0;
+  Trws trws(m);
+  std::vector<double> lam(static_cast<size_t>(nseg), 0.0), prefix(static_cast<size_t>(nseg) + 1, 0.0);
+  std::vector<std::vector<double>> pen(static_cast<size_t>(ng));
+  for (int32_t g = 0; g < ng; ++g) pen[static_cast<size_t>(g)].assign(m.unary[static_cast<size_t>(g)].size(), 0.0);
+  // Segments that can never overflow keep price 0.
+  std::vector<char> binding(static_cast<size_t>(nseg), 0);
+  for (int32_t t = 0; t < nseg; ++t) binding[static_cast<size_t>(t)] = m.base[static_cast<size_t>(t)] > -(int64_t{1} << 59);
+  Cost best = -kInfCost;
+  double theta = 1.0;
+  int since_best = 0;
+  std::vector<double> usage(static_cast<size_t>(nseg) + 1);
+  for (int step = 0; Clock::now() < until; ++step) {
+    double constant = 0;
+    for (int32_t t = 0; t < nseg; ++t) {
+      prefix[static_cast<size_t>(t) + 1] = prefix[static_cast<size_t>(t)] + lam[static_cast<size_t>(t)];
+      if (lam[static_cast<size_t>(t)] > 0)
+        constant += lam[static_cast<size_t>(t)] * static_cast<double>(m.base[static_cast<size_t>(t)] - m.limit);
+    }
+    for (int32_t g = 0; g < ng; ++g) {
+      auto& pg = pen[static_cast<size_t>(g)];
+      std::fill(pg.begin(), pg.end(), 0.0);
+      for (const auto& pc : m.pieces[static_cast<size_t>(g)]) {
+        double price = prefix[static_cast<size_t>(pc.seg_hi)] - prefix[static_cast<size_t>(pc.seg_lo)];
+        if (price > 0)
+          for (size_t s = 0; s < pg.size(); ++s) pg[s] += price * static_cast<double>(pc.du[s]);
+      }
+    }
+    trws.iterate(step == 0 ? 20 : 5, &pen);
+    Cost lb = trws.lower_bound(&pen) + constant + m.offset;
+    if (lb > best) {
+      best = lb;
+      since_best = 0;
+    } else if (++since_best >= 4) {
+      theta *= 0.6;
+      since_best = 0;
+    }
+    if (!memory || best >= upper_bound) break;
+    // Subgradient: usage profile of the labeling minus the limit.
+    std::fill(usage.begin(), usage.end(), 0.0);
+    const auto& x = trws.labeling();
+    for (int32_t g = 0; g < ng; ++g)
+      for (const auto& pc : m.pieces[static_cast<size_t>(g)]) {
+        double d = static_cast<double>(pc.du[static_cast<size_t>(x[static_cast<size_t>(g)])]);
+        usage[static_cast<size_t>(pc.seg_lo)] += d;
+        usage[static_cast<size_t>(pc.seg_hi)] -= d;
+      }
+    double run = 0, norm = 0;
+    std::vector<double> grad(static_cast<size_t>(nseg), 0.0);
+    for (int32_t t = 0; t < nseg; ++t) {
+      run += usage[static_cast<size_t>(t)];
+      if (!binding[static_cast<size_t>(t)]) continue;
+      double gt = static_cast<double>(m.base[static_cast<size_t>(t)]) + run - static_cast<double>(m.limit);
+      if (lam[static_cast<size_t>(t)] <= 0 && gt < 0) gt = 0;  // projected: stays at 0
+      grad[static_cast<size_t>(t)] = gt;
+      norm += gt * gt;
+    }
+    if (norm <= 0) break;  // the labeling fits: no direction (bound is as good as it gets here)
+    double alpha = theta * std::max(upper_bound - lb, 1e-9 * std::abs(upper_bound)) / norm;
+    for (int32_t t = 0; t < nseg; ++t)
+      lam[static_cast<size_t>(t)] = std::max(0.0, lam[static_cast<size_t>(t)] + alpha * grad[static_cast<size_t>(t)]);
+  }
+  return best;
 }
 
 }  // namespace autoshard
