@@ -54,8 +54,36 @@ void run_penalty_search(const GroupModel& m, uint64_t seed, std::chrono::steady_
   const bool keep_prev = (seed & 1) == 0;  // half the threads: more exploitation
   // The least-memory start (polish's initial state) is often feasible: a first answer at once.
   if (polish.overflow() == 0 && polish.bad() == 0) shared.offer(polish.cost(), polish.state());
+  // Stagnation: after kStall rounds without a new incumbent (from any thread), spend as long
+  // as those rounds took on memory-aware LNS from the incumbent (it keeps improving where the
+  // rounds have stalled), then resume the rounds.
+  constexpr int kStall = 8;
+  GroupSearch lns(m, seed + 15551);
+  int64_t seen_version = shared.version.load();
+  int stalled = 0;
+  auto stall_start = Clock::now();
   for (int64_t round = 0; !done(); ++round) {
     const auto round_start = Clock::now();
+    if (int64_t v = shared.version.load(); v != seen_version) {
+      seen_version = v;
+      stalled = 0;
+      stall_start = round_start;
+    } else if (++stalled > kStall) {
+      std::vector<int32_t> from;
+      {
+        std::lock_guard<std::mutex> lock(shared.mu);
+        if (shared.have) from = shared.choice;
+      }
+      if (!from.empty()) {
+        lns.set_state(from);
+        lns.run(std::min(deadline, Clock::now() + (round_start - stall_start)), shared, stop);
+        if (stats) ++stats->lns_phases;
+      }
+      seen_version = shared.version.load();
+      stalled = 0;
+      stall_start = Clock::now();
+      continue;
+    }
     for (int32_t g = 0; g < ng; ++g) {
       auto& pg = pen[static_cast<size_t>(g)];
       std::fill(pg.begin(), pg.end(), 0.0);
@@ -135,7 +163,7 @@ void run_penalty_search(const GroupModel& m, uint64_t seed, std::chrono::steady_
       }
     }
   }
-  if (stats) stats->proposals += relaxed.stats().proposals + polish.stats().proposals;
+  if (stats) stats->proposals += relaxed.stats().proposals + polish.stats().proposals + lns.stats().proposals;
 }
 
 }  // namespace autoshard
