@@ -17,14 +17,19 @@ namespace autoshard {
 struct EliminationOptions {
   /// Largest table (entries) one elimination may create; beyond it the method gives up.
   int64_t max_table = 16'000'000;
-  /// Largest work (table entries x eliminated domain) of one step.
-  int64_t max_work = 2'000'000'000;
+  /// Largest work (table entries x eliminated domain x factors, summed over all steps and
+  /// conditioning values).
+  int64_t max_work = 400'000'000;
+  /// Cutset conditioning: at most this many value combinations of the fixed variables.
+  int64_t max_cut_combinations = 4096;
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
 };
 
 struct EliminationStats {
   double largest_table = 0;  ///< largest table created (or, on giving up, the one refused)
   int32_t eliminated = 0;
+  int32_t cut = 0;  ///< variables fixed by cutset conditioning
+  double work = 0;  ///< table entries x domain x factors, summed over steps
 };
 
 /// The optimal assignment ignoring the usage limit, or nullopt when a table would be too large

@@ -26,6 +26,27 @@ TEST(Elimination, MatchesBruteForceWithoutMemory) {
   }
 }
 
+TEST(Elimination, CutsetConditioningIsExact) {
+  // Tiny table limits force conditioning on the denser random graphs.
+  RandomOptions o;
+  o.limit = false;
+  o.min_nodes = 6;
+  int conditioned = 0;
+  for (uint32_t seed = 2000; seed < 2300; ++seed) {
+    Problem p = random_problem(seed, o);
+    p.usage_limit = -1;
+    EliminationOptions eo;
+    eo.max_table = 4;
+    eo.max_work = 100000;
+    EliminationStats st;
+    auto got = solve_by_elimination(p, eo, &st);
+    if (!got) continue;
+    if (st.cut > 0) ++conditioned;
+    EXPECT_EQ(evaluate_cost(p, *got), brute_force(p).cost) << "seed " << seed;
+  }
+  EXPECT_GT(conditioned, 10);
+}
+
 TEST(Elimination, GoldenChain) {
   // a - b - c with costs chosen so the best pair differs from each node's own minimum.
   Problem p;
