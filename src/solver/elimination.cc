@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <limits>
-#include <cstdlib>
 #include <set>
 
 namespace autoshard {
@@ -85,17 +84,6 @@ Outcome eliminate(const Problem& p, const EliminationOptions& opt, EliminationSt
         if (static_cast<size_t>(u) != v) s.insert(u);
     return s;
   };
-  auto adjacent = [&](PNodeIdx a, PNodeIdx b) {
-    for (int32_t id : of_var[static_cast<size_t>(a)]) {
-      const auto& sc = factors[static_cast<size_t>(id)].scope;
-      if (std::binary_search(sc.begin(), sc.end(), b)) return true;
-    }
-    return false;
-  };
-  static const double fill_weight = [] {
-    const char* e = std::getenv("AUTOSHARD_FILL_WEIGHT");
-    return e ? std::atof(e) : 0.0;
-  }();
   auto table_size = [&](const std::set<PNodeIdx>& s) {
     double size = 1;
     for (PNodeIdx u : s) size *= static_cast<double>(dom[static_cast<size_t>(u)]);
@@ -104,22 +92,12 @@ Outcome eliminate(const Problem& p, const EliminationOptions& opt, EliminationSt
   for (size_t step = 0; step < n; ++step) {
     if (std::chrono::steady_clock::now() > opt.deadline) return Outcome::kDeadline;
     // Greedy: the variable whose elimination creates the smallest table.
-    // Ties (and near-ties) are broken by weighted fill: eliminating a node whose neighbours
-    // are already connected adds no new interactions for later steps.
     size_t best = n;
     double best_size = std::numeric_limits<double>::infinity();
-    double best_score = std::numeric_limits<double>::infinity();
     for (size_t v = 0; v < n; ++v) {
       if (gone[v]) continue;
-      std::set<PNodeIdx> nb = neighbours(v);
-      double s = table_size(nb);
-      double fill = 0;
-      for (auto a = nb.begin(); a != nb.end(); ++a)
-        for (auto b = std::next(a); b != nb.end(); ++b)
-          if (!adjacent(*a, *b))
-            fill += static_cast<double>(dom[static_cast<size_t>(*a)]) * static_cast<double>(dom[static_cast<size_t>(*b)]);
-      double score = fill_weight * fill + s;
-      if (score < best_score) best_score = score, best_size = s, best = v;
+      double s = table_size(neighbours(v));
+      if (s < best_size) best_size = s, best = v;
       if (s <= 1) break;
     }
     if (best == n) break;
