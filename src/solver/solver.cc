@@ -154,6 +154,8 @@ SolveResult solve(const Problem& p, const SolverOptions& opt) {
     // No memory row can bind: the pairwise problem alone decides; try exact elimination.
     EliminationOptions eo;
     eo.deadline = deadline;
+    // Spend up to about a third of the time left (~1e8 table operations per second).
+    eo.max_work = static_cast<int64_t>(std::clamp(seconds_left(deadline) * 0.33e8, 4e8, 1e10));
     EliminationStats es;
     by_elimination = solve_by_elimination(r, eo, &es);
     if (!by_elimination)
