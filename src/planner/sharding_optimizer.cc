@@ -21,24 +21,12 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 /// Peak usage over the schedule proper (time points < horizon), ignoring the private time
 /// points of parameter-memory shadows.
 int64_t schedule_peak(const Problem& p, const std::vector<StrategyIdx>& choice, int64_t horizon) {
-  std::map<int64_t, int64_t> delta;
-  for (PNodeIdx i = 0; i < p.num_nodes(); ++i) {
-    const ProblemNode& n = p.nodes[static_cast<size_t>(i)];
-    if (n.start >= horizon || n.end <= n.start) continue;
-    int64_t u = n.usages[static_cast<size_t>(choice[static_cast<size_t>(i)])];
-    delta[n.start] += u;
-    delta[std::min(n.end, horizon)] -= u;
-  }
-  int64_t live = 0, peak = 0;
-  for (const auto& [t, d] : delta) {
-    live += d;
-    peak = std::max(peak, live);
-  }
-  return peak;
+  std::vector<int64_t> usage(static_cast<size_t>(p.num_nodes()));
+  for (size_t i = 0; i < usage.size(); ++i)
+    usage[i] = p.nodes[i].usages[static_cast<size_t>(choice[i])];
+  return peak_of_usages(p, usage, horizon);
 }
 
-/// Largest usage any assignment could reach at any time point: if it fits, the memory limit
-/// cannot bind and the solver may drop it (an exact simplification).
 int64_t alpa_variables(const BuiltProblem& bp) {
   int64_t n = 0;
   for (const ProblemNode& x : bp.problem.nodes) n += static_cast<int64_t>(x.costs.size());
@@ -46,20 +34,13 @@ int64_t alpa_variables(const BuiltProblem& bp) {
   return n;
 }
 
+/// Largest usage any assignment could reach at any time point: if it fits, the memory limit
+/// cannot bind and the solver may drop it (an exact simplification).
 int64_t peak_upper_bound(const Problem& p) {
-  std::map<int64_t, int64_t> delta;
-  for (const ProblemNode& n : p.nodes) {
-    if (n.end <= n.start) continue;
-    int64_t u = *std::max_element(n.usages.begin(), n.usages.end());
-    delta[n.start] += u;
-    delta[n.end] -= u;
-  }
-  int64_t live = 0, peak = 0;
-  for (const auto& [t, d] : delta) {
-    live += d;
-    peak = std::max(peak, live);
-  }
-  return peak;
+  std::vector<int64_t> usage;
+  usage.reserve(p.nodes.size());
+  for (const ProblemNode& n : p.nodes) usage.push_back(*std::max_element(n.usages.begin(), n.usages.end()));
+  return peak_of_usages(p, usage);
 }
 
 }  // namespace

@@ -37,16 +37,15 @@ Cost evaluate_cost(const Problem& p, const std::vector<StrategyIdx>& choice) {
   return total;
 }
 
-int64_t peak_usage(const Problem& p, const std::vector<StrategyIdx>& choice) {
+int64_t peak_of_usages(const Problem& p, const std::vector<int64_t>& usage, int64_t horizon) {
   // Sweep over interval endpoints: +usage at start, -usage at end.
   std::map<int64_t, int64_t> delta;
   for (PNodeIdx i = 0; i < p.num_nodes(); ++i) {
     const ProblemNode& n = p.nodes[static_cast<size_t>(i)];
-    if (n.end <= n.start) continue;
-    int64_t u = n.usages[static_cast<size_t>(choice[static_cast<size_t>(i)])];
-    if (u == 0) continue;
+    const int64_t u = usage[static_cast<size_t>(i)];
+    if (n.end <= n.start || n.start >= horizon || u == 0) continue;
     delta[n.start] += u;
-    delta[n.end] -= u;
+    delta[std::min(n.end, horizon)] -= u;
   }
   int64_t live = 0, peak = 0;
   for (const auto& [t, d] : delta) {
@@ -54,6 +53,13 @@ int64_t peak_usage(const Problem& p, const std::vector<StrategyIdx>& choice) {
     peak = std::max(peak, live);
   }
   return peak;
+}
+
+int64_t peak_usage(const Problem& p, const std::vector<StrategyIdx>& choice) {
+  std::vector<int64_t> usage(static_cast<size_t>(p.num_nodes()));
+  for (size_t i = 0; i < usage.size(); ++i)
+    usage[i] = p.nodes[i].usages[static_cast<size_t>(choice[i])];
+  return peak_of_usages(p, usage);
 }
 
 int64_t alpa_variable_count(const Problem& p) {

@@ -60,6 +60,9 @@ struct Problem {
 /// Total cost of a full assignment (kInfCost if a forbidden choice or pair is used).  Does not
 /// check memory; see peak_usage().
 Cost evaluate_cost(const Problem& p, const std::vector<StrategyIdx>& choice);
+/// Highest sum of live usages over time points before `horizon`, given one usage per node.
+int64_t peak_of_usages(const Problem& p, const std::vector<int64_t>& usage,
+                       int64_t horizon = std::numeric_limits<int64_t>::max());
 /// Highest sum of live usages over all time points for an assignment.
 int64_t peak_usage(const Problem& p, const std::vector<StrategyIdx>& choice);
 /// Number of strategy-selection variables and edge variables in Alpa's formulation (sum of

@@ -84,6 +84,18 @@ Outcome eliminate(const Problem& p, const EliminationOptions& opt, EliminationSt
         if (static_cast<size_t>(u) != v) s.insert(u);
     return s;
   };
+  // Retires v's bucket from its other variables and adds the new factor over v's neighbours.
+  auto retire = [&](size_t v, Factor out) {
+    for (int32_t id : bucket[v])
+      for (PNodeIdx u : factors[static_cast<size_t>(id)].scope) {
+        auto& list = of_var[static_cast<size_t>(u)];
+        list.erase(std::remove(list.begin(), list.end(), id), list.end());
+      }
+    gone[v] = 1;
+    ++stats->eliminated;
+    order.push_back(static_cast<PNodeIdx>(v));
+    if (!out.scope.empty()) add(std::move(out));
+  };
   auto table_size = [&](const std::set<PNodeIdx>& s) {
     double size = 1;
     for (PNodeIdx u : s) size *= static_cast<double>(dom[static_cast<size_t>(u)]);
@@ -117,15 +129,7 @@ Outcome eliminate(const Problem& p, const EliminationOptions& opt, EliminationSt
     Factor out = make_factor(std::vector<PNodeIdx>(nb.begin(), nb.end()), dom, !symbolic);
     bucket[v] = of_var[v];
     if (symbolic) {
-      for (int32_t id : bucket[v])
-        for (PNodeIdx u : factors[static_cast<size_t>(id)].scope) {
-          auto& list = of_var[static_cast<size_t>(u)];
-          list.erase(std::remove(list.begin(), list.end(), id), list.end());
-        }
-      gone[v] = 1;
-      ++stats->eliminated;
-      order.push_back(static_cast<PNodeIdx>(v));
-      if (!out.scope.empty()) add(std::move(out));
+      retire(v, std::move(out));
       continue;
     }
     // For each factor of the bucket: its stride for each variable of the new scope, and v's.
@@ -172,16 +176,7 @@ Outcome eliminate(const Problem& p, const EliminationOptions& opt, EliminationSt
         digit[k] = 0;
       }
     }
-    // Retire the bucket's factors from their other variables.
-    for (int32_t id : bucket[v])
-      for (PNodeIdx u : factors[static_cast<size_t>(id)].scope) {
-        auto& list = of_var[static_cast<size_t>(u)];
-        list.erase(std::remove(list.begin(), list.end(), id), list.end());
-      }
-    gone[v] = 1;
-    ++stats->eliminated;
-    order.push_back(static_cast<PNodeIdx>(v));
-    if (!out.scope.empty()) add(std::move(out));
+    retire(v, std::move(out));
   }
 
   if (symbolic) return Outcome::kSolved;
