@@ -2,6 +2,7 @@
 
 #include <optional>
 
+#include "solver/anytime.h"
 #include "solver/elimination.h"
 #include "solver/lagrangian.h"
 
@@ -210,8 +211,19 @@ SolveResult solve(const Problem& p, const SolverOptions& opt) {
     res.method = "elimination";
     say(res.method);
   } else if (alpa_variable_count(r) > kMaxMipVariables) {
-    res.method = "greedy (too large for the MIP)";
+    // Too large for the MIP: the anytime search of the IOPDDL solver (memory-penalised
+    // message passing + LNS + repair) improves the warm start until the deadline.
+    res.method = "anytime search (too large for the MIP)";
     say(res.method);
+    if (seconds_left(deadline) > 0.2) {
+      AnytimeOptions ao;
+      ao.time_limit_s = seconds_left(deadline) - 0.1;
+      ao.threads = std::max(1, opt.threads);
+      if (opt.progress) ao.progress = [&](const std::string& m) { opt.progress(m); };
+      AnytimeResult ar = solve_anytime(r, ao);
+      if (ar.feasible && ar.cost < best_obj) best_obj = ar.cost, best = ar.choice;
+      if (ar.lower_bound > lb) lb = ar.lower_bound;
+    }
   } else if (seconds_left(deadline) > 0.05) {
     MipOptions mo;
     mo.time_limit_s = seconds_left(deadline) - 0.05;
