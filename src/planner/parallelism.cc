@@ -29,6 +29,8 @@ std::string parallelism_on_dim(const Graph& g, const Mesh& mesh, const Plan& pla
   // How the first forward consumer reads the parameter on this dim.  Views (nn.Linear's t())
   // are looked through when they keep the placement, since a gather can sit after them.
   std::optional<Placement> used;
+  bool other_input_sharded = false;  // an activation read with the weight is split on `dim`
+  std::string consumer_op;
   NodeIdx cur = param;
   for (NodeIdx i = cur + 1; i < g.size() && !used; ++i) {
     const Node& n = g.node(i);
@@ -44,6 +46,10 @@ std::string parallelism_on_dim(const Graph& g, const Mesh& mesh, const Plan& pla
           cur = i;  // follow the view to its own first consumer
         } else {
           used = in;
+          consumer_op = std::string(aten_packet(n.op));
+          for (size_t o = 0; o < n.inputs.size(); ++o)
+            if (o != s && cp->chosen.inputs[o].placements[static_cast<size_t>(dim)].is_shard())
+              other_input_sharded = true;
         }
         break;
       }
@@ -51,11 +57,13 @@ std::string parallelism_on_dim(const Graph& g, const Mesh& mesh, const Plan& pla
   const int64_t rank = g.node(param).out().rank();
   if (stored.is_shard()) {
     if (used && used->is_replicate()) return "FSDP";
+    if (consumer_op == "embedding") return stored.dim == 0 ? "TP vocab-parallel" : "TP hidden-split";
     if (rank == 2 && stored.dim == 0) return "TP column";
     if (rank == 2 && stored.dim == 1) return "TP row";
     return "TP";
   }
-  if (stored.is_replicate()) return batch_sharded_on(g, plan, dim) ? "DP" : "replicated";
+  if (stored.is_replicate())
+    return other_input_sharded || batch_sharded_on(g, plan, dim) ? "DP" : "replicated";
   return "partial";
 }
 
