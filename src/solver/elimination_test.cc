@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include "solver/anytime.h"
 #include "solver/lagrangian.h"
 #include "solver/solver.h"
 #include "solver/solver_test_util.h"
@@ -108,6 +109,29 @@ TEST(Lagrangian, BoundNeverExceedsOptimumAndPlansFit) {
     }
   }
   EXPECT_GT(found, 20);
+}
+
+}  // namespace
+}  // namespace autoshard
+
+namespace autoshard {
+namespace {
+
+TEST(AnytimeBound, NeverExceedsTheExactOptimum) {
+  // The planner takes the anytime search's bound as proof when it meets the cost: check it
+  // against exact optima (elimination) on planner-like problems without memory limits.
+  for (uint32_t seed = 1; seed <= 12; ++seed) {
+    Problem p = testing::planner_like(200, seed % 2 == 1, seed);
+    p.usage_limit = -1;
+    auto exact = solve_by_elimination(p);
+    ASSERT_TRUE(exact) << "seed " << seed;
+    const Cost opt = evaluate_cost(p, *exact);
+    AnytimeOptions o;
+    o.time_limit_s = 0.2;
+    o.threads = 1;
+    AnytimeResult r = solve_anytime(p, o);
+    EXPECT_LE(r.lower_bound, opt + 1e-6 * std::max(1.0, opt)) << "seed " << seed;
+  }
 }
 
 }  // namespace

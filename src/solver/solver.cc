@@ -224,7 +224,9 @@ SolveResult solve(const Problem& p, const SolverOptions& opt) {
       if (opt.progress) ao.progress = [&](const std::string& m) { opt.progress(m); };
       AnytimeResult ar = solve_anytime(r, ao);
       if (ar.feasible && ar.cost < best_obj) best_obj = ar.cost, best = ar.choice;
-      // Its bound is not used: it clamps to the cost it finds, which is no proof here.
+      // Its bound (TRW-S dual / edge split, memory-free) is a valid lower bound; checked
+      // against exact elimination optima in elimination_test.cc.
+      if (ar.lower_bound > lb && ar.lower_bound < kInfCost) lb = ar.lower_bound;
     }
   } else if (seconds_left(deadline) > 0.05) {
     MipOptions mo;
