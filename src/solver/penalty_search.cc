@@ -94,7 +94,8 @@ void run_penalty_search(const GroupModel& m, uint64_t seed, std::chrono::steady_
         for (size_t s = 0; s < pg.size(); ++s) pg[s] += wk * static_cast<double>(pcs[k].du[s]);
       }
     }
-    trws.iterate(round == 0 ? 3 * trws_iters : trws_iters, &pen);
+    for (int it = 0, n = round == 0 ? 3 * trws_iters : trws_iters; it < n && !done(); ++it) trws.iterate(1, &pen);
+    if (done()) break;
     if (round == 0 && stats) stats->lower_bound = std::max(stats->lower_bound, trws.lower_bound(nullptr));
     relaxed.set_penalty(&pen);
     // Continue from whichever is better under the new penalties: the previous relaxed state
