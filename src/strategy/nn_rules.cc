@@ -74,6 +74,21 @@ RuleResult sdpa(const OpContext& c) {
   return r;
 }
 
+/// Accepts only combinations in which input `input` splits evenly on every dim: a mean over
+/// shards (P(avg)) equals the global mean only then.
+std::function<bool(const Combo&)> even_split(const OpContext& c, size_t input) {
+  const Mesh* mesh = &c.mesh;
+  std::vector<int64_t> shape = c.in[input].shape;
+  size_t slot = c.in_slot(input);
+  return [mesh, shape, slot](const Combo& combo) {
+    for (size_t d = 0; d < shape.size(); ++d) {
+      int64_t n = shards_of(combo[slot], static_cast<int32_t>(d), *mesh);
+      if (n > 1 && shape[d] % n != 0) return false;
+    }
+    return true;
+  };
+}
+
 /// Reduction attr of losses: 0 none, 1 mean (default), 2 sum.
 int64_t loss_reduction(const OpContext& c) { return c.node.attr_int("reduction", 1); }
 
@@ -104,18 +119,7 @@ RuleResult nll_forward(const OpContext& c) {
     if (c.n_out() > 1) row[c.out_slot(1)] = red == 0 ? R : P;
     r.rows.push_back(std::move(row));
   }
-  if (red == 1) {
-    const Mesh* mesh = &c.mesh;
-    std::vector<int64_t> shape = self.shape;
-    size_t slot = c.in_slot(0);
-    r.accept = [mesh, shape, slot](const Combo& combo) {
-      for (size_t d = 0; d < shape.size(); ++d) {
-        int64_t n = shards_of(combo[slot], static_cast<int32_t>(d), *mesh);
-        if (n > 1 && shape[d] % n != 0) return false;
-      }
-      return true;
-    };
-  }
+  if (red == 1) r.accept = even_split(c, 0);
   return r;
 }
 
@@ -160,18 +164,7 @@ RuleResult mse_forward(const OpContext& c) {
                                     : Placement::partial(ReduceOp::kAvg);
     r.rows.push_back(std::move(row));
   }
-  if (red == 1) {
-    const Mesh* mesh = &c.mesh;
-    std::vector<int64_t> shape = self.shape;
-    size_t slot = c.in_slot(0);
-    r.accept = [mesh, shape, slot](const Combo& combo) {
-      for (size_t d = 0; d < shape.size(); ++d) {
-        int64_t n = shards_of(combo[slot], static_cast<int32_t>(d), *mesh);
-        if (n > 1 && shape[d] % n != 0) return false;
-      }
-      return true;
-    };
-  }
+  if (red == 1) r.accept = even_split(c, 1);
   return r;
 }
 
