@@ -66,7 +66,11 @@ AnytimeResult solve_anytime(const Problem& p, const AnytimeOptions& options) {
   while (Clock::now() < deadline) {
     {
       std::lock_guard<std::mutex> lock(shared.mu);
-      if (shared.have && shared.cost + m.offset <= res.lower_bound) break;
+      // The searches publish their TRW-S bound (memory-free, so valid under memory too).
+      const Cost published = shared.bound.load() + m.offset;
+      // Equal within the bound's floating-point margin (1e-9 relative) counts as met.
+      const Cost bound = std::max(res.lower_bound, published + 1e-9 * std::abs(published));
+      if (shared.have && shared.cost + m.offset <= bound) break;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }

@@ -28,6 +28,13 @@ struct SharedIncumbent {
   std::vector<int32_t> choice;   ///< group choice
   double first_feasible_s = -1;  ///< seconds since start when the first feasible was found
   std::atomic<int64_t> version{0};
+  /// Best memory-free lower bound published by a search (model cost, without the offset).
+  std::atomic<double> bound{-1e300};
+  void publish_bound(double b) {
+    double cur = bound.load();
+    while (b > cur && !bound.compare_exchange_weak(cur, b)) {
+    }
+  }
   std::chrono::steady_clock::time_point start;
   std::function<void(Cost, double)> on_improve;  ///< called under the lock (cost, seconds)
 

@@ -96,7 +96,11 @@ void run_penalty_search(const GroupModel& m, uint64_t seed, std::chrono::steady_
     }
     for (int it = 0, n = round == 0 ? 3 * trws_iters : trws_iters; it < n && !done(); ++it) trws.iterate(1, &pen);
     if (done()) break;
-    if (round == 0 && stats) stats->lower_bound = std::max(stats->lower_bound, trws.lower_bound(nullptr));
+    if (round == 0) {
+      const double b = trws.lower_bound(nullptr);
+      shared.publish_bound(b);
+      if (stats) stats->lower_bound = std::max(stats->lower_bound, b);
+    }
     relaxed.set_penalty(&pen);
     // Continue from whichever is better under the new penalties: the previous relaxed state
     // (LNS-improved) or the TRW-S labeling.
