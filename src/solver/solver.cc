@@ -28,6 +28,8 @@ inline size_t sz(int64_t x) { return static_cast<size_t>(x); }
 /// Beyond this many variables CBC rarely proves anything within planner time limits (measured:
 /// 57k variables solve in ~0.5 s, 960k do not finish in 100 s); the anytime search is used.
 constexpr int64_t kMaxMipVariables = 400'000;
+/// Memory-limited problems with more Alpa variables than this get the anytime search first.
+constexpr int64_t kAnytimeBeforeMip = 20'000;
 /// Relative gap below which a solution counts as proven optimal: covers the floating-point
 /// margins of the bounds (TRW-S sums many reparametrised terms; 1e-9 relative each way).
 constexpr double kProofTolerance = 1e-8;
@@ -232,6 +234,17 @@ SolveResult solve(const Problem& p, const SolverOptions& opt) {
       if (ar.lower_bound > lb && ar.lower_bound < kInfCost) lb = ar.lower_bound;
     }
   } else if (seconds_left(deadline) > 0.05) {
+    if (!rows.empty() && alpa_variable_count(r) > kAnytimeBeforeMip && seconds_left(deadline) > 1) {
+      // Memory rows make large MIPs slow to find incumbents: the anytime search gets a third
+      // of the time first and hands its plan to CBC as the warm start.
+      AnytimeOptions ao;
+      ao.time_limit_s = seconds_left(deadline) / 3;
+      ao.threads = std::max(1, opt.threads);
+      AnytimeResult ar = solve_anytime(r, ao);
+      if (ar.feasible && ar.cost < best_obj) best_obj = ar.cost, best = ar.choice;
+      if (ar.lower_bound > lb && ar.lower_bound < kInfCost) lb = ar.lower_bound;
+      say("anytime search before the MIP: " + std::to_string(best_obj + rp.constant_cost));
+    }
     MipOptions mo;
     mo.time_limit_s = seconds_left(deadline) - 0.05;
     mo.mip_gap = opt.mip_gap;
