@@ -206,6 +206,30 @@ SolveResult solve(const Problem& p, const SolverOptions& opt) {
 
   // 3. Exact search.
   Cost lb = std::max(trivial_lower_bound(r), lagrangian_bound);
+  // The anytime (IOPDDL) search works on a plain Problem: the reductions' constant usage is
+  // added back as single-strategy nodes so that its memory checks see it, and its answer is
+  // accepted only if the memory rows agree.
+  auto run_anytime = [&](double seconds) {
+    Problem with_base = r;
+    for (const BaseUsage& b : rp.base) {
+      if (b.usage == 0 || b.end <= b.start) continue;
+      with_base.nodes.push_back({"", {0}, {b.usage}, b.start, b.end});
+    }
+    AnytimeOptions ao;
+    ao.time_limit_s = seconds;
+    ao.threads = std::max(1, opt.threads);
+    if (opt.progress) ao.progress = [&](const std::string& m) { opt.progress(m); };
+    AnytimeResult ar = solve_anytime(with_base, ao);
+    if (ar.feasible) {
+      std::vector<StrategyIdx> x(ar.choice.begin(), ar.choice.begin() + r.num_nodes());
+      const Cost c = evaluate_cost(r, x);
+      if ((r.usage_limit < 0 || rows_peak(r, rows, x) <= r.usage_limit) && c < best_obj)
+        best_obj = c, best = std::move(x);
+    }
+    // Its bound (TRW-S dual / edge split, memory-free) is a valid lower bound; checked
+    // against exact elimination optima in elimination_test.cc.
+    if (ar.lower_bound > lb && ar.lower_bound < kInfCost) lb = ar.lower_bound;
+  };
   bool proven = false;
   if (r.num_nodes() == 0) {
     best_obj = 0;
@@ -222,27 +246,12 @@ SolveResult solve(const Problem& p, const SolverOptions& opt) {
     // message passing + LNS + repair) improves the warm start until the deadline.
     res.method = "anytime search (too large for the MIP)";
     say(res.method);
-    if (seconds_left(deadline) > 0.2) {
-      AnytimeOptions ao;
-      ao.time_limit_s = seconds_left(deadline) - 0.1;
-      ao.threads = std::max(1, opt.threads);
-      if (opt.progress) ao.progress = [&](const std::string& m) { opt.progress(m); };
-      AnytimeResult ar = solve_anytime(r, ao);
-      if (ar.feasible && ar.cost < best_obj) best_obj = ar.cost, best = ar.choice;
-      // Its bound (TRW-S dual / edge split, memory-free) is a valid lower bound; checked
-      // against exact elimination optima in elimination_test.cc.
-      if (ar.lower_bound > lb && ar.lower_bound < kInfCost) lb = ar.lower_bound;
-    }
+    if (seconds_left(deadline) > 0.2) run_anytime(seconds_left(deadline) - 0.1);
   } else if (seconds_left(deadline) > 0.05) {
     if (!rows.empty() && alpa_variable_count(r) > kAnytimeBeforeMip && seconds_left(deadline) > 1) {
       // Memory rows make large MIPs slow to find incumbents: the anytime search gets a third
       // of the time first and hands its plan to CBC as the warm start.
-      AnytimeOptions ao;
-      ao.time_limit_s = seconds_left(deadline) / 3;
-      ao.threads = std::max(1, opt.threads);
-      AnytimeResult ar = solve_anytime(r, ao);
-      if (ar.feasible && ar.cost < best_obj) best_obj = ar.cost, best = ar.choice;
-      if (ar.lower_bound > lb && ar.lower_bound < kInfCost) lb = ar.lower_bound;
+      run_anytime(seconds_left(deadline) / 3);
       say("anytime search before the MIP: " + std::to_string(best_obj + rp.constant_cost));
     }
     MipOptions mo;
