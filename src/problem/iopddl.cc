@@ -499,34 +499,29 @@ void write_iopddl_json(const Problem& p, std::ostream& out) {
   };
   fmt::memory_buffer b;
   auto it = std::back_inserter(b);
+  // Writes `n` bracketed lists, list i holding get(i)'s numbers mapped by `f`.
+  auto lists = [&](size_t n, auto get, auto f) {
+    for (size_t i = 0; i < n; ++i) {
+      fmt::format_to(it, "{}[", i ? "," : "");
+      const auto& v = get(i);
+      for (size_t s = 0; s < v.size(); ++s) fmt::format_to(it, "{}{}", s ? "," : "", f(v[s]));
+      fmt::format_to(it, "]");
+    }
+  };
+  auto same = [](auto x) { return x; };
   fmt::format_to(it, "{{\"problem\":{{\"name\":{},\"nodes\":{{\"intervals\":[",
                  nlohmann::json(p.name).dump());
   for (size_t i = 0; i < p.nodes.size(); ++i)
     fmt::format_to(it, "{}[{},{}]", i ? "," : "", p.nodes[i].start, p.nodes[i].end);
   fmt::format_to(it, "],\"costs\":[");
-  for (size_t i = 0; i < p.nodes.size(); ++i) {
-    fmt::format_to(it, "{}[", i ? "," : "");
-    for (size_t s = 0; s < p.nodes[i].costs.size(); ++s)
-      fmt::format_to(it, "{}{}", s ? "," : "", cost(p.nodes[i].costs[s]));
-    fmt::format_to(it, "]");
-  }
+  lists(p.nodes.size(), [&](size_t i) -> const auto& { return p.nodes[i].costs; }, cost);
   fmt::format_to(it, "],\"usages\":[");
-  for (size_t i = 0; i < p.nodes.size(); ++i) {
-    fmt::format_to(it, "{}[", i ? "," : "");
-    for (size_t s = 0; s < p.nodes[i].usages.size(); ++s)
-      fmt::format_to(it, "{}{}", s ? "," : "", p.nodes[i].usages[s]);
-    fmt::format_to(it, "]");
-  }
+  lists(p.nodes.size(), [&](size_t i) -> const auto& { return p.nodes[i].usages; }, same);
   fmt::format_to(it, "]}},\"edges\":{{\"nodes\":[");
   for (size_t k = 0; k < p.edges.size(); ++k)
     fmt::format_to(it, "{}[{},{}]", k ? "," : "", p.edges[k].u, p.edges[k].v);
   fmt::format_to(it, "],\"costs\":[");
-  for (size_t k = 0; k < p.edges.size(); ++k) {
-    fmt::format_to(it, "{}[", k ? "," : "");
-    for (size_t s = 0; s < p.edges[k].costs.size(); ++s)
-      fmt::format_to(it, "{}{}", s ? "," : "", cost(p.edges[k].costs[s]));
-    fmt::format_to(it, "]");
-  }
+  lists(p.edges.size(), [&](size_t k) -> const auto& { return p.edges[k].costs; }, cost);
   fmt::format_to(it, "]}}");
   if (p.usage_limit >= 0) fmt::format_to(it, ",\"usage_limit\":{}", p.usage_limit);
   fmt::format_to(it, "}}}}\n");

@@ -7,6 +7,21 @@ namespace autoshard {
 
 namespace {
 
+/// Cost per byte at which usage prices start: the spread of node costs over the spread of
+/// node usages, summed over nodes (1 when either is zero).
+double price_scale(const Problem& p) {
+  double dc = 0, du = 0;
+  for (const ProblemNode& n : p.nodes) {
+    Cost lo = kInfCost, hi = -kInfCost;
+    for (Cost c : n.costs)
+      if (c < kInfCost) lo = std::min(lo, c), hi = std::max(hi, c);
+    if (hi > lo) dc += hi - lo;
+    du += static_cast<double>(*std::max_element(n.usages.begin(), n.usages.end()) -
+                              *std::min_element(n.usages.begin(), n.usages.end()));
+  }
+  return du > 0 && dc > 0 ? dc / du : 1.0;
+}
+
 inline size_t sz(int64_t x) { return static_cast<size_t>(x); }
 using Clock = std::chrono::steady_clock;
 
@@ -230,16 +245,7 @@ class Greedy {
 
   /// Raises per-row usage prices on violated rows until penalized descent fits the limit.
   void penalty_repair() {
-    double dc = 0, du = 0;
-    for (const ProblemNode& n : p_.nodes) {
-      Cost lo = kInfCost, hi = -kInfCost;
-      for (Cost c : n.costs)
-        if (c < kInfCost) lo = std::min(lo, c), hi = std::max(hi, c);
-      if (hi > lo) dc += hi - lo;
-      du += static_cast<double>(*std::max_element(n.usages.begin(), n.usages.end()) -
-                                *std::min_element(n.usages.begin(), n.usages.end()));
-    }
-    const double scale = du > 0 && dc > 0 ? dc / du : 1.0;
+    const double scale = price_scale(p_);
     lambda_.assign(rows_.size(), 0.0);
     for (int iter = 0; iter < 80 && violated() && !late(); ++iter) {
       for (size_t r = 0; r < rows_.size(); ++r)
@@ -305,16 +311,7 @@ GreedyResult lagrangian(const Problem& p, const std::vector<MemoryRow>& rows, De
   std::vector<std::vector<int32_t>> node_rows(sz(p.num_nodes()));
   for (size_t r = 0; r < rows.size(); ++r)
     for (PNodeIdx v : rows[r].nodes) node_rows[sz(v)].push_back(static_cast<int32_t>(r));
-  double dc = 0, du = 0;
-  for (const ProblemNode& n : p.nodes) {
-    Cost lo = kInfCost, hi = -kInfCost;
-    for (Cost c : n.costs)
-      if (c < kInfCost) lo = std::min(lo, c), hi = std::max(hi, c);
-    if (hi > lo) dc += hi - lo;
-    du += static_cast<double>(*std::max_element(n.usages.begin(), n.usages.end()) -
-                              *std::min_element(n.usages.begin(), n.usages.end()));
-  }
-  const double scale = du > 0 && dc > 0 ? dc / du : 1.0;
+  const double scale = price_scale(p);
   std::vector<double> lambda(rows.size(), 0.0);
   Greedy polish(p, rows, deadline);
   GreedyResult best;
