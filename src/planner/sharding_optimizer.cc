@@ -18,15 +18,6 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-/// Peak usage over the schedule proper (time points < horizon), ignoring the private time
-/// points of parameter-memory shadows.
-int64_t schedule_peak(const Problem& p, const std::vector<StrategyIdx>& choice, int64_t horizon) {
-  std::vector<int64_t> usage(static_cast<size_t>(p.num_nodes()));
-  for (size_t i = 0; i < usage.size(); ++i)
-    usage[i] = p.nodes[i].usages[static_cast<size_t>(choice[i])];
-  return peak_of_usages(p, usage, horizon);
-}
-
 int64_t alpa_variables(const BuiltProblem& bp) {
   int64_t n = 0;
   for (const ProblemNode& x : bp.problem.nodes) n += static_cast<int64_t>(x.costs.size());
@@ -200,7 +191,7 @@ Plan ShardingOptimizer::evaluate(const std::vector<StrategyIdx>& choice) {
   }
   // Shadow nodes of parameter-memory constraints carry no cost.
   plan.objective_us = plan.compute_us + plan.comm_us;
-  plan.peak_memory_bytes = schedule_peak(p, choice, graph_.size() + 1);
+  plan.peak_memory_bytes = peak_usage(p, choice, graph_.size() + 1);  // shadows live past the schedule
   plan.memory_limit_bytes = bp.memory_limit;
   plan.graph_nodes = graph_.size();
   plan.problem_nodes = p.num_nodes();

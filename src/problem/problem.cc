@@ -55,11 +55,11 @@ int64_t peak_of_usages(const Problem& p, const std::vector<int64_t>& usage, int6
   return peak;
 }
 
-int64_t peak_usage(const Problem& p, const std::vector<StrategyIdx>& choice) {
+int64_t peak_usage(const Problem& p, const std::vector<StrategyIdx>& choice, int64_t horizon) {
   std::vector<int64_t> usage(static_cast<size_t>(p.num_nodes()));
   for (size_t i = 0; i < usage.size(); ++i)
     usage[i] = p.nodes[i].usages[static_cast<size_t>(choice[i])];
-  return peak_of_usages(p, usage);
+  return peak_of_usages(p, usage, horizon);
 }
 
 int64_t alpa_variable_count(const Problem& p) {

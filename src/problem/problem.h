@@ -63,8 +63,9 @@ Cost evaluate_cost(const Problem& p, const std::vector<StrategyIdx>& choice);
 /// Highest sum of live usages over time points before `horizon`, given one usage per node.
 int64_t peak_of_usages(const Problem& p, const std::vector<int64_t>& usage,
                        int64_t horizon = std::numeric_limits<int64_t>::max());
-/// Highest sum of live usages over all time points for an assignment.
-int64_t peak_usage(const Problem& p, const std::vector<StrategyIdx>& choice);
+/// Highest sum of live usages over time points before `horizon` for an assignment.
+int64_t peak_usage(const Problem& p, const std::vector<StrategyIdx>& choice,
+                   int64_t horizon = std::numeric_limits<int64_t>::max());
 /// Number of strategy-selection variables and edge variables in Alpa's formulation (sum of
 /// |S_v| over nodes and of |S_u|*|S_v| over edges), for reporting problem sizes.
 int64_t alpa_variable_count(const Problem& p);
