@@ -4,9 +4,12 @@
 # Usage: scripts/deps.sh [--test]   (--test adds the packages the test suite needs)
 set -euo pipefail
 pkgs=(g++ cmake make pkg-config nlohmann-json3-dev libcli11-dev libfmt-dev coinor-libcbc-dev
-      zlib1g-dev libgtest-dev libgmock-dev libbenchmark-dev)
+      zlib1g-dev libzstd-dev libprotobuf-dev protobuf-compiler libgraphviz-dev
+      libgtest-dev libgmock-dev libbenchmark-dev python3 python3-venv python3-dev)
 if [[ "${1:-}" == "--test" ]]; then
-  pkgs+=(python3 python3-torch python3-torchvision)
+  # cbc: the MPS export is checked with the stand-alone solver; clang: libFuzzer harnesses;
+  # chromium: the report's browser test; ccache: shared between the C++ and wheel builds.
+  pkgs+=(coinor-cbc clang libclang-rt-14-dev chromium ccache)
 fi
 missing=()
 for p in "${pkgs[@]}"; do

@@ -5,8 +5,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh --test
 jobs=$(nproc)
+echo "== Python venv (torch 2.13.0, pytest, pybind11, playwright)"
+py=$(scripts/venv.sh)
+if command -v ccache >/dev/null; then export CMAKE_CXX_COMPILER_LAUNCHER=ccache; fi
 echo "== Release build"
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DAUTOSHARD_WERROR=ON >/dev/null
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DAUTOSHARD_WERROR=ON \
+  -DAUTOSHARD_VENV_PYTHON="$py" >/dev/null
 cmake --build build -j"$jobs"
 echo "== Release tests"
 (cd build && ctest --output-on-failure -j"$jobs")
@@ -16,4 +20,4 @@ cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DAUTOSHARD_SANITIZE=ON -DAUTO
 cmake --build build-asan -j"$jobs"
 echo "== Debug + ASan/UBSan tests"
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-  ctest --output-on-failure -j"$jobs" -LE slow)
+  ctest --output-on-failure -j"$jobs" -LE "slow|python|fuzz")
