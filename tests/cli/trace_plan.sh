@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # End to end: trace PyTorch models with python/autoshard-trace, then `autoshard plan --graph`
-# them on a 2x4 mesh.  Needs Debian's python3-torch (and python3-torchvision for ResNet) in
-# /usr/bin/python3; prints "skipped" and passes without them (scripts/deps.sh --test installs
-# both).
+# them on a 2x4 mesh.  Uses $AUTOSHARD_PYTHON, else the test venv build/venv (scripts/venv.sh:
+# torch 2.13), else /usr/bin/python3; prints "skipped" and passes when none imports torch
+# (ResNet also needs torchvision).
 source "$(dirname "$0")/lib.bash" "$@"
 
-PY=/usr/bin/python3
-if ! [[ -x $PY ]] || ! "$PY" -c 'import torch' 2>/dev/null; then
-  echo "skipped: $PY cannot import torch (apt-get install python3-torch python3-torchvision)"
+PY=""
+for cand in "${AUTOSHARD_PYTHON:-}" "$SRC/build/venv/bin/python" /usr/bin/python3; do
+  if [[ -n $cand && -x $cand ]] && "$cand" -c 'import torch' 2>/dev/null; then PY=$cand; break; fi
+done
+if [[ -z $PY ]]; then
+  echo "skipped: no python that imports torch (scripts/venv.sh makes build/venv)"
   exit 0
 fi
 
@@ -42,7 +45,7 @@ assert j['mesh']['shape'] == [2, 4] and j['mesh']['dim_names'] == ['dp', 'tp']
 }
 
 # The example LLaMA, 2 layers and small (the llama2l fixture's configuration).
-trace llama2l autoshard_torch.examples.llama:llama_tiny --batch 2 --seq 64 --dtype bf16
+trace llama2l autoshard.tracer.examples.llama:llama_tiny --batch 2 --seq 64 --dtype bf16
 plan llama2l
 
 # Placements round trip: -o DIR, then --preload DIR/placements.json gives the same plan.
@@ -62,7 +65,7 @@ assert abs(a['objective_us'] - b['objective_us']) <= 1e-6 * a['objective_us']
 ok "placements round trip"
 
 if "$PY" -c 'import torchvision' 2>/dev/null; then
-  trace resnet18 autoshard_torch.examples.resnet:resnet18 --batch 2 --arg image_size=64
+  trace resnet18 autoshard.tracer.examples.resnet:resnet18 --batch 2 --arg image_size=64
   plan resnet18
 else
   echo "skipped: resnet18 ($PY cannot import torchvision)"

@@ -4,8 +4,8 @@ import os
 import unittest
 
 from _paths import FIXTURES  # noqa: F401  (sets sys.path)
-from autoshard_torch.opnames import op_counts
-from autoshard_torch.validate import validate_graph
+from autoshard.tracer.opnames import op_counts
+from autoshard.tracer.validate import validate_graph
 
 FIXTURE_FILES = ["llama2l.graph.json", "resnet18_b2.graph.json", "vit_tiny.graph.json"]
 MAX_BYTES = 1_500_000

@@ -9,7 +9,7 @@ import unittest
 from contextlib import redirect_stderr, redirect_stdout
 
 from _paths import PYTHON_DIR  # noqa: F401  (sets sys.path)
-from autoshard_torch.validate import validate_graph
+from autoshard.tracer.validate import validate_graph
 
 try:
     import torch
@@ -46,8 +46,8 @@ def check_graph(test, g):
 class LlamaTraceTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        from autoshard_torch import export_training_graph
-        from autoshard_torch.examples.llama import llama_tiny
+        from autoshard.tracer import export_training_graph
+        from autoshard.tracer.examples.llama import llama_tiny
 
         model, inputs, loss_fn, targets = llama_tiny(batch=2, seq=64, dtype="bf16")
         cls.graph = export_training_graph(model, inputs, loss_fn, targets=targets,
@@ -115,8 +115,8 @@ class LlamaTraceTest(unittest.TestCase):
 @unittest.skipIf(torch is None or torchvision is None, "PyTorch/torchvision not installed")
 class ResNetTraceTest(unittest.TestCase):
     def test_resnet18(self):
-        from autoshard_torch import export_training_graph
-        from autoshard_torch.examples.resnet import resnet18
+        from autoshard.tracer import export_training_graph
+        from autoshard.tracer.examples.resnet import resnet18
 
         model, inputs, loss_fn, targets = resnet18(batch=2, image_size=64)
         g = export_training_graph(model, inputs, loss_fn, targets=targets)
@@ -138,8 +138,8 @@ class ResNetTraceTest(unittest.TestCase):
 @unittest.skipIf(torch is None, "PyTorch not installed")
 class VitTraceTest(unittest.TestCase):
     def test_vit_tiny(self):
-        from autoshard_torch import export_training_graph
-        from autoshard_torch.examples.vit import vit_tiny
+        from autoshard.tracer import export_training_graph
+        from autoshard.tracer.examples.vit import vit_tiny
 
         model, inputs, loss_fn, targets = vit_tiny()
         g = export_training_graph(model, inputs, loss_fn, targets=targets)
@@ -153,7 +153,7 @@ class VitTraceTest(unittest.TestCase):
 @unittest.skipIf(torch is None, "PyTorch not installed")
 class ConventionsTest(unittest.TestCase):
     def trace(self, model, inputs, loss_fn=None, targets=None):
-        from autoshard_torch import export_training_graph
+        from autoshard.tracer import export_training_graph
         g = export_training_graph(model, inputs, loss_fn, targets=targets)
         check_graph(self, g)
         return g
@@ -199,7 +199,7 @@ class ConventionsTest(unittest.TestCase):
             def forward(self, x, scale=None):
                 return self.b(self.a(x)) * scale
 
-        from autoshard_torch import export_training_graph
+        from autoshard.tracer import export_training_graph
         g = export_training_graph(M(), {"x": torch.empty(3, 8), "scale": torch.empty(3, 8)})
         self.assertEqual(validate_graph(g), [])
         names = {n["name"]: n for n in g["nodes"]}
@@ -228,7 +228,7 @@ class ConventionsTest(unittest.TestCase):
         self.assertEqual(consts[0]["outputs"], [{"shape": [8], "dtype": "f32"}])
 
     def test_non_tensor_outputs(self):
-        from autoshard_torch.export import _constant, _metas
+        from autoshard.tracer.export import _constant, _metas
         t = torch.empty(2, 3, device="meta")
         self.assertEqual(_metas((t, None, 5)), [([2, 3], torch.float32), None, None])
         self.assertEqual(_constant(_metas(7)), (True, 7))
@@ -240,7 +240,7 @@ class ConventionsTest(unittest.TestCase):
         self.assertEqual(sum(1 for n in g["nodes"] if n["kind"] == "parameter"), 4)
 
     def test_written_file_roundtrips(self):
-        from autoshard_torch import export_training_graph
+        from autoshard.tracer import export_training_graph
         with tempfile.TemporaryDirectory() as d:
             path = os.path.join(d, "g.graph.json")
             g = export_training_graph(nn.Linear(4, 4), torch.empty(2, 4), None, path)
@@ -251,8 +251,8 @@ class ConventionsTest(unittest.TestCase):
 @unittest.skipIf(torch is None, "PyTorch not installed")
 class MetaInitTest(unittest.TestCase):
     def test_llama3_8b_builds_without_weights(self):
-        from autoshard_torch.examples.llama import llama3_8b
-        from autoshard_torch.meta_init import param_bytes_allocated
+        from autoshard.tracer.examples.llama import llama3_8b
+        from autoshard.tracer.meta_init import param_bytes_allocated
 
         before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         model, (tokens,), _, _ = llama3_8b(batch=8, seq=2048)
@@ -266,8 +266,8 @@ class MetaInitTest(unittest.TestCase):
 
     def test_llama3_8b_two_layers_trace(self):
         # Full 8B dimensions (vocab 128256, ffn 14336), 2 layers to keep the test fast.
-        from autoshard_torch import export_training_graph
-        from autoshard_torch.examples.llama import llama
+        from autoshard.tracer import export_training_graph
+        from autoshard.tracer.examples.llama import llama
 
         model, inputs, loss_fn, targets = llama(batch=8, seq=2048, layers=2)
         g = export_training_graph(model, inputs, loss_fn, targets=targets)
@@ -276,7 +276,7 @@ class MetaInitTest(unittest.TestCase):
         self.assertEqual(emb["outputs"][0], {"shape": [128256, 4096], "dtype": "bf16"})
 
     def test_meta_device_context(self):
-        from autoshard_torch.meta_init import meta_device
+        from autoshard.tracer.meta_init import meta_device
         with meta_device():
             lin = nn.Linear(1 << 15, 1 << 15)  # 4 GiB if it were real
             t = torch.zeros(3)
@@ -288,7 +288,7 @@ class MetaInitTest(unittest.TestCase):
 @unittest.skipIf(torch is None, "PyTorch not installed")
 class CliTest(unittest.TestCase):
     def run_cli(self, argv):
-        from autoshard_torch.cli import main
+        from autoshard.tracer.cli import main
         out, err = io.StringIO(), io.StringIO()
         with redirect_stdout(out), redirect_stderr(err):
             rc = main(argv)
@@ -297,7 +297,7 @@ class CliTest(unittest.TestCase):
     def test_module_factory(self):
         with tempfile.TemporaryDirectory() as d:
             path = os.path.join(d, "v.graph.json")
-            rc, out, _ = self.run_cli(["autoshard_torch.examples.vit:vit_tiny", "--batch", "2",
+            rc, out, _ = self.run_cli(["autoshard.tracer.examples.vit:vit_tiny", "--batch", "2",
                                        "--name", "vit", "-o", path])
             self.assertEqual(rc, 0)
             self.assertIn("nodes", out)

@@ -1,6 +1,6 @@
 """Lists the distinct op names of graph JSON files (pure Python).
 
-    python3 -m autoshard_torch.opnames FILE...   -> "op<TAB>count<TAB>files" lines, sorted by op
+    python3 -m autoshard.tracer.opnames FILE...   -> "op<TAB>count<TAB>files" lines, sorted by op
 """
 from __future__ import annotations
 

@@ -1,17 +1,17 @@
-"""autoshard_torch: trace a PyTorch training step into autoshard's graph JSON.
+"""autoshard.tracer: trace a PyTorch training step into autoshard's graph JSON.
 
-    from autoshard_torch import export_training_graph, meta_init
+    from autoshard.tracer import export_training_graph, meta_init
     model = meta_init(MyModel, cfg)                       # no weights allocated
     export_training_graph(model, (tokens,), loss_fn, "model.graph.json", targets=(labels,))
 
-Importing this package does not import torch; `autoshard_torch.validate` is pure Python.
+Importing this package does not import torch; `autoshard.tracer.validate` is pure Python.
 """
 
 __all__ = ["export_training_graph", "trace_training_step", "to_graph_dict", "write_graph_json",
            "meta_init", "meta_device", "to_meta", "validate_graph"]
 
 
-def __getattr__(name):  # lazy: keep `import autoshard_torch.validate` torch-free
+def __getattr__(name):  # lazy: keep `import autoshard.tracer.validate` torch-free
     if name in ("export_training_graph", "to_graph_dict", "write_graph_json"):
         from . import export
         return getattr(export, name)

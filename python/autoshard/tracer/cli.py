@@ -12,7 +12,7 @@ and that its signature accepts, and returns one of
     (model, example_inputs, loss_fn, targets)   loss = loss_fn(output, *targets)
     {"model":..., "inputs":..., "loss_fn":..., "targets":...}
 example_inputs: a tensor, a tuple of positional tensors or a dict of keyword tensors.  Build the
-model with autoshard_torch.meta_init (or on device="meta") so no weights are allocated;
+model with autoshard.tracer.meta_init (or on device="meta") so no weights are allocated;
 anything still on CPU is moved to meta before tracing.
 """
 from __future__ import annotations
@@ -110,7 +110,7 @@ def main(argv=None) -> int:
                     "weights allocated) into autoshard graph JSON.",
         epilog="FACTORY returns a model, (model, inputs), (model, inputs, loss_fn) or "
                "(model, inputs, loss_fn, targets); see python/README.md.  "
-               "Example: autoshard-trace autoshard_torch.examples.llama:llama3_8b "
+               "Example: autoshard-trace autoshard.tracer.examples.llama:llama3_8b "
                "--batch 8 --seq 2048 -o llama3-8b.graph.json")
     ap.add_argument("factory", help="MODULE:FACTORY or path/to/file.py:FACTORY")
     ap.add_argument("--batch", type=int, help="passed to the factory as batch=")

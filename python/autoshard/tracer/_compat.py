@@ -15,10 +15,25 @@ except ImportError:  # pragma: no cover
 
 from torch.fx.experimental.proxy_tensor import make_fx  # noqa: F401  (same API on 1.13 and 2.x)
 
+TRACING_MODE = "real"  # make_fx mode; the tensors are meta tensors
+
 
 def functional_call(module, tensors, args, kwargs=None):
     """Calls `module` with its parameters/buffers replaced by `tensors` (name -> tensor)."""
     return _functional_call(module, tensors, tuple(args), kwargs or {})
+
+
+def decomposition_table(decompose: str | None) -> dict | None:
+    """make_fx decomposition table for `decompose` (None or "core_aten")."""
+    if decompose is None:
+        return None
+    if decompose != "core_aten":
+        raise ValueError(f"decompose must be None or 'core_aten', got {decompose!r}")
+    try:
+        from torch._decomp import core_aten_decompositions
+    except ImportError as e:  # pragma: no cover - torch < 2.1
+        raise RuntimeError("decompose='core_aten' needs PyTorch >= 2.1") from e
+    return core_aten_decompositions()
 
 
 def has_device_context() -> bool:

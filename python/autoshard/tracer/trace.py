@@ -208,14 +208,17 @@ def default_loss(output, *targets, **kw):
 
 
 def trace_training_step(model: torch.nn.Module, example_inputs, loss_fn=None, targets=None,
-                        *, train: bool = True) -> TracedStep:
+                        *, train: bool = True, decompose: str | None = None) -> TracedStep:
     """Traces forward + loss + backward of `model` at ATen level on the meta device.
 
     example_inputs: a tensor, a tuple/list of positional model arguments, or a dict of keyword
         arguments.  targets: extra tensors for the loss (tuple or dict), passed as
         `loss_fn(output, *targets)` / `loss_fn(output, **targets)`.  loss_fn defaults to the
         mean of the output.  Model and tensors are moved to meta first if they are not there.
+    decompose: None (ATen as dispatched) or "core_aten" (PyTorch's Core ATen opset, through
+        `torch._decomp.core_aten_decompositions()`; PyTorch >= 2.1).
     """
+    table = _compat.decomposition_table(decompose)
     _compat.ensure_meta_kernels()
     model = to_meta(model)
     if train:
@@ -263,7 +266,7 @@ def trace_training_step(model: torch.nn.Module, example_inputs, loss_fn=None, ta
         return [loss] + [g for g in grads if g is not None]
 
     with rec:
-        gm = _compat.make_fx(step, tracing_mode="real")(flat)
+        gm = _compat.make_fx(step, decomposition_table=table, tracing_mode=_compat.TRACING_MODE)(flat)
 
     kinds = (["parameter"] * counts[0] + ["buffer"] * counts[1]
              + ["input"] * (counts[2] + counts[3] + counts[4] + counts[5]))

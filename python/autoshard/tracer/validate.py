@@ -1,7 +1,7 @@
 """Structural checks of autoshard graph JSON (pure Python: no torch needed).
 
 Mirrors the invariants of the C++ Graph::validate() plus the file-level fields, so fixtures can
-be checked where torch is not installed:  python3 -m autoshard_torch.validate FILE...
+be checked where torch is not installed:  python3 -m autoshard.tracer.validate FILE...
 """
 from __future__ import annotations
 

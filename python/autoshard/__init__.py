@@ -1,0 +1,27 @@
+"""autoshard: automatic sharding plans for PyTorch training steps.
+
+    from autoshard import AutoParallel, Mesh
+    with AutoParallel(model, input_fn, Mesh((2, 4), ("dp", "tp"))) as autop:
+        sharding = autop.optimize_placement()          # node name -> placements
+
+    from autoshard import ShardingOptimizer             # no torch needed
+    opt = ShardingOptimizer.load("out/plan.ap")
+
+Importing this package imports neither torch nor the C++ extension: the names below are
+resolved on first use, so `autoshard.tracer.validate` and the core work without torch.
+"""
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+__all__ = ["AutoParallel", "Mesh", "ShardingOptimizer", "Placement", "plan_graph", "__version__"]
+
+
+def __getattr__(name: str):
+    if name == "AutoParallel":
+        from .api import AutoParallel
+        return AutoParallel
+    if name in ("Mesh", "ShardingOptimizer", "Placement", "plan_graph"):
+        from . import core
+        return getattr(core, name)
+    raise AttributeError(f"module 'autoshard' has no attribute {name!r}")
