@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <fstream>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -21,9 +22,62 @@ struct CostArgs {
   std::string to;
   std::string comm_model = "nccl";
   bool json = false;
+  std::string cases;  ///< batch mode: a JSON file of cases (see run_cases)
 };
 
+/// Batch mode (`--cases FILE.json`), for cross-checks that would otherwise launch one process
+/// per case: FILE is a JSON array of {"mesh": [2, 4], "gpus_per_node": 8 (optional),
+/// "shape": [8, 16], "dtype": "f32", "from": "S(0)R", "to": "RR"}; prints one JSON array of
+/// {"time_us": number or null (impossible)} in the same order.  The mesh hardware, backend and
+/// comm model come from the command line; errors name the file and the case's JSON pointer.
+void run_cases(const CostArgs& a) {
+  std::ifstream in(a.cases);
+  if (!in) throw std::runtime_error(fmt::format("{}: cannot open cases file", a.cases));
+  nlohmann::json cases;
+  try {
+    cases = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw std::runtime_error(fmt::format("{}: invalid JSON at byte {}", a.cases, e.byte));
+  }
+  if (!cases.is_array()) throw std::runtime_error(fmt::format("{}: expected a JSON array of cases", a.cases));
+  auto model = parse_comm_model(a.comm_model);
+  if (!model) throw std::invalid_argument(fmt::format("--comm-model: expected nccl or dtensor, got '{}'", a.comm_model));
+  nlohmann::json out = nlohmann::json::array();
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const auto& c = cases[i];
+    std::string where = fmt::format("{}: /{}", a.cases, i);
+    try {
+      MeshSource ms = a.mesh;
+      std::vector<int64_t> shape_m = c.at("mesh").get<std::vector<int64_t>>();
+      ms.shape = fmt::format("{}", fmt::join(shape_m, "x"));
+      ms.dims.clear();
+      if (c.contains("gpus_per_node")) ms.gpus_per_node = c.at("gpus_per_node").get<int>();
+      Mesh mesh = make_mesh(ms);
+      TensorMeta meta;
+      meta.shape = c.at("shape").get<std::vector<int64_t>>();
+      meta.dtype = parse_dtype_option(c.at("dtype").get<std::string>());
+      ShardingSpec from{parse_placements(c.at("from").get<std::string>()), meta};
+      ShardingSpec to{parse_placements(c.at("to").get<std::string>()), meta};
+      if (from.ndim_mesh() != mesh.ndim() || to.ndim_mesh() != mesh.ndim())
+        throw std::invalid_argument(fmt::format("placements {} -> {} for a {}-D mesh", from.to_string(),
+                                                to.to_string(), mesh.ndim()));
+      double us = redistribute_cost_us(from, to, mesh, *model);
+      nlohmann::json r;
+      if (std::isinf(us)) r["time_us"] = nullptr;
+      else r["time_us"] = us;
+      out.push_back(r);
+    } catch (const std::exception& e) {
+      throw std::runtime_error(fmt::format("{}: {}", where, e.what()));
+    }
+  }
+  std::cout << out.dump() << "\n";
+}
+
 void run_cost(const CostArgs& a) {
+  if (!a.cases.empty()) return run_cases(a);
+  for (const auto& [opt, v] : {std::pair{"--shape", &a.shape}, std::pair{"--from", &a.from},
+                               std::pair{"--to", &a.to}})
+    if (v->empty()) throw std::invalid_argument(fmt::format("{} is required (or --cases FILE)", opt));
   Mesh mesh = make_mesh(a.mesh);
   TensorMeta meta;
   try {
@@ -73,13 +127,14 @@ void register_cost(CLI::App& app) {
   auto a = std::make_shared<CostArgs>();
   CLI::App* sub = app.add_subcommand("cost", "redistribution time of one tensor between two sharding specs");
   add_mesh_options(sub, a->mesh, "8", "");
-  sub->add_option("--shape", a->shape, "global tensor shape, e.g. 8192,4096")->required();
+  sub->add_option("--shape", a->shape, "global tensor shape, e.g. 8192,4096");
   sub->add_option("--dtype", a->dtype, "dtype")->capture_default_str();
-  sub->add_option("--from", a->from, "current placements, e.g. 'S(0)' or 'S(0)R'")->required();
-  sub->add_option("--to", a->to, "target placements, e.g. R")->required();
+  sub->add_option("--from", a->from, "current placements, e.g. 'S(0)' or 'S(0)R'");
+  sub->add_option("--to", a->to, "target placements, e.g. R");
   sub->add_option("--comm-model", a->comm_model, "nccl (measured bandwidths) or dtensor (DTensor's model)")
       ->capture_default_str();
   sub->add_flag("--json", a->json, "print JSON");
+  sub->add_option("--cases", a->cases, "batch mode: JSON array of cases, prints a JSON array of times");
   sub->callback([a] { run_cost(*a); });
 }
 

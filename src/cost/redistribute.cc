@@ -37,18 +37,74 @@ bool compatible(const ShardingSpec& from, const ShardingSpec& to, const Mesh& me
   return from.meta.shape == to.meta.shape && from.meta.dtype == to.meta.dtype;
 }
 
-/// DTensor's redistribute_cost, step for step (see the header).
+/// One step of DTensor's transform list: mesh dim `dim` goes from `from` to `to`.
+struct DtensorStep {
+  MeshDimIdx dim = 0;
+  Placement from;
+  Placement to;
+};
+
+/// DTensor's greedy transform list (torch 2.13 _redistribute.py,
+/// DTensorRedistributePlanner.generate_greedy_transform_infos): on a 1-D mesh one direct step;
+/// otherwise, when the source has any shard, walk the mesh dims LAST TO FIRST, sending a mesh
+/// dim to Replicate instead of its Shard(d) target when the mesh dims before it shard d
+/// differently in source and target (nested sharding to undo), then walk FIRST TO LAST for the
+/// remaining differences.  Returns the number of steps written into `steps`.
+int32_t dtensor_transform_steps(const ShardingSpec& from, const ShardingSpec& to, const Mesh& mesh,
+                                std::array<DtensorStep, 2 * kMaxMeshDims>& steps) {
+  const int32_t nd = mesh.ndim();
+  const Placement* tgt = to.placements.data();
+  int32_t n = 0;
+  if (nd == 1) {
+    if (!(from.placements[0] == tgt[0])) steps[0] = DtensorStep{0, from.placements[0], tgt[0]};
+    return from.placements[0] == tgt[0] ? 0 : 1;
+  }
+  std::array<Placement, kMaxMeshDims> cur{};
+  bool any_shard = false;
+  for (int32_t m = 0; m < nd; ++m) {
+    cur[static_cast<size_t>(m)] = from.placements[static_cast<size_t>(m)];
+    any_shard |= cur[static_cast<size_t>(m)].is_shard() && mesh.size(m) > 1;
+  }
+  if (any_shard) {  // DTensor tests num_shards > 1
+    for (int32_t m = nd - 1; m >= 0; --m) {
+      Placement target = tgt[m];
+      if (target.is_shard()) {
+        for (int32_t i = 0; i < m; ++i)
+          if (cur[static_cast<size_t>(i)].is_shard(target.dim) != tgt[i].is_shard(target.dim)) {
+            target = Placement::replicate();
+            break;
+          }
+      }
+      if (!(cur[static_cast<size_t>(m)] == target)) {
+        steps[static_cast<size_t>(n++)] = DtensorStep{m, cur[static_cast<size_t>(m)], target};
+        cur[static_cast<size_t>(m)] = target;
+      }
+    }
+  }
+  for (int32_t m = 0; m < nd; ++m)
+    if (!(cur[static_cast<size_t>(m)] == tgt[m])) {
+      steps[static_cast<size_t>(n++)] = DtensorStep{m, cur[static_cast<size_t>(m)], tgt[m]};
+      cur[static_cast<size_t>(m)] = tgt[m];
+    }
+  return n;
+}
+
+/// DTensor's redistribute_cost (torch 2.13 _collective_utils.py), step for step over the
+/// greedy transform list (see the header).
 double dtensor_cost(const ShardingSpec& from, const ShardingSpec& to, const Mesh& mesh) {
-  if (from.is_replicated()) return 0.0;
+  if (from.is_replicated() || from.placements == to.placements) return 0.0;
   int64_t num_shards = 1;
   for (int32_t m = 0; m < mesh.ndim(); ++m)
     if (from.placements[static_cast<size_t>(m)].is_shard()) num_shards *= mesh.size(m);
   double bytes = static_cast<double>(from.meta.bytes()) / static_cast<double>(num_shards);
   double cost = 0.0;
-  for (int32_t m = 0; m < mesh.ndim(); ++m) {
-    const Placement& c = from.placements[static_cast<size_t>(m)];
-    const Placement& t = to.placements[static_cast<size_t>(m)];
-    if (c == t) continue;
+  std::array<DtensorStep, 2 * kMaxMeshDims> steps{};
+  const int32_t num_steps = dtensor_transform_steps(from, to, mesh, steps);
+  for (int32_t i = 0; i < num_steps; ++i) {
+    const DtensorStep& s = steps[static_cast<size_t>(i)];
+    const Placement& c = s.from;
+    const Placement& t = s.to;
+    const MeshDimIdx m = s.dim;
     const auto n = static_cast<double>(mesh.size(m));
     if (c.is_shard() && t.is_replicate()) {
       bytes *= n;
@@ -63,7 +119,7 @@ double dtensor_cost(const ShardingSpec& from, const ShardingSpec& to, const Mesh
     } else if (c.is_shard() && t.is_partial()) {
       return kInf;
     } else if (c.is_partial() && t.is_partial()) {
-      return kInf;  // different reduce ops (equal placements were skipped)
+      return kInf;  // different reduce ops (equal placements are not steps)
     } else if (c.is_replicate() && t.is_shard()) {
       bytes /= n;
     }

@@ -6,13 +6,19 @@
 /// number of placements, or a shard dim outside the tensor, are caller bugs:
 /// std::invalid_argument.
 ///
-/// Profile `dtensor`: exactly PyTorch DTensor's redistribute_cost
-/// (torch/distributed/tensor/_collective_utils.py, see ../shared/reference/cost-model.md §1):
-/// 0 when `from` is fully replicated; otherwise start from b = global bytes / num_shards and walk
-/// the mesh dims first to last, skipping equal placements: S->R b *= n then all_gather(b);
-/// S(i)->S(j) all_gather(b) + 1 us (DTensor's penalty in place of an all-to-all); P->R
-/// all_reduce(b); P->S reduce_scatter(b) then b /= n; R->S b /= n (free); R->P free;
-/// S->P and P(x)->P(y) inf.  It ignores nesting order and uneven shards, as DTensor does.
+/// Profile `dtensor`: exactly PyTorch DTensor's redistribute_cost as of torch 2.13
+/// (torch/distributed/tensor/_collective_utils.py, see ../shared/reference/cost-model.md §1;
+/// checked case by case against torch in tests/python/test_dtensor_crosscheck.py): 0 when `from`
+/// is fully replicated or equal to `to`; otherwise start from b = global bytes / num_shards and
+/// cost each step of DTensor's greedy transform list (_redistribute.py
+/// generate_greedy_transform_infos: if `from` has a shard, mesh dims LAST TO FIRST, a dim whose
+/// Shard(d) target sits under a different nesting of d going to Replicate instead; then FIRST TO
+/// LAST for what is left; a 1-D mesh is one step): S->R b *= n then all_gather(b); S(i)->S(j)
+/// all_gather(b) + 1 us (DTensor's penalty in place of an all-to-all); P->R all_reduce(b);
+/// P->S reduce_scatter(b) then b /= n; R->S b /= n (free); R->P free; S->P and P(x)->P(y) inf.
+/// It ignores uneven shards, as DTensor does.  DTensor's model has changed between releases
+/// (e.g. pytorch PRs #169304, #173420, #178175); a plain first-to-last walk of the mesh dims
+/// (this profile before the cross-check) prices e.g. S(0)P -> RR differently.  Pinned to 2.13.
 ///
 /// Profile `nccl`: a schedule that is sound for N-D meshes, costed with the ring model.
 /// Semantics: a tensor dim sharded on several mesh dims is split in mesh-dim order (the lower

@@ -46,10 +46,21 @@ TEST(RedistributeDtensor, ValidationTable) {
 TEST(RedistributeDtensor, FollowsDtensorWalk) {
   Mesh mesh = make_mesh({2, 4});
   const double d = kBigBytes;
-  // b = D/8; dim 0: b = D/4, all_gather; dim 1: b = D, all_gather.
+  // torch 2.13 walks last to first when the source has a shard: b = D/8; dim 1: b = D/2,
+  // all_gather; dim 0: b = D, all_gather.
   EXPECT_NEAR(dt_cost("S(0)S(1)", "RR", mesh, kBig),
-              all_gather_us(d / 4, mesh, 0, CommModel::kDtensor) +
-                  all_gather_us(d, mesh, 1, CommModel::kDtensor),
+              all_gather_us(d / 2, mesh, 1, CommModel::kDtensor) +
+                  all_gather_us(d, mesh, 0, CommModel::kDtensor),
+              1e-9);
+  // The all-reduce of dim 1 comes before the gather of dim 0, at the smaller size.
+  EXPECT_NEAR(dt_cost("S(0)P", "RR", mesh, kBig),
+              all_reduce_us(d / 2, mesh, 1, CommModel::kDtensor) +
+                  all_gather_us(d, mesh, 0, CommModel::kDtensor),
+              1e-9);
+  // Nested sharding: dim 1's S(0) sits under dim 0's S(0) and must be undone (to R) first.
+  EXPECT_NEAR(dt_cost("S(0)S(0)", "RS(0)", mesh, kBig),
+              all_gather_us(d / 2, mesh, 1, CommModel::kDtensor) +
+                  all_gather_us(d, mesh, 0, CommModel::kDtensor),
               1e-9);
   // Shard -> Shard: all_gather at the current size + 1 us penalty.
   Mesh eight = make_mesh({8});

@@ -34,3 +34,15 @@ ok "json"
 out=$("$AS" cost --mesh 2x8 --shape 8192,4096 --from 'S(0)S(1)' --to RR)
 expect_contains "$out" "S(0)S(1) -> RR: "
 ok cost
+
+# Batch mode: one process prices many cases (the DTensor cross-check uses it).
+cat >"$TMP/cases.json" <<'JSON'
+[{"mesh": [8], "gpus_per_node": 8, "shape": [8192, 4096], "dtype": "bf16", "from": "S(0)", "to": "R"},
+ {"mesh": [8], "shape": [8192, 4096], "dtype": "bf16", "from": "S(0)", "to": "P"}]
+JSON
+"$AS" cost --cases "$TMP/cases.json" --comm-model dtensor >"$TMP/batch.json"
+pycheck "$TMP/batch.json" "assert abs(j[0]['time_us'] - 634.375) < 5e-4 and j[1]['time_us'] is None, j"
+echo '[{"mesh": [8], "shape": [4], "dtype": "bf16", "from": "S(0)", "to": "Q"}]' >"$TMP/bad.json"
+expect_error "bad.json: /0" -- "$AS" cost --cases "$TMP/bad.json"
+expect_error "--shape is required" -- "$AS" cost --from R --to R
+ok "batch"
