@@ -1,0 +1,338 @@
+#include "planner/simulate.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <map>
+#include <stdexcept>
+
+#include "cost/compute.h"
+#include "cost/redistribute.h"
+#include "planner/sharding_optimizer.h"
+
+namespace autoshard {
+
+std::string layer_key(const std::string& module_path) {
+  size_t begin = 0;
+  while (begin <= module_path.size()) {
+    size_t dot = module_path.find('.', begin);
+    size_t end = dot == std::string::npos ? module_path.size() : dot;
+    bool numeric = end > begin && std::all_of(module_path.begin() + static_cast<std::ptrdiff_t>(begin),
+                                              module_path.begin() + static_cast<std::ptrdiff_t>(end),
+                                              [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
+    if (numeric) return module_path.substr(0, end);
+    if (dot == std::string::npos) break;
+    begin = dot + 1;
+  }
+  return module_path.substr(0, module_path.find('.'));
+}
+
+double model_flops(const Graph& g) {
+  double total = 0;
+  std::vector<TensorMeta> ins;
+  for (const Node& n : g.nodes) {
+    if (n.kind != NodeKind::kOp) continue;
+    ins.clear();
+    for (const TensorRef& r : n.inputs) ins.push_back(g.meta(r));
+    total += op_flops(n, ins, n.outputs);
+  }
+  return total;
+}
+
+DType dominant_flops_dtype(const Graph& g) {
+  std::map<DType, double> by_dtype;
+  std::vector<TensorMeta> ins;
+  for (const Node& n : g.nodes) {
+    if (n.kind != NodeKind::kOp || n.outputs.empty()) continue;
+    ins.clear();
+    for (const TensorRef& r : n.inputs) ins.push_back(g.meta(r));
+    by_dtype[n.out().dtype] += op_flops(n, ins, n.outputs);
+  }
+  DType best = DType::kBF16;
+  double most = -1;
+  for (const auto& [t, f] : by_dtype)
+    if (f > most) {
+      most = f;
+      best = t;
+    }
+  return best;
+}
+
+double mfu(double flops, int64_t devices, double peak_flops_per_s, double step_us) {
+  if (!(step_us > 0) || devices <= 0 || !(peak_flops_per_s > 0)) return 0;
+  return flops / (static_cast<double>(devices) * peak_flops_per_s * step_us * 1e-6);
+}
+
+namespace {
+
+struct CommJob {
+  int32_t edge = -1;
+  NodeIdx producer = kNoNode;
+  NodeIdx consumer = kNoNode;
+  int32_t slot = -1;
+  int64_t buffer_bytes = 0;  ///< destination buffer per device
+  struct Step {
+    MeshDimIdx dim = 0;
+    Collective kind = Collective::kAllGather;
+    double bytes = 0;
+    double us = 0;
+  };
+  std::vector<Step> steps;
+  bool prefetchable = false;
+  double start_us = -1;  ///< first collective start (set when issued)
+  double end_us = -1;    ///< last collective end
+};
+
+/// The collectives of one redistribution with their real times (see the header).
+std::vector<CommJob::Step> comm_steps(const ShardingSpec& from, const ShardingSpec& to,
+                                      const Mesh& mesh, CommModel model) {
+  std::vector<CommJob::Step> steps;
+  const double total = redistribute_cost_us(from, to, mesh, model);
+  if (!(total > 0) || !std::isfinite(total)) return steps;
+  const RedistributePlan rp = plan_redistribute(from, to, mesh);
+  double sum = 0;
+  for (int32_t k = 0; k < rp.num_steps; ++k) {
+    const CommStep& s = rp.steps[static_cast<size_t>(k)];
+    double us = collective_time_us(s.kind, s.bytes, mesh, s.dim, CommModel::kNccl);
+    steps.push_back({s.dim, s.kind, s.bytes, us});
+    sum += us;
+  }
+  if (steps.empty() || !(sum > 0)) {
+    // The dtensor profile charges a move the nccl schedule does locally: one step on the first
+    // mesh dim whose placement changes.
+    MeshDimIdx d = 0;
+    for (MeshDimIdx m = 0; m < mesh.ndim(); ++m)
+      if (!(from.placements[static_cast<size_t>(m)] == to.placements[static_cast<size_t>(m)])) {
+        d = m;
+        break;
+      }
+    steps.assign(1, {d, Collective::kAllGather, static_cast<double>(to.local_bytes(mesh)), total});
+    return steps;
+  }
+  for (CommJob::Step& s : steps) s.us *= total / sum;
+  return steps;
+}
+
+}  // namespace
+
+StepSimulation simulate_step(ShardingOptimizer& opt, const Plan& plan, const SimulationOptions& o) {
+  if (!plan.has_solution) throw std::runtime_error("simulate_step: the plan has no solution");
+  const Graph& g = opt.graph();
+  const Mesh& mesh = opt.mesh();
+  const BuiltProblem& bp = opt.problem();
+  const size_t n = static_cast<size_t>(g.size());
+  if (plan.nodes.size() != n) throw std::runtime_error("simulate_step: the plan is for another graph");
+  auto node_plan = [&](NodeIdx i) -> const NodePlan& {
+    const auto& np = plan.nodes[static_cast<size_t>(i)];
+    if (!np) throw std::runtime_error(fmt::format("simulate_step: node '{}' has no placement", g.node(i).name));
+    return *np;
+  };
+
+  StepSimulation sim;
+  sim.additive_us = plan.objective_us;
+  sim.stream_names.push_back("compute");
+  for (MeshDimIdx d = 0; d < mesh.ndim(); ++d) sim.stream_names.push_back("comm " + mesh.dim(d).name);
+  sim.streams.resize(sim.stream_names.size());
+
+  // Layers (prefetch unit) of the op nodes.
+  std::vector<int32_t> layer(n, -1);
+  {
+    std::string current;
+    int32_t seg = -1;
+    for (NodeIdx i = 0; i < g.size(); ++i) {
+      const Node& x = g.node(i);
+      if (x.kind != NodeKind::kOp) continue;
+      std::string key = layer_key(x.module_path);
+      if (seg < 0 || (!key.empty() && key != current)) {
+        ++seg;
+        current = key;
+      }
+      layer[static_cast<size_t>(i)] = seg;
+    }
+    sim.num_layers = seg + 1;
+  }
+
+  // Redistributions.
+  std::vector<CommJob> jobs;
+  std::vector<std::vector<int32_t>> issued_after(n);                      // by producer op
+  std::vector<std::vector<int32_t>> released_at(static_cast<size_t>(std::max(sim.num_layers, 1)));
+  std::vector<int32_t> released_first;                                    // before any op
+  std::map<std::pair<NodeIdx, int32_t>, int32_t> job_of_slot;
+  for (size_t k = 0; k < bp.edges.size(); ++k) {
+    const auto& origin = bp.edge_origin[k];
+    // Tensor uses (slot >= 0) and gradient agreements (-1); other origins (parameter-memory
+    // shadow ties, recomputation) are not tensors moved by this step's schedule.
+    if (origin.slot < -1) continue;
+    const NodeIdx pu = origin.producer.node;
+    const NodePlan& up = node_plan(pu);
+    const ShardingSpec& from = up.chosen.outputs.at(static_cast<size_t>(origin.producer.output));
+    ShardingSpec to;
+    if (origin.slot >= 0) {
+      to = node_plan(origin.consumer).chosen.inputs.at(static_cast<size_t>(origin.slot));
+    } else {
+      to = node_plan(origin.consumer).chosen.outputs.at(0);
+      to.meta = g.meta(origin.producer);
+    }
+    CommJob job;
+    job.steps = comm_steps(from, to, mesh, opt.options().comm_model);
+    if (job.steps.empty()) continue;
+    job.edge = static_cast<int32_t>(k);
+    job.producer = pu;
+    job.consumer = origin.consumer;
+    job.slot = origin.slot;
+    job.buffer_bytes = to.local_bytes(mesh);
+    job.prefetchable = g.node(pu).kind != NodeKind::kOp;
+    const int32_t id = static_cast<int32_t>(jobs.size());
+    if (origin.slot >= 0) job_of_slot[{origin.consumer, origin.slot}] = id;
+    const int32_t cl = layer[static_cast<size_t>(origin.consumer)];
+    if (!job.prefetchable)
+      issued_after[static_cast<size_t>(pu)].push_back(id);
+    else if (cl < 0)
+      released_first.push_back(id);
+    else
+      released_at[static_cast<size_t>(std::max(0, cl - o.prefetch_layers))].push_back(id);
+    jobs.push_back(std::move(job));
+  }
+  // Prefetches are issued in consumer order (edge order within a consumer).
+  for (auto& v : released_at)
+    std::stable_sort(v.begin(), v.end(), [&](int32_t a, int32_t b) {
+      return jobs[static_cast<size_t>(a)].consumer < jobs[static_cast<size_t>(b)].consumer;
+    });
+
+  std::vector<double> stream_free(sim.streams.size(), 0.0);
+  auto issue = [&](int32_t id, double ready, bool prefetched) {
+    CommJob& job = jobs[static_cast<size_t>(id)];
+    double t = ready;
+    for (size_t s = 0; s < job.steps.size(); ++s) {
+      const CommJob::Step& st = job.steps[s];
+      const StreamIdx stream = 1 + st.dim;
+      double start = std::max(t, stream_free[static_cast<size_t>(stream)]);
+      double end = start + st.us;
+      stream_free[static_cast<size_t>(stream)] = end;
+      if (s == 0) job.start_us = start;
+      t = end;
+      SimEvent e;
+      e.stream = stream;
+      e.start_us = start;
+      e.end_us = end;
+      e.node = job.consumer;
+      e.edge = job.edge;
+      e.step = static_cast<int32_t>(s);
+      e.collective = st.kind;
+      e.bytes = st.bytes;
+      e.prefetched = prefetched;
+      sim.streams[static_cast<size_t>(stream)].push_back(e);
+      sim.comm_us += st.us;
+    }
+    job.end_us = t;
+  };
+
+  for (int32_t id : released_first) issue(id, 0.0, true);
+  std::vector<double> node_start(n, 0.0), node_end(n, 0.0);
+  double cursor = 0;
+  int32_t layers_started = -1;
+  for (NodeIdx i = 0; i < g.size(); ++i) {
+    const Node& x = g.node(i);
+    const size_t iu = static_cast<size_t>(i);
+    if (x.kind != NodeKind::kOp) {
+      node_start[iu] = node_end[iu] = x.kind == NodeKind::kOutput ? cursor : 0.0;
+      continue;
+    }
+    while (layers_started < layer[iu]) {
+      ++layers_started;
+      for (int32_t id : released_at[static_cast<size_t>(layers_started)]) {
+        bool ahead = layer[static_cast<size_t>(jobs[static_cast<size_t>(id)].consumer)] > layers_started;
+        issue(id, cursor, ahead);
+      }
+    }
+    double start = cursor;
+    for (int32_t s = 0; s < static_cast<int32_t>(x.inputs.size()); ++s) {
+      auto it = job_of_slot.find({i, s});
+      double arrive = it != job_of_slot.end() ? jobs[static_cast<size_t>(it->second)].end_us
+                                              : node_end[static_cast<size_t>(x.inputs[static_cast<size_t>(s)].node)];
+      start = std::max(start, arrive);
+    }
+    const double dur = node_plan(i).compute_us;
+    node_start[iu] = start;
+    node_end[iu] = start + dur;
+    cursor = node_end[iu];
+    sim.compute_us += dur;
+    if (dur > 0) {
+      SimEvent e;
+      e.stream = 0;
+      e.start_us = start;
+      e.end_us = start + dur;
+      e.node = i;
+      sim.streams[0].push_back(e);
+    }
+    for (int32_t id : issued_after[iu]) issue(id, cursor, false);
+  }
+  sim.step_us = cursor;
+  for (double f : stream_free) sim.step_us = std::max(sim.step_us, f);
+  sim.exposed_comm_us = std::max(0.0, sim.step_us - sim.compute_us);
+  for (auto& s : sim.streams)
+    std::stable_sort(s.begin(), s.end(),
+                     [](const SimEvent& a, const SimEvent& b) { return a.start_us < b.start_us; });
+
+  // Memory timeline.  Base: live-interval usage per time point (node index); buffers: the
+  // redistributions' destinations.
+  {
+    std::vector<int64_t> delta(n + 2, 0);
+    for (PNodeIdx v = 0; v < bp.problem.num_nodes(); ++v) {
+      const NodeIdx gi = bp.graph_node[static_cast<size_t>(v)];
+      if (bp.pnode[static_cast<size_t>(gi)] != v) continue;  // shadow of a memory constraint
+      const ProblemNode& pn = bp.problem.nodes[static_cast<size_t>(v)];
+      const int64_t u = pn.usages[static_cast<size_t>(node_plan(gi).strategy)];
+      const int64_t s = std::clamp<int64_t>(pn.start, 0, static_cast<int64_t>(n));
+      const int64_t e = std::clamp<int64_t>(pn.end, 0, static_cast<int64_t>(n));
+      if (e <= s) continue;
+      delta[static_cast<size_t>(s)] += u;
+      delta[static_cast<size_t>(e)] -= u;
+    }
+    struct Change {
+      double time;
+      int order;  // 0 alloc, 1 base, 2 free
+      int64_t amount;
+    };
+    std::vector<Change> changes;
+    int64_t base = 0;
+    for (size_t t = 0; t < n; ++t) {
+      int64_t next = base + delta[t];
+      if (next != base || t == 0) changes.push_back({node_start[t], 1, next});
+      base = next;
+    }
+    for (const CommJob& job : jobs) {
+      const double until = g.node(job.consumer).kind == NodeKind::kOp
+                               ? node_end[static_cast<size_t>(job.consumer)]
+                               : sim.step_us;
+      changes.push_back({job.start_us, 0, job.buffer_bytes});
+      changes.push_back({std::max(until, job.end_us), 2, -job.buffer_bytes});
+    }
+    std::stable_sort(changes.begin(), changes.end(), [](const Change& a, const Change& b) {
+      return a.time != b.time ? a.time < b.time : a.order < b.order;
+    });
+    int64_t level_base = 0, buffers = 0;
+    for (const Change& c : changes) {
+      if (c.order == 1)
+        level_base = c.amount;
+      else
+        buffers += c.amount;
+      const int64_t total = level_base + buffers;
+      sim.prefetch_peak_bytes = std::max(sim.prefetch_peak_bytes, buffers);
+      sim.peak_memory_bytes = std::max(sim.peak_memory_bytes, total);
+      if (!sim.memory.empty() && sim.memory.back().time_us == c.time)
+        sim.memory.back().bytes = total;
+      else if (sim.memory.empty() || sim.memory.back().bytes != total)
+        sim.memory.push_back({c.time, total});
+    }
+  }
+
+  sim.model_flops = model_flops(g);
+  sim.mfu = mfu(sim.model_flops, mesh.num_devices(), mesh.hardware().peak_flops(dominant_flops_dtype(g)),
+                sim.step_us);
+  return sim;
+}
+
+}  // namespace autoshard

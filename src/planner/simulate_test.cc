@@ -1,0 +1,233 @@
+// Step simulation on hand-made graphs whose overlap is known exactly: the expected times are
+// recomputed from the cost functions, never typed in.
+#include "planner/simulate.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "cost/redistribute.h"
+#include "mesh/hardware.h"
+#include "models/builder.h"
+#include "models/models.h"
+#include "planner/sharding_optimizer.h"
+
+namespace autoshard {
+namespace {
+
+constexpr int64_t kN = 4096;  // mm [kN, kN] x [kN, kN] in bf16: ~200 us on an H100
+const DType kDt = DType::kBF16;
+
+Mesh mesh_1d() { return Mesh({2}, {"dp"}, *hardware_preset("h100")); }
+
+ShardingSpec spec(const std::string& p, TensorMeta meta = {}) {
+  return ShardingSpec{parse_placements(p), std::move(meta)};
+}
+
+/// Wanted strategies by node name: output placements then input placements.
+using Choices = std::map<std::string, std::vector<std::string>>;
+
+/// Evaluates the plan that gives every named node the listed placements (all nodes must be
+/// listed; match_strategies compares placements only).
+Plan plan_with(ShardingOptimizer& opt, const Choices& c) {
+  const Graph& g = opt.graph();
+  std::vector<std::optional<Strategy>> wanted(static_cast<size_t>(g.size()));
+  for (const auto& [name, ps] : c) {
+    Strategy s;
+    s.outputs.push_back(spec(ps.at(0)));
+    for (size_t k = 1; k < ps.size(); ++k) s.inputs.push_back(spec(ps[k]));
+    wanted[static_cast<size_t>(*g.find(name))] = s;
+  }
+  auto choice = opt.match_strategies(wanted);
+  for (size_t v = 0; v < choice.size(); ++v)
+    EXPECT_GE(choice[v], 0) << opt.problem().problem.nodes[v].name;
+  return opt.evaluate(choice);
+}
+
+void add_output(Graph& g, TensorRef r) {
+  Node out;
+  out.name = "output";
+  out.kind = NodeKind::kOutput;
+  out.inputs.push_back(r);
+  g.add(std::move(out));
+}
+
+/// x -> A = mm(x, w0) in layers.0 -> B = mm(A, w1) in layers.1 -> output.
+Graph two_layer_chain() {
+  GraphBuilder b("chain");
+  TensorRef x = b.input("x", {{kN, kN}, kDt});
+  TensorRef w0 = b.parameter("w0", "layers.0", {{kN, kN}, kDt});
+  TensorRef w1 = b.parameter("w1", "layers.1", {{kN, kN}, kDt});
+  b.set_module("layers.0");
+  TensorRef a = b.mm(x, w0);
+  b.set_module("layers.1");
+  TensorRef y = b.mm(a, w1);
+  Graph g = b.finish();
+  add_output(g, y);
+  return g;
+}
+
+double gather_us(const std::string& from, const TensorMeta& m, const Mesh& mesh) {
+  return redistribute_cost_us(spec(from, m), spec("R", m), mesh);
+}
+
+TEST(LayerKey, ModulePaths) {
+  EXPECT_EQ(layer_key("layers.3.attention.wq"), "layers.3");
+  EXPECT_EQ(layer_key("transformer.h.11.mlp"), "transformer.h.11");
+  EXPECT_EQ(layer_key("output"), "output");
+  EXPECT_EQ(layer_key("tok_embeddings.x"), "tok_embeddings");
+  EXPECT_EQ(layer_key(""), "");
+}
+
+TEST(Simulate, PrefetchedParameterGatherHidesBehindThePreviousLayer) {
+  Graph g = two_layer_chain();
+  ShardingOptimizer opt(g, mesh_1d());
+  // w1 is stored sharded (FSDP) and gathered for layer 1; nothing else moves.
+  Plan plan = plan_with(opt, {{"x", {"R"}}, {"w0", {"R"}}, {"w1", {"S(0)"}},
+                              {"mm", {"R", "R", "R"}}, {"mm_1", {"R", "R", "R"}}});
+  const double comm = gather_us("S(0)", {{kN, kN}, kDt}, opt.mesh());
+  ASSERT_GT(comm, 0);
+  ASSERT_EQ(plan.comm_us, comm);
+  ASSERT_GT(plan.nodes[static_cast<size_t>(*g.find("mm"))]->compute_us, comm);  // compute-bound
+
+  StepSimulation sim = simulate_step(opt, plan);
+  EXPECT_EQ(sim.num_layers, 2);
+  EXPECT_DOUBLE_EQ(sim.additive_us, plan.compute_us + comm);
+  EXPECT_DOUBLE_EQ(sim.compute_us, plan.compute_us);
+  EXPECT_DOUBLE_EQ(sim.comm_us, comm);
+  EXPECT_DOUBLE_EQ(sim.step_us, plan.compute_us);  // fully hidden
+  EXPECT_DOUBLE_EQ(sim.exposed_comm_us, 0);
+  ASSERT_EQ(sim.streams.size(), 2u);
+  EXPECT_EQ(sim.stream_names[1], "comm dp");
+  ASSERT_EQ(sim.streams[1].size(), 1u);
+  const SimEvent& e = sim.streams[1][0];
+  EXPECT_EQ(e.start_us, 0);  // issued when layer 0 starts
+  EXPECT_TRUE(e.prefetched);
+  EXPECT_EQ(e.collective, Collective::kAllGather);
+  EXPECT_EQ(g.node(e.node).name, "mm_1");
+  ASSERT_EQ(sim.streams[0].size(), 2u);
+  // The prefetched buffer (w1 gathered) adds to the memory of the plan while it lives.
+  const int64_t w = kN * kN * 2;
+  EXPECT_EQ(sim.prefetch_peak_bytes, w);
+  EXPECT_GT(sim.peak_memory_bytes, plan.peak_memory_bytes);
+
+  // Without prefetch the gather waits for layer 1 and is exposed entirely.
+  StepSimulation late = simulate_step(opt, plan, SimulationOptions{0});
+  EXPECT_DOUBLE_EQ(late.step_us, plan.compute_us + comm);
+  EXPECT_DOUBLE_EQ(late.exposed_comm_us, comm);
+  EXPECT_FALSE(late.streams[1][0].prefetched);
+}
+
+TEST(Simulate, ActivationRedistributionOnTheCriticalPathIsExposed) {
+  Graph g = two_layer_chain();
+  ShardingOptimizer opt(g, mesh_1d());
+  // Layer 0 is batch-sharded; layer 1 needs its input whole: the all-gather waits for A.
+  Plan plan = plan_with(opt, {{"x", {"S(0)"}}, {"w0", {"R"}}, {"w1", {"R"}},
+                              {"mm", {"S(0)", "S(0)", "R"}}, {"mm_1", {"R", "R", "R"}}});
+  const double comm = gather_us("S(0)", {{kN, kN}, kDt}, opt.mesh());
+  ASSERT_DOUBLE_EQ(plan.comm_us, comm);
+  StepSimulation sim = simulate_step(opt, plan);
+  EXPECT_DOUBLE_EQ(sim.step_us, plan.objective_us);  // nothing to overlap with
+  EXPECT_DOUBLE_EQ(sim.exposed_comm_us, comm);
+  const double a_end = sim.streams[0][0].end_us;
+  ASSERT_EQ(sim.streams[1].size(), 1u);
+  EXPECT_DOUBLE_EQ(sim.streams[1][0].start_us, a_end);
+  EXPECT_DOUBLE_EQ(sim.streams[0][1].start_us, a_end + comm);
+  EXPECT_FALSE(sim.streams[1][0].prefetched);
+}
+
+TEST(Simulate, GradientReductionOverlapsLaterCompute) {
+  // g = mm(x, w) produces a Partial gradient of p early; the agreement edge all-reduces it
+  // while the independent C = mm(x, w) runs; only the end of the step waits for it.
+  GraphBuilder b("grad");
+  TensorRef x = b.input("x", {{kN, kN}, kDt});
+  TensorRef w = b.input("w", {{kN, kN}, kDt});
+  TensorRef p = b.parameter("p", "layers.0", {{kN, kN}, kDt});
+  b.set_phase(Phase::kBackward);
+  b.set_module("layers.0");
+  TensorRef grad = b.mm(x, w);
+  TensorRef c = b.mm(x, w);
+  TensorRef d = b.mm(c, w);
+  Graph gr = b.finish();
+  gr.grad_pairs.push_back({p.node, grad});
+  Node out;
+  out.name = "output";
+  out.kind = NodeKind::kOutput;
+  out.inputs = {d, grad};
+  gr.add(std::move(out));
+  ShardingOptimizer opt(gr, mesh_1d());
+  // mm S(1) x S(0) -> P(sum): the gradient is partial; p is replicated (DDP all-reduce).
+  Plan plan = plan_with(opt, {{"x", {"S(1)"}}, {"w", {"S(0)"}}, {"p", {"R"}},
+                              {"mm", {"P(sum)", "S(1)", "S(0)"}},
+                              {"mm_1", {"S(0)", "S(0)", "R"}}, {"mm_2", {"S(0)", "S(0)", "R"}}});
+  // x S(1) -> S(0) for mm_1 (all-to-all, exposed: mm_1 needs it) and w S(0) -> R for mm_1 and
+  // mm_2 (placeholders, prefetched at time 0 on the same stream).
+  const double ar = redistribute_cost_us(spec("P(sum)", {{kN, kN}, kDt}), spec("R", {{kN, kN}, kDt}),
+                                         opt.mesh());
+  ASSERT_GT(ar, 0);
+  StepSimulation sim = simulate_step(opt, plan);
+  EXPECT_DOUBLE_EQ(sim.comm_us, plan.comm_us);
+  // Find the all-reduce: it starts right after `mm` (its producer) ends and overlaps mm_1.
+  const SimEvent* red = nullptr;
+  for (const SimEvent& e : sim.streams[1])
+    if (e.collective == Collective::kAllReduce) red = &e;
+  ASSERT_NE(red, nullptr);
+  EXPECT_EQ(gr.node(red->node).name, "p");
+  const SimEvent& first = sim.streams[0][0];
+  EXPECT_EQ(gr.node(first.node).name, "mm");
+  EXPECT_GE(red->start_us, first.end_us);
+  EXPECT_DOUBLE_EQ(red->end_us - red->start_us, ar);
+  // Compute after the gradient (mm_1, mm_2) outlasts the all-reduce: the step ends with compute.
+  EXPECT_LT(red->end_us, sim.streams[0].back().end_us);
+  EXPECT_DOUBLE_EQ(sim.step_us, sim.streams[0].back().end_us);
+  EXPECT_LT(sim.step_us, plan.objective_us);
+}
+
+TEST(Simulate, NoCommunicationMeansTheAdditiveTimeAndThePlansPeak) {
+  Graph g = two_layer_chain();
+  ShardingOptimizer opt(g, mesh_1d());
+  Plan plan = plan_with(opt, {{"x", {"R"}}, {"w0", {"R"}}, {"w1", {"R"}},
+                              {"mm", {"R", "R", "R"}}, {"mm_1", {"R", "R", "R"}}});
+  ASSERT_EQ(plan.comm_us, 0);
+  StepSimulation sim = simulate_step(opt, plan);
+  EXPECT_DOUBLE_EQ(sim.step_us, plan.objective_us);
+  EXPECT_EQ(sim.exposed_comm_us, 0);
+  EXPECT_TRUE(sim.streams[1].empty());
+  EXPECT_EQ(sim.peak_memory_bytes, plan.peak_memory_bytes);
+  // MFU: 2 mm of 2 n^3 FLOPs on 2 devices.
+  EXPECT_DOUBLE_EQ(sim.model_flops, 4.0 * kN * kN * kN);
+  const double peak = opt.mesh().hardware().peak_flops(kDt);
+  EXPECT_NEAR(sim.mfu, sim.model_flops / (2 * peak * sim.step_us * 1e-6), 1e-12);
+  EXPECT_GT(sim.mfu, 0);
+  EXPECT_LT(sim.mfu, 1);
+}
+
+TEST(Simulate, BuiltInModelIsConsistent) {
+  ModelOptions mo;
+  mo.batch = 2;
+  mo.seq = 256;
+  mo.layers = 2;
+  Graph g = build_model("llama3-1b", mo);
+  PlannerOptions po;
+  po.time_limit_s = 20;
+  ShardingOptimizer opt(g, Mesh({2, 4}, {"dp", "tp"}, *hardware_preset("h100")), po);
+  Plan plan = opt.get_solution();
+  ASSERT_TRUE(plan.has_solution);
+  StepSimulation sim = simulate_step(opt, plan);
+  // Overlap can only help: the step lies between its compute and the additive sum.
+  EXPECT_NEAR(sim.compute_us, plan.compute_us, 1e-6 * plan.compute_us);
+  EXPECT_NEAR(sim.comm_us, plan.comm_us, 1e-6 * std::max(1.0, plan.comm_us));
+  EXPECT_GE(sim.step_us, sim.compute_us * (1 - 1e-12));
+  EXPECT_LE(sim.step_us, plan.objective_us * (1 + 1e-9));
+  EXPECT_GE(sim.peak_memory_bytes, plan.peak_memory_bytes);
+  EXPECT_GT(sim.num_layers, 4);  // embedding, 2 layers forward and backward, head...
+  for (const auto& s : sim.streams)
+    for (size_t k = 1; k < s.size(); ++k) EXPECT_GE(s[k].start_us, s[k - 1].end_us - 1e-9);
+  for (size_t k = 1; k < sim.memory.size(); ++k)
+    EXPECT_GE(sim.memory[k].time_us, sim.memory[k - 1].time_us);
+}
+
+}  // namespace
+}  // namespace autoshard
