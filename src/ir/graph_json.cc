@@ -133,9 +133,17 @@ TensorMeta Reader::tensor_meta(const json& v, const Path& p) const {
   Path ps = p.at("shape");
   const json& shape = field(v, p, "shape");
   expect_array(shape, ps);
+  // The product of the non-zero dims is bounded (not only numel, which a single 0 makes 0),
+  // so products over any subset of dims stay in range too.
+  int64_t extent = 1;
   for (size_t i = 0; i < shape.size(); ++i) {
     int64_t d = integer(shape[i], ps.at(i));
     if (d < 0) fail(ps.at(i), fmt::format("negative dimension {}", d));
+    // Overflow-free: extent * d > limit, tested by division (extent >= 1).
+    if (d > 0 && extent > kMaxTensorElements / d)
+      fail(ps.at(i), fmt::format("tensor too large: more than 2^48 elements (dimension {} is {})",
+                                 i, d));
+    if (d > 0) extent *= d;
     m.shape.push_back(d);
   }
   Path pd = p.at("dtype");
@@ -298,11 +306,17 @@ Graph Reader::graph(const json& j) {
            fmt::format("duplicate node name '{}' (first defined at /nodes/{})", name, it->second));
   }
   g.nodes.reserve(nodes.size());
+  int64_t total_bytes = 0;  // each tensor is <= 2^51 bytes, so the sum is checked before overflow
   for (size_t i = 0; i < nodes.size(); ++i) {
     Path p = pn.at(i);
     const std::string& name = nodes[i]["name"].get_ref<const std::string&>();
     p.node = &name;
     g.nodes.push_back(node(g, nodes[i], p, static_cast<NodeIdx>(i)));
+    for (const TensorMeta& m : g.nodes.back().outputs) {
+      total_bytes += m.bytes();
+      if (total_bytes > kMaxGraphBytes)
+        fail(p.at("outputs"), "graph too large: its tensors hold more than 2^56 bytes in total");
+    }
   }
 
   if (const json* gp = optional_field(j, "grad_pairs")) {

@@ -2,6 +2,7 @@
 /// Reading and writing graphs in autoshard's graph JSON format, version 1
 /// (docs/graph-format.md).  This is how traced PyTorch programs enter the planner, and how the
 /// built-in models can be dumped for inspection or exchange.
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -12,6 +13,13 @@ namespace autoshard {
 /// The value of the "format" field and the newest "version" this build reads and writes.
 inline constexpr std::string_view kGraphFormatName = "autoshard-graph";
 inline constexpr int kGraphFormatVersion = 1;
+
+/// Resource bounds of the reader: a file may claim any shape, but the sizes the planner derives
+/// from shapes (elements, bytes, sums of bytes over the graph, times mesh and optimizer factors)
+/// must stay far inside int64.  2^48 elements (256 TiB of bf16) and 2^56 bytes over all
+/// tensors are orders of magnitude above any real model and leave 2^7 of headroom.
+inline constexpr int64_t kMaxTensorElements = int64_t{1} << 48;
+inline constexpr int64_t kMaxGraphBytes = int64_t{1} << 56;
 
 /// Parses graph JSON text.  `origin` (usually the file name) starts every error message.
 /// Throws std::runtime_error with a one-line message "<origin>: <where>: <why>", where <where>

@@ -33,6 +33,9 @@ Mesh::Mesh(std::vector<int64_t> shape, std::vector<std::string> names, const Har
   for (size_t k = shape.size(); k-- > 0;) {
     if (shape[k] < 1)
       throw std::invalid_argument(fmt::format("mesh: dim {} has size {}", k, shape[k]));
+    // 2^24 devices is far beyond any cluster and keeps device-count products in range.
+    if (shape[k] > (int64_t{1} << 24) / running)
+      throw std::invalid_argument("mesh: more than 2^24 devices");
     running *= shape[k];
     MeshDim& d = dims_[k];
     d.name = names[k];

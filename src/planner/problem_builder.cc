@@ -175,6 +175,13 @@ BuiltProblem build_problem(const Graph& g, const Mesh& mesh, const PlannerOption
           "{})",
           pins[i].front()->name, x.name, avail));
     }
+    // Edge matrices are |S_u| x |S_v| doubles: past this many strategies one matrix would
+    // need more than 512 MiB, which no real plan does (issue 14: a bound, not an OOM).
+    if (kept.size() > kMaxStrategiesPerNode)
+      throw std::runtime_error(fmt::format(
+          "node '{}': {} sharding strategies on a {}-D mesh exceed the limit of {} (use a mesh "
+          "with fewer dims or pin the node)",
+          x.name, kept.size(), mesh.ndim(), kMaxStrategiesPerNode));
     if (opt.skip_fully_replicated && kept.size() > 1) {
       std::vector<Strategy> sharded;
       for (Strategy& s : kept)

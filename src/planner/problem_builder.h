@@ -47,8 +47,11 @@ struct BuiltProblem {
   bool has_optimizer = false;             ///< the graph updates its own parameters
 };
 
+/// Most strategies one problem node may keep (see build_problem).
+inline constexpr size_t kMaxStrategiesPerNode = 8192;
+
 /// Throws std::runtime_error when a constraint names an unknown node or leaves a node without
-/// any strategy.
+/// any strategy, or a node has more than kMaxStrategiesPerNode strategies.
 BuiltProblem build_problem(const Graph& g, const Mesh& mesh, const PlannerOptions& opt,
                            const std::vector<Constraint>& constraints);
 

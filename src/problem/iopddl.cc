@@ -39,7 +39,9 @@ std::string gunzip(const std::string& in, const std::string& path) {
   if (in.size() >= 4) {  // ISIZE (size mod 2^32) of the last member: a good reserve hint
     uint32_t isize;
     std::memcpy(&isize, in.data() + in.size() - 4, 4);
-    out.reserve(std::max<size_t>(isize, in.size() * 2));
+    // ISIZE is a claim of the file: never reserve more than deflate can expand these bytes
+    // to (at most 1032:1, RFC 1951 block limits), so a forged trailer costs nothing.
+    out.reserve(std::min<size_t>(std::max<size_t>(isize, in.size() * 2), in.size() * 1032));
   }
   z_stream zs{};
   if (inflateInit2(&zs, 15 + 16) != Z_OK) throw IopddlError(path + ": zlib init failed");
@@ -47,7 +49,7 @@ std::string gunzip(const std::string& in, const std::string& path) {
   zs.avail_in = static_cast<uInt>(in.size());
   size_t used = 0;
   for (;;) {
-    if (out.size() - used < (1 << 20)) out.resize(std::max<size_t>(out.size() * 2, used + (1 << 22)));
+    if (out.size() - used < (1 << 16)) out.resize(std::max<size_t>(out.size() * 2, used + (1 << 18)));
     zs.next_out = reinterpret_cast<Bytef*>(out.data() + used);
     zs.avail_out = static_cast<uInt>(std::min<size_t>(out.size() - used, 1u << 30));
     size_t before = zs.avail_out;
@@ -58,14 +60,17 @@ std::string gunzip(const std::string& in, const std::string& path) {
       inflateReset(&zs);  // another gzip member follows
       continue;
     }
+    // Locations are byte offsets in the file (the compressed stream), as a hex dump shows them.
+    if (rc == Z_BUF_ERROR || (rc == Z_OK && zs.avail_in == 0 && before == zs.avail_out)) {
+      inflateEnd(&zs);
+      throw IopddlError(fmt::format("{}: byte {}: gzip: truncated stream ({} bytes inflated)",
+                                    path, in.size() - zs.avail_in, used));
+    }
     if (rc != Z_OK) {
       std::string msg = zs.msg ? zs.msg : "corrupt data";
       inflateEnd(&zs);
-      throw IopddlError(fmt::format("{}: gzip: {} after {} bytes", path, msg, used));
-    }
-    if (zs.avail_in == 0 && before == zs.avail_out) {
-      inflateEnd(&zs);
-      throw IopddlError(fmt::format("{}: gzip: truncated stream after {} bytes", path, used));
+      throw IopddlError(fmt::format("{}: byte {}: gzip: {} ({} bytes inflated)", path,
+                                    in.size() - zs.avail_in, msg, used));
     }
   }
   inflateEnd(&zs);
@@ -166,8 +171,20 @@ class Parser {
   }
 
   /// Calls on_key(key) for each member; if it returns false the value is skipped.
+  /// Counts open containers: the contest schema nests 4 deep, so anything past kMaxDepth is
+  /// garbage, and rejecting it keeps skip_value's recursion from overflowing the stack.
+  static constexpr int kMaxDepth = 64;
+  struct DepthGuard {
+    Parser& p;
+    explicit DepthGuard(Parser& parser) : p(parser) {
+      if (++p.depth_ > kMaxDepth) p.fail(fmt::format("nested deeper than {} levels", kMaxDepth));
+    }
+    ~DepthGuard() { --p.depth_; }
+  };
+
   template <class F>
   void object(F&& on_key) {
+    DepthGuard guard(*this);
     expect('{');
     if (peek() == '}') { ++p_; return; }
     for (;;) {
@@ -187,6 +204,7 @@ class Parser {
   /// Calls on_elem(i) for each element.
   template <class F>
   void array(F&& on_elem) {
+    DepthGuard guard(*this);
     expect('[');
     if (peek() == ']') { ++p_; return; }
     for (int64_t i = 0;; ++i) {
@@ -375,6 +393,7 @@ class Parser {
   std::vector<PathElem> path_;
   std::string scratch_;
   bool post_check_ = false;
+  int depth_ = 0;
 };
 
 }  // namespace
@@ -383,12 +402,15 @@ IopddlInstance parse_iopddl(const std::string& text, const std::string& source) 
   return Parser(text, source).parse();
 }
 
-IopddlInstance read_iopddl(const std::string& path) {
-  std::string data = read_file_bytes(path);
+IopddlInstance parse_iopddl_bytes(std::string data, const std::string& source) {
   if (data.size() >= 2 && static_cast<unsigned char>(data[0]) == 0x1f &&
       static_cast<unsigned char>(data[1]) == 0x8b)
-    data = gunzip(data, path);
-  return parse_iopddl(data, path);
+    data = gunzip(data, source);
+  return parse_iopddl(data, source);
+}
+
+IopddlInstance read_iopddl(const std::string& path) {
+  return parse_iopddl_bytes(read_file_bytes(path), path);
 }
 
 IopddlInstance iopddl_from_problem(const Problem& p) {

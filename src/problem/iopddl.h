@@ -38,6 +38,9 @@ struct IopddlInstance {
 IopddlInstance read_iopddl(const std::string& path);
 /// Parses an in-memory document (plain JSON); `source` names it in error messages.
 IopddlInstance parse_iopddl(const std::string& text, const std::string& source = "<memory>");
+/// Parses a file's bytes, plain or gzip-compressed (detected by magic bytes), as read_iopddl
+/// does after reading them; `source` names them in error messages.
+IopddlInstance parse_iopddl_bytes(std::string data, const std::string& source);
 /// Converts a Problem to an instance with integer costs (llround; +inf -> 10^18).
 IopddlInstance iopddl_from_problem(const Problem& p);
 

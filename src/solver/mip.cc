@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -23,6 +24,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <mutex>
 #include <string>
@@ -196,8 +198,44 @@ class Streamer : public CbcEventHandler {
   Clock::time_point last_bound_ = Clock::now();
 };
 
+#if defined(__SANITIZE_ADDRESS__)
+#define AUTOSHARD_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define AUTOSHARD_ASAN 1
+#endif
+#endif
+
+/// Caps the child's address space at what it has now plus `budget` bytes (default: 3/4 of the
+/// machine's memory), so a MIP that outgrows the machine fails inside the child -- whose death
+/// the parent treats as "no MIP answer" -- instead of swapping or waking the OOM killer on the
+/// whole planner (issue 14).  Not under AddressSanitizer, whose shadow mappings a limit on the
+/// address space would break.
+void limit_child_memory(int64_t budget) {
+#ifndef AUTOSHARD_ASAN
+  if (budget <= 0) {
+    long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+    if (pages <= 0 || page <= 0) return;
+    budget = static_cast<int64_t>(pages) * page / 4 * 3;
+  }
+  long vm_pages = 0;
+  if (std::FILE* f = std::fopen("/proc/self/statm", "r")) {
+    if (std::fscanf(f, "%ld", &vm_pages) != 1) vm_pages = 0;
+    std::fclose(f);
+  }
+  rlimit rl{};
+  rl.rlim_cur = rl.rlim_max =
+      static_cast<rlim_t>(vm_pages) * static_cast<rlim_t>(::sysconf(_SC_PAGESIZE)) +
+      static_cast<rlim_t>(budget);
+  ::setrlimit(RLIMIT_AS, &rl);
+#else
+  (void)budget;
+#endif
+}
+
 [[noreturn]] void run_child(int fd, const Lp& lp, const std::vector<double>& warm_cols,
                             double seconds, const MipOptions& opt) {
+  limit_child_memory(opt.memory_budget_bytes);
   OsiClpSolverInterface solver;
   CoinPackedMatrix mat(false, lp.ncols(), lp.nrows(), lp.row_start.back(), lp.val.data(),
                        lp.idx.data(), lp.row_start.data(), nullptr);

@@ -24,6 +24,9 @@ struct MipOptions {
   double time_limit_s = 60;  ///< wall clock for the whole call, including the fork
   double mip_gap = 0;
   int threads = 1;
+  /// Memory the CBC child may allocate beyond what it inherits; 0: 3/4 of the machine's
+  /// memory.  Past it the child fails (the solve goes on without a MIP answer).
+  int64_t memory_budget_bytes = 0;
   std::function<void(std::string_view)> progress;
 };
 

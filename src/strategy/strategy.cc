@@ -152,6 +152,16 @@ std::vector<Strategy> expand(const OpContext& c, const RuleResult& rr) {
   const int32_t nd = c.mesh.ndim();
   std::vector<Strategy> out;
   if (rr.rows.empty()) return out;
+  // rows^nd candidates: bounded before enumerating, so a mesh with many dims costs a clear
+  // error instead of minutes and gigabytes (issue 14).
+  uint64_t combos = 1;
+  for (int32_t m = 0; m < nd; ++m) {
+    combos *= rr.rows.size();
+    if (combos > kMaxCandidateStrategies)
+      c.fail(fmt::format("{} candidate strategies per mesh dim on a {}-D mesh exceed the limit of "
+                         "{} combinations (use a mesh with fewer dims)",
+                         rr.rows.size(), nd, kMaxCandidateStrategies));
+  }
   std::set<std::string> seen;
   std::vector<size_t> idx(static_cast<size_t>(nd), 0);
   while (true) {

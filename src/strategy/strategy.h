@@ -12,6 +12,7 @@
 /// Partial placements use P(sum) unless stated otherwise; ops that pass Partial through
 /// (linear pointwise ops, views, sum/mean) only pass P(sum).  Per-family notes live in the
 /// *_rules.cc files.
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -46,6 +47,10 @@ struct NodeStrategies {
   /// charge edges into such a node.
   bool any_input = false;
 };
+
+/// Bound on the Cartesian product one node may enumerate (rule rows ^ mesh dims); beyond it
+/// enumerate_strategies throws std::invalid_argument naming the node.
+inline constexpr uint64_t kMaxCandidateStrategies = uint64_t{1} << 20;
 
 /// Strategies of node `n`.  Placeholders (input/parameter/buffer) and creation ops without
 /// inputs get every combination of Replicate / Shard(d) per mesh dim (no Partial).  Throws

@@ -1,0 +1,42 @@
+# libFuzzer harnesses for every loader (issue 14).  Included from the top-level CMakeLists.txt
+# when AUTOSHARD_FUZZ=ON, before the modules are declared, so that the libraries the harnesses
+# link are compiled by the same clang with coverage instrumentation and ASan/UBSan.  The rest of
+# the project builds with g++; this build directory is separate (scripts/fuzz.sh uses build-fuzz).
+if(NOT CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
+  message(FATAL_ERROR "AUTOSHARD_FUZZ=ON needs clang (-DCMAKE_CXX_COMPILER=clang++), got "
+                      "${CMAKE_CXX_COMPILER_ID}")
+endif()
+# fuzzer-no-link instruments every object; only the harness executables link libFuzzer's main.
+add_compile_options(-fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer
+                    -fno-sanitize-recover=undefined -g)
+add_link_options(-fsanitize=address,undefined)
+
+set(AUTOSHARD_FUZZERS graph_json placements_json hardware_json iopddl)
+if(EXISTS ${CMAKE_SOURCE_DIR}/src/io/state.h)
+  list(APPEND AUTOSHARD_FUZZERS state replay)
+endif()
+# Harness targets are created at the end of configuration (cmake_language DEFER), when every
+# library target exists.
+function(autoshard_add_fuzzers)
+  foreach(name ${AUTOSHARD_FUZZERS})
+    add_executable(${name}_fuzz ${CMAKE_SOURCE_DIR}/fuzz/${name}_fuzz.cc)
+    target_include_directories(${name}_fuzz PRIVATE ${CMAKE_SOURCE_DIR}/src ${CMAKE_SOURCE_DIR}/fuzz)
+    target_link_options(${name}_fuzz PRIVATE -fsanitize=fuzzer)
+    target_compile_definitions(${name}_fuzz PRIVATE AUTOSHARD_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
+  endforeach()
+  target_link_libraries(graph_json_fuzz PRIVATE autoshard_ir)
+  target_link_libraries(placements_json_fuzz PRIVATE autoshard_io)
+  target_link_libraries(hardware_json_fuzz PRIVATE autoshard_mesh)
+  target_link_libraries(iopddl_fuzz PRIVATE autoshard_problem)
+  if(TARGET state_fuzz)
+    target_link_libraries(state_fuzz PRIVATE autoshard_io)
+    target_link_libraries(replay_fuzz PRIVATE autoshard_io)
+  endif()
+  add_custom_target(fuzzers)
+  add_dependencies(fuzzers ${AUTOSHARD_FUZZERS_TARGETS})
+endfunction()
+set(AUTOSHARD_FUZZERS_TARGETS "")
+foreach(name ${AUTOSHARD_FUZZERS})
+  list(APPEND AUTOSHARD_FUZZERS_TARGETS ${name}_fuzz)
+endforeach()
+cmake_language(DEFER CALL autoshard_add_fuzzers)
