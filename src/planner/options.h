@@ -10,6 +10,12 @@
 
 namespace autoshard {
 
+/// Activation recomputation policy (planner/recompute.h).  kNone: every activation the
+/// backward reads is kept; kSelective: per layer region, everything but matmul and attention
+/// outputs is recomputed in the backward; kFull: the region's whole forward is recomputed;
+/// kAuto: the solver picks one of the three per layer class and region.
+enum class RecomputePolicy : uint8_t { kNone, kSelective, kFull, kAuto };
+
 struct PlannerOptions {
   CommModel comm_model = CommModel::kNccl;
   /// Per-device memory budget in bytes; -1 means the hardware's memory, 0 means no limit.
@@ -24,10 +30,23 @@ struct PlannerOptions {
   bool cluster = true;
   /// Only allow shardings that split a dim evenly.
   bool require_divisible = false;
+  /// Prefetch discount: redistributions of parameters (gathers FSDP prefetches behind the
+  /// previous layer's compute) cost overlap_discount x their time in the objective.  The step
+  /// simulation (planner/simulate.h) measures what it buys; docs/benchmarks.md "Step simulation".
+  bool overlap = false;
+  double overlap_discount = 0.5;
+  /// Activation recomputation (see RecomputePolicy).
+  RecomputePolicy recompute = RecomputePolicy::kNone;
   /// Memory of parameter state when the graph has no optimizer step of its own.
   OptimizerConfig optimizer;
   /// Verify the solution independently after solving (recompute cost and memory from scratch).
   bool run_checks = true;
+  /// MASE's solution file (planner/solution_file.h): with a path, every solve writes its plan
+  /// there, keyed by the problem's fingerprint; with preload_solution as well, a file whose
+  /// fingerprint matches is reused without solving (a mismatch is ignored with a warning
+  /// naming what differs: graph, mesh, hardware, options or constraints).
+  bool preload_solution = false;
+  std::string ilp_solution_file;
   /// Receives one-line progress messages from the phases (the CLI prints them on a terminal).
   std::function<void(std::string_view)> progress;
 };

@@ -45,6 +45,10 @@ struct Plan {
   std::vector<std::pair<std::string, double>> phase_seconds;
   std::vector<std::string> warnings;
   bool checked = false;  ///< the independent check ran and agreed
+  /// Activation recomputation (PlannerOptions::recompute): the part of compute_us + comm_us
+  /// spent recomputing, and per layer its module prefix and "none" | "selective" | "full".
+  double recompute_us = 0;
+  std::vector<std::pair<std::string, std::string>> layer_recompute;
 
   bool has_solution = false;  ///< a placement was found (optimal, feasible or timed out)
 };

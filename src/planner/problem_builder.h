@@ -45,6 +45,29 @@ struct BuiltProblem {
   std::vector<std::string> fallback_ops;  ///< ops with no sharding rule (sorted, unique)
   int64_t memory_limit = 0;               ///< bytes per device; 0 = none
   bool has_optimizer = false;             ///< the graph updates its own parameters
+
+  /// Activation recomputation (planner/recompute.h; empty unless PlannerOptions::recompute).
+  /// One region per layer instance and activation class ("attention", "mlp"): its decision
+  /// node picks one of `modes` (strategy k = modes[k]).
+  struct RecomputeRegion {
+    std::string layer;   ///< module prefix, e.g. "layers.3"
+    std::string region;  ///< "attention" or "mlp"
+    PNodeIdx decision = -1;
+    NodeIdx first_op = kNoNode;  ///< the region's first forward op (ties follow it)
+    std::vector<RecomputePolicy> modes;  ///< kNone (keep), kSelective, kFull
+  };
+  std::vector<RecomputeRegion> recompute_regions;
+  /// Auxiliary problem nodes of recomputation, each with strategies m * |S_owner| + q (mode m
+  /// of its region, owner strategy q): the gap and tail nodes of a forward op, and the keep
+  /// node of a tensor a region reads from outside.
+  struct RecomputeAux {
+    enum Role : uint8_t { kGap, kTail, kKeep };
+    PNodeIdx node = -1;
+    PNodeIdx owner = -1;  ///< the forward op's problem node
+    int32_t region = -1;  ///< index into recompute_regions
+    Role role = kGap;
+  };
+  std::vector<RecomputeAux> recompute_aux;
 };
 
 /// Most strategies one problem node may keep (see build_problem).

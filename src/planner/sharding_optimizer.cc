@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "planner/cluster.h"
+#include "planner/solution_file.h"
 
 namespace autoshard {
 
@@ -203,7 +204,34 @@ Plan ShardingOptimizer::evaluate(const std::vector<StrategyIdx>& choice) {
   return plan;
 }
 
+ShardingOptimizer ShardingOptimizer::from_parts(Graph graph, Mesh mesh, PlannerOptions options,
+                                                std::vector<Constraint> constraints,
+                                                std::optional<BuiltProblem> problem,
+                                                std::optional<Plan> solution,
+                                                std::vector<StrategyIdx> choice) {
+  ShardingOptimizer so(std::move(graph), std::move(mesh), std::move(options));
+  for (Constraint& c : constraints) so.add_constraint(std::move(c));
+  if (problem) so.built_ = std::make_unique<BuiltProblem>(std::move(*problem));
+  so.solution_ = std::move(solution);
+  so.solution_choice_ = std::move(choice);
+  return so;
+}
+
 Plan ShardingOptimizer::get_solution() {
+  // MASE's preload_solution: a solution file of this very problem replaces the solve.
+  std::vector<std::string> file_warnings;
+  if (options_.preload_solution && !options_.ilp_solution_file.empty()) {
+    SolutionFileLoad reused = try_load_solution_file(*this, options_.ilp_solution_file);
+    if (reused.plan) {
+      solution_ = reused.plan;
+      solution_choice_ = std::move(reused.choice);
+      return *reused.plan;
+    }
+    if (!reused.warning.empty()) {
+      if (options_.progress) options_.progress(reused.warning);
+      file_warnings.push_back(reused.warning);
+    }
+  }
   auto t0 = std::chrono::steady_clock::now();
   const BuiltProblem& bp = problem();
   double t_build = seconds_since(t0);
@@ -308,6 +336,11 @@ Plan ShardingOptimizer::get_solution() {
       throw std::runtime_error("check failed: the plan exceeds the memory limit");
     plan.checked = true;
   }
+  plan.warnings.insert(plan.warnings.end(), file_warnings.begin(), file_warnings.end());
+  solution_ = plan;
+  solution_choice_ = r.choice.empty() ? std::vector<StrategyIdx>{} : cp.expand(r.choice);
+  if (!options_.ilp_solution_file.empty() && plan.has_solution)
+    save_solution_file(*this, plan, solution_choice_, options_.ilp_solution_file);
   return plan;
 }
 

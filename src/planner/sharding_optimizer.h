@@ -5,6 +5,7 @@
 ///   opt.add_input_constraints({parse_placements("S(0)R")});
 ///   Plan plan = opt.get_solution();
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,8 +38,23 @@ class ShardingOptimizer {
   const std::vector<Constraint>& constraints() const { return constraints_; }
   void add_constraint(Constraint c);
 
-  /// Builds (if needed) and solves; throws std::runtime_error on constraint errors.
+  /// Builds (if needed) and solves; throws std::runtime_error on constraint errors.  The plan
+  /// is kept (solution()).  With options().ilp_solution_file, writes the solution file after
+  /// solving and, with preload_solution, reuses a matching one instead of solving.
   Plan get_solution();
+  /// The last plan get_solution() produced (nullopt before the first solve).
+  const std::optional<Plan>& solution() const { return solution_; }
+  /// Full problem assignment of solution() (empty if none).
+  std::vector<StrategyIdx> solution_choice() const { return solution_choice_; }
+  /// The problem when it is built, else nullptr (saving a state must not build it).
+  const BuiltProblem* built_problem() const { return built_.get(); }
+  /// An optimizer from saved parts (io/state.h) without generating strategies or costs again:
+  /// `problem` must be what build_problem gives for the other parts (not re-checked here).
+  static ShardingOptimizer from_parts(Graph graph, Mesh mesh, PlannerOptions options,
+                                      std::vector<Constraint> constraints,
+                                      std::optional<BuiltProblem> problem,
+                                      std::optional<Plan> solution,
+                                      std::vector<StrategyIdx> choice);
   /// Starts the next solve from this assignment (graph node name -> strategy index order is
   /// given by problem()).  Used by --preload.
   void set_warm_start(std::vector<StrategyIdx> choice) { warm_start_ = std::move(choice); }
@@ -66,6 +82,8 @@ class ShardingOptimizer {
   std::vector<Constraint> constraints_;
   std::unique_ptr<BuiltProblem> built_;
   std::vector<StrategyIdx> warm_start_;
+  std::optional<Plan> solution_;
+  std::vector<StrategyIdx> solution_choice_;
 };
 
 }  // namespace autoshard
