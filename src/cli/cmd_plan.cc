@@ -6,13 +6,18 @@
 #include <filesystem>
 #include <iostream>
 #include <memory>
+#include <optional>
 
 #include "cli/common.h"
 #include "io/placements_json.h"
 #include "io/plan_json.h"
+#include "io/simulation_json.h"
 #include "ir/file_util.h"
 #include "planner/parallelism.h"
 #include "planner/sharding_optimizer.h"
+#include "planner/simulate.h"
+#include "report/report.h"
+#include "report/trace.h"
 
 namespace autoshard::cli {
 
@@ -35,6 +40,7 @@ struct PlanArgs {
   bool json = false;
   std::vector<std::string> pins;
   bool show_nodes = false;
+  bool overlap = false;
   bool verbose = false;
 };
 
@@ -54,7 +60,8 @@ void print_nodes(const Plan& plan, const Graph& g) {
   }
 }
 
-void print_summary(const Plan& plan, const Graph& g, const Mesh& mesh) {
+void print_summary(const Plan& plan, const Graph& g, const Mesh& mesh,
+                   const StepSimulation* sim = nullptr) {
   fmt::print("autoshard plan: {} on mesh {} of {} ({} devices)\n", g.name, mesh.describe(),
              mesh.hardware().name, mesh.num_devices());
   fmt::print("problem: {} graph nodes -> {} problem nodes, {} edges ({} variables in Alpa's form)\n",
@@ -73,6 +80,10 @@ void print_summary(const Plan& plan, const Graph& g, const Mesh& mesh) {
   }
   fmt::print("estimated step time: {} (compute {}, communication {})\n",
              format_us(plan.objective_us), format_us(plan.compute_us), format_us(plan.comm_us));
+  if (sim)
+    fmt::print("simulated step time: {} (exposed communication {}, {} overlapped; MFU {:.1f}%)\n",
+               format_us(sim->step_us), format_us(sim->exposed_comm_us),
+               format_us(sim->comm_us - sim->exposed_comm_us), sim->mfu * 100);
   fmt::print("lower bound: {}  gap: {:.4f}%{}\n", format_us(plan.lower_bound_us), plan.gap * 100,
              plan.checked ? "  (verified independently)" : "");
   fmt::print("peak memory per device: {}{}\n", format_bytes(plan.peak_memory_bytes),
@@ -115,6 +126,7 @@ int run_plan(const PlanArgs& a) {
   opt.skip_fully_replicated = a.skip_fully_replicated;
   opt.cluster = !a.no_cluster;
   opt.require_divisible = a.require_divisible;
+  opt.overlap = a.overlap;
   opt.run_checks = !a.no_checks;
   if (a.verbose || isatty(STDERR_FILENO))
     opt.progress = [](std::string_view m) { fmt::print(stderr, "  {}\n", m); };
@@ -158,16 +170,23 @@ int run_plan(const PlanArgs& a) {
   }
   if (tty) fmt::print(stderr, "solving (time limit {} s)...\n", a.time_limit);
   Plan plan = so.get_solution();
+  // The simulated step (overlap of communication with compute) next to the additive objective.
+  std::optional<StepSimulation> sim;
+  if (plan.has_solution) sim = simulate_step(so, plan);
   if (!a.out_dir.empty() && plan.has_solution) {
     create_output_dir(a.out_dir);
     write_file_atomic(a.out_dir + "/placements.json", write_placements_json(plan, so.graph(), mesh));
+    write_file_atomic(a.out_dir + "/report.html", render_report_html(so, plan, *sim));
+    write_file_atomic(a.out_dir + "/trace.json", chrome_trace_json(so, plan, *sim));
   }
   if (a.json) {
-    std::cout << plan_summary_json(plan, so.graph(), mesh).dump(2) << "\n";
+    auto j = plan_summary_json(plan, so.graph(), mesh);
+    if (sim) j["simulation"] = simulation_summary_json(*sim);
+    std::cout << j.dump(2) << "\n";
     // The text summary prints warnings inline; with --json they would be easy to miss.
     for (const std::string& w : plan.warnings) fmt::print(stderr, "autoshard: warning: {}\n", one_line(w));
   } else {
-    print_summary(plan, so.graph(), mesh);
+    print_summary(plan, so.graph(), mesh, sim ? &*sim : nullptr);
   }
   if (a.show_nodes && plan.has_solution && !a.json) print_nodes(plan, so.graph());
   if (!plan.has_solution) {
@@ -201,7 +220,10 @@ void register_plan(CLI::App& app) {
   sub->add_flag("--no-checks", a->no_checks, "skip the independent verification of the solution");
   sub->add_option("--pin", a->pins, "pin a node's output placements: NODE=PLACEMENTS (repeatable)");
   sub->add_option("--preload", a->preload, "placements JSON of an earlier plan to start from");
-  sub->add_option("-o,--out", a->out_dir, "write DIR/placements.json (AutoParallel schema)");
+  sub->add_option("-o,--out", a->out_dir,
+                  "write DIR/placements.json (AutoParallel schema), DIR/report.html and DIR/trace.json");
+  sub->add_flag("--overlap", a->overlap,
+                "discount parameter redistributions that FSDP-style prefetch hides behind compute");
   sub->add_flag("--json", a->json, "print the result as JSON");
   sub->add_flag("-v,--verbose", a->verbose, "print solver progress on stderr (default on a terminal)");
   sub->add_flag("--show-nodes", a->show_nodes, "print every node's placement and costs (us)");

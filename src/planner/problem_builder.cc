@@ -60,7 +60,8 @@ struct SpecListHash {
 
 class EdgeMatrixCache {
  public:
-  EdgeMatrixCache(const Mesh& mesh, CommModel model) : mesh_(mesh), model_(model) {}
+  EdgeMatrixCache(const Mesh& mesh, CommModel model, double discount = 1)
+      : mesh_(mesh), model_(model), discount_(discount) {}
 
   int32_t intern(std::vector<ShardingSpec> specs) {
     auto [it, inserted] = ids_.try_emplace(std::move(specs), static_cast<int32_t>(lists_.size()));
@@ -69,8 +70,11 @@ class EdgeMatrixCache {
   }
 
   /// Row-major |from| x |to| matrix of redistribution times; `strict` forbids any change.
-  std::shared_ptr<const std::vector<Cost>> matrix(int32_t from, int32_t to, bool strict) {
-    uint64_t key = (static_cast<uint64_t>(from) << 33) | (static_cast<uint64_t>(to) << 1) |
+  /// `discounted`: times scaled by the discount (PlannerOptions::overlap).
+  std::shared_ptr<const std::vector<Cost>> matrix(int32_t from, int32_t to, bool strict,
+                                                  bool discounted = false) {
+    uint64_t key = (static_cast<uint64_t>(from) << 34) | (static_cast<uint64_t>(to) << 2) |
+                   (discounted ? 2u : 0u) |
                    (strict ? 1u : 0u);
     auto it = cache_.find(key);
     if (it != cache_.end()) return it->second;
@@ -82,7 +86,8 @@ class EdgeMatrixCache {
         if (strict)
           m[p * b.size() + q] = a[p].placements == b[q].placements ? 0.0 : kInfCost;
         else
-          m[p * b.size() + q] = redistribute_cost_us(a[p], b[q], mesh_, model_);
+          m[p * b.size() + q] = redistribute_cost_us(a[p], b[q], mesh_, model_) *
+                                (discounted ? discount_ : 1.0);
       }
     auto shared = std::make_shared<const std::vector<Cost>>(std::move(m));
     cache_.emplace(key, shared);
@@ -92,6 +97,7 @@ class EdgeMatrixCache {
  private:
   const Mesh& mesh_;
   CommModel model_;
+  double discount_ = 1;
   std::unordered_map<std::vector<ShardingSpec>, int32_t, SpecListHash> ids_;
   std::vector<const std::vector<ShardingSpec>*> lists_;
   std::unordered_map<uint64_t, std::shared_ptr<const std::vector<Cost>>> cache_;
@@ -215,7 +221,7 @@ BuiltProblem build_problem(const Graph& g, const Mesh& mesh, const PlannerOption
   bp.fallback_ops.assign(fallback.begin(), fallback.end());
 
   // Edges: one per tensor use.
-  EdgeMatrixCache cache(mesh, opt.comm_model);
+  EdgeMatrixCache cache(mesh, opt.comm_model, opt.overlap_discount);
   auto output_list = [&](PNodeIdx p, int32_t k) {
     std::vector<ShardingSpec> v;
     for (const Strategy& s : bp.strategies[static_cast<size_t>(p)])
@@ -248,7 +254,10 @@ BuiltProblem build_problem(const Graph& g, const Mesh& mesh, const PlannerOption
       bool strict = x.phase == Phase::kOptimizer &&
                     (src.kind == NodeKind::kParameter || src.kind == NodeKind::kBuffer);
       if (x.phase == Phase::kOptimizer) optimizer_consumed.insert(r.node);
-      bp.edges.push_back({u, v, cache.matrix(out_id(u, r.output), input_list(v, s), strict)});
+      // --overlap: a parameter's redistribution can be prefetched behind compute.
+      const bool prefetchable = opt.overlap && !strict && src.kind == NodeKind::kParameter;
+      bp.edges.push_back(
+          {u, v, cache.matrix(out_id(u, r.output), input_list(v, s), strict, prefetchable)});
       bp.edge_origin.push_back({i, s, r});
     }
   }
