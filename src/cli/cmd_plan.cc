@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "cli/common.h"
+#include "cli/recipes_cli.h"
 #include "io/placements_json.h"
 #include "io/plan_json.h"
 #include "io/simulation_json.h"
@@ -42,6 +43,8 @@ struct PlanArgs {
   bool show_nodes = false;
   bool overlap = false;
   bool verbose = false;
+  std::string algo = "alpa";  ///< --algo: the optimum or a named recipe (planner/recipes.h)
+  bool compare = false;       ///< --compare: every recipe beside the optimum
 };
 
 void print_nodes(const Plan& plan, const Graph& g) {
@@ -110,6 +113,7 @@ void print_summary(const Plan& plan, const Graph& g, const Mesh& mesh,
 int run_plan(const PlanArgs& a) {
   // Fail on an unusable output directory before spending time on the solve.
   if (!a.out_dir.empty()) check_output_dir(a.out_dir);
+  const Recipe recipe = parse_algo_option(a.algo);  // a bad --algo fails before any work
   Graph g = load_graph(a.src);
   Mesh mesh = make_mesh(a.mesh);
   PlannerOptions opt;
@@ -139,6 +143,9 @@ int run_plan(const PlanArgs& a) {
       throw std::invalid_argument(fmt::format("--pin '{}': expected NODE=PLACEMENTS", p));
     so.pin(p.substr(0, eq), parse_placements_option("--pin", p.substr(eq + 1)));
   }
+  if (a.compare) return run_compare(so, a.json);
+  for (const std::string& n : apply_recipe(so, recipe))
+    fmt::print(stderr, "autoshard: note: --algo {}: {}\n", a.algo, n);
   if (!a.preload.empty()) {
     auto wanted = read_placements_json(read_text_file(a.preload), a.preload, so.graph(), mesh);
     auto choice = so.match_strategies(wanted);
@@ -225,6 +232,10 @@ void register_plan(CLI::App& app) {
   sub->add_flag("--overlap", a->overlap,
                 "discount parameter redistributions that FSDP-style prefetch hides behind compute");
   sub->add_flag("--json", a->json, "print the result as JSON");
+  sub->add_option("--algo", a->algo, "the optimum or a named recipe pinned on the same problem: " + recipe_help())
+      ->capture_default_str();
+  sub->add_flag("--compare", a->compare,
+                "plan every recipe beside the optimum and print step time, memory and the optimum's saving");
   sub->add_flag("-v,--verbose", a->verbose, "print solver progress on stderr (default on a terminal)");
   sub->add_flag("--show-nodes", a->show_nodes, "print every node's placement and costs (us)");
   sub->callback([a] { run_plan(*a); });

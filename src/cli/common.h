@@ -57,5 +57,6 @@ void register_graph(CLI::App& app);
 void register_cost(CLI::App& app);
 void register_plan(CLI::App& app);
 void register_iopddl(CLI::App& app);
+void register_search(CLI::App& app);  // cmd_search.cc
 
 }  // namespace autoshard::cli

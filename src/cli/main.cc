@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   autoshard::cli::register_cost(app);
   autoshard::cli::register_plan(app);
   autoshard::cli::register_iopddl(app);
+  autoshard::cli::register_search(app);
   if (argc > 1 && argv[1][0] != '-') {
     bool known = false;
     for (const CLI::App* sub : app.get_subcommands({})) known = known || sub->check_name(argv[1]);

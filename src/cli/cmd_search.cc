@@ -1,0 +1,168 @@
+/// `autoshard search`: which mesh for N GPUs.  Plans the model on every mesh shape (and mapping
+/// of its dims onto the machines) and ranks them (planner/mesh_search.h).
+#include <fmt/format.h>
+
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "cli/common.h"
+#include "io/placements_json.h"
+#include "io/plan_json.h"
+#include "ir/file_util.h"
+#include "planner/mesh_search.h"
+
+namespace autoshard::cli {
+
+namespace {
+
+struct SearchArgs {
+  GraphSource src;
+  int64_t gpus = 8;
+  int gpus_per_node = -1;
+  std::string hardware = "h100";
+  std::string backend = "nccl";
+  std::string comm_model = "nccl";
+  std::string memory_limit;
+  int max_dims = 3;
+  double time_limit = 60;
+  int threads = 0;
+  bool no_prune = false;
+  std::string out_dir;
+  bool json = false;
+};
+
+std::string status_of(const MeshSearchRow& r) {
+  switch (r.outcome) {
+    case MeshSearchRow::Outcome::kPlanned: return std::string(solve_status_name(r.plan->status));
+    case MeshSearchRow::Outcome::kOverBudget:
+      return fmt::format("needs {}", format_bytes(r.plan->min_peak_memory_bytes));
+    case MeshSearchRow::Outcome::kPruned: return "pruned";
+    case MeshSearchRow::Outcome::kError: return "error: " + r.message;
+  }
+  return "?";
+}
+
+int run_search(const SearchArgs& a) {
+  if (!a.out_dir.empty()) check_output_dir(a.out_dir);
+  Graph g = load_graph(a.src);
+  // The mesh options' hardware parsing, on a 1-D mesh of the right size.
+  MeshSource ms;
+  ms.shape = std::to_string(a.gpus);
+  ms.dims = "dp";
+  ms.hardware = a.hardware;
+  ms.backend = a.backend;
+  ms.gpus_per_node = a.gpus_per_node;
+  if (a.gpus < 1) throw std::invalid_argument(fmt::format("--gpus: expected >= 1, got {}", a.gpus));
+  if (a.max_dims < 1 || a.max_dims > 4)
+    throw std::invalid_argument(fmt::format("--max-dims: expected 1 to 4, got {}", a.max_dims));
+  if (a.threads < 0) throw std::invalid_argument(fmt::format("--threads: expected >= 0, got {}", a.threads));
+  if (!(a.time_limit > 0)) throw std::invalid_argument(fmt::format("--time-limit: expected > 0, got {}", a.time_limit));
+  Mesh flat = make_mesh(ms);
+  MeshSearchOptions o;
+  o.gpus = a.gpus;
+  o.max_dims = a.max_dims;
+  o.hardware = flat.hardware();
+  o.backend = flat.backend();
+  auto cm = parse_comm_model(a.comm_model);
+  if (!cm) throw std::invalid_argument(fmt::format("--comm-model: expected nccl or dtensor, got '{}'", a.comm_model));
+  o.planner.comm_model = *cm;
+  if (!a.memory_limit.empty()) o.planner.memory_limit_bytes = parse_bytes(a.memory_limit);
+  o.planner.time_limit_s = a.time_limit;
+  o.threads = a.threads;
+  o.prune = !a.no_prune;
+  MeshSearchResult res = search_meshes(g, o);
+
+  int planned = 0, pruned = 0;
+  for (const MeshSearchRow& r : res.rows) {
+    planned += r.outcome == MeshSearchRow::Outcome::kPlanned;
+    pruned += r.outcome == MeshSearchRow::Outcome::kPruned;
+  }
+  if (a.json) {
+    nlohmann::ordered_json j;
+    j["model"] = g.name;
+    j["gpus"] = a.gpus;
+    j["gpus_per_node"] = o.hardware.gpus_per_node;
+    j["hardware"] = o.hardware.name;
+    j["candidates"] = res.candidates;
+    j["seconds"] = res.seconds;
+    nlohmann::ordered_json arr = nlohmann::ordered_json::array();
+    for (const MeshSearchRow& r : res.rows) {
+      nlohmann::ordered_json x;
+      x["mesh"] = r.mesh.shape();
+      x["mesh_dims"] = r.mesh.names();
+      std::vector<bool> inter;
+      for (MeshDimIdx d = 0; d < r.mesh.ndim(); ++d) inter.push_back(r.mesh.dim(d).inter_node);
+      x["inter_node"] = inter;
+      x["outcome"] = std::string(outcome_name(r.outcome));
+      x["status"] = status_of(r);
+      x["lower_bound_us"] = r.bound_us;
+      if (r.outcome == MeshSearchRow::Outcome::kPlanned) {
+        x["step_us"] = r.plan->objective_us;
+        x["peak_memory_bytes"] = r.plan->peak_memory_bytes;
+        x["dim_use"] = r.dim_use;
+      }
+      if (!r.message.empty()) x["message"] = r.message;
+      x["seconds"] = r.seconds;
+      arr.push_back(std::move(x));
+    }
+    j["meshes"] = std::move(arr);
+    std::cout << j.dump(2) << "\n";
+  } else {
+    fmt::print("autoshard search: {} on {} x {} ({} per node): {} meshes, {} planned, {} pruned, {:.1f} s\n",
+               g.name, a.gpus, o.hardware.name, o.hardware.gpus_per_node, res.candidates, planned,
+               pruned, res.seconds);
+    fmt::print("{:>4}  {:<10} {:<36} {:<22} {:>11} {:>11}  {:<14} {:>8}\n", "rank", "mesh", "dims",
+               "use", "step time", "peak mem", "status", "time");
+    for (size_t k = 0; k < res.rows.size(); ++k) {
+      const MeshSearchRow& r = res.rows[k];
+      const bool ok = r.outcome == MeshSearchRow::Outcome::kPlanned;
+      fmt::print("{:>4}  {:<10} {:<36} {:<22} {:>11} {:>11}  {:<14} {:>7.2f}s\n",
+                 ok ? std::to_string(k + 1) : std::string("-"), fmt::format("{}", fmt::join(r.mesh.shape(), "x")),
+                 describe_topology(r.mesh), ok ? fmt::format("{}", fmt::join(r.dim_use, ", ")) : std::string("-"),
+                 ok ? format_us(r.plan->objective_us)
+                    : r.outcome == MeshSearchRow::Outcome::kPruned ? ">= " + format_us(r.bound_us) : "-",
+                 ok ? format_bytes(r.plan->peak_memory_bytes) : "-", status_of(r), r.seconds);
+    }
+    if (res.best >= 0) {
+      const MeshSearchRow& b = res.rows[static_cast<size_t>(res.best)];
+      fmt::print("best: mesh {} ({}); plan it with: autoshard plan --mesh {} --mesh-dims {}{}\n",
+                 fmt::join(b.mesh.shape(), "x"), describe_topology(b.mesh),
+                 fmt::join(b.mesh.shape(), "x"), fmt::join(b.mesh.names(), ","),
+                 a.gpus_per_node > 0 ? fmt::format(" --gpus-per-node {}", a.gpus_per_node) : "");
+    }
+  }
+  if (res.best < 0) throw std::runtime_error("no mesh has a plan that fits the memory limit");
+  if (!a.out_dir.empty()) {
+    const MeshSearchRow& b = res.rows[static_cast<size_t>(res.best)];
+    create_output_dir(a.out_dir);
+    write_file_atomic(a.out_dir + "/placements.json", write_placements_json(*b.plan, g, b.mesh));
+    write_file_atomic(a.out_dir + "/plan.json", plan_summary_json(*b.plan, g, b.mesh).dump(2) + "\n");
+  }
+  return 0;
+}
+
+}  // namespace
+
+void register_search(CLI::App& app) {
+  auto a = std::make_shared<SearchArgs>();
+  CLI::App* sub = app.add_subcommand(
+      "search", "find the best mesh shape for N GPUs: plan every shape and rank them");
+  add_graph_options(sub, a->src, "llama3-8b");
+  sub->add_option("--gpus", a->gpus, "number of GPUs")->capture_default_str();
+  sub->add_option("--gpus-per-node", a->gpus_per_node, "GPUs per node (default: the hardware's)");
+  sub->add_option("--hardware", a->hardware, "hardware preset (a100, h100, h200, b200) or a hardware JSON file")
+      ->capture_default_str();
+  sub->add_option("--backend", a->backend, "communication backend: nccl or gloo")->capture_default_str();
+  sub->add_option("--comm-model", a->comm_model, "nccl (measured bandwidths) or dtensor")->capture_default_str();
+  sub->add_option("--memory-limit", a->memory_limit, "per-device memory budget (default: the hardware's; 0: none)");
+  sub->add_option("--max-dims", a->max_dims, "largest number of mesh dims (1 to 4)")->capture_default_str();
+  sub->add_option("--time-limit", a->time_limit, "solver time limit per mesh, seconds")->capture_default_str();
+  sub->add_option("--threads", a->threads, "meshes planned at once (0: one per core)")->capture_default_str();
+  sub->add_flag("--no-prune", a->no_prune, "plan every mesh, even those whose lower bound cannot win");
+  sub->add_option("-o,--out", a->out_dir, "write the best plan: DIR/placements.json and DIR/plan.json");
+  sub->add_flag("--json", a->json, "print the ranking as JSON");
+  sub->callback([a] { run_search(*a); });
+}
+
+}  // namespace autoshard::cli

@@ -1,0 +1,241 @@
+#include "planner/mesh_search.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <mutex>
+#include <set>
+#include <stdexcept>
+#include <thread>
+#include <unordered_map>
+
+#include "ir/file_util.h"
+#include "planner/parallelism.h"
+#include "planner/sharding_optimizer.h"
+
+namespace autoshard {
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+/// Ordered factorizations of n into exactly k factors, each >= 2.
+void factorize(int64_t n, int k, std::vector<int64_t>& cur, std::vector<std::vector<int64_t>>& out) {
+  if (k == 0) {
+    if (n == 1) out.push_back(cur);
+    return;
+  }
+  for (int64_t f = 2; f <= n; ++f) {
+    if (n % f != 0) continue;
+    cur.push_back(f);
+    factorize(n / f, k - 1, cur, out);
+    cur.pop_back();
+  }
+}
+
+std::vector<std::string> dim_names(size_t k) {
+  if (k == 1) return {"dp"};
+  std::vector<std::string> names;
+  for (size_t i = 0; i < k; ++i) names.push_back(fmt::format("d{}", i));
+  return names;
+}
+
+/// Sum over nodes of the cheapest strategy plus, over edges, the cheapest pair: no assignment
+/// can cost less.  Shared edge matrices are scanned once.
+double cheap_lower_bound(const BuiltProblem& bp) {
+  double lb = 0;
+  for (const ProblemNode& n : bp.problem.nodes)
+    if (!n.costs.empty()) lb += *std::min_element(n.costs.begin(), n.costs.end());
+  std::unordered_map<const std::vector<Cost>*, double> seen;
+  for (const BuiltProblem::Edge& e : bp.edges) {
+    const auto* m = e.costs.get();
+    auto it = seen.find(m);
+    if (it == seen.end())
+      it = seen.emplace(m, m->empty() ? 0.0 : *std::min_element(m->begin(), m->end())).first;
+    if (std::isfinite(it->second)) lb += it->second;
+  }
+  return lb;
+}
+
+/// What the plan mostly does with each mesh dim, by parameter bytes.
+std::vector<std::string> dim_use(const Graph& g, const Mesh& mesh, const Plan& plan) {
+  std::vector<std::string> out;
+  for (MeshDimIdx d = 0; d < mesh.ndim(); ++d) {
+    std::map<std::string, int64_t> bytes;
+    for (NodeIdx i = 0; i < g.size(); ++i) {
+      if (g.node(i).kind != NodeKind::kParameter || !plan.nodes[static_cast<size_t>(i)]) continue;
+      std::string l = parallelism_on_dim(g, mesh, plan, i, d);
+      if (l.starts_with("TP")) l = "TP";
+      bytes[l] += g.node(i).out().bytes();
+    }
+    std::string best = "-";
+    int64_t most = -1;
+    for (const auto& [l, b] : bytes)
+      if (b > most) most = b, best = l;
+    out.push_back(best);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<Mesh> enumerate_meshes(int64_t gpus, int max_dims, const Hardware& hw,
+                                   CommBackend backend) {
+  if (gpus < 1) throw std::invalid_argument(fmt::format("--gpus: expected >= 1, got {}", gpus));
+  if (max_dims < 1)
+    throw std::invalid_argument(fmt::format("--max-dims: expected >= 1, got {}", max_dims));
+  std::vector<Mesh> meshes;
+  if (gpus == 1) {
+    meshes.emplace_back(std::vector<int64_t>{1}, dim_names(1), hw, backend);
+    return meshes;
+  }
+  std::set<std::vector<int64_t>> seen;
+  for (int k = 1; k <= max_dims; ++k) {
+    std::vector<std::vector<int64_t>> shapes;
+    std::vector<int64_t> cur;
+    factorize(gpus, k, cur, shapes);
+    for (std::vector<int64_t> s : shapes) {
+      // Canonical member of the symmetry class: inter-node dims (a prefix) and intra-node
+      // dims (a suffix) each in ascending size.
+      Mesh m(s, dim_names(s.size()), hw, backend);
+      size_t split = 0;
+      while (split < s.size() && m.dim(static_cast<MeshDimIdx>(split)).inter_node) ++split;
+      std::sort(s.begin(), s.begin() + static_cast<std::ptrdiff_t>(split));
+      std::sort(s.begin() + static_cast<std::ptrdiff_t>(split), s.end());
+      if (seen.insert(s).second) meshes.emplace_back(s, dim_names(s.size()), hw, backend);
+    }
+  }
+  return meshes;
+}
+
+std::string describe_topology(const Mesh& mesh) {
+  std::vector<std::string> parts;
+  for (MeshDimIdx d = 0; d < mesh.ndim(); ++d)
+    parts.push_back(fmt::format("{}={}{}", mesh.dim(d).name, mesh.size(d),
+                                mesh.size(d) == 1 ? "" : mesh.dim(d).inter_node ? " across" : " within"));
+  return fmt::format("{}", fmt::join(parts, ", "));
+}
+
+std::string_view outcome_name(MeshSearchRow::Outcome o) {
+  switch (o) {
+    case MeshSearchRow::Outcome::kPlanned: return "planned";
+    case MeshSearchRow::Outcome::kOverBudget: return "over budget";
+    case MeshSearchRow::Outcome::kPruned: return "pruned";
+    case MeshSearchRow::Outcome::kError: return "error";
+  }
+  return "?";
+}
+
+MeshSearchResult search_meshes(const Graph& g, const MeshSearchOptions& o) {
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<Mesh> meshes = enumerate_meshes(o.gpus, o.max_dims, o.hardware, o.backend);
+  MeshSearchResult res;
+  res.candidates = static_cast<int64_t>(meshes.size());
+  std::vector<MeshSearchRow> rows(meshes.size());
+  PlannerOptions po = o.planner;
+  po.progress = nullptr;  // meshes are planned at once: progress lines would interleave
+  int threads = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  threads = std::max(1, std::min<int>(threads, static_cast<int>(meshes.size())));
+
+  auto run_pool = [&](const std::function<void(size_t)>& job, const std::vector<size_t>& order) {
+    std::atomic<size_t> next{0};
+    auto work = [&] {
+      for (size_t k; (k = next.fetch_add(1)) < order.size();) job(order[k]);
+    };
+    std::vector<std::thread> pool;
+    for (int t = 1; t < threads; ++t) pool.emplace_back(work);
+    work();
+    for (std::thread& t : pool) t.join();
+  };
+  std::vector<size_t> all(meshes.size());
+  for (size_t k = 0; k < all.size(); ++k) all[k] = k;
+
+  // 1. Bounds from the node costs alone.
+  run_pool(
+      [&](size_t k) {
+        auto t1 = std::chrono::steady_clock::now();
+        MeshSearchRow& r = rows[k];
+        r.mesh = meshes[k];
+        try {
+          ShardingOptimizer so(g, meshes[k], po);
+          r.bound_us = cheap_lower_bound(so.problem());
+        } catch (const std::exception& e) {
+          r.outcome = MeshSearchRow::Outcome::kError;
+          r.message = one_line(e.what());
+          r.bound_us = kInfCost;
+        }
+        r.seconds = seconds_since(t1);
+      },
+      all);
+
+  // 2. Plan in increasing bound order; a mesh whose bound cannot beat the best so far is
+  // skipped.
+  std::vector<size_t> order;
+  for (size_t k = 0; k < rows.size(); ++k)
+    if (rows[k].message.empty()) order.push_back(k);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return rows[a].bound_us < rows[b].bound_us; });
+  std::mutex mu;
+  double best = kInfCost;
+  run_pool(
+      [&](size_t k) {
+        MeshSearchRow& r = rows[k];
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          if (o.prune && r.bound_us >= best) {
+            r.outcome = MeshSearchRow::Outcome::kPruned;
+            r.message = fmt::format("lower bound {:.1f} us >= best {:.1f} us", r.bound_us, best);
+            return;
+          }
+        }
+        auto t1 = std::chrono::steady_clock::now();
+        try {
+          ShardingOptimizer so(g, meshes[k], po);
+          Plan p = so.get_solution();
+          if (p.has_solution) {
+            r.outcome = MeshSearchRow::Outcome::kPlanned;
+            r.dim_use = dim_use(so.graph(), meshes[k], p);
+            std::lock_guard<std::mutex> lock(mu);
+            best = std::min(best, p.objective_us);
+          } else if (p.min_peak_memory_bytes >= 0) {
+            r.outcome = MeshSearchRow::Outcome::kOverBudget;
+          } else {
+            r.outcome = MeshSearchRow::Outcome::kError;
+            r.message = fmt::format("no plan found ({})", solve_status_name(p.status));
+          }
+          r.plan = std::move(p);
+        } catch (const std::exception& e) {
+          r.outcome = MeshSearchRow::Outcome::kError;
+          r.message = one_line(e.what());
+          r.plan.reset();
+        }
+        r.seconds += seconds_since(t1);
+      },
+      order);
+
+  // 3. Rank.
+  auto rank = [](const MeshSearchRow& r) { return static_cast<int>(r.outcome); };
+  std::stable_sort(rows.begin(), rows.end(), [&](const MeshSearchRow& a, const MeshSearchRow& b) {
+    if (rank(a) != rank(b)) return rank(a) < rank(b);
+    switch (a.outcome) {
+      case MeshSearchRow::Outcome::kPlanned: return a.plan->objective_us < b.plan->objective_us;
+      case MeshSearchRow::Outcome::kOverBudget:
+        return a.plan->min_peak_memory_bytes < b.plan->min_peak_memory_bytes;
+      case MeshSearchRow::Outcome::kPruned: return a.bound_us < b.bound_us;
+      case MeshSearchRow::Outcome::kError: return false;
+    }
+    return false;
+  });
+  res.rows = std::move(rows);
+  if (!res.rows.empty() && res.rows[0].outcome == MeshSearchRow::Outcome::kPlanned) res.best = 0;
+  res.seconds = seconds_since(t0);
+  return res;
+}
+
+}  // namespace autoshard

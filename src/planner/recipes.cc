@@ -1,0 +1,426 @@
+#include "planner/recipes.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <exception>
+#include <thread>
+
+#include "cost/compute.h"
+#include "ir/file_util.h"
+#include "planner/sharding_optimizer.h"
+
+namespace autoshard {
+
+namespace {
+
+const std::vector<Recipe> kAll = {Recipe::kAlpa,     Recipe::kDdp,    Recipe::kFsdp,
+                                  Recipe::kMegatron, Recipe::kFsdpTp, Recipe::kHsdp};
+
+/// Ops through which a parameter is still "the weight" on its way to a linear: aliases, casts
+/// (mixed precision) and copies.  Transposes flip nn.Linear's [out, in] convention.
+bool is_weight_alias(std::string_view op) {
+  static const std::vector<std::string_view> k = {
+      "t",     "transpose", "permute", "view",   "_unsafe_view", "reshape", "_reshape_alias",
+      "clone", "_to_copy",  "to",      "contiguous", "alias",   "detach",  "lift_fresh_copy",
+      "expand", "numpy_T"};
+  return std::find(k.begin(), k.end(), op) != k.end();
+}
+
+bool swaps_2d(const Node& n) {
+  std::string_view op = aten_packet(n.op);
+  if (op == "t" || op == "numpy_T") return true;
+  if (op == "transpose") {
+    auto d0 = n.attr_int("dim0", 0), d1 = n.attr_int("dim1", 1);
+    return d0 != d1;
+  }
+  if (op == "permute") {
+    auto dims = n.attr_ints("dims");
+    return dims.size() == 2 && dims[0] == 1 && dims[1] == 0;
+  }
+  return false;
+}
+
+bool is_linear_op(std::string_view op) {
+  return op == "mm" || op == "addmm" || op == "matmul" || op == "bmm" || op == "linear";
+}
+
+std::vector<Placement> replicated(const Mesh& mesh) {
+  return std::vector<Placement>(static_cast<size_t>(mesh.ndim()), Placement::replicate());
+}
+
+bool valid(const std::vector<Placement>& p, const TensorMeta& m, const Mesh& mesh, bool div) {
+  ShardingSpec s;
+  s.placements = p;
+  s.meta = m;
+  return s.valid(mesh, div);
+}
+
+std::string dims_list(const Mesh& mesh, const std::vector<MeshDimIdx>& dims) {
+  std::vector<std::string> names;
+  for (MeshDimIdx d : dims) names.push_back(mesh.dim(d).name);
+  return fmt::format("{}", fmt::join(names, ","));
+}
+
+/// Which mesh dims carry data parallelism (the batch is split on them) under the recipe.
+std::vector<MeshDimIdx> batch_dims(Recipe r, const Mesh& mesh) {
+  std::vector<MeshDimIdx> dims;
+  const MeshDimIdx tp = tensor_parallel_dim(mesh);
+  for (MeshDimIdx d = 0; d < mesh.ndim(); ++d)
+    if (!((r == Recipe::kMegatron || r == Recipe::kFsdpTp) && d == tp)) dims.push_back(d);
+  return dims;
+}
+
+}  // namespace
+
+std::string_view recipe_name(Recipe r) {
+  switch (r) {
+    case Recipe::kAlpa: return "alpa";
+    case Recipe::kDdp: return "ddp";
+    case Recipe::kFsdp: return "fsdp";
+    case Recipe::kMegatron: return "megatron";
+    case Recipe::kFsdpTp: return "fsdp+tp";
+    case Recipe::kHsdp: return "hsdp";
+  }
+  return "?";
+}
+
+std::optional<Recipe> parse_recipe(std::string_view s) {
+  for (Recipe r : kAll)
+    if (s == recipe_name(r)) return r;
+  if (s == "optimal" || s == "optimum") return Recipe::kAlpa;
+  if (s == "zero3") return Recipe::kFsdp;
+  if (s == "tp") return Recipe::kMegatron;
+  if (s == "fsdp_tp" || s == "fsdp-tp" || s == "2d") return Recipe::kFsdpTp;
+  return std::nullopt;
+}
+
+const std::vector<Recipe>& all_recipes() { return kAll; }
+
+std::string recipe_help() {
+  return "alpa (the optimum), ddp (parameters replicated, batch split on every dim), fsdp "
+         "(ZeRO-3: parameters sharded on every dim, gathered for use), megatron (TP column/row "
+         "on the tp dim, DP on the others), fsdp+tp (TP on tp, FSDP on the others), hsdp "
+         "(replicate over the outer dims, shard over the last)";
+}
+
+MeshDimIdx tensor_parallel_dim(const Mesh& mesh) {
+  for (MeshDimIdx d = 0; d < mesh.ndim(); ++d) {
+    const std::string& n = mesh.dim(d).name;
+    if (n == "tp" || n == "tensor" || n == "mp" || n == "model") return d;
+  }
+  return -1;
+}
+
+std::string_view tp_role_name(TpRole r) {
+  switch (r) {
+    case TpRole::kReplicated: return "replicated";
+    case TpRole::kColumn: return "column";
+    case TpRole::kRow: return "row";
+    case TpRole::kVocab: return "vocab";
+    case TpRole::kColumnBias: return "column bias";
+  }
+  return "?";
+}
+
+std::vector<TpLayout> tensor_parallel_layout(const Graph& g) {
+  return tensor_parallel_analysis(g).params;
+}
+
+TpAnalysis tensor_parallel_analysis(const Graph& g) {
+  TpAnalysis res;
+  std::vector<TpLayout>& layout = res.params;
+  layout.resize(static_cast<size_t>(g.size()));
+  std::vector<char> assigned(static_cast<size_t>(g.size()), 0);
+  // Per node: the parameter it is an alias of (through views and casts) and how many 2-D
+  // transposes lie in between.
+  struct Alias {
+    NodeIdx param = kNoNode;
+    int swaps = 0;
+  };
+  std::vector<Alias> alias(static_cast<size_t>(g.size()));
+  // Per node: its output carries features split by a column-parallel linear.
+  std::vector<char> split(static_cast<size_t>(g.size()), 0);
+  auto set_role = [&](NodeIdx p, TpLayout l) {
+    if (assigned[static_cast<size_t>(p)]) return;  // the first (forward) use decides
+    assigned[static_cast<size_t>(p)] = 1;
+    layout[static_cast<size_t>(p)] = l;
+  };
+  for (NodeIdx i = 0; i < g.size(); ++i) {
+    const Node& n = g.node(i);
+    if (n.kind == NodeKind::kParameter) {
+      alias[static_cast<size_t>(i)] = {i, 0};
+      continue;
+    }
+    if (n.kind != NodeKind::kOp || n.phase != Phase::kForward) continue;
+    const std::string_view op = aten_packet(n.op);
+    auto alias_of = [&](size_t slot) -> const Alias& {
+      return alias[static_cast<size_t>(n.inputs[slot].node)];
+    };
+    if (is_weight_alias(op) && !n.inputs.empty() && alias_of(0).param != kNoNode) {
+      Alias a = alias_of(0);
+      if (swaps_2d(n)) ++a.swaps;
+      alias[static_cast<size_t>(i)] = a;
+      continue;
+    }
+    if (op == "embedding" && !n.inputs.empty() && alias_of(0).param != kNoNode) {
+      set_role(alias_of(0).param, {TpRole::kVocab, 0});
+      continue;  // the looked-up rows are whole: not split
+    }
+    if (is_linear_op(op)) {
+      // Operands: linear(x, w[out,in], b); mm/matmul/bmm(a, b); addmm(bias, a, b).
+      const size_t first = op == "addmm" ? 1 : 0;
+      std::optional<size_t> wslot;
+      for (size_t s = first; s < std::min(n.inputs.size(), first + 2); ++s)
+        if (alias_of(s).param != kNoNode && g.node(alias_of(s).param).out().rank() == 2) wslot = s;
+      if (wslot) {
+        bool act_split = false;
+        for (size_t s = first; s < std::min(n.inputs.size(), first + 2); ++s)
+          if (s != *wslot && split[static_cast<size_t>(n.inputs[s].node)]) act_split = true;
+        const Alias& w = alias_of(*wslot);
+        // Output-feature dim of the parameter: nn.Linear's [out, in] is read transposed by
+        // x @ w.t(); linear() reads it as is; a weight on the left (w @ x) has out rows.
+        int32_t out_dim;
+        if (op == "linear") out_dim = w.swaps % 2 == 0 ? 0 : 1;
+        else if (*wslot == first + 1) out_dim = w.swaps % 2 == 1 ? 0 : 1;
+        else out_dim = w.swaps % 2 == 0 ? 0 : 1;
+        const TpRole role = act_split ? TpRole::kRow : TpRole::kColumn;
+        set_role(w.param, {role, role == TpRole::kColumn ? out_dim : 1 - out_dim});
+        std::optional<size_t> bslot;
+        if (op == "addmm") bslot = 0;
+        if (op == "linear" && n.inputs.size() > 2) bslot = 2;
+        if (bslot && alias_of(*bslot).param != kNoNode) {
+          const NodeIdx b = alias_of(*bslot).param;
+          if (role == TpRole::kColumn)
+            set_role(b, {TpRole::kColumnBias, static_cast<int32_t>(g.node(b).out().rank() - 1)});
+          else
+            set_role(b, {TpRole::kReplicated, -1});
+        }
+        split[static_cast<size_t>(i)] = role == TpRole::kColumn;
+        res.linears.push_back({i, w.param, role});
+        continue;
+      }
+    }
+    for (const TensorRef& in : n.inputs)
+      if (split[static_cast<size_t>(in.node)]) split[static_cast<size_t>(i)] = 1;
+  }
+  return res;
+}
+
+RecipePins recipe_pins(Recipe r, const Graph& g, const Mesh& mesh, bool require_divisible) {
+  RecipePins out;
+  if (r == Recipe::kAlpa) return out;
+  const std::string name(recipe_name(r));
+  const MeshDimIdx tp = tensor_parallel_dim(mesh);
+  if ((r == Recipe::kMegatron || r == Recipe::kFsdpTp) && tp < 0) {
+    out.not_applicable = fmt::format(
+        "{} needs a tensor-parallel mesh dim named tp (mesh {} has none; e.g. --mesh-dims dp,tp)",
+        name, mesh.describe());
+    return out;
+  }
+  if (r == Recipe::kFsdpTp && mesh.ndim() < 2) {
+    out.not_applicable = fmt::format("fsdp+tp needs a data-parallel mesh dim besides tp (mesh {})",
+                                     mesh.describe());
+    return out;
+  }
+  if (r == Recipe::kHsdp && mesh.ndim() < 2) {
+    out.not_applicable = fmt::format(
+        "hsdp needs a mesh of at least 2 dims (replicate across nodes, shard within); mesh {} "
+        "is 1-D: use fsdp or ddp",
+        mesh.describe());
+    return out;
+  }
+  const std::vector<MeshDimIdx> data = batch_dims(r, mesh);
+  int64_t data_ranks = 1;
+  for (MeshDimIdx d : data) data_ranks *= mesh.size(d);
+
+  const bool tensor_parallel = r == Recipe::kMegatron || r == Recipe::kFsdpTp;
+  const TpAnalysis tpa = tensor_parallel_analysis(g);
+  const std::vector<TpLayout>& tpl = tpa.params;
+  if (tensor_parallel) {
+    if (std::none_of(tpl.begin(), tpl.end(), [](const TpLayout& l) {
+          return l.role == TpRole::kColumn || l.role == TpRole::kRow;
+        })) {
+      out.not_applicable =
+          fmt::format("{}: the graph has no linear layer whose weight tensor parallelism could split", name);
+      return out;
+    }
+  }
+
+  auto pin = [&](const Node& n, std::vector<Placement> p) {
+    Constraint c;
+    c.kind = Constraint::Kind::kPin;
+    c.node = n.name;
+    c.output = std::move(p);
+    c.name = "recipe:" + n.name;
+    out.constraints.push_back(std::move(c));
+  };
+
+  // The batch: every input split on its first dim over the data-parallel dims.
+  for (const Node& n : g.nodes) {
+    if (n.kind != NodeKind::kInput || n.outputs.empty() || n.out().rank() == 0) continue;
+    std::vector<Placement> p = replicated(mesh);
+    for (MeshDimIdx d : data) p[static_cast<size_t>(d)] = Placement::shard(0);
+    if (!valid(p, n.out(), mesh, require_divisible)) {
+      out.not_applicable = fmt::format(
+          "{}: input '{}' (batch {}) does not split over the {} data-parallel devices of mesh "
+          "dims {}",
+          name, n.name, n.out().shape[0], data_ranks, dims_list(mesh, data));
+      out.constraints.clear();
+      return out;
+    }
+    pin(n, std::move(p));
+  }
+
+  // Parameters.
+  int kept_whole = 0, tp_kept = 0;
+  std::vector<std::optional<std::vector<Placement>>> param_p(static_cast<size_t>(g.size()));
+  for (NodeIdx i = 0; i < g.size(); ++i) {
+    const Node& n = g.node(i);
+    if (n.kind != NodeKind::kParameter) continue;
+    const TensorMeta& m = n.out();
+    std::vector<Placement> p = replicated(mesh);
+    if (tensor_parallel && tpl[static_cast<size_t>(i)].dim >= 0) {
+      p[static_cast<size_t>(tp)] = Placement::shard(tpl[static_cast<size_t>(i)].dim);
+      if (!valid(p, m, mesh, require_divisible)) {
+        p[static_cast<size_t>(tp)] = Placement::replicate();
+        ++tp_kept;
+      }
+    }
+    std::vector<MeshDimIdx> shard_on;  // FSDP-style storage sharding
+    if (r == Recipe::kFsdp || r == Recipe::kFsdpTp) shard_on = data;
+    if (r == Recipe::kHsdp) shard_on = {static_cast<MeshDimIdx>(mesh.ndim() - 1)};
+    bool whole = false;
+    for (MeshDimIdx d : shard_on) {
+      // FSDP shards dim 0 (FSDP2's choice); a dim too small for the shards falls back to the
+      // next dim, and a tensor too small for any to replication on that mesh dim.
+      bool placed = false;
+      for (int32_t td = 0; td < m.rank() && !placed; ++td) {
+        p[static_cast<size_t>(d)] = Placement::shard(td);
+        placed = valid(p, m, mesh, require_divisible);
+      }
+      if (!placed) {
+        p[static_cast<size_t>(d)] = Placement::replicate();
+        whole = true;
+      }
+    }
+    if (whole) ++kept_whole;
+    pin(n, p);
+    param_p[static_cast<size_t>(i)] = std::move(p);
+  }
+  // Optimizer state and update follow their parameter (DDP keeps them replicated; FSDP
+  // shards them like the parameter).
+  for (const Node& n : g.nodes) {
+    if (n.kind != NodeKind::kOp || aten_packet(n.op) != "_fused_adam" || n.inputs.empty()) continue;
+    const auto& p = param_p[static_cast<size_t>(n.inputs[0].node)];
+    if (!p) continue;
+    for (size_t s = 2; s < n.inputs.size(); ++s) {
+      const Node& st = g.node(n.inputs[s].node);
+      if (st.kind == NodeKind::kBuffer && st.out().shape == g.node(n.inputs[0].node).out().shape)
+        pin(st, *p);
+    }
+    pin(n, *p);
+  }
+  // How the forward linears use their weights: batch-split outputs on the data-parallel
+  // dims; on tp, column outputs split on their features and row outputs partial (reduced by
+  // the edge that follows: an all-reduce, or a reduce-scatter into sequence parallelism).
+  for (const TpAnalysis::Linear& l : tpa.linears) {
+    const Node& n = g.node(l.node);
+    std::vector<Placement> p = replicated(mesh);
+    for (MeshDimIdx d : data) p[static_cast<size_t>(d)] = Placement::shard(0);
+    if (tensor_parallel)
+      p[static_cast<size_t>(tp)] = l.role == TpRole::kColumn
+                                       ? Placement::shard(static_cast<int32_t>(n.out().rank() - 1))
+                                       : Placement::partial();
+    if (!valid(p, n.out(), mesh, require_divisible)) continue;
+    Constraint c;
+    c.kind = Constraint::Kind::kPin;
+    c.node = n.name;
+    c.output = std::move(p);
+    c.name = "recipe-use:" + n.name;
+    out.use_constraints.push_back(std::move(c));
+  }
+  if (kept_whole > 0)
+    out.notes.push_back(fmt::format("{} parameters too small to shard stay replicated on some dims",
+                                    kept_whole));
+  if (tp_kept > 0)
+    out.notes.push_back(fmt::format("{} parameters do not split over tp and stay replicated there",
+                                    tp_kept));
+  return out;
+}
+
+RecipeResult plan_recipe(Recipe r, const Graph& g, const Mesh& mesh, const PlannerOptions& opt,
+                         const std::vector<Constraint>& constraints, const RecipeInspect& inspect) {
+  RecipeResult res;
+  res.recipe = r;
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    RecipePins pins = recipe_pins(r, g, mesh, opt.require_divisible);
+    res.notes = pins.notes;
+    res.not_applicable = pins.not_applicable;
+    if (res.not_applicable.empty()) {
+      ShardingOptimizer so(g, mesh, opt);
+      for (const Constraint& c : constraints) so.add_constraint(c);
+      for (const Constraint& c : pins.constraints) so.add_constraint(c);
+      for (const Constraint& c : pins.use_constraints) so.add_constraint(c);
+      Plan plan;
+      try {
+        plan = so.get_solution();
+      } catch (const std::runtime_error& e) {
+        if (pins.use_constraints.empty()) throw;
+        // Some linear cannot produce the recipe's output layout (an unusual graph): keep the
+        // parameter pins and let the solver choose how the weights are used.
+        for (const Constraint& c : pins.use_constraints) so.remove_constraint(c.name);
+        res.notes.push_back(fmt::format("the linears' outputs could not all be pinned ({}): "
+                                        "weights are used as the solver chooses",
+                                        one_line(e.what())));
+        plan = so.get_solution();
+      }
+      res.memory_limit_bytes = plan.memory_limit_bytes;
+      if (!plan.has_solution && plan.min_peak_memory_bytes >= 0) {
+        // Over budget: show what the recipe would need without the limit.
+        so.mutable_options().memory_limit_bytes = 0;
+        plan = so.get_solution();
+      }
+      if (!plan.has_solution) {
+        res.error = fmt::format("no plan found ({})", solve_status_name(plan.status));
+      } else {
+        res.fits = res.memory_limit_bytes <= 0 || plan.peak_memory_bytes <= res.memory_limit_bytes;
+        res.plan = std::move(plan);
+        if (inspect) inspect(so, res);
+      }
+    }
+  } catch (const std::exception& e) {
+    res.error = one_line(e.what());
+    res.plan.reset();
+  }
+  res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return res;
+}
+
+std::vector<RecipeResult> compare_recipes(const Graph& g, const Mesh& mesh,
+                                          const PlannerOptions& opt,
+                                          const std::vector<Constraint>& constraints,
+                                          std::vector<Recipe> recipes, int threads,
+                                          const RecipeInspect& inspect) {
+  if (recipes.empty()) recipes = all_recipes();
+  std::vector<RecipeResult> results(recipes.size());
+  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  threads = std::min<int>(threads, static_cast<int>(recipes.size()));
+  PlannerOptions o = opt;
+  o.progress = nullptr;  // several solves at once: their progress lines would interleave
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t k; (k = next.fetch_add(1)) < recipes.size();)
+      results[k] = plan_recipe(recipes[k], g, mesh, o, constraints, inspect);
+  };
+  std::vector<std::thread> pool;
+  for (int t = 1; t < threads; ++t) pool.emplace_back(work);
+  work();
+  for (std::thread& t : pool) t.join();
+  return results;
+}
+
+}  // namespace autoshard
