@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "cli/common.h"
+#include "cli/state_commands.h"
 #include "cli/recipes_cli.h"
 #include "io/placements_json.h"
 #include "io/plan_json.h"
@@ -38,6 +39,7 @@ struct PlanArgs {
   bool no_checks = false;
   std::string out_dir;
   std::string preload;
+  std::string placements;
   bool json = false;
   std::vector<std::string> pins;
   bool show_nodes = false;
@@ -47,6 +49,9 @@ struct PlanArgs {
   bool compare = false;       ///< --compare: every recipe beside the optimum
 };
 
+}  // namespace
+
+// Shared with cmd_state.cc (cli/state_commands.h).
 void print_nodes(const Plan& plan, const Graph& g) {
   fmt::print("\n{:<40} {:<36} {:<16} {:>10} {:>10}  {}\n", "node", "op", "output", "compute", "comm",
              "inputs");
@@ -64,7 +69,7 @@ void print_nodes(const Plan& plan, const Graph& g) {
 }
 
 void print_summary(const Plan& plan, const Graph& g, const Mesh& mesh,
-                   const StepSimulation* sim = nullptr) {
+                   const StepSimulation* sim) {
   fmt::print("autoshard plan: {} on mesh {} of {} ({} devices)\n", g.name, mesh.describe(),
              mesh.hardware().name, mesh.num_devices());
   fmt::print("problem: {} graph nodes -> {} problem nodes, {} edges ({} variables in Alpa's form)\n",
@@ -109,6 +114,8 @@ void print_summary(const Plan& plan, const Graph& g, const Mesh& mesh,
                describe_parallelism(g, mesh, plan, i));
   }
 }
+
+namespace {
 
 int run_plan(const PlanArgs& a) {
   // Fail on an unusable output directory before spending time on the solve.
@@ -176,13 +183,14 @@ int run_plan(const PlanArgs& a) {
     so.set_warm_start(choice);
   }
   if (tty) fmt::print(stderr, "solving (time limit {} s)...\n", a.time_limit);
-  Plan plan = so.get_solution();
+  // --placements: evaluate a saved placement set with this cost model instead of solving.
+  Plan plan = a.placements.empty() ? so.get_solution() : load_placements(so, a.placements);
   // The simulated step (overlap of communication with compute) next to the additive objective.
   std::optional<StepSimulation> sim;
   if (plan.has_solution) sim = simulate_step(so, plan);
   if (!a.out_dir.empty() && plan.has_solution) {
     create_output_dir(a.out_dir);
-    write_file_atomic(a.out_dir + "/placements.json", write_placements_json(plan, so.graph(), mesh));
+    write_plan_outputs(so, plan, a.out_dir);  // placements.json, plan.json, plan.ap
     write_file_atomic(a.out_dir + "/report.html", render_report_html(so, plan, *sim));
     write_file_atomic(a.out_dir + "/trace.json", chrome_trace_json(so, plan, *sim));
   }
@@ -227,8 +235,11 @@ void register_plan(CLI::App& app) {
   sub->add_flag("--no-checks", a->no_checks, "skip the independent verification of the solution");
   sub->add_option("--pin", a->pins, "pin a node's output placements: NODE=PLACEMENTS (repeatable)");
   sub->add_option("--preload", a->preload, "placements JSON of an earlier plan to start from");
+  sub->add_option("--placements", a->placements,
+                  "placements JSON to evaluate instead of solving (every node must match)");
   sub->add_option("-o,--out", a->out_dir,
-                  "write DIR/placements.json (AutoParallel schema), DIR/report.html and DIR/trace.json");
+                  "write DIR/placements.json (AutoParallel schema), DIR/plan.json, DIR/plan.ap (state), "
+                  "DIR/report.html and DIR/trace.json");
   sub->add_flag("--overlap", a->overlap,
                 "discount parameter redistributions that FSDP-style prefetch hides behind compute");
   sub->add_flag("--json", a->json, "print the result as JSON");

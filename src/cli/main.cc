@@ -6,6 +6,7 @@
 #include <exception>
 
 #include "cli/common.h"
+#include "cli/state_commands.h"
 #include "ir/file_util.h"
 
 int main(int argc, char** argv) {
@@ -16,13 +17,15 @@ int main(int argc, char** argv) {
   autoshard::cli::register_cost(app);
   autoshard::cli::register_plan(app);
   autoshard::cli::register_iopddl(app);
+  autoshard::cli::register_state_commands(app);  // show, explain, pin, diff, export
   autoshard::cli::register_search(app);
   if (argc > 1 && argv[1][0] != '-') {
     bool known = false;
     for (const CLI::App* sub : app.get_subcommands({})) known = known || sub->check_name(argv[1]);
     if (!known) {
       std::fprintf(stderr,
-                   "autoshard: error: unknown subcommand '%s' (expected graph, cost, plan or iopddl; "
+                   "autoshard: error: unknown subcommand '%s' (expected graph, cost, plan, iopddl, "
+                   "show, explain, pin, diff or export; "
                    "see --help)\n",
                    autoshard::one_line(argv[1]).c_str());
       return 2;

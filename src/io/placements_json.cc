@@ -6,7 +6,10 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
+#include "io/state.h"
 #include "ir/file_util.h"
+#include "planner/sharding_optimizer.h"
+#include "planner/solution_file.h"
 
 namespace autoshard {
 
@@ -17,11 +20,19 @@ std::string output_spec_string(const Strategy& s) {
   return r + ")";
 }
 
+std::string graph_fingerprint(const Graph& g) {
+  // Only the graph component is used: mesh, options and constraints do not enter it.
+  static const Mesh kUnitMesh({1}, {"x"}, *hardware_preset("h100"));
+  return fingerprint_parts(g, kUnitMesh, PlannerOptions{}, {}).graph;
+}
+
 std::string write_placements_json(const Plan& plan, const Graph& g, const Mesh& mesh) {
   nlohmann::ordered_json j;
   j["version"] = 1;
   j["mesh_shape"] = mesh.shape();
   j["mesh_dim_names"] = mesh.names();
+  j["autoshard_version"] = std::string(autoshard_version());
+  j["graph_fingerprint"] = graph_fingerprint(g);
   nlohmann::ordered_json pl = nlohmann::ordered_json::object();
   for (NodeIdx i = 0; i < g.size(); ++i) {
     const auto& np = plan.nodes[static_cast<size_t>(i)];
@@ -66,9 +77,22 @@ std::vector<std::string> split_tuple(std::string_view s) {
 
 }  // namespace
 
-std::vector<std::optional<Strategy>> read_placements_json(std::string_view text,
-                                                          std::string_view origin,
-                                                          const Graph& g, const Mesh& mesh) {
+namespace {
+
+/// A problem of one saved node: "<JSON pointer>: <why>" (collected, not thrown to the user).
+struct NodeError {
+  std::string message;
+};
+
+struct ParsedPlacements {
+  std::vector<std::optional<Strategy>> wanted;
+  std::vector<std::string> node_errors;
+  std::string fingerprint;
+  std::string writer_version;
+};
+
+ParsedPlacements parse_placements_doc(std::string_view text, std::string_view origin,
+                                      const Graph& g, const Mesh& mesh) {
   nlohmann::json j = parse_json_text(text, origin);
   auto fail = [&](std::string_view where, std::string_view why) -> std::runtime_error {
     return std::runtime_error(fmt::format("{}: {}: {}", origin, where, why));
@@ -94,60 +118,158 @@ std::vector<std::optional<Strategy>> read_placements_json(std::string_view text,
   }
   if (!j.contains("placements") || !j["placements"].is_object())
     throw fail("/placements", "missing or not an object");
-  std::vector<std::optional<Strategy>> out(static_cast<size_t>(g.size()));
+  ParsedPlacements r;
+  if (j.contains("graph_fingerprint") && j["graph_fingerprint"].is_string())
+    r.fingerprint = j["graph_fingerprint"].get<std::string>();
+  if (j.contains("autoshard_version") && j["autoshard_version"].is_string())
+    r.writer_version = j["autoshard_version"].get<std::string>();
+  r.wanted.resize(static_cast<size_t>(g.size()));
+  auto node_fail = [](std::string_view where, std::string_view why) {
+    return NodeError{fmt::format("{}: {}", where, why)};
+  };
   for (auto it = j["placements"].begin(); it != j["placements"].end(); ++it) {
     std::string where = "/placements/" + it.key();
-    auto idx = g.find(it.key());
-    if (!idx) throw fail(where, "no such node in the graph");
-    const Node& n = g.node(*idx);
-    const auto& e = it.value();
-    if (!e.is_object() || !e.contains("output") || !e["output"].is_string())
-      throw fail(where + "/output", "missing");
-    Strategy s;
-    // Parses one DTensor string; errors carry the exact JSON pointer of the string.
-    auto parse_at = [&](const nlohmann::json& v, const std::string& at) {
-      if (!v.is_string()) throw fail(at, fmt::format("expected a placement string, got {}", v.dump()));
-      try {
-        return parse_placements(v.get<std::string>());
-      } catch (const std::invalid_argument& ex) {
-        throw fail(at, one_line(ex.what()));
-      }
-    };
-    auto parts = split_tuple(e["output"].get<std::string>());
-    if (parts.size() != n.outputs.size())
-      throw fail(where + "/output", fmt::format("{} specs for {} outputs", parts.size(),
-                                                n.outputs.size()));
-    for (size_t k = 0; k < parts.size(); ++k) {
-      ShardingSpec sp;
-      sp.placements = parts[k] == "None" ? std::vector<Placement>(static_cast<size_t>(mesh.ndim()))
-                                         : parse_at(parts[k], where + "/output");
-      sp.meta = n.outputs[k];
-      s.outputs.push_back(std::move(sp));
-    }
-    if (e.contains("inputs")) {
-      if (!e["inputs"].is_array() || e["inputs"].size() != n.inputs.size())
-        throw fail(where + "/inputs",
-                   fmt::format("expected {} input specs (node '{}' has {} inputs), got {}",
-                               n.inputs.size(), n.name, n.inputs.size(),
-                               e["inputs"].is_array() ? std::to_string(e["inputs"].size())
-                                                      : std::string("no array")));
-      for (size_t k = 0; k < n.inputs.size(); ++k) {
-        const std::string at = fmt::format("{}/inputs/{}", where, k);
+    try {
+      auto idx = g.find(it.key());
+      if (!idx) throw node_fail(where, "no such node in the graph");
+      const Node& n = g.node(*idx);
+      const auto& e = it.value();
+      if (!e.is_object() || !e.contains("output") || !e["output"].is_string())
+        throw node_fail(where + "/output", "missing");
+      Strategy s;
+      // Parses one DTensor string; errors carry the exact JSON pointer of the string.
+      auto parse_at = [&](const nlohmann::json& v, const std::string& at) {
+        if (!v.is_string())
+          throw node_fail(at, fmt::format("expected a placement string, got {}", v.dump()));
+        try {
+          return parse_placements(v.get<std::string>());
+        } catch (const std::invalid_argument& ex) {
+          throw node_fail(at, one_line(ex.what()));
+        }
+      };
+      auto parts = split_tuple(e["output"].get<std::string>());
+      if (parts.size() != n.outputs.size())
+        throw node_fail(where + "/output", fmt::format("{} specs for {} outputs", parts.size(),
+                                                       n.outputs.size()));
+      for (size_t k = 0; k < parts.size(); ++k) {
         ShardingSpec sp;
-        sp.placements = parse_at(e["inputs"][k], at);
-        sp.meta = g.meta(n.inputs[k]);
-        if (sp.ndim_mesh() != mesh.ndim())
-          throw fail(at, fmt::format("{} placements for a {}-D mesh", sp.ndim_mesh(), mesh.ndim()));
-        s.inputs.push_back(std::move(sp));
+        sp.placements = parts[k] == "None" ? std::vector<Placement>(static_cast<size_t>(mesh.ndim()))
+                                           : parse_at(parts[k], where + "/output");
+        sp.meta = n.outputs[k];
+        s.outputs.push_back(std::move(sp));
       }
+      if (e.contains("inputs")) {
+        if (!e["inputs"].is_array() || e["inputs"].size() != n.inputs.size())
+          throw node_fail(where + "/inputs",
+                          fmt::format("expected {} input specs (node '{}' has {} inputs), got {}",
+                                      n.inputs.size(), n.name, n.inputs.size(),
+                                      e["inputs"].is_array() ? std::to_string(e["inputs"].size())
+                                                             : std::string("no array")));
+        for (size_t k = 0; k < n.inputs.size(); ++k) {
+          const std::string at = fmt::format("{}/inputs/{}", where, k);
+          ShardingSpec sp;
+          sp.placements = parse_at(e["inputs"][k], at);
+          sp.meta = g.meta(n.inputs[k]);
+          if (sp.ndim_mesh() != mesh.ndim())
+            throw node_fail(at, fmt::format("{} placements for a {}-D mesh", sp.ndim_mesh(), mesh.ndim()));
+          s.inputs.push_back(std::move(sp));
+        }
+      }
+      for (const ShardingSpec& sp : s.outputs)
+        if (sp.ndim_mesh() != mesh.ndim())
+          throw node_fail(where + "/output", fmt::format("{} placements for a {}-D mesh",
+                                                         sp.ndim_mesh(), mesh.ndim()));
+      r.wanted[static_cast<size_t>(*idx)] = std::move(s);
+    } catch (const NodeError& ne) {
+      r.node_errors.push_back(ne.message);
     }
-    for (const ShardingSpec& sp : s.outputs)
-      if (sp.ndim_mesh() != mesh.ndim())
-        throw fail(where + "/output", fmt::format("{} placements for a {}-D mesh", sp.ndim_mesh(),
-                                                  mesh.ndim()));
-    out[static_cast<size_t>(*idx)] = std::move(s);
   }
-  return out;
+  return r;
+}
+
+std::string spec_list(const std::vector<ShardingSpec>& specs) {
+  std::string r;
+  for (size_t k = 0; k < specs.size(); ++k) r += (k ? ", " : "") + specs[k].to_string();
+  return r;
+}
+
+}  // namespace
+
+std::string format_mismatches(std::string_view origin, const std::vector<std::string>& m,
+                              size_t shown) {
+  if (m.size() == 1) return fmt::format("{}: {}", origin, m[0]);
+  std::string r = fmt::format("{}: ", origin);
+  for (size_t k = 0; k < m.size() && k < shown; ++k) r += (k ? "; " : "") + m[k];
+  if (m.size() > shown) r += fmt::format("; and {} more", m.size() - shown);
+  return one_line(r + fmt::format(" ({} mismatched nodes)", m.size()));
+}
+
+std::vector<std::optional<Strategy>> read_placements_json(std::string_view text,
+                                                          std::string_view origin,
+                                                          const Graph& g, const Mesh& mesh) {
+  ParsedPlacements r = parse_placements_doc(text, origin, g, mesh);
+  if (!r.node_errors.empty()) throw std::runtime_error(format_mismatches(origin, r.node_errors));
+  return std::move(r.wanted);
+}
+
+PlacementsMatch match_placements(ShardingOptimizer& opt, std::string_view text,
+                                 std::string_view origin, bool require_all) {
+  const Graph& g = opt.graph();
+  ParsedPlacements parsed = parse_placements_doc(text, origin, g, opt.mesh());
+  PlacementsMatch m;
+  m.writer_version = parsed.writer_version;
+  m.mismatches = std::move(parsed.node_errors);
+  if (!parsed.fingerprint.empty() && parsed.fingerprint != graph_fingerprint(g))
+    m.warnings.push_back(fmt::format(
+        "{}: saved for another graph (fingerprint {}, this graph {}); nodes are matched by name",
+        origin, parsed.fingerprint, graph_fingerprint(g)));
+  m.choice = opt.match_strategies(parsed.wanted);
+  const BuiltProblem& bp = opt.problem();
+  for (NodeIdx i = 0; i < g.size(); ++i) {
+    const auto& w = parsed.wanted[static_cast<size_t>(i)];
+    const PNodeIdx v = bp.pnode[static_cast<size_t>(i)];
+    if (v < 0 || m.choice[static_cast<size_t>(v)] >= 0) continue;
+    const std::string where = "/placements/" + g.node(i).name;
+    if (w) {
+      const size_t n = bp.strategies[static_cast<size_t>(v)].size();
+      m.mismatches.push_back(fmt::format(
+          "{}: output {}, inputs [{}] matches none of the node's {} strateg{}", where,
+          output_spec_string(*w), spec_list(w->inputs), n, n == 1 ? "y" : "ies"));
+    } else if (require_all) {
+      m.mismatches.push_back(fmt::format("{}: missing (the node is in the graph)", where));
+    }
+  }
+  return m;
+}
+
+Plan placements_plan(ShardingOptimizer& opt, std::string_view text, std::string_view origin) {
+  PlacementsMatch m = match_placements(opt, text, origin, /*require_all=*/true);
+  if (!m.mismatches.empty()) throw std::runtime_error(format_mismatches(origin, m.mismatches));
+  for (size_t v = 0; v < m.choice.size(); ++v)
+    if (m.choice[v] < 0)  // an auxiliary problem node nothing decides (cannot happen today)
+      throw std::runtime_error(fmt::format("{}: problem node {} has no strategy", origin, v));
+  Plan plan = opt.evaluate(m.choice);
+  // Evaluation alone proves nothing about optimality: the trivial bound (costs are >= 0).
+  plan.status = SolveStatus::kFeasible;
+  plan.lower_bound_us = 0;
+  plan.gap = plan.objective_us > 0 ? 1.0 : 0.0;
+  plan.warnings.insert(plan.warnings.end(), m.warnings.begin(), m.warnings.end());
+  plan.warnings.push_back(fmt::format("placements loaded from {}: evaluated, not solved", origin));
+  if (plan.memory_limit_bytes > 0 && plan.peak_memory_bytes > plan.memory_limit_bytes)
+    plan.warnings.push_back(fmt::format("the loaded plan's peak memory {} exceeds the limit {}",
+                                        plan.peak_memory_bytes, plan.memory_limit_bytes));
+  opt.set_solution(plan, m.choice);
+  return plan;
+}
+
+Plan load_placements(ShardingOptimizer& opt, const std::string& path) {
+  return placements_plan(opt, read_text_file(path), path);
+}
+
+void save_placements(const ShardingOptimizer& opt, const std::string& path) {
+  if (!opt.solution() || !opt.solution()->has_solution)
+    throw std::runtime_error(fmt::format("{}: cannot save placements: no solution", path));
+  write_file_atomic(path, write_placements_json(*opt.solution(), opt.graph(), opt.mesh()));
 }
 
 }  // namespace autoshard

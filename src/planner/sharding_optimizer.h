@@ -59,6 +59,25 @@ class ShardingOptimizer {
   /// given by problem()).  Used by --preload.
   void set_warm_start(std::vector<StrategyIdx> choice) { warm_start_ = std::move(choice); }
 
+  // What-if (defined in planner/whatif.cc).
+  /// Pins `node` (output placements, optionally input placements); returns the names of the
+  /// constraints added (for remove_constraints).
+  std::vector<std::string> add_node_constraint(
+      const std::string& node, const std::vector<Placement>& output,
+      std::optional<std::vector<std::vector<Placement>>> inputs = std::nullopt);
+  /// Removes constraints by name; throws std::runtime_error naming an unknown one (and then
+  /// removes none).
+  void remove_constraints(const std::vector<std::string>& names);
+  /// Solves again under the current constraints, warm-started from solution() (its
+  /// strategies are found by their specs in the rebuilt problem).
+  Plan resolve();
+  /// Makes `plan` (with its full assignment) the current solution, e.g. a plan loaded from
+  /// placements or one restored after a what-if probe.
+  void set_solution(Plan plan, std::vector<StrategyIdx> choice) {
+    solution_ = std::move(plan);
+    solution_choice_ = std::move(choice);
+  }
+
   const Graph& graph() const { return graph_; }
   const Mesh& mesh() const { return mesh_; }
   const PlannerOptions& options() const { return options_; }

@@ -1,0 +1,291 @@
+#include "io/plan_export.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <map>
+#include <stdexcept>
+
+#include "io/placements_json.h"
+#include "io/state.h"
+#include "planner/cluster.h"
+#include "planner/problem_builder.h"
+#include "planner/whatif.h"
+#include "problem/iopddl.h"
+#include "solver/reduce.h"
+
+namespace autoshard {
+
+namespace {
+
+nlohmann::ordered_json number_or_null(double v) {
+  if (std::isfinite(v)) return v;
+  return nullptr;
+}
+
+}  // namespace
+
+nlohmann::ordered_json plan_to_json(ShardingOptimizer& opt, const Plan& plan) {
+  if (!plan.has_solution)
+    throw std::runtime_error(fmt::format("plan export: no solution (status {})", solve_status_name(plan.status)));
+  const Graph& g = opt.graph();
+  const Mesh& mesh = opt.mesh();
+  const BuiltProblem& bp = opt.problem();
+  const std::vector<StrategyIdx> choice = plan_choice(opt, plan);
+
+  // Repeated-layer classes (only classes with several members get an id).
+  std::vector<int32_t> cluster_id(static_cast<size_t>(g.size()), -1);
+  std::vector<NodeIdx> cluster_root(static_cast<size_t>(g.size()), kNoNode);
+  if (opt.options().cluster) {
+    ClusteredProblem cp = cluster_problem(g, bp);
+    std::vector<int32_t> members(static_cast<size_t>(cp.problem.num_nodes()), 0);
+    std::vector<NodeIdx> first(static_cast<size_t>(cp.problem.num_nodes()), kNoNode);
+    for (NodeIdx i = 0; i < g.size(); ++i) {
+      const PNodeIdx v = bp.pnode[static_cast<size_t>(i)];
+      if (v < 0) continue;
+      const PNodeIdx c = cp.class_of[static_cast<size_t>(v)];
+      ++members[static_cast<size_t>(c)];
+      if (first[static_cast<size_t>(c)] == kNoNode) first[static_cast<size_t>(c)] = i;
+    }
+    // Ids are dense in order of the class's first member.
+    std::map<PNodeIdx, int32_t> dense;
+    for (NodeIdx i = 0; i < g.size(); ++i) {
+      const PNodeIdx v = bp.pnode[static_cast<size_t>(i)];
+      if (v < 0) continue;
+      const PNodeIdx c = cp.class_of[static_cast<size_t>(v)];
+      if (members[static_cast<size_t>(c)] < 2) continue;
+      auto [it, fresh] = dense.try_emplace(c, static_cast<int32_t>(dense.size()));
+      cluster_id[static_cast<size_t>(i)] = it->second;
+      cluster_root[static_cast<size_t>(i)] = first[static_cast<size_t>(c)];
+    }
+  }
+  // Cost of every tensor use under the plan, by (consumer, slot).
+  std::map<std::pair<NodeIdx, int32_t>, double> use_cost;
+  for (size_t k = 0; k < bp.edges.size(); ++k) {
+    const auto& o = bp.edge_origin[k];
+    if (o.slot < 0) continue;
+    const BuiltProblem::Edge& e = bp.edges[k];
+    const size_t nv = bp.problem.nodes[static_cast<size_t>(e.v)].costs.size();
+    use_cost[{o.consumer, o.slot}] +=
+        (*e.costs)[static_cast<size_t>(choice[static_cast<size_t>(e.u)]) * nv +
+                   static_cast<size_t>(choice[static_cast<size_t>(e.v)])];
+  }
+
+  nlohmann::ordered_json j;
+  j["format"] = "autoshard-plan";
+  j["version"] = 1;
+  j["autoshard_version"] = std::string(autoshard_version());
+  j["graph"] = g.name;
+  j["graph_fingerprint"] = graph_fingerprint(g);
+  j["mesh"] = {{"shape", mesh.shape()}, {"dim_names", mesh.names()}, {"hardware", mesh.hardware().name}};
+  nlohmann::ordered_json nodes = nlohmann::ordered_json::array();
+  for (NodeIdx i = 0; i < g.size(); ++i) {
+    const auto& np = plan.nodes[static_cast<size_t>(i)];
+    if (!np) continue;
+    const Node& n = g.node(i);
+    const PNodeIdx v = bp.pnode[static_cast<size_t>(i)];
+    const bool placeholder = n.kind == NodeKind::kInput || n.kind == NodeKind::kParameter ||
+                             n.kind == NodeKind::kBuffer;
+    nlohmann::ordered_json x;
+    x["name"] = n.name;
+    x["op"] = placeholder ? std::string("placeholder") : n.op;
+    x["phase"] = std::string(phase_name(n.phase));
+    x["placement"] = output_spec_string(np->chosen);
+    x["compute_cost"] = number_or_null(np->compute_us);
+    x["transition_cost"] = 0.0;
+    nlohmann::ordered_json ins = nlohmann::ordered_json::array();
+    for (size_t k = 0; k < n.inputs.size(); ++k) {
+      const TensorRef r = n.inputs[k];
+      const auto& up = plan.nodes[static_cast<size_t>(r.node)];
+      auto it = use_cost.find({i, static_cast<int32_t>(k)});
+      nlohmann::ordered_json in;
+      in["name"] = g.node(r.node).name;
+      if (r.output != 0) in["output_index"] = r.output;
+      in["src_placement"] = up ? up->chosen.outputs.at(static_cast<size_t>(r.output)).to_string() : "";
+      in["dst_placement"] = k < np->chosen.inputs.size() ? np->chosen.inputs[k].to_string() : "";
+      in["comm_cost"] = number_or_null(it == use_cost.end() ? 0.0 : it->second);
+      in["transition_cost"] = 0.0;
+      ins.push_back(std::move(in));
+    }
+    x["inputs"] = std::move(ins);
+    if (placeholder) x["placeholder_kind"] = std::string(node_kind_name(n.kind));
+    if (n.outputs.size() == 1) {
+      x["dtype"] = std::string(dtype_name(n.out().dtype));
+      x["shape"] = n.out().shape;
+    } else {
+      nlohmann::ordered_json dts = nlohmann::ordered_json::array(), shs = nlohmann::ordered_json::array();
+      for (const TensorMeta& m : n.outputs) {
+        dts.push_back(std::string(dtype_name(m.dtype)));
+        shs.push_back(m.shape);
+      }
+      x["dtype"] = std::move(dts);
+      x["shape"] = std::move(shs);
+    }
+    if (!n.source.empty()) x["source"] = n.source;
+    x["module_path"] = n.module_path;
+    x["cluster_id"] = cluster_id[static_cast<size_t>(i)] >= 0 ? nlohmann::ordered_json(cluster_id[static_cast<size_t>(i)])
+                                                            : nlohmann::ordered_json(nullptr);
+    x["cluster_root"] = cluster_root[static_cast<size_t>(i)] != kNoNode
+                            ? nlohmann::ordered_json(g.node(cluster_root[static_cast<size_t>(i)]).name)
+                            : nlohmann::ordered_json(nullptr);
+    // autoshard's additions.
+    x["strategy"] = np->chosen.name();
+    x["comm_cost"] = number_or_null(np->comm_us);
+    x["memory_bytes"] = bp.problem.nodes[static_cast<size_t>(v)].usages[static_cast<size_t>(choice[static_cast<size_t>(v)])];
+    nodes.push_back(std::move(x));
+  }
+  j["nodes"] = std::move(nodes);
+  nlohmann::ordered_json s;
+  s["total"] = number_or_null(plan.objective_us);
+  s["comm"] = number_or_null(plan.comm_us);
+  s["compute"] = number_or_null(plan.compute_us);
+  s["transition"] = 0.0;
+  s["objective_us"] = number_or_null(plan.objective_us);
+  s["lower_bound_us"] = number_or_null(plan.lower_bound_us);
+  s["gap"] = number_or_null(plan.gap);
+  s["status"] = std::string(solve_status_name(plan.status));
+  s["compute_us"] = number_or_null(plan.compute_us);
+  s["comm_us"] = number_or_null(plan.comm_us);
+  s["recompute_us"] = number_or_null(plan.recompute_us);
+  s["peak_memory_bytes"] = plan.peak_memory_bytes;
+  s["memory_limit_bytes"] = plan.memory_limit_bytes;
+  s["checked"] = plan.checked;
+  s["warnings"] = plan.warnings;
+  j["summary"] = std::move(s);
+  return j;
+}
+
+std::string plan_json_text(ShardingOptimizer& opt, const Plan& plan) {
+  return plan_to_json(opt, plan).dump(1) + "\n";
+}
+
+std::string mps_node_column(PNodeIdx v, StrategyIdx q) { return fmt::format("s{}_{}", v, q); }
+
+std::string write_mps(ShardingOptimizer& opt) {
+  const Problem p = materialize_edges(opt.problem());
+  // Columns in MPS order (all entries of one column together): node columns, then edge columns.
+  struct Entry {
+    std::string row;
+    double coef;
+  };
+  struct Column {
+    std::string name;
+    double cost = 0;
+    bool binary = false;
+    bool fixed_zero = false;
+    std::vector<Entry> entries;
+  };
+  std::vector<std::string> eq_rows;  // = rhs
+  std::vector<double> eq_rhs;
+  std::vector<std::vector<size_t>> node_cols(static_cast<size_t>(p.num_nodes()));
+  std::vector<Column> cols;
+  for (PNodeIdx v = 0; v < p.num_nodes(); ++v) {
+    const ProblemNode& n = p.nodes[static_cast<size_t>(v)];
+    const std::string row = fmt::format("n{}", v);
+    eq_rows.push_back(row);
+    eq_rhs.push_back(1);
+    for (StrategyIdx q = 0; q < n.num_strategies(); ++q) {
+      Column c;
+      c.name = mps_node_column(v, q);
+      c.binary = true;
+      const double cost = n.costs[static_cast<size_t>(q)];
+      c.fixed_zero = !std::isfinite(cost);
+      c.cost = c.fixed_zero ? 0 : cost;
+      c.entries.push_back({row, 1});
+      node_cols[static_cast<size_t>(v)].push_back(cols.size());
+      cols.push_back(std::move(c));
+    }
+  }
+  std::vector<Column> edge_cols;
+  for (EdgeIdx k = 0; k < p.num_edges(); ++k) {
+    const ProblemEdge& e = p.edges[static_cast<size_t>(k)];
+    bool all_zero = true;
+    for (Cost c : e.costs) all_zero = all_zero && c == 0;
+    if (all_zero) continue;  // contributes nothing to any assignment
+    const StrategyIdx nu = p.nodes[static_cast<size_t>(e.u)].num_strategies();
+    const StrategyIdx nv = p.nodes[static_cast<size_t>(e.v)].num_strategies();
+    for (StrategyIdx a = 0; a < nu; ++a) {
+      const std::string row = fmt::format("a{}_{}", k, a);
+      eq_rows.push_back(row);
+      eq_rhs.push_back(0);
+      cols[node_cols[static_cast<size_t>(e.u)][static_cast<size_t>(a)]].entries.push_back({row, -1});
+    }
+    for (StrategyIdx b = 0; b < nv; ++b) {
+      const std::string row = fmt::format("b{}_{}", k, b);
+      eq_rows.push_back(row);
+      eq_rhs.push_back(0);
+      cols[node_cols[static_cast<size_t>(e.v)][static_cast<size_t>(b)]].entries.push_back({row, -1});
+    }
+    for (StrategyIdx a = 0; a < nu; ++a)
+      for (StrategyIdx b = 0; b < nv; ++b) {
+        const Cost c = p.edge_cost(e, a, b);
+        if (!std::isfinite(c)) continue;  // forbidden pair: no column, so it is 0
+        Column col;
+        col.name = fmt::format("e{}_{}_{}", k, a, b);
+        col.cost = c;
+        col.entries.push_back({fmt::format("a{}_{}", k, a), 1});
+        col.entries.push_back({fmt::format("b{}_{}", k, b), 1});
+        edge_cols.push_back(std::move(col));
+      }
+  }
+  // Memory rows at the maximal live sets (in MiB: dividing by 2^20 is exact).
+  std::vector<std::string> mem_rows;
+  std::vector<double> mem_rhs;
+  if (p.usage_limit >= 0) {
+    const double mib = 1048576.0;
+    std::vector<MemoryRow> rows = memory_rows(p, {}, /*drop_slack=*/false);
+    for (size_t r = 0; r < rows.size(); ++r) {
+      const std::string row = fmt::format("m{}", r);
+      mem_rows.push_back(row);
+      mem_rhs.push_back(static_cast<double>(p.usage_limit - rows[r].offset) / mib);
+      for (PNodeIdx v : rows[r].nodes) {
+        const ProblemNode& n = p.nodes[static_cast<size_t>(v)];
+        for (StrategyIdx q = 0; q < n.num_strategies(); ++q)
+          if (n.usages[static_cast<size_t>(q)] != 0)
+            cols[node_cols[static_cast<size_t>(v)][static_cast<size_t>(q)]].entries.push_back(
+                {row, static_cast<double>(n.usages[static_cast<size_t>(q)]) / mib});
+      }
+    }
+  }
+  std::string out;
+  out += "NAME          autoshard\n";
+  out += "ROWS\n N  obj\n";
+  for (const std::string& r : eq_rows) out += fmt::format(" E  {}\n", r);
+  for (const std::string& r : mem_rows) out += fmt::format(" L  {}\n", r);
+  out += "COLUMNS\n";
+  auto write_col = [&](const Column& c) {
+    if (c.cost != 0) out += fmt::format("    {}  obj  {}\n", c.name, c.cost);
+    for (const Entry& e : c.entries) out += fmt::format("    {}  {}  {}\n", c.name, e.row, e.coef);
+  };
+  out += "    MARKER  'MARKER'  'INTORG'\n";
+  for (const Column& c : cols) write_col(c);
+  out += "    MARKER  'MARKER'  'INTEND'\n";
+  for (const Column& c : edge_cols) write_col(c);
+  out += "RHS\n";
+  for (size_t r = 0; r < eq_rows.size(); ++r)
+    if (eq_rhs[r] != 0) out += fmt::format("    rhs  {}  {}\n", eq_rows[r], eq_rhs[r]);
+  for (size_t r = 0; r < mem_rows.size(); ++r) out += fmt::format("    rhs  {}  {}\n", mem_rows[r], mem_rhs[r]);
+  out += "BOUNDS\n";
+  for (const Column& c : cols)
+    out += c.fixed_zero ? fmt::format(" FX bnd  {}  0\n", c.name) : fmt::format(" BV bnd  {}\n", c.name);
+  for (const Column& c : edge_cols) out += fmt::format(" UP bnd  {}  1\n", c.name);
+  out += "ENDATA\n";
+  return out;
+}
+
+Problem iopddl_problem(ShardingOptimizer& opt) {
+  Problem p = materialize_edges(opt.problem());
+  p.name = fmt::format("{} on {} (costs in ps)", opt.graph().name, opt.mesh().describe());
+  auto scale = [](Cost c) { return std::isfinite(c) ? std::round(c * kIopddlCostScale) : c; };
+  for (ProblemNode& n : p.nodes)
+    for (Cost& c : n.costs) c = scale(c);
+  for (ProblemEdge& e : p.edges)
+    for (Cost& c : e.costs) c = scale(c);
+  return p;
+}
+
+void write_problem_iopddl(ShardingOptimizer& opt, const std::string& path) {
+  write_iopddl_json(iopddl_problem(opt), path);
+}
+
+}  // namespace autoshard
