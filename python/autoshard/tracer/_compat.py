@@ -15,8 +15,6 @@ except ImportError:  # pragma: no cover
 
 from torch.fx.experimental.proxy_tensor import make_fx  # noqa: F401  (same API on 1.13 and 2.x)
 
-TRACING_MODE = "real"  # make_fx mode; the tensors are meta tensors
-
 
 def functional_call(module, tensors, args, kwargs=None):
     """Calls `module` with its parameters/buffers replaced by `tensors` (name -> tensor)."""

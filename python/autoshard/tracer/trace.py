@@ -37,6 +37,9 @@ class TracedStep:
     placeholder_names: list    # per placeholder: parameter/buffer name or input name
     grad_params: list          # names of params whose gradient is returned (output order)
     missing_grads: list        # trainable params with no gradient (unused in the loss)
+    output_nodes: list = dataclasses.field(default_factory=list)
+    """With mark_outputs: the FX node names of the `alias` ops marking the model's output
+    tensors (flattening order of `flatten_tensors`), for output constraints."""
 
 
 # --- recording module / phase / source while make_fx builds the graph ------------------------
@@ -60,6 +63,8 @@ class _Recorder:
         self.stdlib_dir = os.path.dirname(os.path.abspath(os.__file__)) + os.sep
         self.internal = _internal_files()
         self._file_ok: dict[str, bool] = {}
+        self.marking = False           # the next call_function node marks a model output
+        self.marked: list[str] = []
 
     # Module stack via hooks.  The post-hook also labels the autograd nodes the module created
     # (walking grad_fn edges from its outputs back to its inputs), so that backward ops can be
@@ -144,6 +149,9 @@ class _Recorder:
             if rec.phase == "forward" and node.op == "call_function":
                 info["source"] = rec._source()
             node.meta[_META_KEY] = info
+            if rec.marking and node.op == "call_function":
+                rec.marked.append(node.name)
+                rec.marking = False
             return node
 
         torch.fx.Graph.create_node = create_node
@@ -158,14 +166,50 @@ class _Recorder:
 
 
 def _tensors(obj):
-    """All tensors in a (nested) tuple / list / dict."""
+    """All tensors in a (nested) tuple / list / dict / dataclass."""
+    return flatten_tensors(obj)
+
+
+def _children(obj):
+    """(keys, values) of a container the tracer looks into, or None for a leaf."""
+    if isinstance(obj, dict):  # also Hugging Face ModelOutput (an OrderedDict dataclass)
+        return list(obj.keys()), list(obj.values())
+    if isinstance(obj, (tuple, list)):
+        return list(range(len(obj))), list(obj)
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        names = [f.name for f in dataclasses.fields(obj)]
+        return names, [getattr(obj, n) for n in names]
+    return None
+
+
+def flatten_tensors(obj) -> list:
+    """Tensors in a (nested) tuple / list / dict / dataclass, depth first, in order."""
     if isinstance(obj, torch.Tensor):
         return [obj]
-    if isinstance(obj, (tuple, list)):
-        return [t for o in obj for t in _tensors(o)]
+    kv = _children(obj)
+    if kv is None:
+        return []
+    return [t for v in kv[1] for t in flatten_tensors(v)]
+
+
+def map_tensors(fn, obj):
+    """`obj` with every tensor replaced by fn(tensor) (same container types)."""
+    if isinstance(obj, torch.Tensor):
+        return fn(obj)
+    kv = _children(obj)
+    if kv is None:
+        return obj
+    keys, vals = kv
+    new = [map_tensors(fn, v) for v in vals]
     if isinstance(obj, dict):
-        return [t for o in obj.values() for t in _tensors(o)]
-    return []
+        if dataclasses.is_dataclass(obj):  # Hugging Face ModelOutput
+            return type(obj)(**dict(zip(keys, new)))
+        return type(obj)(zip(keys, new)) if type(obj) is not dict else dict(zip(keys, new))
+    if isinstance(obj, tuple):
+        return type(obj)(*new) if hasattr(obj, "_fields") else tuple(new)
+    if isinstance(obj, list):
+        return new
+    return dataclasses.replace(obj, **dict(zip(keys, new)))
 
 
 # --- input normalisation -------------------------------------------------------------------
@@ -199,16 +243,25 @@ def _split_targets(targets):
 
 
 def default_loss(output, *targets, **kw):
-    """Loss used when none is given: the mean of the (first) output, in float32."""
-    while isinstance(output, (tuple, list)):
-        output = output[0]
-    if isinstance(output, dict):
-        output = next(iter(output.values()))
-    return output.float().mean()
+    """Loss used when none is given: the mean of the (first) output tensor, in float32."""
+    tensors = [t for t in flatten_tensors(output) if t.is_floating_point()]
+    if not tensors:
+        raise ValueError("the model returned no floating-point tensor to take a loss of")
+    return tensors[0].float().mean()
+
+
+def _meta_like(t: torch.Tensor, dtype=None) -> torch.Tensor:
+    """A meta tensor like `t` (same requires_grad); `t` itself when already on meta."""
+    if t.is_meta and (dtype is None or t.dtype == dtype):
+        return t
+    m = torch.empty_strided(t.shape, t.stride(), dtype=dtype or t.dtype, device="meta")
+    return m.requires_grad_(t.requires_grad) if m.is_floating_point() else m
 
 
 def trace_training_step(model: torch.nn.Module, example_inputs, loss_fn=None, targets=None,
-                        *, train: bool = True, decompose: str | None = None) -> TracedStep:
+                        *, train: bool = True, decompose: str | None = None,
+                        param_dtype=None, mark_outputs: bool = False,
+                        tracer: str = "dispatch") -> TracedStep:
     """Traces forward + loss + backward of `model` at ATen level on the meta device.
 
     example_inputs: a tensor, a tuple/list of positional model arguments, or a dict of keyword
@@ -217,12 +270,33 @@ def trace_training_step(model: torch.nn.Module, example_inputs, loss_fn=None, ta
         mean of the output.  Model and tensors are moved to meta first if they are not there.
     decompose: None (ATen as dispatched) or "core_aten" (PyTorch's Core ATen opset, through
         `torch._decomp.core_aten_decompositions()`; PyTorch >= 2.1).
+    param_dtype: compute dtype of floating parameters (mixed precision, as FSDP's
+        MixedPrecisionPolicy.param_dtype): the graph casts each parameter once (`_to_copy`),
+        the parameter and its gradient keep their own dtype.
+    mark_outputs: pass every model output tensor through `aten.alias` and report those nodes
+        in TracedStep.output_nodes (AutoParallel.add_output_constraints pins them).
+    tracer: "dispatch" (default: dispatch_trace.py, a TorchDispatchMode over eager meta
+        execution, fast) or "make_fx" (torch.fx.experimental.proxy_tensor.make_fx in "real"
+        mode on the meta tensors: the same graph, ~10x slower on PyTorch 2.x).
+    The model itself is not modified (its tensors are replaced by meta tensors for the trace
+    through functional_call); with train, model.train() is in force during the trace only.
     """
-    table = _compat.decomposition_table(decompose)
     _compat.ensure_meta_kernels()
-    model = to_meta(model)
+    was_training = model.training
     if train:
         model.train()
+    try:
+        return _trace(model, example_inputs, loss_fn, targets, decompose, param_dtype,
+                      mark_outputs, tracer)
+    finally:
+        model.train(was_training)
+
+
+def _trace(model, example_inputs, loss_fn, targets, decompose, param_dtype, mark_outputs,
+           tracer):
+    if tracer not in ("dispatch", "make_fx"):
+        raise ValueError(f"tracer must be 'dispatch' or 'make_fx', got {tracer!r}")
+    table = _compat.decomposition_table(decompose)
     loss_fn = loss_fn or default_loss
     pos, kw, input_names = _split_inputs(model, to_meta(example_inputs))
     tpos, tkw, target_names = _split_targets(to_meta(targets))
@@ -230,8 +304,8 @@ def trace_training_step(model: torch.nn.Module, example_inputs, loss_fn=None, ta
         if n in input_names:
             raise ValueError(f"target name {n!r} clashes with a model input name")
 
-    params = dict(model.named_parameters())
-    buffers = dict(model.named_buffers())
+    params = {n: _meta_like(p) for n, p in model.named_parameters()}
+    buffers = {n: _meta_like(b) for n, b in model.named_buffers()}
     pnames, bnames = list(params), list(buffers)
     trainable = [n for n in pnames if params[n].requires_grad]
     flat = ([params[n] for n in pnames] + [buffers[n] for n in bnames] + list(pos)
@@ -254,23 +328,37 @@ def trace_training_step(model: torch.nn.Module, example_inputs, loss_fn=None, ta
         ta = take(counts[4])
         tk = dict(zip(tkw, take(counts[5])))
         rec.phase = "forward"
+        if param_dtype is not None:
+            p = {n: t.to(param_dtype) if t.is_floating_point() else t for n, t in p.items()}
+            wrt_src = dict(zip(pnames, flat_args[:counts[0]]))
+        else:
+            wrt_src = p
         out = _compat.functional_call(model, {**p, **b}, a, k)
+        if mark_outputs:
+            def mark(t):
+                rec.marking = True
+                return torch.ops.aten.alias.default(t)
+            out = map_tensors(mark, out)
         loss = loss_fn(out, *ta, **tk)
         if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
             raise ValueError("loss_fn must return a one-element tensor")
         rec.phase = "backward"
         rec._label_backward(loss)
-        wrt = [p[n] for n in trainable]
+        wrt = [wrt_src[n] for n in trainable]
         grads = torch.autograd.grad(loss, wrt, allow_unused=True) if wrt else ()
         unused[:] = [n for n, g in zip(trainable, grads) if g is None]
         return [loss] + [g for g in grads if g is not None]
 
     with rec:
-        gm = _compat.make_fx(step, decomposition_table=table, tracing_mode=_compat.TRACING_MODE)(flat)
+        if tracer == "dispatch":
+            from .dispatch_trace import dispatch_trace
+            gm = dispatch_trace(step, flat, table)
+        else:
+            gm = _compat.make_fx(step, decomposition_table=table, tracing_mode="real")(flat)
 
     kinds = (["parameter"] * counts[0] + ["buffer"] * counts[1]
              + ["input"] * (counts[2] + counts[3] + counts[4] + counts[5]))
     names = pnames + bnames + input_names + target_names
     return TracedStep(gm=gm, flat_args=flat, placeholder_kinds=kinds, placeholder_names=names,
                       grad_params=[n for n in trainable if n not in unused],
-                      missing_grads=list(unused))
+                      missing_grads=list(unused), output_nodes=list(rec.marked))

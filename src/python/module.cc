@@ -1,0 +1,174 @@
+/// autoshard._core: the C++ planner as a Python extension module (pybind11).
+///
+/// The binding is thin on purpose: every figure comes from the same C++ code the `autoshard`
+/// command line runs (graph reader, ShardingOptimizer, JSON writers), so a plan made from
+/// Python equals the CLI's on the same graph file.  Placements cross the boundary as DTensor
+/// strings ("S(0)R"); python/autoshard/placements.py turns them into DTensor objects when
+/// torch is importable.  Long calls (solving) release the GIL.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <fmt/format.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "io/placements_json.h"
+#include "io/plan_json.h"
+#include "ir/file_util.h"
+#include "ir/graph_json.h"
+#include "mesh/hardware.h"
+#include "mesh/mesh.h"
+#include "models/models.h"
+#include "planner/sharding_optimizer.h"
+#include "python/bindings.h"
+
+namespace py = pybind11;
+
+namespace autoshard::python {
+
+namespace {
+
+Mesh make_mesh(const std::vector<int64_t>& shape, const std::vector<std::string>& names,
+               const std::string& hardware, const std::string& backend, int gpus_per_node) {
+  Hardware hw;
+  if (auto p = hardware_preset(hardware)) {
+    hw = *p;
+  } else if (hardware.find(".json") != std::string::npos) {
+    hw = load_hardware_json(hardware);
+  } else {
+    throw std::invalid_argument(fmt::format("hardware: unknown preset '{}' (known: {})", hardware,
+                                            fmt::join(hardware_preset_names(), ", ")));
+  }
+  if (gpus_per_node > 0) hw.gpus_per_node = gpus_per_node;
+  CommBackend b;
+  if (backend == "nccl") b = CommBackend::kNccl;
+  else if (backend == "gloo") b = CommBackend::kGloo;
+  else throw std::invalid_argument(fmt::format("backend: expected nccl or gloo, got '{}'", backend));
+  return Mesh(shape, names, hw, b);
+}
+
+void bind_graph(py::module_& m) {
+  py::class_<Graph>(m, "Graph", "A training-step graph (docs/graph-format.md).")
+      .def_static("load", &load_graph_file, py::arg("path"),
+                  "Reads a graph JSON file (errors name the file and the JSON pointer).")
+      .def_static(
+          "from_json", [](const std::string& text, const std::string& origin) {
+            return read_graph_json(text, origin);
+          },
+          py::arg("text"), py::arg("origin") = "<string>")
+      .def_static(
+          "builtin",
+          [](const std::string& name, int64_t batch, int64_t seq, int64_t layers,
+             std::optional<std::string> dtype) {
+            ModelOptions mo;
+            mo.batch = batch;
+            mo.seq = seq;
+            mo.layers = layers;
+            if (dtype) {
+              auto dt = parse_dtype(*dtype);
+              if (!dt) throw std::invalid_argument(fmt::format("dtype: unknown dtype '{}'", *dtype));
+              mo.dtype = *dt;
+            }
+            return build_model(name, mo);
+          },
+          py::arg("name"), py::arg("batch") = -1, py::arg("seq") = -1, py::arg("layers") = -1,
+          py::arg("dtype") = std::nullopt, "A built-in model (llama3-8b, gpt2, ...).")
+      .def_readwrite("name", &Graph::name)
+      .def("__len__", [](const Graph& g) { return static_cast<size_t>(g.size()); })
+      .def("node_names", [](const Graph& g) {
+        std::vector<std::string> out;
+        for (NodeIdx i = 0; i < g.size(); ++i) out.push_back(g.node(i).name);
+        return out;
+      })
+      .def("node_kinds", [](const Graph& g) {
+        std::vector<std::string> out;
+        for (NodeIdx i = 0; i < g.size(); ++i) out.emplace_back(node_kind_name(g.node(i).kind));
+        return out;
+      })
+      .def("__repr__", [](const Graph& g) {
+        return fmt::format("<autoshard.Graph '{}' with {} nodes>", g.name, g.size());
+      });
+  m.def("model_names", &model_names, "The built-in model names.");
+}
+
+void bind_mesh(py::module_& m) {
+  py::class_<Mesh>(m, "Mesh", "A device mesh with its hardware (links, bandwidths, memory).")
+      .def(py::init(&make_mesh), py::arg("shape"), py::arg("dim_names") = std::vector<std::string>{},
+           py::arg("hardware") = "h100", py::arg("backend") = "nccl", py::arg("gpus_per_node") = -1)
+      .def_property_readonly("shape", &Mesh::shape)
+      .def_property_readonly("dim_names", &Mesh::names)
+      .def_property_readonly("hardware", [](const Mesh& mesh) { return mesh.hardware().name; })
+      .def_property_readonly("num_devices", &Mesh::num_devices)
+      .def_property_readonly("ndim", &Mesh::ndim)
+      .def("describe", &Mesh::describe)
+      .def("__repr__", [](const Mesh& mesh) {
+        return fmt::format("<autoshard.Mesh {} of {}>", mesh.describe(), mesh.hardware().name);
+      });
+  m.def("hardware_presets", &hardware_preset_names);
+  m.def(
+      "normalize_placements",
+      [](const std::string& s) { return placements_to_string(parse_placements(s)); },
+      py::arg("spec"), "'Shard(0), Replicate()' -> 'S(0)R' (errors name the position).");
+}
+
+void bind_options(py::module_& m) {
+  py::class_<PlannerOptions>(m, "PlannerOptions", "Planner knobs (planner/options.h).")
+      .def(py::init<>())
+      .def_property(
+          "comm_model",
+          [](const PlannerOptions& o) { return o.comm_model == CommModel::kNccl ? "nccl" : "dtensor"; },
+          [](PlannerOptions& o, const std::string& s) {
+            auto cm = parse_comm_model(s);
+            if (!cm) throw std::invalid_argument(fmt::format("comm_model: expected nccl or dtensor, got '{}'", s));
+            o.comm_model = *cm;
+          })
+      .def_readwrite("memory_limit_bytes", &PlannerOptions::memory_limit_bytes,
+                     "-1: the hardware's memory, 0: no limit")
+      .def_readwrite("time_limit_s", &PlannerOptions::time_limit_s)
+      .def_readwrite("mip_gap", &PlannerOptions::mip_gap)
+      .def_readwrite("threads", &PlannerOptions::threads)
+      .def_readwrite("skip_fully_replicated", &PlannerOptions::skip_fully_replicated)
+      .def_readwrite("cluster", &PlannerOptions::cluster)
+      .def_readwrite("require_divisible", &PlannerOptions::require_divisible)
+      .def_readwrite("run_checks", &PlannerOptions::run_checks)
+      .def_readwrite("preload_solution", &PlannerOptions::preload_solution)
+      .def_readwrite("ilp_solution_file", &PlannerOptions::ilp_solution_file);
+}
+
+void bind_plan(py::module_& m) {
+  py::class_<Plan>(m, "Plan", "A solved plan: placements plus the figures that prove its quality.")
+      .def_property_readonly("status", [](const Plan& p) { return std::string(solve_status_name(p.status)); })
+      .def_readonly("has_solution", &Plan::has_solution)
+      .def_readonly("objective_us", &Plan::objective_us)
+      .def_readonly("lower_bound_us", &Plan::lower_bound_us)
+      .def_readonly("gap", &Plan::gap)
+      .def_readonly("compute_us", &Plan::compute_us)
+      .def_readonly("comm_us", &Plan::comm_us)
+      .def_readonly("peak_memory_bytes", &Plan::peak_memory_bytes)
+      .def_readonly("memory_limit_bytes", &Plan::memory_limit_bytes)
+      .def_readonly("min_peak_memory_bytes", &Plan::min_peak_memory_bytes)
+      .def_readonly("checked", &Plan::checked)
+      .def_readonly("warnings", &Plan::warnings)
+      .def_readonly("phase_seconds", &Plan::phase_seconds)
+      .def("__repr__", [](const Plan& p) {
+        return fmt::format("<autoshard.Plan {} objective {:.1f} us, gap {:.4g}>",
+                           solve_status_name(p.status), p.objective_us, p.gap);
+      });
+}
+
+}  // namespace
+
+}  // namespace autoshard::python
+
+PYBIND11_MODULE(_core, m) {
+  using namespace autoshard::python;
+  m.doc() = "autoshard's C++ planner (graph, mesh, ShardingOptimizer, plans and their files).";
+  m.attr("__version__") = AUTOSHARD_VERSION;
+  bind_graph(m);
+  bind_mesh(m);
+  bind_options(m);
+  bind_plan(m);
+  bind_optimizer(m);
+}

@@ -1,0 +1,212 @@
+/// autoshard._core.ShardingOptimizer: the planner, its constraints, and the files and reports
+/// built on it.  Functions of other modules (state files, what-if, report) are bound when
+/// their headers are present, so the module builds at every commit while they land.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <fmt/format.h>
+
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "io/placements_json.h"
+#include "io/plan_json.h"
+#include "ir/file_util.h"
+#include "planner/sharding_optimizer.h"
+#include "python/bindings.h"
+
+#if __has_include("io/state.h")
+#include "io/state.h"
+#define AUTOSHARD_PY_STATE 1
+#endif
+#if __has_include("report/report.h")
+#include "report/report.h"
+#define AUTOSHARD_PY_REPORT 1
+#endif
+
+namespace py = pybind11;
+
+namespace autoshard::python {
+
+namespace {
+
+using SpecList = std::vector<std::optional<std::string>>;
+
+std::vector<std::vector<Placement>> parse_list(const SpecList& specs) {
+  std::vector<std::vector<Placement>> out;
+  out.reserve(specs.size());
+  for (const auto& s : specs) out.push_back(s ? parse_placements(*s) : std::vector<Placement>{});
+  return out;
+}
+
+/// The plan to work on: the given one, else the last solution; errors say which is missing.
+const Plan& plan_or_solution(const ShardingOptimizer& so, const Plan* plan) {
+  if (plan) return *plan;
+  if (!so.solution()) throw std::runtime_error("no solution: call get_solution() first");
+  return *so.solution();
+}
+
+/// node name -> (output spec, [input specs]) as DTensor strings ("S(0)R", "(S(0)R, RR)").
+py::dict placements_dict(const ShardingOptimizer& so, const Plan& plan) {
+  py::dict out;
+  const Graph& g = so.graph();
+  for (NodeIdx i = 0; i < g.size(); ++i) {
+    const auto& np = plan.nodes[static_cast<size_t>(i)];
+    if (!np) continue;
+    std::vector<std::string> ins;
+    for (const auto& s : np->chosen.inputs) ins.push_back(s.to_string());
+    std::vector<std::string> outs;
+    for (const auto& s : np->chosen.outputs) outs.push_back(s.to_string());
+    py::dict d;
+    d["outputs"] = outs;
+    d["inputs"] = ins;
+    out[py::str(g.node(i).name)] = d;
+  }
+  return out;
+}
+
+/// Reads saved placements and returns the problem assignment they give; throws naming the
+/// file and the first node whose saved specs match none of its strategies.
+std::vector<StrategyIdx> placements_choice(ShardingOptimizer& so, const std::string& path) {
+  auto wanted = read_placements_json(read_text_file(path), path, so.graph(), so.mesh());
+  auto choice = so.match_strategies(wanted);
+  const BuiltProblem& bp = so.problem();
+  int unmatched = 0;
+  std::string first;
+  for (NodeIdx i = 0; i < so.graph().size(); ++i) {
+    PNodeIdx v = bp.pnode[static_cast<size_t>(i)];
+    if (v < 0 || choice[static_cast<size_t>(v)] >= 0) continue;
+    if (unmatched++ == 0) first = so.graph().node(i).name;
+  }
+  if (unmatched > 0)
+    throw std::runtime_error(fmt::format(
+        "{}: {} nodes have no saved placement matching a strategy under the current options "
+        "(first: /placements/{})",
+        path, unmatched, first));
+  return choice;
+}
+
+}  // namespace
+
+void bind_optimizer(py::module_& m) {
+  py::class_<ShardingOptimizer> so(m, "ShardingOptimizer",
+                                   "The planner for one graph on one mesh, with named constraints.");
+  so.def(py::init([](const Graph& g, const Mesh& mesh, std::optional<PlannerOptions> o) {
+           return ShardingOptimizer(g, mesh, o.value_or(PlannerOptions{}));
+         }),
+         py::arg("graph"), py::arg("mesh"), py::arg("options") = std::nullopt)
+      .def_property_readonly("graph", &ShardingOptimizer::graph, py::return_value_policy::reference_internal)
+      .def_property_readonly("mesh", &ShardingOptimizer::mesh, py::return_value_policy::reference_internal)
+      .def_property_readonly("options", &ShardingOptimizer::options)
+      .def(
+          "add_input_constraints",
+          [](ShardingOptimizer& s, const SpecList& p) { return s.add_input_constraints(parse_list(p)); },
+          py::arg("placements"),
+          "Placements of the graph's inputs in order ('S(0)R' strings; None leaves one free).")
+      .def(
+          "add_output_constraints",
+          [](ShardingOptimizer& s, const SpecList& p) { return s.add_output_constraints(parse_list(p)); },
+          py::arg("placements"), "Placements of the tensors the step returns, in order.")
+      .def("add_parameter_memory_constraint", &ShardingOptimizer::add_parameter_memory_constraint,
+           py::arg("low"), py::arg("high"),
+           "Parameter memory per device within [low, high] x the unsharded parameter bytes.")
+      .def(
+          "add_node_constraint",
+          [](ShardingOptimizer& s, const std::string& node, const std::string& output,
+             std::optional<SpecList> inputs) {
+            std::optional<std::vector<std::vector<Placement>>> ins;
+            if (inputs) ins = parse_list(*inputs);
+            return std::vector<std::string>{s.pin(node, parse_placements(output), ins)};
+          },
+          py::arg("node"), py::arg("output"), py::arg("inputs") = std::nullopt,
+          "Pins a node's output placements (and optionally its inputs'); returns the names added.")
+      .def(
+          "remove_constraints",
+          [](ShardingOptimizer& s, const std::vector<std::string>& names) {
+            for (const auto& n : names)
+              if (!s.remove_constraint(n)) throw py::key_error(fmt::format("no constraint named '{}'", n));
+          },
+          py::arg("names"))
+      .def_property_readonly("constraints", [](const ShardingOptimizer& s) {
+        std::vector<std::string> out;
+        for (const auto& c : s.constraints()) out.push_back(c.name);
+        return out;
+      })
+      .def("get_solution", &ShardingOptimizer::get_solution, py::call_guard<py::gil_scoped_release>(),
+           "Builds (if needed) and solves; the plan is kept as `solution`.")
+      .def(
+          "resolve",
+          [](ShardingOptimizer& s) {
+            // Warm-started from the last plan when there is one (what `plan --preload` does).
+            if (s.solution() && !s.solution_choice().empty()) {
+              (void)s.problem();
+              s.set_warm_start(s.solution_choice());
+            }
+            return s.get_solution();
+          },
+          py::call_guard<py::gil_scoped_release>(), "Solves again under the current constraints.")
+      .def_property_readonly("solution", &ShardingOptimizer::solution)
+      .def(
+          "get_placements",
+          [](const ShardingOptimizer& s, const Plan* plan) { return placements_dict(s, plan_or_solution(s, plan)); },
+          py::arg("plan") = nullptr,
+          "node name -> {'outputs': [spec per output], 'inputs': [spec per input]}.")
+      .def(
+          "summary_json",
+          [](const ShardingOptimizer& s, const Plan* plan) {
+            return plan_summary_json(plan_or_solution(s, plan), s.graph(), s.mesh()).dump(2);
+          },
+          py::arg("plan") = nullptr, "The `autoshard plan --json` summary (JSON text).")
+      .def(
+          "save_placements",
+          [](const ShardingOptimizer& s, const std::string& path) {
+            const Plan& p = plan_or_solution(s, nullptr);
+            write_file_atomic(path, write_placements_json(p, s.graph(), s.mesh()));
+          },
+          py::arg("path"), "Writes placements JSON (AutoParallel's save_placements schema).")
+      .def(
+          "load_placements",
+          [](ShardingOptimizer& s, const std::string& path) {
+            auto choice = placements_choice(s, path);
+            s.set_warm_start(choice);
+            return s.evaluate(choice);
+          },
+          py::arg("path"),
+          "Reads saved placements: returns the plan they give under this cost model and starts "
+          "the next solve from them.")
+      .def("__repr__", [](const ShardingOptimizer& s) {
+        return fmt::format("<autoshard.ShardingOptimizer '{}' on {}, {} constraints{}>", s.graph().name,
+                           s.mesh().describe(), s.constraints().size(),
+                           s.solution() ? ", solved" : "");
+      });
+#ifdef AUTOSHARD_PY_STATE
+  so.def("save", &save_state, py::arg("path"),
+         "Writes the state file (graph, mesh, options, constraints, problem, solution).")
+      .def_static("load", &load_state, py::arg("path"),
+                  "An optimizer from a state file: no model, no torch, no strategy generation.")
+      .def("save_replay", &save_replay, py::arg("path"),
+           "Writes the replay file (inputs only: regenerated with the current code).")
+      .def_static(
+          "load_replay", [](const std::string& path) { return load_replay(path); }, py::arg("path"));
+#endif
+#ifdef AUTOSHARD_PY_REPORT
+  so.def(
+      "render_report_html",
+      [](ShardingOptimizer& s, const Plan* plan) {
+        Plan p = plan_or_solution(s, plan);
+        return render_report_html(s, p);
+      },
+      py::arg("plan") = nullptr, "The self-contained HTML report of a plan.");
+  so.def(
+      "save_report",
+      [](ShardingOptimizer& s, const std::string& path) {
+        Plan p = plan_or_solution(s, nullptr);
+        write_file_atomic(path, render_report_html(s, p));
+      },
+      py::arg("path"));
+#endif
+}
+
+}  // namespace autoshard::python

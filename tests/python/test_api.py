@@ -1,0 +1,219 @@
+"""The Python package end to end: trace -> plan -> save -> load -> resolve, the CLI's result
+on the same graph file, loading a state file without torch, HF-style models."""
+import dataclasses
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from conftest import PYTHON_DIR, ROOT
+
+torch = pytest.importorskip("torch")
+nn = torch.nn
+
+MESH = ([2, 4], ["dp", "tp"])
+
+
+def opts(core):
+    return core.planner_options(time_limit_s=60, threads=1)
+
+
+def test_versions_agree(core):
+    import autoshard
+
+    cmake = open(os.path.join(ROOT, "CMakeLists.txt"), encoding="utf-8").read()
+    pyproject = open(os.path.join(ROOT, "pyproject.toml"), encoding="utf-8").read()
+    v_cmake = re.search(r"project\(autoshard VERSION ([0-9.]+)", cmake).group(1)
+    v_py = re.search(r'^version = "([0-9.]+)"', pyproject, re.M).group(1)
+    assert v_cmake == v_py == autoshard.__version__ == core._core.__version__
+
+
+def test_python_plan_equals_cli(core, cli_bin, llama2l_graph):
+    """`autoshard plan --graph F --json` and plan_graph(F) give the same plan."""
+    out = subprocess.run([cli_bin, "plan", "--graph", llama2l_graph, "--mesh", "2x4",
+                          "--mesh-dims", "dp,tp", "--json"],
+                         check=True, capture_output=True, text=True).stdout
+    cli = json.loads(out)
+    opt = core.plan_graph(llama2l_graph, core.Mesh(*MESH))
+    py = json.loads(opt.summary_json())
+    for key in ("status", "objective_us", "lower_bound_us", "peak_memory_bytes", "parameters",
+                "graph", "mesh", "checked"):
+        assert py[key] == cli[key], key
+    assert opt.solution.objective_us == pytest.approx(cli["objective_us"], rel=1e-12)
+
+
+def test_graph_errors_name_the_file(core, tmp_path):
+    bad = tmp_path / "bad.graph.json"
+    bad.write_text('{"format": "autoshard-graph", "version": 1, "nodes": [')
+    with pytest.raises(Exception, match="bad.graph.json"):
+        core.Graph.load(str(bad))
+    with pytest.raises(ValueError, match="position"):
+        core.ShardingOptimizer(core.Graph.load(os.path.join(ROOT, "tests/fixtures/llama2l.graph.json")),
+                               core.Mesh(*MESH)).add_input_constraints(["S(0)X"])
+
+
+class TinyLM(nn.Module):
+    """Embedding -> 2 linear layers -> logits; returns what `kind` says (tensor/dict/dataclass)."""
+
+    def __init__(self, kind="tensor", vocab=64, dim=32):
+        super().__init__()
+        self.kind = kind
+        self.emb = nn.Embedding(vocab, dim)
+        self.up = nn.Linear(dim, 4 * dim, bias=False)
+        self.down = nn.Linear(4 * dim, dim, bias=False)
+        self.head = nn.Linear(dim, vocab, bias=False)
+
+    def forward(self, tokens):
+        h = self.emb(tokens)
+        h = h + self.down(torch.relu(self.up(h)))
+        logits = self.head(h)
+        if self.kind == "dict":
+            return {"logits": logits, "hidden": h}
+        if self.kind == "dataclass":
+            return LMOutput(logits=logits, hidden=h)
+        return logits
+
+
+@dataclasses.dataclass
+class LMOutput:
+    logits: object
+    hidden: object
+
+
+def tokens():
+    return torch.randint(0, 64, (8, 16))
+
+
+@pytest.fixture(scope="module")
+def tiny_autop(core):
+    from autoshard import AutoParallel
+
+    with torch.device("meta"):
+        model = TinyLM()
+    with AutoParallel(model, tokens, core.Mesh(*MESH), options=opts(core)) as autop:
+        autop.add_input_constraints([("S(0)R")])
+        sharding = autop.optimize_placement()
+    return autop, sharding
+
+
+def test_trace_plan_placements(tiny_autop):
+    from torch.distributed.tensor import Replicate, Shard
+
+    autop, sharding = tiny_autop
+    assert sharding["tokens"]["outputs"] == [(Shard(0), Replicate())]
+    w = sharding["up.weight"]["outputs"][0]
+    assert len(w) == 2 and all(isinstance(p, (Shard, Replicate)) or type(p).__name__ == "Partial"
+                               for p in w)
+    assert autop.sharding_optimizer.solution.status == "optimal"
+    assert len(autop.output_nodes) == 1
+
+
+def test_save_load_resolve(tiny_autop, core, tmp_path):
+    opt = tiny_autop[0].sharding_optimizer
+    if not hasattr(opt, "save"):
+        pytest.skip("state files (io/state.h) not in this build")
+    path = str(tmp_path / "plan.ap")
+    opt.save(path)
+    loaded = core.ShardingOptimizer.load(path)
+    assert loaded.solution is not None
+    assert loaded.solution.objective_us == pytest.approx(opt.solution.objective_us, rel=1e-12)
+    assert loaded.get_placements() == opt.get_placements()
+    plan = loaded.resolve()
+    assert plan.objective_us == pytest.approx(opt.solution.objective_us, rel=1e-9)
+
+
+def test_placements_round_trip(tiny_autop, tmp_path):
+    opt = tiny_autop[0].sharding_optimizer
+    path = str(tmp_path / "placements.json")
+    opt.save_placements(path)
+    plan = opt.load_placements(path)
+    assert plan.objective_us == pytest.approx(opt.solution.objective_us, rel=1e-9)
+
+
+def test_pin_and_remove(core, llama2l_graph):
+    opt = core.ShardingOptimizer(core.Graph.load(llama2l_graph), core.Mesh(*MESH), opts(core))
+    free = opt.get_solution().objective_us
+    names = opt.add_node_constraint("output.weight", "RR")
+    assert opt.constraints == names
+    pinned = opt.resolve()
+    assert opt.get_placements()["output.weight"]["outputs"] == ["RR"]
+    assert pinned.objective_us >= free - 1e-9
+    opt.remove_constraints(names)
+    assert opt.constraints == []
+    assert opt.resolve().objective_us == pytest.approx(free, rel=1e-9)
+    with pytest.raises(KeyError):
+        opt.remove_constraints(["nope"])
+
+
+@pytest.mark.parametrize("kind", ["dict", "dataclass"])
+def test_structured_outputs(core, kind):
+    """HF-style models (dict / dataclass outputs) trace; output constraints pin the outputs."""
+    from autoshard import AutoParallel
+
+    with torch.device("meta"):
+        model = TinyLM(kind)
+    with AutoParallel(model, tokens, core.Mesh(*MESH), options=opts(core)) as autop:
+        assert len(autop.output_nodes) == 2
+        autop.add_output_constraints(["S(0)R", None])
+        autop.add_parameter_memory_constraint(high=0.5)
+        sharding = autop.optimize_placement()
+    logits_node = autop.output_nodes[0]
+    assert autop.sharding_optimizer.get_placements()[logits_node]["outputs"] == ["S(0)R"]
+    assert set(n for n in sharding if n.endswith(".weight")) == {
+        "emb.weight", "up.weight", "down.weight", "head.weight"}
+
+
+def test_model_is_not_modified(core):
+    from autoshard import AutoParallel
+
+    model = TinyLM()  # real CPU weights
+    before = model.up.weight.detach().clone()
+    AutoParallel(model, tokens, core.Mesh([4], ["dp"]), options=opts(core)).build()
+    assert model.up.weight.device.type == "cpu" and torch.equal(model.up.weight, before)
+
+
+def test_device_mesh_with_fake_process_group(core):
+    """A DeviceMesh on the fake backend is converted to the same autoshard mesh."""
+    code = """
+import sys, torch, torch.distributed as dist
+from torch.testing._internal.distributed.fake_pg import FakeStore
+from torch.distributed.device_mesh import init_device_mesh
+from autoshard.api import to_core_mesh
+dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=8)
+m = to_core_mesh(init_device_mesh("cpu", (2, 4), mesh_dim_names=("dp", "tp")), "h100")
+print(m.shape, m.dim_names, m.hardware)
+dist.destroy_process_group()
+"""
+    env = dict(os.environ, PYTHONPATH=PYTHON_DIR)
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
+                         text=True, env=env).stdout
+    assert out.split("\n")[0] == "[2, 4] ['dp', 'tp'] h100"
+
+
+def test_load_state_without_torch(tiny_autop, tmp_path):
+    """ShardingOptimizer.load works where torch cannot be imported."""
+    opt = tiny_autop[0].sharding_optimizer
+    if not hasattr(opt, "save"):
+        pytest.skip("state files (io/state.h) not in this build")
+    path = str(tmp_path / "plan.ap")
+    opt.save(path)
+    code = f"""
+import sys
+sys.modules["torch"] = None          # `import torch` raises ImportError
+from autoshard import ShardingOptimizer
+from autoshard.api import convert_placements
+opt = ShardingOptimizer.load({path!r})
+plan = opt.resolve()
+p = convert_placements(opt.get_placements())
+assert isinstance(p["tokens"]["outputs"][0], str), p["tokens"]
+assert "torch" not in [m for m in sys.modules if sys.modules[m] is not None]
+print(plan.status, round(plan.objective_us, 6))
+"""
+    env = dict(os.environ, PYTHONPATH=PYTHON_DIR)
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
+                         text=True, env=env).stdout.split()
+    assert out[0] == "optimal"
+    assert float(out[1]) == pytest.approx(opt.solution.objective_us, rel=1e-6)
