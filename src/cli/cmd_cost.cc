@@ -23,12 +23,15 @@ struct CostArgs {
   std::string comm_model = "nccl";
   bool json = false;
   std::string cases;  ///< batch mode: a JSON file of cases (see run_cases)
+  bool steps = false;  ///< batch mode: also list the nccl-profile schedule of collectives
 };
 
 /// Batch mode (`--cases FILE.json`), for cross-checks that would otherwise launch one process
 /// per case: FILE is a JSON array of {"mesh": [2, 4], "gpus_per_node": 8 (optional),
 /// "shape": [8, 16], "dtype": "f32", "from": "S(0)R", "to": "RR"}; prints one JSON array of
-/// {"time_us": number or null (impossible)} in the same order.  The mesh hardware, backend and
+/// {"time_us": number or null (impossible)} in the same order; with `--steps`, each result also
+/// has "steps": the collectives of the `nccl`-profile schedule (plan_redistribute), each
+/// {"collective", "mesh_dim", "bytes"} (bytes per device, collective_time_us's convention).  The mesh hardware, backend and
 /// comm model come from the command line; errors name the file and the case's JSON pointer.
 void run_cases(const CostArgs& a) {
   std::ifstream in(a.cases);
@@ -65,6 +68,15 @@ void run_cases(const CostArgs& a) {
       nlohmann::json r;
       if (std::isinf(us)) r["time_us"] = nullptr;
       else r["time_us"] = us;
+      if (a.steps) {
+        const RedistributePlan plan = plan_redistribute(from, to, mesh);
+        r["steps"] = nlohmann::json::array();
+        for (int32_t k = 0; k < plan.num_steps && !plan.impossible; ++k) {
+          const CommStep& st = plan.steps[static_cast<size_t>(k)];
+          r["steps"].push_back({{"collective", collective_name(st.kind)}, {"mesh_dim", st.dim},
+                                {"bytes", st.bytes}});
+        }
+      }
       out.push_back(r);
     } catch (const std::exception& e) {
       throw std::runtime_error(fmt::format("{}: {}", where, e.what()));
@@ -135,6 +147,7 @@ void register_cost(CLI::App& app) {
       ->capture_default_str();
   sub->add_flag("--json", a->json, "print JSON");
   sub->add_option("--cases", a->cases, "batch mode: JSON array of cases, prints a JSON array of times");
+  sub->add_flag("--steps", a->steps, "batch mode: also list each case's collectives (nccl schedule)");
   sub->callback([a] { run_cost(*a); });
 }
 

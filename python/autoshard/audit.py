@@ -1,0 +1,221 @@
+"""Communication audit: the collectives an applied step really issues, beside what the plan charged.
+
+    from autoshard.audit import CommAudit, planned_collectives
+    with CommAudit(step) as audit:            # step = apply_placement(...)
+        loss = step(tokens, labels); loss.backward()
+    print(audit.table(planned_collectives(graph, placements, mesh_shape)))
+
+Recorded side: a TorchDispatchMode sees every functional collective DTensor issues
+(torch.ops._c10d_functional all_gather_into_tensor, reduce_scatter_tensor, all_reduce,
+all_to_all_single), its process group (mapped back to the mesh dim), and its bytes per device
+in autoshard's convention (collective_time_us): the gathered output for all_gather, the input
+for reduce_scatter, the buffer for all_reduce and all_to_all.  The step runner tells the audit
+which plan edge (consumer node, input slot) a redistribution belongs to.
+
+Planned side: every edge of the plan (each op input whose producer's placement differs from
+the spec the op needs, and each parameter <- gradient pair) priced by autoshard's own schedule
+(`autoshard cost --cases FILE --steps`, the planner's plan_redistribute), so the two sides
+can be compared per collective type and mesh dim, and edge by edge.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import subprocess
+import tempfile
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any, Iterator, Optional, Sequence
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+KINDS = ("all_gather", "reduce_scatter", "all_reduce", "all_to_all")
+
+
+@dataclass(frozen=True)
+class Collective:
+    kind: str          # one of KINDS
+    mesh_dim: Any      # int, or a tuple of ints for a flattened group, or "?" if unknown
+    bytes: float       # per device, autoshard's convention (see the module docstring)
+    edge: str = ""     # "node:slot", "grad:<param>:-1", "<node>:op" (inside an op), "" unknown
+
+
+def _kind_and_bytes(func, args) -> Optional[tuple[str, float, str]]:
+    """(kind, bytes, group name) of a functional collective call, else None."""
+    name = getattr(func, "__name__", "")
+    ns = getattr(func, "namespace", "")
+    if ns != "_c10d_functional":
+        return None
+    base = name.split(".")[0]
+    t = args[0]
+    nbytes = float(t.numel() * t.element_size()) if isinstance(t, torch.Tensor) else 0.0
+    if base == "all_gather_into_tensor":
+        return "all_gather", nbytes * int(args[1]), str(args[2])
+    if base == "reduce_scatter_tensor":
+        return "reduce_scatter", nbytes, str(args[3])
+    if base == "all_reduce":
+        return "all_reduce", nbytes, str(args[2])
+    if base == "all_to_all_single":
+        return "all_to_all", nbytes, str(args[3])
+    if base in ("broadcast", "all_gather_into_tensor_coalesced", "reduce_scatter_tensor_coalesced",
+                "all_reduce_coalesced"):
+        return base, nbytes, "?"
+    return None
+
+
+class _Recorder(TorchDispatchMode):
+    def __init__(self, audit: "CommAudit"):
+        super().__init__()
+        self.audit = audit
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        info = _kind_and_bytes(func, args)
+        if info is not None:
+            kind, nbytes, group = info
+            self.audit._record(kind, nbytes, group)
+        return func(*args, **(kwargs or {}))
+
+
+class CommAudit:
+    """Records the collectives of the steps run inside `with CommAudit(step):`."""
+
+    def __init__(self, step) -> None:
+        self.step = step
+        self.mesh = step.mesh
+        self.records: list[Collective] = []
+        self._edge: list[str] = []
+        self._groups = {}
+        for d in range(self.mesh.ndim):
+            self._groups[self.mesh.get_group(d).group_name] = d
+        self._mode: Optional[_Recorder] = None
+        self._saved_hook = None
+
+    @contextlib.contextmanager
+    def _edge_ctx(self, node: str, slot: Any) -> Iterator[None]:
+        self._edge.append(f"{node}:{slot}")
+        try:
+            yield
+        finally:
+            self._edge.pop()
+
+    def _record(self, kind: str, nbytes: float, group: str) -> None:
+        dim = self._groups.get(group, "?")
+        self.records.append(Collective(kind, dim, nbytes, self._edge[-1] if self._edge else ""))
+
+    def __enter__(self) -> "CommAudit":
+        runner = self.step._runner
+        self._saved_hook = runner.edge_hook
+        runner.edge_hook = self._edge_ctx
+        self._mode = _Recorder(self)
+        self._mode.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        self._mode.__exit__(*exc)
+        self.step._runner.edge_hook = self._saved_hook
+        return False
+
+    # --- summaries --------------------------------------------------------------------------
+    def totals(self, exclude_edges: Sequence[str] = ("loss",)) -> dict:
+        """(kind, mesh dim) -> [count, bytes] of the recorded collectives."""
+        out: dict = defaultdict(lambda: [0, 0.0])
+        for r in self.records:
+            if r.edge.split(":")[0] in exclude_edges:
+                continue
+            out[(r.kind, r.mesh_dim)][0] += 1
+            out[(r.kind, r.mesh_dim)][1] += r.bytes
+        return dict(out)
+
+    def table(self, planned: Optional[dict] = None, mesh_dim_names: Optional[Sequence[str]] = None
+              ) -> str:
+        """A text table: per collective type and mesh dim, count and MiB issued vs planned."""
+        got = self.totals()
+        planned = planned or {}
+        names = mesh_dim_names or self.mesh.mesh_dim_names or [str(i) for i in range(self.mesh.ndim)]
+        keys = sorted(set(got) | set(planned), key=lambda k: (KINDS.index(k[0]) if k[0] in KINDS
+                                                              else 9, str(k[1])))
+        lines = [f"{'collective':<15}{'mesh dim':<10}{'issued':>8}{'planned':>9}"
+                 f"{'issued MiB':>12}{'planned MiB':>13}  match"]
+        for k in keys:
+            g = got.get(k, [0, 0.0])
+            p = planned.get(k, [0, 0.0])
+            dim = names[k[1]] if isinstance(k[1], int) else str(k[1])
+            ok = g[0] == p[0] and math.isclose(g[1], p[1], rel_tol=1e-9, abs_tol=0.5)
+            lines.append(f"{k[0]:<15}{dim:<10}{g[0]:>8}{p[0]:>9}{g[1] / 2**20:>12.4f}"
+                         f"{p[1] / 2**20:>13.4f}  {'yes' if ok else 'NO'}")
+        if not keys:
+            lines.append("(no collectives issued or planned)")
+        return "\n".join(lines)
+
+    def per_edge(self) -> dict:
+        """edge -> sorted list of (kind, mesh dim, bytes) issued."""
+        out: dict = defaultdict(list)
+        for r in self.records:
+            out[r.edge].append((r.kind, r.mesh_dim, r.bytes))
+        return {k: sorted(v, key=str) for k, v in out.items()}
+
+
+# --- the planned side ------------------------------------------------------------------------
+def _ref_name(ref) -> tuple[str, int]:
+    return (ref, 0) if isinstance(ref, str) else (ref["node"], int(ref.get("output", 0)))
+
+
+def plan_edges(graph: dict, placements: dict) -> list[dict]:
+    """The plan's redistribution edges whose specs differ: {"edge", "shape", "dtype", "from",
+    "to"}.  `placements` is the placements.json object (or its "placements" map)."""
+    pl = placements.get("placements", placements)
+    nodes = {n["name"]: n for n in graph["nodes"]}
+
+    def out_spec(name: str, k: int) -> str:
+        s = pl[name]["output"].strip()
+        if s.startswith("(") and "," in s:
+            return [x.strip() for x in s[1:-1].split(",")][k]
+        return s
+
+    edges = []
+    for n in graph["nodes"]:
+        if n.get("kind") != "op":
+            continue
+        ins = pl[n["name"]]["inputs"]
+        for slot, ref in enumerate(n.get("inputs", [])):
+            src, k = _ref_name(ref)
+            meta = nodes[src]["outputs"][k]
+            frm, to = out_spec(src, k), ins[slot]
+            if frm != to:
+                edges.append({"edge": f"{n['name']}:{slot}", "shape": meta["shape"],
+                              "dtype": meta["dtype"], "from": frm, "to": to})
+    for gp in graph.get("grad_pairs", []):
+        src, k = _ref_name(gp["grad"])
+        meta = nodes[src]["outputs"][k]
+        frm, to = out_spec(src, k), pl[gp["param"]]["output"]
+        if frm != to:
+            edges.append({"edge": f"grad:{gp['param']}:-1", "shape": meta["shape"],
+                          "dtype": meta["dtype"], "from": frm, "to": to})
+    return edges
+
+
+def planned_collectives(binary: str, graph: dict, placements: dict,
+                        mesh_shape: Sequence[int]) -> tuple[dict, dict]:
+    """autoshard's schedule for every plan edge -> ((kind, mesh dim) -> [count, bytes],
+    edge -> sorted list of (kind, mesh dim, bytes))."""
+    edges = plan_edges(graph, placements)
+    cases = [{"mesh": list(mesh_shape), "shape": e["shape"], "dtype": e["dtype"],
+              "from": e["from"], "to": e["to"]} for e in edges]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "cases.json")
+        with open(path, "w") as f:
+            json.dump(cases, f)
+        res = subprocess.run([binary, "cost", "--cases", path, "--steps"], check=True,
+                             capture_output=True, text=True, timeout=120).stdout
+    totals: dict = defaultdict(lambda: [0, 0.0])
+    per_edge: dict = {}
+    for e, r in zip(edges, json.loads(res)):
+        steps = [(s["collective"], int(s["mesh_dim"]), float(s["bytes"])) for s in r["steps"]]
+        per_edge[e["edge"]] = sorted(steps, key=str)
+        for kind, dim, b in steps:
+            totals[(kind, dim)][0] += 1
+            totals[(kind, dim)][1] += b
+    return dict(totals), per_edge
