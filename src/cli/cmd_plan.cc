@@ -14,6 +14,7 @@
 #include "io/placements_json.h"
 #include "io/plan_json.h"
 #include "io/simulation_json.h"
+#include "io/state.h"
 #include "ir/file_util.h"
 #include "planner/parallelism.h"
 #include "planner/sharding_optimizer.h"
@@ -47,6 +48,12 @@ struct PlanArgs {
   bool verbose = false;
   std::string algo = "alpa";  ///< --algo: the optimum or a named recipe (planner/recipes.h)
   bool compare = false;       ///< --compare: every recipe beside the optimum
+  // State files (io/state.h).
+  std::string replay;         ///< plan from this replay instead of --model/--graph
+  bool save_replay = false;   ///< with -o DIR: DIR/plan.replay
+  std::string solution_file;  ///< MASE's ilp_solution_file
+  bool preload_solution = false;
+  bool time_limit_given = false, threads_given = false;
 };
 
 }  // namespace
@@ -121,8 +128,18 @@ int run_plan(const PlanArgs& a) {
   // Fail on an unusable output directory before spending time on the solve.
   if (!a.out_dir.empty()) check_output_dir(a.out_dir);
   const Recipe recipe = parse_algo_option(a.algo);  // a bad --algo fails before any work
-  Graph g = load_graph(a.src);
-  Mesh mesh = make_mesh(a.mesh);
+  if (a.save_replay && a.out_dir.empty()) throw std::invalid_argument("--save-replay: needs -o DIR");
+  if (a.preload_solution && a.solution_file.empty())
+    throw std::invalid_argument("--preload-solution: needs --solution-file FILE");
+  // --replay: graph, mesh, options and constraints from the replay, regenerated with this code.
+  std::optional<ShardingOptimizer> replayed;
+  if (!a.replay.empty()) {
+    ReplayInfo info;
+    replayed.emplace(load_replay(a.replay, &info));
+    fmt::print(stderr, "autoshard: note: {}\n", info.note);
+  }
+  Graph g = replayed ? replayed->graph() : load_graph(a.src);
+  Mesh mesh = replayed ? replayed->mesh() : make_mesh(a.mesh);
   PlannerOptions opt;
   auto cm = parse_comm_model(a.comm_model);
   if (!cm) throw std::invalid_argument(fmt::format("--comm-model: expected nccl or dtensor, got '{}'", a.comm_model));
@@ -139,11 +156,21 @@ int run_plan(const PlanArgs& a) {
   opt.require_divisible = a.require_divisible;
   opt.overlap = a.overlap;
   opt.run_checks = !a.no_checks;
+  if (replayed) {  // the replay's options; --time-limit and --threads may override
+    PlannerOptions r = replayed->options();
+    if (a.time_limit_given) r.time_limit_s = opt.time_limit_s;
+    if (a.threads_given) r.threads = opt.threads;
+    opt = r;
+  }
+  opt.ilp_solution_file = a.solution_file;
+  opt.preload_solution = a.preload_solution;
   if (a.verbose || isatty(STDERR_FILENO))
     opt.progress = [](std::string_view m) { fmt::print(stderr, "  {}\n", m); };
   const bool tty = isatty(STDERR_FILENO);
   if (tty) fmt::print(stderr, "building the problem for {} nodes...\n", g.size());
   ShardingOptimizer so(g, mesh, opt);
+  if (replayed)
+    for (const Constraint& c : replayed->constraints()) so.add_constraint(c);
   for (const std::string& p : a.pins) {
     auto eq = p.find('=');
     if (eq == std::string::npos)
@@ -182,7 +209,11 @@ int run_plan(const PlanArgs& a) {
       if (choice[v] < 0) choice[v] = 0;
     so.set_warm_start(choice);
   }
-  if (tty) fmt::print(stderr, "solving (time limit {} s)...\n", a.time_limit);
+  if (a.save_replay) {  // before solving, so that a failing solve can be replayed
+    create_output_dir(a.out_dir);
+    save_replay(so, a.out_dir + "/plan.replay");
+  }
+  if (tty) fmt::print(stderr, "solving (time limit {} s)...\n", opt.time_limit_s);
   // --placements: evaluate a saved placement set with this cost model instead of solving.
   Plan plan = a.placements.empty() ? so.get_solution() : load_placements(so, a.placements);
   // The simulated step (overlap of communication with compute) next to the additive objective.
@@ -249,7 +280,18 @@ void register_plan(CLI::App& app) {
                 "plan every recipe beside the optimum and print step time, memory and the optimum's saving");
   sub->add_flag("-v,--verbose", a->verbose, "print solver progress on stderr (default on a terminal)");
   sub->add_flag("--show-nodes", a->show_nodes, "print every node's placement and costs (us)");
-  sub->callback([a] { run_plan(*a); });
+  sub->add_option("--replay", a->replay,
+                  "plan from a replay file (graph, mesh, options, constraints) instead of --model/--graph");
+  sub->add_flag("--save-replay", a->save_replay, "with -o DIR, also write DIR/plan.replay");
+  sub->add_option("--solution-file", a->solution_file,
+                  "write the solution there, keyed by the problem's fingerprint (MASE's ilp_solution_file)");
+  sub->add_flag("--preload-solution", a->preload_solution,
+                "reuse --solution-file without solving when its fingerprint matches");
+  sub->callback([a, sub] {
+    a->time_limit_given = sub->count("--time-limit") > 0;
+    a->threads_given = sub->count("--threads") > 0;
+    run_plan(*a);
+  });
 }
 
 }  // namespace autoshard::cli

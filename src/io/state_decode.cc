@@ -178,25 +178,29 @@ class Decoder {
     return o;
   }
 
-  Placement placement(uint32_t code, const std::string& where) const {
+  /// `where` is a callable giving the field path (built only on failure: loading decodes
+  /// millions of codes).
+  template <class Where>
+  Placement placement(uint32_t code, const Where& where) const {
     uint32_t kind = code & 3, value = code >> 2;
     if (kind == static_cast<uint32_t>(Placement::Kind::kReplicate)) {
-      if (value != 0) fail(where, fmt::format("bad placement code {}", code));
+      if (value != 0) fail(where(), fmt::format("bad placement code {}", code));
       return Placement::replicate();
     }
     if (kind == static_cast<uint32_t>(Placement::Kind::kShard)) {
-      if (value >= kMaxRank) fail(where, fmt::format("shard dim {} out of range", value));
+      if (value >= kMaxRank) fail(where(), fmt::format("shard dim {} out of range", value));
       return Placement::shard(static_cast<int32_t>(value));
     }
     if (kind == static_cast<uint32_t>(Placement::Kind::kPartial) && value <= static_cast<uint32_t>(ReduceOp::kMin))
       return Placement::partial(static_cast<ReduceOp>(value));
-    fail(where, fmt::format("bad placement code {}", code));
+    fail(where(), fmt::format("bad placement code {}", code));
   }
 
   std::vector<Placement> placements(const google::protobuf::RepeatedField<uint32_t>& codes, const std::string& where) const {
     std::vector<Placement> out;
     out.reserve(static_cast<size_t>(codes.size()));
-    for (int k = 0; k < codes.size(); ++k) out.push_back(placement(codes.Get(k), fmt::format("{}[{}]", where, k)));
+    for (int k = 0; k < codes.size(); ++k)
+      out.push_back(placement(codes.Get(k), [&] { return fmt::format("{}[{}]", where, k); }));
     return out;
   }
 
@@ -273,7 +277,7 @@ class Decoder {
           if (override[spec]) sp.meta = meta(*override[spec], fmt::format("{}.metas[spec {}]", where, spec));
           else sp.meta = output ? node->outputs[k] : g.meta(node->inputs[k]);
           for (int32_t d = 0; d < ndim; ++d, ++code) {
-            Placement p = placement(x.codes(code), fmt::format("{}.codes[{}]", where, code));
+            Placement p = placement(x.codes(code), [&] { return fmt::format("{}.codes[{}]", where, code); });
             if (p.is_shard() && p.dim >= sp.meta.rank())
               fail(fmt::format("{}.strategy[{}].{}[{}]", where, s, side, k),
                    fmt::format("S({}) of a rank-{} tensor", p.dim, sp.meta.rank()));

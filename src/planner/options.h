@@ -35,11 +35,6 @@ struct PlannerOptions {
   /// simulation (planner/simulate.h) measures what it buys; docs/benchmarks.md "Step simulation".
   bool overlap = false;
   double overlap_discount = 0.5;
-  /// Prefetch discount: redistributions of parameters (gathers FSDP prefetches behind the
-  /// previous layer's compute) cost overlap_discount x their time in the objective.  The step
-  /// simulation (planner/simulate.h) measures what it buys; docs/benchmarks.md "Step simulation".
-  bool overlap = false;
-  double overlap_discount = 0.5;
   /// Activation recomputation (see RecomputePolicy).
   RecomputePolicy recompute = RecomputePolicy::kNone;
   /// Memory of parameter state when the graph has no optimizer step of its own.
