@@ -5,18 +5,20 @@
 
 #include <filesystem>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <optional>
 
 #include "cli/common.h"
-#include "cli/state_commands.h"
 #include "cli/recipes_cli.h"
+#include "cli/state_commands.h"
 #include "io/placements_json.h"
 #include "io/plan_json.h"
 #include "io/simulation_json.h"
 #include "io/state.h"
 #include "ir/file_util.h"
 #include "planner/parallelism.h"
+#include "planner/recompute.h"
 #include "planner/sharding_optimizer.h"
 #include "planner/simulate.h"
 #include "report/report.h"
@@ -46,6 +48,7 @@ struct PlanArgs {
   bool show_nodes = false;
   bool overlap = false;
   bool verbose = false;
+  std::string recompute = "none";
   std::string algo = "alpa";  ///< --algo: the optimum or a named recipe (planner/recipes.h)
   bool compare = false;       ///< --compare: every recipe beside the optimum
   // State files (io/state.h).
@@ -104,6 +107,14 @@ void print_summary(const Plan& plan, const Graph& g, const Mesh& mesh,
   fmt::print("peak memory per device: {}{}\n", format_bytes(plan.peak_memory_bytes),
              plan.memory_limit_bytes > 0 ? fmt::format(" of {}", format_bytes(plan.memory_limit_bytes))
                                          : std::string());
+  if (!plan.layer_recompute.empty()) {
+    std::map<std::string, int> by_mode;
+    for (const auto& [layer, mode] : plan.layer_recompute) ++by_mode[mode];
+    std::string modes;
+    for (const auto& [mode, k] : by_mode) modes += fmt::format("{}{} {}", modes.empty() ? "" : ", ", k, mode);
+    fmt::print("activation recomputation: {} of {} layers ({} of the step time)\n", modes,
+               plan.layer_recompute.size(), format_us(plan.recompute_us));
+  }
   std::string phases;
   for (const auto& [name, s] : plan.phase_seconds) phases += fmt::format(" {} {:.3f}s", name, s);
   fmt::print("time per phase:{}\n", phases);
@@ -156,6 +167,11 @@ int run_plan(const PlanArgs& a) {
   opt.require_divisible = a.require_divisible;
   opt.overlap = a.overlap;
   opt.run_checks = !a.no_checks;
+  auto rp = parse_recompute_policy(a.recompute);
+  if (!rp)
+    throw std::invalid_argument(
+        fmt::format("--recompute: expected none, selective, full or auto, got '{}'", a.recompute));
+  opt.recompute = *rp;
   if (replayed) {  // the replay's options; --time-limit and --threads may override
     PlannerOptions r = replayed->options();
     if (a.time_limit_given) r.time_limit_s = opt.time_limit_s;
@@ -279,6 +295,10 @@ void register_plan(CLI::App& app) {
   sub->add_flag("--compare", a->compare,
                 "plan every recipe beside the optimum and print step time, memory and the optimum's saving");
   sub->add_flag("-v,--verbose", a->verbose, "print solver progress on stderr (default on a terminal)");
+  sub->add_option("--recompute", a->recompute,
+                  "activation recomputation per layer region: none, selective, full, or auto (the "
+                  "solver decides)")
+      ->capture_default_str();
   sub->add_flag("--show-nodes", a->show_nodes, "print every node's placement and costs (us)");
   sub->add_option("--replay", a->replay,
                   "plan from a replay file (graph, mesh, options, constraints) instead of --model/--graph");

@@ -55,6 +55,13 @@ nlohmann::ordered_json plan_summary_json(const Plan& plan, const Graph& g, const
                         {"parallelism", describe_parallelism(g, mesh, plan, i)}});
     }
   j["parameters"] = params;
+  if (!plan.layer_recompute.empty()) {
+    nlohmann::ordered_json layers = nlohmann::ordered_json::array();
+    for (const auto& [layer, mode] : plan.layer_recompute)
+      layers.push_back({{"layer", layer}, {"recompute", mode}});
+    j["recompute_us"] = plan.recompute_us;
+    j["layers"] = layers;
+  }
   return j;
 }
 

@@ -6,6 +6,7 @@
 #include <map>
 #include <numeric>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 
 namespace autoshard {
@@ -125,6 +126,40 @@ struct UnionFind {
   }
 };
 
+/// Recomputation nodes follow their owners: the gap (tail) nodes of two tied forward ops are
+/// tied when their usage vectors agree, and the decisions of two regions of the same class
+/// whose first ops are tied.  Any tie is a restriction, so cost stays exact.
+void tie_recompute_nodes(const BuiltProblem& bp, const std::vector<std::pair<NodeIdx, NodeIdx>>& ties,
+                         UnionFind& uf) {
+  if (bp.recompute_aux.empty()) return;
+  const Problem& p = bp.problem;
+  // (owner, role, region class) -> node
+  std::map<std::tuple<PNodeIdx, int, std::string>, PNodeIdx> aux;
+  for (const auto& a : bp.recompute_aux)
+    aux[{a.owner, static_cast<int>(a.role),
+         bp.recompute_regions[static_cast<size_t>(a.region)].region}] = a.node;
+  for (auto [a, b] : ties) {
+    PNodeIdx u = bp.pnode[static_cast<size_t>(a)], v = bp.pnode[static_cast<size_t>(b)];
+    if (u < 0 || v < 0) continue;
+    for (auto x = aux.lower_bound({u, 0, std::string()}); x != aux.end() && std::get<0>(x->first) == u; ++x) {
+      auto y = aux.find({v, std::get<1>(x->first), std::get<2>(x->first)});
+      if (y == aux.end()) continue;
+      const ProblemNode& nx = p.nodes[static_cast<size_t>(x->second)];
+      const ProblemNode& ny = p.nodes[static_cast<size_t>(y->second)];
+      if (nx.usages == ny.usages && nx.costs.size() == ny.costs.size()) uf.unite(x->second, y->second);
+    }
+  }
+  std::map<std::pair<int32_t, std::string>, PNodeIdx> first;  // (owner class, region) -> decision
+  for (const auto& r : bp.recompute_regions) {
+    PNodeIdx owner = bp.pnode[static_cast<size_t>(r.first_op)];
+    auto [it, inserted] = first.try_emplace({uf.find(owner), r.region}, r.decision);
+    if (!inserted &&
+        p.nodes[static_cast<size_t>(it->second)].costs.size() ==
+            p.nodes[static_cast<size_t>(r.decision)].costs.size())
+      uf.unite(it->second, r.decision);
+  }
+}
+
 }  // namespace
 
 std::vector<std::pair<NodeIdx, NodeIdx>> find_layer_ties(const Graph& g, const BuiltProblem& bp) {
@@ -225,13 +260,15 @@ ClusteredProblem identity_cluster(const BuiltProblem& bp) {
 ClusteredProblem cluster_problem(const Graph& g, const BuiltProblem& bp) {
   const Problem& p = bp.problem;
   UnionFind uf(static_cast<size_t>(p.num_nodes()));
-  for (auto [a, b] : find_layer_ties(g, bp)) {
+  const auto ties = find_layer_ties(g, bp);
+  for (auto [a, b] : ties) {
     PNodeIdx u = bp.pnode[static_cast<size_t>(a)], v = bp.pnode[static_cast<size_t>(b)];
     if (u < 0 || v < 0) continue;
     if (p.nodes[static_cast<size_t>(u)].costs.size() != p.nodes[static_cast<size_t>(v)].costs.size())
       continue;
     uf.unite(u, v);
   }
+  tie_recompute_nodes(bp, ties, uf);
   ClusteredProblem cp;
   cp.problem.name = p.name;
   cp.problem.usage_limit = p.usage_limit;

@@ -12,6 +12,7 @@
 #include "cost/compute.h"
 #include "cost/memory.h"
 #include "cost/redistribute.h"
+#include "planner/recompute.h"
 
 namespace autoshard {
 
@@ -278,6 +279,7 @@ BuiltProblem build_problem(const Graph& g, const Mesh& mesh, const PlannerOption
         {u, v, cache.matrix(out_id(u, gp.grad.output), cache.intern(std::move(targets)), false)});
     bp.edge_origin.push_back({gp.param, -1, gp.grad});
   }
+  add_recomputation(g, opt, bp);
 
   // Memory limit.
   int64_t limit = opt.memory_limit_bytes < 0 ? mesh.hardware().memory_bytes

@@ -10,6 +10,7 @@
 
 #include "planner/cluster.h"
 #include "planner/solution_file.h"
+#include "planner/recompute.h"
 
 namespace autoshard {
 
@@ -190,7 +191,12 @@ Plan ShardingOptimizer::evaluate(const std::vector<StrategyIdx>& choice) {
     plan.comm_us += c;
     if (auto& np = plan.nodes[static_cast<size_t>(origin.consumer)]) np->comm_us += c;
   }
-  // Shadow nodes of parameter-memory constraints carry no cost.
+  // Shadow nodes of parameter-memory constraints carry no cost; recomputation's gap nodes do
+  // (its redistributions are already in comm_us).
+  const RecomputeCost rc = recompute_cost(bp, choice);
+  plan.compute_us += rc.compute_us;
+  plan.recompute_us = rc.compute_us + rc.comm_us;
+  plan.layer_recompute = layer_recompute(bp, choice);
   plan.objective_us = plan.compute_us + plan.comm_us;
   plan.peak_memory_bytes = peak_usage(p, choice, graph_.size() + 1);  // shadows live past the schedule
   plan.memory_limit_bytes = bp.memory_limit;
@@ -261,7 +267,10 @@ Plan ShardingOptimizer::get_solution() {
   ClusteredProblem cp = options_.cluster ? cluster_problem(graph_, bp) : identity_cluster(bp);
   double t_cluster = seconds_since(t1);
   Problem relaxed_problem = cp.problem;
-  if (!has_shadows) relaxed_problem.usage_limit = -1;
+  if (!has_shadows) {
+    relaxed_problem.usage_limit = -1;
+    keep_all_activations(bp, cp.class_of, relaxed_problem);  // exact without memory
+  }
   // When memory may bind, the relaxed solve gets half of the time: the second solve needs room.
   so.time_limit_s = memory_may_bind && !has_shadows ? remaining() / 2 : remaining();
   if (!warm_start_.empty() && static_cast<PNodeIdx>(warm_start_.size()) == bp.problem.num_nodes())
@@ -368,6 +377,7 @@ std::vector<StrategyIdx> ShardingOptimizer::match_strategies(
       }
     }
   }
+  complete_recompute_choice(bp, choice);
   // Shadow nodes follow their parameter.
   for (PNodeIdx v = 0; v < bp.problem.num_nodes(); ++v)
     if (choice[static_cast<size_t>(v)] < 0) {

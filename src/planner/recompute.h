@@ -1,0 +1,79 @@
+#pragma once
+/// Activation recomputation as a decision of the strategy-selection problem, kept in the
+/// IOPDDL shape (one interval per node, usages per strategy) so every solver and the
+/// independent check see it exactly.
+///
+/// Regions: the forward ops of a repeated layer ("layers.3" in the module path) split by
+/// activation class -- attention (attention / attn modules and the norm before them) and mlp
+/// (feed_forward / ffn / mlp modules and their norm).  Residual adds at the layer's own level
+/// belong to no region and are always kept.  Each region instance gets a decision node whose
+/// strategies are the allowed modes: keep, selective (re-execute every op except matmuls and
+/// attention kernels, whose outputs stay saved -- the save list of torchtitan's op-level
+/// selective activation checkpointing, torchtitan/models/llama3/infra/parallelize.py
+/// `_save_list`), full (re-execute every op of the region).
+///
+/// Per forward op v of a region, with its tensor live [s, e) (forward uses end at f, the
+/// region's backward first reads one of its tensors at b, where the recomputation runs):
+///  - a gap node, strategies (mode m, v's strategy q), live [f, b): usage bytes(q) while the
+///    tensor is kept -- read by the backward and not re-executed under m, or not read by the
+///    backward but read by an op that m re-executes; cost compute(v, q) when m re-executes v;
+///    tied to v (same q) and to the decision (same m); one edge per activation input u of v
+///    costs u -> v's redistribution when m re-executes v (the recomputation pays its
+///    collectives again).  Redistributions of parameters are not charged again: the weight the
+///    backward gathers serves the recomputation too (FSDP unshards a layer once for its
+///    backward);
+///  - a tail node, strategies (m, q), live [b, e) for a tensor the backward reads (it is back,
+///    kept or recomputed), or [b, b + 1) with usage only where m needs it for the
+///    recomputation;
+///  - v's own node then lives [s, f) when v can be freed (read by the backward, by no forward op
+///    outside its region).
+/// Under keep, [s, f) + [f, b) + [b, e) = [s, e): the problem is unchanged.  Recomputed
+/// intermediates that the backward does not read live only during the recomputation and are
+/// not counted.  A region whose outside inputs (parameters aside) die before b keeps.
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "ir/graph.h"
+#include "planner/options.h"
+#include "planner/problem_builder.h"
+
+namespace autoshard {
+
+/// "none", "selective", "full", "auto".
+std::string_view recompute_policy_name(RecomputePolicy p);
+std::optional<RecomputePolicy> parse_recompute_policy(std::string_view s);
+
+/// Adds regions, decision, gap and tail nodes and their edges to `bp` (nothing for kNone).
+/// Called by build_problem once nodes and tensor-use edges exist.
+void add_recomputation(const Graph& g, const PlannerOptions& opt, BuiltProblem& bp);
+
+/// Per layer (in forward order): "none" (every region keeps), "full" (every region
+/// recomputes fully) or "selective" (anything in between).
+std::vector<std::pair<std::string, std::string>> layer_recompute(
+    const BuiltProblem& bp, const std::vector<StrategyIdx>& choice);
+
+/// The part of an assignment's cost that recomputation adds: gap node compute and the
+/// recomputation's redistributions (edges with origin slot kRecomputeSlot).
+struct RecomputeCost {
+  double compute_us = 0;
+  double comm_us = 0;
+};
+RecomputeCost recompute_cost(const BuiltProblem& bp, const std::vector<StrategyIdx>& choice);
+
+/// Edge origin slot of a recomputation's redistribution (producer = the input re-read).
+inline constexpr int32_t kRecomputeSlot = -3;
+
+/// Forbids every recomputation mode but keep in `p` (a tied or untied copy of bp.problem,
+/// `class_of` mapping bp's nodes to p's).  Exact for the memory-free relaxation:
+/// recomputation only adds cost, so some optimum keeps everything; the reductions then fold
+/// the gap and tail nodes away.
+void keep_all_activations(const BuiltProblem& bp, const std::vector<PNodeIdx>& class_of, Problem& p);
+
+/// Fills decision, gap and tail entries of a full assignment that are -1 (e.g. from saved
+/// placements) with "keep" and the owner's strategy.
+void complete_recompute_choice(const BuiltProblem& bp, std::vector<StrategyIdx>& choice);
+
+}  // namespace autoshard
