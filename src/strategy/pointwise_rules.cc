@@ -96,7 +96,9 @@ void register_pointwise_rules(RuleTable& t) {
         "native_dropout", "native_dropout_backward", "threshold", "isnan", "isinf",
         "nan_to_num", "zeros_like", "ones_like", "empty_like", "full_like", "rand_like",
         "randn_like", "bernoulli", "atan", "asin", "acos", "sinh", "cosh", "atan2", "xlogy",
-        "relu6", "hardswish_backward", "mish_backward", "softplus_backward"})
+        "relu6", "hardswish_backward", "mish_backward", "softplus_backward",
+        "hardsigmoid_backward", "log_sigmoid_forward", "log_sigmoid_backward", "sgn", "logit",
+        "logit_backward", "logical_xor", "bitwise_xor", "frac", "signbit", "isfinite"})
     t[op] = rule(Linear::kNone);
 }
 

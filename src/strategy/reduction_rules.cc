@@ -137,10 +137,11 @@ void register_reduction_rules(RuleTable& t) {
                          "count_nonzero", "aminmax"})
     t[op] = reduce({std::nullopt, false, false});
   t["cumsum"] = [](const OpContext& c) { return along_dim(c, true); };
-  for (const char* op : {"cumprod", "logcumsumexp", "cummax", "cummin", "sort"})
+  for (const char* op : {"cumprod", "logcumsumexp", "cummax", "cummin", "sort", "topk"})
     t[op] = [](const OpContext& c) { return along_dim(c, false); };
   // Softmax family: the softmax dim stays whole.
-  for (const char* op : {"_softmax", "_log_softmax", "softmax", "log_softmax",
+  // _safe_softmax (torch 2.5+, SDPA's math path): softmax that gives 0 on fully masked rows.
+  for (const char* op : {"_softmax", "_log_softmax", "softmax", "log_softmax", "_safe_softmax",
                          "_softmax_backward_data", "_log_softmax_backward_data"})
     t[op] = [](const OpContext& c) { return along_dim(c, false); };
 }

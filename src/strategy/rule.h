@@ -70,6 +70,7 @@ void register_reduction_rules(RuleTable& t);
 void register_norm_rules(RuleTable& t);
 void register_view_rules(RuleTable& t);
 void register_nn_rules(RuleTable& t);
+void register_index_rules(RuleTable& t);  // index_rules.cc: gather/scatter/index/pad/roll/new_*
 
 // Helpers shared by rule files.
 

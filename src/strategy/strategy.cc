@@ -114,6 +114,7 @@ const RuleTable& rule_table() {
     register_norm_rules(t);
     register_view_rules(t);
     register_nn_rules(t);
+    register_index_rules(t);
     return t;
   }();
   return table;

@@ -32,7 +32,7 @@ TEST(HasRule, AcceptsEverySpelling) {
                          "_fused_adam_", "native_layer_norm", "view"})
     EXPECT_TRUE(has_rule(op)) << op;
   EXPECT_FALSE(has_rule("my_custom_op"));
-  EXPECT_FALSE(has_rule("index_put"));
+  EXPECT_FALSE(has_rule("nonzero"));  // data-dependent output shape
   EXPECT_GT(covered_ops().size(), 150u);
 }
 
