@@ -35,13 +35,16 @@ std::string op_label(const Node& n) {
   return n.kind == NodeKind::kOp ? n.op : std::string(node_kind_name(n.kind));
 }
 
+/// Times in us below 10 ms, else in ms (the step times of large models are ~10^5 us).
 std::string us(double v) {
   if (!std::isfinite(v)) return v > 0 ? "inf" : "-inf";
+  if (std::abs(v) >= 1e4) return fmt::format("{:.3f} ms", v / 1e3);
   return fmt::format("{:.3f} us", v);
 }
 
 std::string signed_us(double v) {
   if (!std::isfinite(v)) return v > 0 ? "+inf" : "-inf";
+  if (std::abs(v) >= 1e4) return fmt::format("{:+.3f} ms", v / 1e3);
   return fmt::format("{:+.3f} us", v);
 }
 
