@@ -61,6 +61,8 @@ function fmtUs(us) {
   if (a >= 1e3) return (us / 1e3).toFixed(3) + " ms";
   return us.toFixed(2) + " us";
 }
+// Costs are null where a choice is impossible (an infinite redistribution).
+function fixed2(v) { return v === null || v === undefined ? "inf" : v.toFixed(2); }
 function fmtBytes(b) {
   if (b === null || b === undefined) return "-";
   const u = ["B", "KiB", "MiB", "GiB", "TiB"];
@@ -227,8 +229,8 @@ function showStrategies(i) {
   panel.append(host);
   makeTable(host, [
     { name: "#", num: true }, { name: "output" }, { name: "inputs" },
-    { name: "compute", num: true, fmt: (v) => v.toFixed(2) }, { name: "in comm", num: true, fmt: (v) => v.toFixed(2) },
-    { name: "out comm", num: true, fmt: (v) => v.toFixed(2) }, { name: "total", num: true, fmt: (v) => v.toFixed(2) },
+    { name: "compute", num: true, fmt: fixed2 }, { name: "in comm", num: true, fmt: fixed2 },
+    { name: "out comm", num: true, fmt: fixed2 }, { name: "total", num: true, fmt: fixed2 },
     { name: "chosen", fmt: (v) => (v ? "yes" : "") },
   ], t.rows, { id: "strategy-table", rowClass: (r) => (r[7] ? "chosen" : "") });
 }
