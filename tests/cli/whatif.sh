@@ -103,6 +103,21 @@ ours = json.load(open(sys.argv[2]))['objective_us']
 assert abs(cbc - ours) <= 1e-6 * ours, (cbc, ours)
 PY
   ok "cbc solves the MPS export to our optimum"
+  # A 1-layer LLaMA on 2 devices (375 problem nodes, attention, norms, embeddings): same check.
+  "$AS" plan --model llama3-1b --layers 1 --batch 2 --seq 128 --mesh 2 --memory-limit 0 --no-cluster \
+    -o "$TMP/ll" --json >"$TMP/ll.json"
+  "$AS" export "$TMP/ll/plan.ap" --mps "$TMP/ll.mps"
+  (cd "$TMP" && cbc ll.mps solve solu ll.txt >/dev/null 2>&1) || fail "cbc failed on the llama MPS export"
+  python3 - "$TMP/ll.txt" "$TMP/ll.json" <<'PY' || fail "CBC's optimum differs from the llama plan's"
+import json, sys
+first = open(sys.argv[1]).readline()
+assert first.startswith('Optimal'), first
+cbc = float(first.split('objective value')[1])
+j = json.load(open(sys.argv[2]))
+assert j['status'] == 'optimal', j['status']
+assert abs(cbc - j['objective_us']) <= 1e-6 * j['objective_us'], (cbc, j['objective_us'])
+PY
+  ok "cbc solves a 1-layer LLaMA's MPS export to our optimum"
 else
   echo "skip: Debian's cbc (coinor-cbc) is not installed: MPS cross-check skipped"
 fi
