@@ -8,6 +8,7 @@
 
 #include "cli/common.h"
 #include "cost/compute.h"
+#include "strategy/strategy.h"
 
 namespace autoshard::cli {
 
@@ -22,12 +23,14 @@ void run_graph(const GraphArgs& a) {
   Graph g = load_graph(a.src);
   std::map<std::string, int64_t> per_phase, per_kind;
   std::map<std::string, int64_t> ops;
+  std::map<std::string, int64_t> no_rule;  // ops the planner can only replicate
   double flops = 0;
   for (const Node& n : g.nodes) {
     ++per_kind[std::string(node_kind_name(n.kind))];
     if (n.kind != NodeKind::kOp) continue;
     ++per_phase[std::string(phase_name(n.phase))];
     ++ops[n.op];
+    if (!has_rule(n.op)) ++no_rule[n.op];
     std::vector<TensorMeta> in;
     for (const TensorRef& r : n.inputs) in.push_back(g.meta(r));
     flops += op_flops(n, in, n.outputs);
@@ -42,6 +45,7 @@ void run_graph(const GraphArgs& a) {
     j["op_histogram"] = ops;
     j["parameters"] = params;
     j["flops_per_step"] = flops;
+    j["ops_without_rule"] = no_rule;
     std::cout << j.dump(2) << "\n";
     return;
   }
@@ -56,6 +60,12 @@ void run_graph(const GraphArgs& a) {
   std::sort(hist.begin(), hist.end());
   fmt::print("op histogram ({} distinct ops):\n", hist.size());
   for (const auto& [c, op] : hist) fmt::print("  {:<48} {:>7}\n", op, -c);
+  if (no_rule.empty()) {
+    fmt::print("ops without a sharding rule: none\n");
+  } else {
+    fmt::print("ops without a sharding rule ({}; planned replicated):\n", no_rule.size());
+    for (const auto& [op, c] : no_rule) fmt::print("  {:<48} {:>7}\n", op, c);
+  }
 }
 
 }  // namespace
