@@ -44,3 +44,14 @@ cmp -s "$TMP/mlp/report.html" "$TMP/again/report.html" || fail "report.html diff
 cmp -s "$TMP/mlp/trace.json" "$TMP/again/trace.json" || fail "trace.json differs between runs"
 expect_contains "$(cat "$TMP/text.out")" "simulated step time:" "plan summary"
 ok "deterministic report and trace; simulated step in the summary"
+
+# `autoshard export PLAN.ap --html F --trace F` gives the same bytes as `plan -o`.
+if [[ -f $TMP/mlp/plan.ap ]]; then
+  "$AS" export "$TMP/mlp/plan.ap" --html "$TMP/export.html" --trace "$TMP/export.json" \
+    || fail "export --html --trace failed"
+  cmp -s "$TMP/mlp/report.html" "$TMP/export.html" || fail "export --html differs from plan -o"
+  cmp -s "$TMP/mlp/trace.json" "$TMP/export.json" || fail "export --trace differs from plan -o"
+  ok "export --html/--trace equal plan -o's files"
+else
+  echo "skipped: plan -o wrote no plan.ap (state files not built in)"
+fi
