@@ -25,7 +25,7 @@ struct SearchArgs {
   std::string comm_model = "nccl";
   std::string memory_limit;
   int max_dims = 3;
-  double time_limit = 60;
+  double time_limit = 10;  ///< per mesh: the ranking needs good plans, not proofs
   int threads = 0;
   bool no_prune = false;
   std::string out_dir;
@@ -38,6 +38,7 @@ std::string status_of(const MeshSearchRow& r) {
     case MeshSearchRow::Outcome::kOverBudget:
       return fmt::format("needs {}", format_bytes(r.plan->min_peak_memory_bytes));
     case MeshSearchRow::Outcome::kPruned: return "pruned";
+    case MeshSearchRow::Outcome::kTimedOut: return "timed out";
     case MeshSearchRow::Outcome::kError: return "error: " + r.message;
   }
   return "?";

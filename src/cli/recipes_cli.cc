@@ -104,8 +104,8 @@ int run_compare(ShardingOptimizer& so, bool json) {
   } else {
     fmt::print("autoshard plan --compare: {} on mesh {} of {} ({} devices)\n", g.name,
                mesh.describe(), mesh.hardware().name, mesh.num_devices());
-    fmt::print("{:<9} {:>11} {:>11} {:>11} {:>11} {:>11} {:>5}  {}\n", "recipe", "step time",
-               "simulated", "compute", "comm", "peak mem", "fits", "optimum saves");
+    fmt::print("{:<9} {:>11} {:>11} {:>11} {:>11} {:>11} {:>5}  {:<9} {}\n", "recipe", "step time",
+               "simulated", "compute", "comm", "peak mem", "fits", "status", "optimum saves");
     for (const RecipeResult& r : rows) {
       const std::string name(recipe_name(r.recipe));
       if (!r.not_applicable.empty()) {
@@ -121,10 +121,10 @@ int run_compare(ShardingOptimizer& so, bool json) {
       if (best && r.recipe != Recipe::kAlpa)
         saves = fmt::format("{:.1f}% ({})", 100 * saving(best->plan->objective_us, p.objective_us),
                             format_us(p.objective_us - best->plan->objective_us));
-      fmt::print("{:<9} {:>11} {:>11} {:>11} {:>11} {:>11} {:>5}  {}\n", name,
+      fmt::print("{:<9} {:>11} {:>11} {:>11} {:>11} {:>11} {:>5}  {:<9} {}\n", name,
                  format_us(p.objective_us), r.simulated_us >= 0 ? format_us(r.simulated_us) : "-",
                  format_us(p.compute_us), format_us(p.comm_us), format_bytes(p.peak_memory_bytes),
-                 r.fits ? "yes" : "no", saves);
+                 r.fits ? "yes" : "no", solve_status_name(p.status), saves);
       for (const std::string& n : r.notes) fmt::print("{:<9}   note: {}\n", "", n);
     }
     const int64_t limit = rows.empty() ? 0 : rows.front().memory_limit_bytes;

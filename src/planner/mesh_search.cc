@@ -127,6 +127,7 @@ std::string_view outcome_name(MeshSearchRow::Outcome o) {
     case MeshSearchRow::Outcome::kPlanned: return "planned";
     case MeshSearchRow::Outcome::kOverBudget: return "over budget";
     case MeshSearchRow::Outcome::kPruned: return "pruned";
+    case MeshSearchRow::Outcome::kTimedOut: return "timed out";
     case MeshSearchRow::Outcome::kError: return "error";
   }
   return "?";
@@ -205,6 +206,9 @@ MeshSearchResult search_meshes(const Graph& g, const MeshSearchOptions& o) {
             best = std::min(best, p.objective_us);
           } else if (p.min_peak_memory_bytes >= 0) {
             r.outcome = MeshSearchRow::Outcome::kOverBudget;
+          } else if (p.status == SolveStatus::kTimedOut) {
+            r.outcome = MeshSearchRow::Outcome::kTimedOut;
+            r.message = fmt::format("no plan within the time limit of {} s", po.time_limit_s);
           } else {
             r.outcome = MeshSearchRow::Outcome::kError;
             r.message = fmt::format("no plan found ({})", solve_status_name(p.status));
@@ -227,7 +231,8 @@ MeshSearchResult search_meshes(const Graph& g, const MeshSearchOptions& o) {
       case MeshSearchRow::Outcome::kPlanned: return a.plan->objective_us < b.plan->objective_us;
       case MeshSearchRow::Outcome::kOverBudget:
         return a.plan->min_peak_memory_bytes < b.plan->min_peak_memory_bytes;
-      case MeshSearchRow::Outcome::kPruned: return a.bound_us < b.bound_us;
+      case MeshSearchRow::Outcome::kPruned:
+      case MeshSearchRow::Outcome::kTimedOut: return a.bound_us < b.bound_us;
       case MeshSearchRow::Outcome::kError: return false;
     }
     return false;

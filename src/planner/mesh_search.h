@@ -48,7 +48,7 @@ std::string describe_topology(const Mesh& mesh);
 
 struct MeshSearchRow {
   Mesh mesh;
-  enum class Outcome : uint8_t { kPlanned, kOverBudget, kPruned, kError } outcome = Outcome::kError;
+  enum class Outcome : uint8_t { kPlanned, kOverBudget, kPruned, kTimedOut, kError } outcome = Outcome::kError;
   std::optional<Plan> plan;  ///< kPlanned (fits) and kOverBudget (none fits: the smallest peak)
   double bound_us = 0;       ///< the cheap lower bound used for pruning
   double seconds = 0;        ///< wall time spent on this mesh (bound + plan)
@@ -61,7 +61,7 @@ std::string_view outcome_name(MeshSearchRow::Outcome o);
 
 struct MeshSearchResult {
   /// Ranked: planned meshes by step time, then over-budget ones by peak memory, then pruned
-  /// ones by bound, then errors.
+  /// ones by bound, then those that found no plan within the time limit, then errors.
   std::vector<MeshSearchRow> rows;
   int64_t candidates = 0;
   double seconds = 0;

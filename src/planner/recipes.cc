@@ -351,8 +351,12 @@ RecipePins recipe_pins(Recipe r, const Graph& g, const Mesh& mesh, bool require_
   return out;
 }
 
-RecipeResult plan_recipe(Recipe r, const Graph& g, const Mesh& mesh, const PlannerOptions& opt,
-                         const std::vector<Constraint>& constraints, const RecipeInspect& inspect) {
+namespace {
+
+/// plan_recipe, optionally starting the solver from another plan of the same graph.
+RecipeResult plan_recipe_from(Recipe r, const Graph& g, const Mesh& mesh, const PlannerOptions& opt,
+                              const std::vector<Constraint>& constraints,
+                              const RecipeInspect& inspect, const Plan* start) {
   RecipeResult res;
   res.recipe = r;
   const auto t0 = std::chrono::steady_clock::now();
@@ -365,6 +369,16 @@ RecipeResult plan_recipe(Recipe r, const Graph& g, const Mesh& mesh, const Plann
       for (const Constraint& c : constraints) so.add_constraint(c);
       for (const Constraint& c : pins.constraints) so.add_constraint(c);
       for (const Constraint& c : pins.use_constraints) so.add_constraint(c);
+      if (start) {
+        // A recipe's plan is one assignment of the unpinned problem: starting there, the
+        // optimum's search can only improve on it, even when its time limit stops the proof.
+        std::vector<std::optional<Strategy>> wanted(static_cast<size_t>(g.size()));
+        for (NodeIdx i = 0; i < g.size() && i < static_cast<NodeIdx>(start->nodes.size()); ++i)
+          if (const auto& np = start->nodes[static_cast<size_t>(i)]) wanted[static_cast<size_t>(i)] = np->chosen;
+        std::vector<StrategyIdx> choice = so.match_strategies(wanted);
+        if (std::none_of(choice.begin(), choice.end(), [](StrategyIdx q) { return q < 0; }))
+          so.set_warm_start(std::move(choice));
+      }
       Plan plan;
       try {
         plan = so.get_solution();
@@ -400,6 +414,13 @@ RecipeResult plan_recipe(Recipe r, const Graph& g, const Mesh& mesh, const Plann
   return res;
 }
 
+}  // namespace
+
+RecipeResult plan_recipe(Recipe r, const Graph& g, const Mesh& mesh, const PlannerOptions& opt,
+                         const std::vector<Constraint>& constraints, const RecipeInspect& inspect) {
+  return plan_recipe_from(r, g, mesh, opt, constraints, inspect, nullptr);
+}
+
 std::vector<RecipeResult> compare_recipes(const Graph& g, const Mesh& mesh,
                                           const PlannerOptions& opt,
                                           const std::vector<Constraint>& constraints,
@@ -411,15 +432,27 @@ std::vector<RecipeResult> compare_recipes(const Graph& g, const Mesh& mesh,
   threads = std::min<int>(threads, static_cast<int>(recipes.size()));
   PlannerOptions o = opt;
   o.progress = nullptr;  // several solves at once: their progress lines would interleave
+  // The named recipes first (in parallel), then the optimum, started from the best recipe
+  // that fits: under a time limit the optimum's search then cannot end above a recipe.
+  std::vector<size_t> order, optimum;
+  for (size_t k = 0; k < recipes.size(); ++k)
+    (recipes[k] == Recipe::kAlpa ? optimum : order).push_back(k);
   std::atomic<size_t> next{0};
   auto work = [&] {
-    for (size_t k; (k = next.fetch_add(1)) < recipes.size();)
-      results[k] = plan_recipe(recipes[k], g, mesh, o, constraints, inspect);
+    for (size_t k; (k = next.fetch_add(1)) < order.size();)
+      results[order[k]] = plan_recipe(recipes[order[k]], g, mesh, o, constraints, inspect);
   };
   std::vector<std::thread> pool;
   for (int t = 1; t < threads; ++t) pool.emplace_back(work);
   work();
   for (std::thread& t : pool) t.join();
+  const Plan* start = nullptr;
+  for (size_t k : order) {
+    const RecipeResult& r = results[k];
+    if (r.plan && r.fits && (!start || r.plan->objective_us < start->objective_us)) start = &*r.plan;
+  }
+  for (size_t k : optimum)
+    results[k] = plan_recipe_from(recipes[k], g, mesh, o, constraints, inspect, start);
   return results;
 }
 

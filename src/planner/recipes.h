@@ -125,7 +125,9 @@ RecipeResult plan_recipe(Recipe r, const Graph& g, const Mesh& mesh, const Plann
                          const RecipeInspect& inspect = {});
 
 /// plan_recipe for every recipe in `recipes` (all_recipes() when empty), `threads` at a time
-/// (0: the machine's cores); results in the order of `recipes`.
+/// (0: the machine's cores); results in the order of `recipes`.  The optimum (alpa) is solved
+/// last, warm-started from the best named recipe that fits, so that even a solve stopped by
+/// the time limit is never worse than a recipe.
 std::vector<RecipeResult> compare_recipes(const Graph& g, const Mesh& mesh,
                                           const PlannerOptions& opt,
                                           const std::vector<Constraint>& constraints = {},
