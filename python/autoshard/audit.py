@@ -14,8 +14,8 @@ which plan edge (consumer node, input slot) a redistribution belongs to.
 
 Planned side: every edge of the plan (each op input whose producer's placement differs from
 the spec the op needs, and each parameter <- gradient pair) priced by autoshard's own schedule
-(`autoshard cost --cases FILE --steps`, the planner's plan_redistribute), so the two sides
-can be compared per collective type and mesh dim, and edge by edge.
+for the plan's comm model (`autoshard cost --cases FILE --steps --comm-model M`), so the two
+sides can be compared per collective type and mesh dim, and edge by edge.
 """
 from __future__ import annotations
 
@@ -197,10 +197,21 @@ def plan_edges(graph: dict, placements: dict) -> list[dict]:
     return edges
 
 
-def planned_collectives(binary: str, graph: dict, placements: dict,
-                        mesh_shape: Sequence[int]) -> tuple[dict, dict]:
+def planned_collectives(binary: str, graph: dict, placements: dict, mesh_shape: Sequence[int],
+                        cpu: bool = False, comm_model: str = "dtensor") -> tuple[dict, dict]:
     """autoshard's schedule for every plan edge -> ((kind, mesh dim) -> [count, bytes],
-    edge -> sorted list of (kind, mesh dim, bytes))."""
+    edge -> sorted list of (kind, mesh dim, bytes)).
+
+    comm_model: the profile the plan was made with.  "dtensor" (`plan --comm-model dtensor`)
+    charges DTensor's own transform walk, which is what DTensor then executes, so issued and
+    planned agree exactly.  "nccl" (the default profile) charges autoshard's sound N-D schedule,
+    which can be cheaper than DTensor's greedy walk: e.g. P -> S under a nesting change is one
+    reduce_scatter for autoshard, an all_reduce plus a local slice for DTensor.
+
+    cpu: the step runs on a CPU (gloo) mesh, where DTensor 2.13 has no all-to-all ("CPU process
+    group does not support alltoall yet, falling back with allgather + chunk"): a planned
+    all_to_all of b bytes per device is then expected as an all_gather of n * b bytes (the
+    whole tensor gathered, then chunked locally).  On NCCL it stays an all_to_all."""
     edges = plan_edges(graph, placements)
     cases = [{"mesh": list(mesh_shape), "shape": e["shape"], "dtype": e["dtype"],
               "from": e["from"], "to": e["to"]} for e in edges]
@@ -208,12 +219,16 @@ def planned_collectives(binary: str, graph: dict, placements: dict,
         path = os.path.join(tmp, "cases.json")
         with open(path, "w") as f:
             json.dump(cases, f)
-        res = subprocess.run([binary, "cost", "--cases", path, "--steps"], check=True,
+        res = subprocess.run([binary, "cost", "--cases", path, "--steps", "--comm-model",
+                              comm_model], check=True,
                              capture_output=True, text=True, timeout=120).stdout
     totals: dict = defaultdict(lambda: [0, 0.0])
     per_edge: dict = {}
     for e, r in zip(edges, json.loads(res)):
         steps = [(s["collective"], int(s["mesh_dim"]), float(s["bytes"])) for s in r["steps"]]
+        if cpu:
+            steps = [("all_gather", d, b * mesh_shape[d]) if k == "all_to_all" else (k, d, b)
+                     for k, d, b in steps]
         per_edge[e["edge"]] = sorted(steps, key=str)
         for kind, dim, b in steps:
             totals[(kind, dim)][0] += 1

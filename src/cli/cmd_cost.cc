@@ -30,7 +30,8 @@ struct CostArgs {
 /// per case: FILE is a JSON array of {"mesh": [2, 4], "gpus_per_node": 8 (optional),
 /// "shape": [8, 16], "dtype": "f32", "from": "S(0)R", "to": "RR"}; prints one JSON array of
 /// {"time_us": number or null (impossible)} in the same order; with `--steps`, each result also
-/// has "steps": the collectives of the `nccl`-profile schedule (plan_redistribute), each
+/// has "steps": the collectives of the profile's schedule (plan_redistribute for `nccl`,
+/// plan_redistribute_dtensor for `dtensor`), each
 /// {"collective", "mesh_dim", "bytes"} (bytes per device, collective_time_us's convention).  The mesh hardware, backend and
 /// comm model come from the command line; errors name the file and the case's JSON pointer.
 void run_cases(const CostArgs& a) {
@@ -69,7 +70,9 @@ void run_cases(const CostArgs& a) {
       if (std::isinf(us)) r["time_us"] = nullptr;
       else r["time_us"] = us;
       if (a.steps) {
-        const RedistributePlan plan = plan_redistribute(from, to, mesh);
+        const RedistributePlan plan = *model == CommModel::kDtensor
+                                          ? plan_redistribute_dtensor(from, to, mesh)
+                                          : plan_redistribute(from, to, mesh);
         r["steps"] = nlohmann::json::array();
         for (int32_t k = 0; k < plan.num_steps && !plan.impossible; ++k) {
           const CommStep& st = plan.steps[static_cast<size_t>(k)];
@@ -147,7 +150,7 @@ void register_cost(CLI::App& app) {
       ->capture_default_str();
   sub->add_flag("--json", a->json, "print JSON");
   sub->add_option("--cases", a->cases, "batch mode: JSON array of cases, prints a JSON array of times");
-  sub->add_flag("--steps", a->steps, "batch mode: also list each case's collectives (nccl schedule)");
+  sub->add_flag("--steps", a->steps, "batch mode: also list each case's collectives (the comm model's schedule)");
   sub->callback([a] { run_cost(*a); });
 }
 

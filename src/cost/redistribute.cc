@@ -89,6 +89,44 @@ int32_t dtensor_transform_steps(const ShardingSpec& from, const ShardingSpec& to
   return n;
 }
 
+/// DTensor's collectives along the greedy transform list, with its byte tracking (see
+/// plan_redistribute_dtensor in the header).
+RedistributePlan dtensor_plan(const ShardingSpec& from, const ShardingSpec& to, const Mesh& mesh) {
+  RedistributePlan plan;
+  if (from.is_replicated() || from.placements == to.placements) return plan;
+  int64_t num_shards = 1;
+  for (int32_t m = 0; m < mesh.ndim(); ++m)
+    if (from.placements[static_cast<size_t>(m)].is_shard()) num_shards *= mesh.size(m);
+  double bytes = static_cast<double>(from.meta.bytes()) / static_cast<double>(num_shards);
+  std::array<DtensorStep, 2 * kMaxMeshDims> steps{};
+  const int32_t num_steps = dtensor_transform_steps(from, to, mesh, steps);
+  auto push = [&](Collective kind, MeshDimIdx m, double b) {
+    plan.steps[static_cast<size_t>(plan.num_steps++)] = CommStep{kind, m, b};
+  };
+  for (int32_t i = 0; i < num_steps; ++i) {
+    const DtensorStep& s = steps[static_cast<size_t>(i)];
+    const auto n = static_cast<double>(mesh.size(s.dim));
+    if (s.from.is_shard() && s.to.is_replicate()) {
+      bytes *= n;
+      push(Collective::kAllGather, s.dim, bytes);
+    } else if (s.from.is_shard() && s.to.is_shard()) {
+      push(Collective::kAllToAll, s.dim, bytes);
+    } else if (s.from.is_partial() && s.to.is_replicate()) {
+      push(Collective::kAllReduce, s.dim, bytes);
+    } else if (s.from.is_partial() && s.to.is_shard()) {
+      push(Collective::kReduceScatter, s.dim, bytes);
+      bytes /= n;
+    } else if (s.from.is_replicate() && s.to.is_shard()) {
+      bytes /= n;
+    } else if (!s.from.is_replicate()) {  // S -> P, P(x) -> P(y)
+      plan.impossible = true;
+      plan.num_steps = 0;
+      return plan;
+    }
+  }
+  return plan;
+}
+
 /// DTensor's redistribute_cost (torch 2.13 _collective_utils.py), step for step over the
 /// greedy transform list (see the header).
 double dtensor_cost(const ShardingSpec& from, const ShardingSpec& to, const Mesh& mesh) {
@@ -325,6 +363,16 @@ RedistributePlan plan_redistribute(const ShardingSpec& from, const ShardingSpec&
     plan.num_steps += num_ar;
   }
   return plan;
+}
+
+RedistributePlan plan_redistribute_dtensor(const ShardingSpec& from, const ShardingSpec& to,
+                                          const Mesh& mesh) {
+  if (!compatible(from, to, mesh)) {
+    RedistributePlan plan;
+    plan.impossible = true;
+    return plan;
+  }
+  return dtensor_plan(from, to, mesh);
 }
 
 double redistribute_cost_us(const ShardingSpec& from, const ShardingSpec& to, const Mesh& mesh,

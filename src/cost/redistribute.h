@@ -73,6 +73,14 @@ struct RedistributePlan {
 RedistributePlan plan_redistribute(const ShardingSpec& from, const ShardingSpec& to,
                                    const Mesh& mesh);
 
+/// The collectives DTensor 2.13 issues for the redistribution (its greedy transform list, the
+/// `dtensor` profile's walk): S->R all_gather, S(i)->S(j) all_to_all, P->R all_reduce, P->S
+/// reduce_scatter, bytes per DTensor's tracking (b = local bytes, times n after a gather,
+/// divided by n after a scatter or slice), in collective_time_us's convention.  What an
+/// applied plan is audited against (python/autoshard/audit.py).  No heap allocation.
+RedistributePlan plan_redistribute_dtensor(const ShardingSpec& from, const ShardingSpec& to,
+                                          const Mesh& mesh);
+
 /// Time in microseconds to go from `from` to `to`; +infinity when impossible.
 double redistribute_cost_us(const ShardingSpec& from, const ShardingSpec& to, const Mesh& mesh,
                             CommModel model = CommModel::kNccl);

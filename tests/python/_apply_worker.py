@@ -1,0 +1,217 @@
+"""Models, plans and the per-rank worker of test_apply.py (importable by spawned processes)."""
+from __future__ import annotations
+
+import copy
+import json
+import os
+import socket
+import subprocess
+import tempfile
+import traceback
+from typing import Any, Optional, Sequence
+
+import torch
+import torch.nn as nn
+
+from _paths import PYTHON_DIR  # noqa: F401  (sets sys.path)
+
+
+# --- models: (model, inputs + targets, loss_fn, n_inputs) with real, seeded weights -----------
+def squared_error(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Mean squared error written out.  Not F.mse_loss: DTensor 2.13 runs mse_loss_backward on
+    shards with the LOCAL element count (a Shard(1) input gets gradients 2x too large on 2
+    ranks), a DTensor bug the fused op would expose in every batch-sharded plan."""
+    return ((out - y) ** 2).mean()
+
+
+def make_mlp():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 32), nn.ReLU(),
+                          nn.Linear(32, 8))
+    g = torch.Generator().manual_seed(1)
+    x, y = torch.randn(8, 16, generator=g), torch.randn(8, 8, generator=g)
+    return model, (x,), (y,), squared_error
+
+
+def make_llama():
+    from autoshard.tracer.examples.llama import LlamaConfig, Transformer, cross_entropy_loss
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(dim=16, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=32, vocab_size=64,
+                      max_seq_len=8)
+    model = Transformer(cfg)
+    g = torch.Generator().manual_seed(1)
+    tokens = torch.randint(0, 64, (4, 8), generator=g)
+    labels = torch.randint(0, 64, (4, 8), generator=g)
+    return model, (tokens,), (labels,), cross_entropy_loss
+
+
+MODELS = {"mlp": make_mlp, "llama": make_llama}
+
+
+def trace(key: str):
+    from autoshard.apply import trace_for_apply
+    from autoshard.tracer.export import to_graph_dict
+
+    model, inputs, targets, loss_fn = MODELS[key]()
+    traced = trace_for_apply(model, inputs, loss_fn, targets)
+    return traced, to_graph_dict(traced)
+
+
+# --- plans (made in the parent with the CLI) ------------------------------------------------
+def param_pins(graph: dict, rule) -> list[str]:
+    """--pin NODE=PLACEMENTS for every parameter rule(name, shape) gives a placement for."""
+    pins = []
+    for n in graph["nodes"]:
+        if n.get("kind") == "parameter":
+            p = rule(n["name"], n["outputs"][0]["shape"])
+            if p:
+                pins.append(f"{n['name']}={p}")
+    return pins
+
+
+def input_pins(graph: dict, placement: str) -> list[str]:
+    return [f"{n['name']}={placement}" for n in graph["nodes"] if n.get("kind") == "input"]
+
+
+_COLUMN = (".wq.weight", ".wk.weight", ".wv.weight", ".w1.weight", ".w3.weight")
+_ROW = (".wo.weight", ".w2.weight")
+
+
+def megatron(name: str, shape) -> str:
+    """Megatron-LM tensor parallelism of one parameter (weight [out, in]): column-parallel
+    in-projections split `out`, row-parallel out-projections split `in`; for the MLP, layer 0
+    is column- and layer 2 row-parallel; everything else replicated."""
+    if name.endswith(_COLUMN) or name in ("0.weight", "0.bias"):
+        return "S(0)"
+    if name.endswith(_ROW) or name == "2.weight":
+        return "S(1)"
+    return "R"
+
+
+#: A toy device whose compute is slow and whose links are free of latency: at the tests' tiny
+#: sizes an H100 plan would replicate everything; this one shards wherever it can, so the
+#: "optimum" plans exercise sharded strategies.
+SLOW_COMPUTE = {"base": "h100", "name": "slow-compute", "peak_fp32_tflops": 1e-6,
+                "peak_bf16_tflops": 1e-6, "hbm_gbps": 1e-3, "launch_floor_us": 0,
+                "base_latency_us": 0, "intra_latency_us": 0, "inter_latency_us": 0}
+
+
+def plan(binary: str, graph: dict, mesh: Sequence[int], dims: Sequence[str],
+         pins: Sequence[str], out_dir: str) -> dict:
+    """`autoshard plan --graph ... -o DIR` on SLOW_COMPUTE with DTensor's comm model (the
+    model DTensor executes, see autoshard.audit) -> the placements.json object."""
+    gpath = os.path.join(out_dir, "graph.json")
+    with open(gpath, "w") as f:
+        json.dump(graph, f)
+    hpath = os.path.join(out_dir, "hardware.json")
+    with open(hpath, "w") as f:
+        json.dump(SLOW_COMPUTE, f)
+    cmd = [binary, "plan", "--graph", gpath, "--hardware", hpath, "--mesh", "x".join(map(str, mesh)),
+           "--mesh-dims", ",".join(dims), "--comm-model", "dtensor", "--require-divisible", "-o", out_dir, "--time-limit", "20"]
+    for p in pins:
+        cmd += ["--pin", p]
+    subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=120)
+    with open(os.path.join(out_dir, "placements.json")) as f:
+        return json.load(f)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# --- the worker -----------------------------------------------------------------------------
+def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
+    """max |a - b| / max |b| (0 when both are zero)."""
+    scale = b.abs().max().item()
+    diff = (a - b).abs().max().item()
+    return diff / scale if scale > 0 else diff
+
+
+def _reference(model, inputs, targets, loss_fn, steps: int, lr: float):
+    model = copy.deepcopy(model)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr)
+    losses, grads = [], None
+    for i in range(steps):
+        loss = loss_fn(model(*inputs), *targets)
+        loss.backward()
+        losses.append(loss.item())
+        if i == 0:
+            grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+        opt.step()
+        opt.zero_grad()
+    return losses, grads, {n: p.detach().clone() for n, p in model.named_parameters()}
+
+
+def run_jobs(mesh, jobs: Sequence[dict], steps: int = 3, lr: float = 1e-2) -> list[dict]:
+    """Applies each plan, runs `steps` AdamW steps, compares with the single-process reference."""
+    from torch.distributed.tensor import DTensor
+
+    from autoshard.apply import apply_placement, placements_str
+    from autoshard.audit import CommAudit
+
+    traced_cache: dict = {}
+    results = []
+    for job in jobs:
+        key = job["model"]
+        if key not in traced_cache:
+            traced_cache[key] = trace(key)
+        traced, graph = traced_cache[key]
+        model, inputs, targets, loss_fn = MODELS[key]()
+        ref_losses, ref_grads, ref_params = _reference(model, inputs, targets, loss_fn, steps, lr)
+        step = apply_placement(model, job["placements"], mesh, traced=traced, graph=graph)
+        planned = {n: placements_str(t.placements) for n, t in step.named_parameters()
+                   if isinstance(t, DTensor)}
+        opt = torch.optim.AdamW(step.parameters(), lr=lr)
+        res: dict = {"name": job["name"], "loss_err": 0.0, "grad_err": {}, "param_err": {},
+                     "placements": planned}
+        for i in range(steps):
+            if i == 0:
+                with CommAudit(step) as audit:
+                    loss = step(*inputs, *targets)
+                    loss.backward()
+                res["issued"] = {f"{k[0]}|{k[1]}": v for k, v in audit.totals().items()}
+                res["issued_edges"] = audit.per_edge()
+                res["grad_placements_ok"] = all(
+                    tuple(p.grad.placements) == tuple(p.placements)
+                    for p in step.parameters() if p.grad is not None)
+                for n, p in step.named_parameters():
+                    res["grad_err"][n] = rel_err(p.grad.full_tensor(), ref_grads[n])
+            else:
+                loss = step(*inputs, *targets)
+                loss.backward()
+            full = loss.full_tensor() if isinstance(loss, DTensor) else loss
+            res["loss_err"] = max(res["loss_err"], abs(full.item() - ref_losses[i]) /
+                                  abs(ref_losses[i]))
+            opt.step()
+            opt.zero_grad()
+        for n, p in step.named_parameters():
+            res["param_err"][n] = rel_err(p.detach().full_tensor(), ref_params[n])
+        res["mismatches"] = [vars(m) for m in step.mismatches]
+        results.append(res)
+    return results
+
+
+def worker(rank: int, world: int, port: int, mesh_shape: Sequence[int], dims: Sequence[str],
+           jobs: Sequence[dict], out_dir: str) -> None:
+    """One rank: gloo on 127.0.0.1, a CPU DeviceMesh; writes out_dir/rank<r>.json."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+
+    torch.set_num_threads(1)
+    result: Any
+    try:
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                                world_size=world)
+        mesh = init_device_mesh("cpu", tuple(mesh_shape), mesh_dim_names=tuple(dims))
+        result = {"ok": True, "results": run_jobs(mesh, jobs)}
+    except Exception:  # reported to the parent, which fails the test with the traceback
+        result = {"ok": False, "error": traceback.format_exc()}
+    finally:
+        with tempfile.NamedTemporaryFile("w", dir=out_dir, delete=False) as f:
+            json.dump(result, f)
+        os.replace(f.name, os.path.join(out_dir, f"rank{rank}.json"))
+        if dist.is_initialized():
+            dist.destroy_process_group()
