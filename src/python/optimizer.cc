@@ -21,6 +21,14 @@
 #include "io/state.h"
 #define AUTOSHARD_PY_STATE 1
 #endif
+#if __has_include("planner/whatif.h")
+#include "planner/whatif.h"
+#define AUTOSHARD_PY_WHATIF 1
+#endif
+#if __has_include("io/plan_export.h")
+#include "io/plan_export.h"
+#define AUTOSHARD_PY_EXPORT 1
+#endif
 #if __has_include("report/report.h")
 #include "report/report.h"
 #define AUTOSHARD_PY_REPORT 1
@@ -67,27 +75,6 @@ py::dict placements_dict(const ShardingOptimizer& so, const Plan& plan) {
   return out;
 }
 
-/// Reads saved placements and returns the problem assignment they give; throws naming the
-/// file and the first node whose saved specs match none of its strategies.
-std::vector<StrategyIdx> placements_choice(ShardingOptimizer& so, const std::string& path) {
-  auto wanted = read_placements_json(read_text_file(path), path, so.graph(), so.mesh());
-  auto choice = so.match_strategies(wanted);
-  const BuiltProblem& bp = so.problem();
-  int unmatched = 0;
-  std::string first;
-  for (NodeIdx i = 0; i < so.graph().size(); ++i) {
-    PNodeIdx v = bp.pnode[static_cast<size_t>(i)];
-    if (v < 0 || choice[static_cast<size_t>(v)] >= 0) continue;
-    if (unmatched++ == 0) first = so.graph().node(i).name;
-  }
-  if (unmatched > 0)
-    throw std::runtime_error(fmt::format(
-        "{}: {} nodes have no saved placement matching a strategy under the current options "
-        "(first: /placements/{})",
-        path, unmatched, first));
-  return choice;
-}
-
 }  // namespace
 
 void bind_optimizer(py::module_& m) {
@@ -118,17 +105,12 @@ void bind_optimizer(py::module_& m) {
              std::optional<SpecList> inputs) {
             std::optional<std::vector<std::vector<Placement>>> ins;
             if (inputs) ins = parse_list(*inputs);
-            return std::vector<std::string>{s.pin(node, parse_placements(output), ins)};
+            return s.add_node_constraint(node, parse_placements(output), ins);
           },
           py::arg("node"), py::arg("output"), py::arg("inputs") = std::nullopt,
           "Pins a node's output placements (and optionally its inputs'); returns the names added.")
-      .def(
-          "remove_constraints",
-          [](ShardingOptimizer& s, const std::vector<std::string>& names) {
-            for (const auto& n : names)
-              if (!s.remove_constraint(n)) throw py::key_error(fmt::format("no constraint named '{}'", n));
-          },
-          py::arg("names"))
+      .def("remove_constraints", &ShardingOptimizer::remove_constraints, py::arg("names"),
+           "Removes constraints by name (RuntimeError naming an unknown one; then none is removed).")
       .def_property_readonly("constraints", [](const ShardingOptimizer& s) {
         std::vector<std::string> out;
         for (const auto& c : s.constraints()) out.push_back(c.name);
@@ -136,17 +118,8 @@ void bind_optimizer(py::module_& m) {
       })
       .def("get_solution", &ShardingOptimizer::get_solution, py::call_guard<py::gil_scoped_release>(),
            "Builds (if needed) and solves; the plan is kept as `solution`.")
-      .def(
-          "resolve",
-          [](ShardingOptimizer& s) {
-            // Warm-started from the last plan when there is one (what `plan --preload` does).
-            if (s.solution() && !s.solution_choice().empty()) {
-              (void)s.problem();
-              s.set_warm_start(s.solution_choice());
-            }
-            return s.get_solution();
-          },
-          py::call_guard<py::gil_scoped_release>(), "Solves again under the current constraints.")
+      .def("resolve", &ShardingOptimizer::resolve, py::call_guard<py::gil_scoped_release>(),
+           "Solves again under the current constraints, warm-started from the last solution.")
       .def_property_readonly("solution", &ShardingOptimizer::solution)
       .def(
           "get_placements",
@@ -159,23 +132,10 @@ void bind_optimizer(py::module_& m) {
             return plan_summary_json(plan_or_solution(s, plan), s.graph(), s.mesh()).dump(2);
           },
           py::arg("plan") = nullptr, "The `autoshard plan --json` summary (JSON text).")
-      .def(
-          "save_placements",
-          [](const ShardingOptimizer& s, const std::string& path) {
-            const Plan& p = plan_or_solution(s, nullptr);
-            write_file_atomic(path, write_placements_json(p, s.graph(), s.mesh()));
-          },
-          py::arg("path"), "Writes placements JSON (AutoParallel's save_placements schema).")
-      .def(
-          "load_placements",
-          [](ShardingOptimizer& s, const std::string& path) {
-            auto choice = placements_choice(s, path);
-            s.set_warm_start(choice);
-            return s.evaluate(choice);
-          },
-          py::arg("path"),
-          "Reads saved placements: returns the plan they give under this cost model and starts "
-          "the next solve from them.")
+      .def("save_placements", &save_placements, py::arg("path"),
+           "Writes the solution's placements JSON (AutoParallel's save_placements schema).")
+      .def("load_placements", &load_placements, py::arg("path"),
+           "The plan of saved placements, evaluated without solving; it becomes `solution`.")
       .def("__repr__", [](const ShardingOptimizer& s) {
         return fmt::format("<autoshard.ShardingOptimizer '{}' on {}, {} constraints{}>", s.graph().name,
                            s.mesh().describe(), s.constraints().size(),
@@ -190,6 +150,50 @@ void bind_optimizer(py::module_& m) {
            "Writes the replay file (inputs only: regenerated with the current code).")
       .def_static(
           "load_replay", [](const std::string& path) { return load_replay(path); }, py::arg("path"));
+#endif
+#ifdef AUTOSHARD_PY_EXPORT
+  so.def(
+        "get_json",
+        [](ShardingOptimizer& s, const Plan* plan) {
+          Plan p = plan_or_solution(s, plan);
+          return plan_json_text(s, p);
+        },
+        py::arg("plan") = nullptr, "plan.json: AutoParallel's get_json fields plus autoshard's.")
+      .def("write_mps", &write_mps, "Alpa's ILP (with memory rows) as MPS text.")
+      .def("save_iopddl", &write_problem_iopddl, py::arg("path"), "The problem as IOPDDL JSON.");
+#endif
+#ifdef AUTOSHARD_PY_WHATIF
+  so.def(
+        "diff_solutions",
+        [](ShardingOptimizer& s, const Plan& a, const Plan& b, size_t max_nodes) {
+          return format_diff(diff_solutions(s, a, b), max_nodes);
+        },
+        py::arg("a"), py::arg("b"), py::arg("max_nodes") = 0,
+        "What changed from plan a to plan b, by layer (text).")
+      .def(
+          "print_costs_for_node",
+          [](ShardingOptimizer& s, const std::string& node) {
+            std::string text = print_costs_for_node(s, node);
+            py::gil_scoped_acquire gil;
+            py::print(text, py::arg("end") = "");
+          },
+          py::arg("node"), "Prints the node's strategies, their costs and resharding matrices.")
+      .def(
+          "costs_for_node",
+          [](ShardingOptimizer& s, const std::string& node) { return format_node_costs(node_costs(s, node)); },
+          py::arg("node"), "The text print_costs_for_node prints.")
+      .def(
+          "explain_placement",
+          [](ShardingOptimizer& s, const std::string& node, const std::string& placement) {
+            Explanation e;
+            {
+              py::gil_scoped_release release;
+              e = explain_placement(s, node, parse_placements(placement));
+            }
+            return format_explanation(e);
+          },
+          py::arg("node"), py::arg("placement"),
+          "Why not this placement for this node: solves with it pinned and reports the cost.");
 #endif
 #ifdef AUTOSHARD_PY_REPORT
   so.def(

@@ -31,7 +31,7 @@ _META_KEY = "autoshard"  # node.meta[_META_KEY] = {"phase":..., "module":..., "s
 class TracedStep:
     """The traced training step and how its placeholders map back to the model."""
 
-    gm: torch.fx.GraphModule
+    gm: torch.nn.Module        # holds .graph (a torch.fx.Graph) and its constants
     flat_args: list            # the meta tensors the graph was traced with (placeholder order)
     placeholder_kinds: list    # per placeholder: "parameter" | "buffer" | "input"
     placeholder_names: list    # per placeholder: parameter/buffer name or input name
