@@ -21,3 +21,5 @@ cmake --build build-asan -j"$jobs"
 echo "== Debug + ASan/UBSan tests"
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --output-on-failure -j"$jobs" -LE "slow|python|fuzz")
+echo "== Fuzzing: every loader's libFuzzer harness for 20 s (clang + ASan/UBSan in build-fuzz)"
+scripts/fuzz.sh 20

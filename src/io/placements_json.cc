@@ -134,8 +134,12 @@ ParsedPlacements parse_placements_doc(std::string_view text, std::string_view or
       if (!idx) throw node_fail(where, "no such node in the graph");
       const Node& n = g.node(*idx);
       const auto& e = it.value();
-      if (!e.is_object() || !e.contains("output") || !e["output"].is_string())
-        throw node_fail(where + "/output", "missing");
+      if (!e.is_object())
+        throw node_fail(where, fmt::format("expected an object, got {}", e.type_name()));
+      if (!e.contains("output")) throw node_fail(where + "/output", "missing");
+      if (!e["output"].is_string())
+        throw node_fail(where + "/output",
+                        fmt::format("expected a placement string, got {}", e["output"].type_name()));
       Strategy s;
       // Parses one DTensor string; errors carry the exact JSON pointer of the string.
       auto parse_at = [&](const nlohmann::json& v, const std::string& at) {

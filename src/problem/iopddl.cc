@@ -120,7 +120,11 @@ class Parser {
     std::string s;
     for (const PathElem& e : path_) {
       s += '/';
-      if (e.index >= 0) s += std::to_string(e.index); else s += std::string(e.key);
+      if (e.index >= 0) {
+        s += std::to_string(e.index);
+      } else {
+        for (char c : e.key) s += static_cast<unsigned char>(c) < 0x20 ? ' ' : c;  // one line
+      }
     }
     return s;
   }
@@ -154,6 +158,9 @@ class Parser {
     const char* s = p_;
     bool escaped = false;
     while (p_ < end_ && *p_ != '"') {
+      // JSON strings hold no raw control characters; rejecting them also keeps keys, which
+      // end up in error messages' pointers, on one line.
+      if (static_cast<unsigned char>(*p_) < 0x20) fail(fmt::format("{} in a string", describe()));
       if (*p_ == '\\') { escaped = true; ++p_; }
       ++p_;
     }
