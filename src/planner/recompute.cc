@@ -385,13 +385,70 @@ RecomputeCost recompute_cost(const BuiltProblem& bp, const std::vector<StrategyI
   return c;
 }
 
-void keep_all_activations(const BuiltProblem& bp, const std::vector<PNodeIdx>& class_of, Problem& p) {
-  for (const auto& r : bp.recompute_regions) {
-    if (std::find(r.modes.begin(), r.modes.end(), RecomputePolicy::kNone) == r.modes.end()) continue;
-    ProblemNode& d = p.nodes.at(static_cast<size_t>(class_of.at(static_cast<size_t>(r.decision))));
-    for (size_t k = 0; k < r.modes.size(); ++k)
-      if (r.modes[k] != RecomputePolicy::kNone) d.costs[k] = kInfCost;
+namespace {
+
+/// Classes of `class_of` that keep_all_activations collapses: the recomputation nodes of
+/// regions that may keep, with the strategy index of "keep" (decision) or the owner class
+/// and keep's mode index (aux).
+struct Collapsed {
+  std::map<PNodeIdx, StrategyIdx> decision;                     // class -> keep index
+  std::map<PNodeIdx, std::pair<PNodeIdx, StrategyIdx>> aux;     // class -> (owner class, keep)
+};
+
+Collapsed collapsed_classes(const BuiltProblem& bp, const std::vector<PNodeIdx>& class_of) {
+  Collapsed c;
+  auto keep_index = [](const BuiltProblem::RecomputeRegion& r) {
+    auto it = std::find(r.modes.begin(), r.modes.end(), RecomputePolicy::kNone);
+    return it == r.modes.end() ? -1 : static_cast<StrategyIdx>(it - r.modes.begin());
+  };
+  for (const auto& r : bp.recompute_regions)
+    if (StrategyIdx k = keep_index(r); k >= 0) c.decision[class_of.at(static_cast<size_t>(r.decision))] = k;
+  for (const auto& a : bp.recompute_aux) {
+    StrategyIdx k = keep_index(bp.recompute_regions.at(static_cast<size_t>(a.region)));
+    if (k >= 0)
+      c.aux[class_of.at(static_cast<size_t>(a.node))] = {class_of.at(static_cast<size_t>(a.owner)), k};
   }
+  return c;
+}
+
+}  // namespace
+
+void keep_all_activations(const BuiltProblem& bp, const std::vector<PNodeIdx>& class_of, Problem& p) {
+  const Collapsed c = collapsed_classes(bp, class_of);
+  if (c.decision.empty() && c.aux.empty()) return;
+  std::vector<char> gone(p.nodes.size(), 0);
+  for (const auto& [k, v] : c.decision) gone[static_cast<size_t>(k)] = 1;
+  for (const auto& [k, v] : c.aux) gone[static_cast<size_t>(k)] = 1;
+  for (size_t v = 0; v < p.nodes.size(); ++v)
+    if (gone[v]) {
+      p.nodes[v].costs = {0};
+      p.nodes[v].usages = {0};
+    }
+  // Under keep every recomputation node costs nothing and so does every edge it has.
+  for (ProblemEdge& e : p.edges)
+    if (gone[static_cast<size_t>(e.u)] || gone[static_cast<size_t>(e.v)])
+      e.costs.assign(p.nodes[static_cast<size_t>(e.u)].costs.size() *
+                         p.nodes[static_cast<size_t>(e.v)].costs.size(),
+                     0);
+}
+
+void lift_kept_choice(const BuiltProblem& bp, const std::vector<PNodeIdx>& class_of,
+                      const Problem& full, std::vector<StrategyIdx>& choice) {
+  if (choice.empty()) return;
+  const Collapsed c = collapsed_classes(bp, class_of);
+  for (const auto& [k, keep] : c.decision) choice.at(static_cast<size_t>(k)) = keep;
+  for (const auto& [k, oc] : c.aux) {
+    const StrategyIdx s = full.nodes.at(static_cast<size_t>(oc.first)).num_strategies();
+    choice.at(static_cast<size_t>(k)) = oc.second * s + choice.at(static_cast<size_t>(oc.first));
+  }
+}
+
+void lower_kept_choice(const BuiltProblem& bp, const std::vector<PNodeIdx>& class_of,
+                       std::vector<StrategyIdx>& choice) {
+  if (choice.empty()) return;
+  const Collapsed c = collapsed_classes(bp, class_of);
+  for (const auto& [k, keep] : c.decision) choice.at(static_cast<size_t>(k)) = 0;
+  for (const auto& [k, oc] : c.aux) choice.at(static_cast<size_t>(k)) = 0;
 }
 
 void complete_recompute_choice(const BuiltProblem& bp, std::vector<StrategyIdx>& choice) {

@@ -66,11 +66,18 @@ RecomputeCost recompute_cost(const BuiltProblem& bp, const std::vector<StrategyI
 /// Edge origin slot of a recomputation's redistribution (producer = the input re-read).
 inline constexpr int32_t kRecomputeSlot = -3;
 
-/// Forbids every recomputation mode but keep in `p` (a tied or untied copy of bp.problem,
-/// `class_of` mapping bp's nodes to p's).  Exact for the memory-free relaxation:
-/// recomputation only adds cost, so some optimum keeps everything; the reductions then fold
-/// the gap and tail nodes away.
+/// The memory-free relaxation of `p` (a tied or untied copy of bp.problem, `class_of` mapping
+/// bp's nodes to p's): every recomputation node of a region that may keep gets one strategy
+/// (keep) and zero edges.  Exact without memory: recomputation only adds cost, so some
+/// optimum keeps everything, and the reductions no longer see the recomputation nodes.
 void keep_all_activations(const BuiltProblem& bp, const std::vector<PNodeIdx>& class_of, Problem& p);
+/// A choice of that relaxation as a choice of the problem it came from (`full`): keep, with
+/// the owners' strategies.
+void lift_kept_choice(const BuiltProblem& bp, const std::vector<PNodeIdx>& class_of,
+                      const Problem& full, std::vector<StrategyIdx>& choice);
+/// The reverse, for warm starts: collapsed nodes take strategy 0.
+void lower_kept_choice(const BuiltProblem& bp, const std::vector<PNodeIdx>& class_of,
+                       std::vector<StrategyIdx>& choice);
 
 /// Fills decision, gap and tail entries of a full assignment that are -1 (e.g. from saved
 /// placements) with "keep" and the owner's strategy.

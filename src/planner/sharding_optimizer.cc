@@ -277,7 +277,10 @@ Plan ShardingOptimizer::get_solution() {
     so.warm_start = cp.restrict(warm_start_);
   say(fmt::format("built {} nodes, {} edges; tied into {} nodes", bp.problem.num_nodes(),
                   bp.edges.size(), cp.problem.num_nodes()));
-  SolveResult r = solve(relaxed_problem, so);
+  SolverOptions relaxed_so = so;
+  if (!has_shadows) lower_kept_choice(bp, cp.class_of, relaxed_so.warm_start);
+  SolveResult r = solve(relaxed_problem, relaxed_so);
+  if (!has_shadows) lift_kept_choice(bp, cp.class_of, cp.problem, r.choice);
   bool relaxed = memory_may_bind && !has_shadows;
   if (relaxed && !r.choice.empty() &&
       peak_usage(bp.problem, cp.expand(r.choice)) <= bp.problem.usage_limit)
