@@ -3,7 +3,9 @@
     from autoshard.audit import CommAudit, planned_collectives
     with CommAudit(step) as audit:            # step = apply_placement(...)
         loss = step(tokens, labels); loss.backward()
-    print(audit.table(planned_collectives(graph, placements, mesh_shape)))
+    print(audit.table())                      # issued: per collective type and mesh dim
+    planned, _ = planned_collectives("build/autoshard", graph, placements, (2, 4))
+    print(audit.table(planned))               # issued beside planned, with a match column
 
 Recorded side: a TorchDispatchMode sees every functional collective DTensor issues
 (torch.ops._c10d_functional all_gather_into_tensor, reduce_scatter_tensor, all_reduce,
@@ -133,7 +135,14 @@ class CommAudit:
               ) -> str:
         """A text table: per collective type and mesh dim, count and MiB issued vs planned."""
         got = self.totals()
-        planned = planned or {}
+        if planned is None:  # issued only
+            lines = [f"{'collective':<15}{'mesh dim':<10}{'count':>8}{'MiB':>12}"]
+            names = mesh_dim_names or self.mesh.mesh_dim_names or \
+                [str(i) for i in range(self.mesh.ndim)]
+            for (kind, dim), (n, b) in sorted(got.items(), key=str):
+                d = names[dim] if isinstance(dim, int) else str(dim)
+                lines.append(f"{kind:<15}{d:<10}{n:>8}{b / 2**20:>12.4f}")
+            return "\n".join(lines)
         names = mesh_dim_names or self.mesh.mesh_dim_names or [str(i) for i in range(self.mesh.ndim)]
         keys = sorted(set(got) | set(planned), key=lambda k: (KINDS.index(k[0]) if k[0] in KINDS
                                                               else 9, str(k[1])))

@@ -55,6 +55,7 @@ std::string format_us(double us);
 
 void register_graph(CLI::App& app);
 void register_cost(CLI::App& app);
+void register_strategies(CLI::App& app);  // hidden: cmd_strategies.cc
 void register_plan(CLI::App& app);
 void register_iopddl(CLI::App& app);
 void register_search(CLI::App& app);  // cmd_search.cc

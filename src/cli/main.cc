@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "autoshard 0.1.0");
   autoshard::cli::register_graph(app);
   autoshard::cli::register_cost(app);
+  autoshard::cli::register_strategies(app);
   autoshard::cli::register_plan(app);
   autoshard::cli::register_iopddl(app);
   autoshard::cli::register_state_commands(app);  // show, explain, pin, diff, export
