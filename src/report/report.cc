@@ -66,6 +66,7 @@ output placement; red edges are redistributions (collective and time); dashed ed
 agreements with the parameter.</div>
 <div class="panel" id="overview"></div>
 <h3 id="block-title"></h3>
+<div class="legend" id="legend"></div>
 <div class="row"><div class="panel" id="block-svg"></div><div class="panel" id="strategy-panel">
 <p class="muted">Click a node of the graph (or a row of the node table) to see its strategies.</p></div></div>
 <h2>Step timeline (simulated)</h2><div class="panel" id="timeline"></div>

@@ -205,6 +205,14 @@ function showGroup(k) {
   $("block-title").textContent = grp.title + " — " + grp.nodes_per_block + " nodes per block" +
     (grp.count > 1 ? ", " + grp.count + " identical blocks collapsed (same strategies): " + grp.keys.join(", ") : "") +
     (grp.note ? " — " + grp.note : "");
+  const legend = $("legend");
+  legend.textContent = "";
+  for (const [pl, colour] of grp.legend || []) {
+    const item = el("span"), swatch = el("i");
+    swatch.style.background = colour;
+    item.append(swatch, document.createTextNode(pl));
+    legend.append(item);
+  }
   const host = $("block-svg");
   host.innerHTML = grp.svg || "<p class='muted'>" + (grp.note || "not drawn") + "</p>";
   host.querySelectorAll("g.node").forEach((g) => {

@@ -311,6 +311,14 @@ Json blocks_json(Context& c, Json& strategies) {
         if (g.node(i).kind != NodeKind::kOp || g.node(i).phase == Phase::kForward) ++fwd;
       if (!fwd_only || static_cast<int32_t>(fwd) <= c.lim.max_block_nodes) {
         grp["svg"] = render_dot_svg(dot_for_block(c, first, fwd_only));
+        // Colour legend: the output placements drawn, in first-drawn order.
+        Json legend = Json::array();
+        std::set<std::string> seen;
+        for (NodeIdx i : first.nodes) {
+          std::string pl = output_spec_string(c.plan.nodes[static_cast<size_t>(i)]->chosen);
+          if (seen.insert(pl).second) legend.push_back({pl, placement_colour(pl)});
+        }
+        grp["legend"] = legend;
         if (fwd_only) note = "forward ops only (the block is large)";
         for (NodeIdx i : first.nodes)
           if (!fwd_only || g.node(i).kind != NodeKind::kOp || g.node(i).phase == Phase::kForward)
