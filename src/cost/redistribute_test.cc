@@ -78,6 +78,34 @@ TEST(RedistributeDtensor, FollowsDtensorWalk) {
   EXPECT_EQ(dt_cost("S(0)S(1)", "S(0)S(1)", mesh, kBig), 0.0);
 }
 
+TEST(RedistributeDtensor, PlanListsDtensorsCollectives) {
+  Mesh mesh = make_mesh({2, 4});
+  const double d = kBigBytes;
+  // S(0)P -> RR: dim 1's all-reduce at D/2, then dim 0's gather of the whole tensor.
+  RedistributePlan p = plan_redistribute_dtensor(spec("S(0)P", kBig), spec("RR", kBig), mesh);
+  ASSERT_EQ(p.num_steps, 2);
+  EXPECT_EQ(p.steps[0].kind, Collective::kAllReduce);
+  EXPECT_EQ(p.steps[0].dim, 1);
+  EXPECT_DOUBLE_EQ(p.steps[0].bytes, d / 2);
+  EXPECT_EQ(p.steps[1].kind, Collective::kAllGather);
+  EXPECT_EQ(p.steps[1].dim, 0);
+  EXPECT_DOUBLE_EQ(p.steps[1].bytes, d);
+  // Its times are the dtensor profile's cost, minus the 1 us Shard -> Shard penalty.
+  double sum = 0;
+  for (int32_t i = 0; i < p.num_steps; ++i)
+    sum += collective_time_us(p.steps[static_cast<size_t>(i)].kind, p.steps[static_cast<size_t>(i)].bytes,
+                              mesh, p.steps[static_cast<size_t>(i)].dim, CommModel::kDtensor);
+  EXPECT_NEAR(sum, dt_cost("S(0)P", "RR", mesh, kBig), 1e-9);
+  // P -> S under a nesting change: all-reduce (then a local slice), where the nccl schedule
+  // reduce-scatters.
+  RedistributePlan q = plan_redistribute_dtensor(spec("S(0)P", kBig), spec("RS(0)", kBig), mesh);
+  ASSERT_EQ(q.num_steps, 2);
+  EXPECT_EQ(q.steps[0].kind, Collective::kAllReduce);
+  EXPECT_EQ(q.steps[1].kind, Collective::kAllGather);
+  EXPECT_TRUE(plan_redistribute_dtensor(spec("S(0)", {8}), spec("P", {8}), make_mesh({2})).impossible);
+  EXPECT_EQ(plan_redistribute_dtensor(spec("RR", kBig), spec("S(0)S(1)", kBig), mesh).num_steps, 0);
+}
+
 TEST(RedistributeNccl, OneDimTransitions) {
   Mesh mesh = make_mesh({8});
   const double d = kBigBytes;
