@@ -156,11 +156,11 @@ class Decoder {
     o.memory_limit_bytes = x.memory_limit_bytes();
     if (o.memory_limit_bytes < -1) fail("options.memory_limit_bytes", fmt::format("{} is not a budget", o.memory_limit_bytes));
     o.time_limit_s = x.time_limit_s();
-    if (!(o.time_limit_s > 0)) fail("options.time_limit_s", "expected > 0");
+    if (!(o.time_limit_s >= 0)) fail("options.time_limit_s", "expected >= 0");
     o.mip_gap = x.mip_gap();
     if (!(o.mip_gap >= 0)) fail("options.mip_gap", "expected >= 0");
     o.threads = x.threads();
-    if (o.threads < 1 || o.threads > 4096) fail("options.threads", fmt::format("{} out of range", o.threads));
+    if (o.threads < 0 || o.threads > 4096) fail("options.threads", fmt::format("{} out of range", o.threads));
     o.skip_fully_replicated = x.skip_fully_replicated();
     o.cluster = x.cluster();
     o.require_divisible = x.require_divisible();
@@ -235,7 +235,7 @@ class Decoder {
           for (size_t k = 0; k < c.inputs->size(); ++k)
             if (!(*c.inputs)[k].empty() && static_cast<int32_t>((*c.inputs)[k].size()) != mesh.ndim())
               fail(fmt::format("{}.inputs[{}]", where, k), fmt::format("{} placements for a {}-D mesh", (*c.inputs)[k].size(), mesh.ndim()));
-      } else if (!(c.low >= 0 && c.high >= c.low && std::isfinite(c.high))) {
+      } else if (!(c.low >= 0 && c.high >= c.low)) {
         fail(where, fmt::format("need 0 <= low <= high, got [{}, {}]", c.low, c.high));
       }
       out.push_back(std::move(c));
@@ -442,18 +442,20 @@ BuiltProblem Decoder::problem(const pb::BuiltProblem& x, const Graph& g, const M
 
 Plan Decoder::plan(const pb::Plan& x, const Graph& g, const Mesh& mesh) const {
   Plan plan;
-  if (x.plan_nodes() != g.size()) fail("solution.plan_nodes", fmt::format("{} plan nodes for {} graph nodes", x.plan_nodes(), g.size()));
-  plan.nodes.resize(static_cast<size_t>(g.size()));
+  // A plan covers every graph node (or none, for a plan that was never filled in).
+  if (x.plan_nodes() != g.size() && x.plan_nodes() != 0)
+    fail("solution.plan_nodes", fmt::format("{} plan nodes for {} graph nodes", x.plan_nodes(), g.size()));
+  plan.nodes.resize(static_cast<size_t>(x.plan_nodes()));
   for (int k = 0; k < x.nodes_size(); ++k) {
     const pb::NodePlan& xn = x.nodes(k);
     const std::string where = fmt::format("solution.nodes[{}]", k);
     int32_t i = xn.index();
-    if (i < 0 || i >= g.size() || plan.nodes[static_cast<size_t>(i)]) fail(where + ".index", fmt::format("bad or repeated node index {}", i));
+    if (i < 0 || i >= x.plan_nodes() || plan.nodes[static_cast<size_t>(i)]) fail(where + ".index", fmt::format("bad or repeated node index {}", i));
     NodePlan np;
     np.node = xn.node();
     if (np.node != i) fail(where + ".node", fmt::format("{} differs from its index {}", np.node, i));
     np.strategy = xn.strategy();
-    if (np.strategy < 0) fail(where + ".strategy", "negative");
+    if (np.strategy < -1) fail(where + ".strategy", fmt::format("bad strategy index {}", np.strategy));
     auto chosen = strategies(xn.chosen(), g, i, mesh.ndim(), where + ".chosen");
     if (chosen.size() != 1) fail(where + ".chosen", fmt::format("{} strategies, expected one", chosen.size()));
     np.chosen = std::move(chosen[0]);
