@@ -86,6 +86,22 @@ def _launch(world, mesh, dims, jobs, tmp):
 
 
 @unittest.skipIf(torch is None, "PyTorch not installed")
+class PlacementStrings(unittest.TestCase):
+    def test_parse_and_print(self):
+        from torch.distributed.tensor import Partial, Replicate, Shard
+
+        from autoshard.apply import PlanError, _output_list, parse_placements, placements_str
+
+        self.assertEqual(parse_placements("S(0)RP(sum)"), [Shard(0), Replicate(), Partial("sum")])
+        self.assertEqual(parse_placements("P"), [Partial("sum")])
+        self.assertEqual(parse_placements("Shard(1), Replicate()"), [Shard(1), Replicate()])
+        self.assertEqual(placements_str(parse_placements("S(1)P(avg)R")), "S(1)P(avg)R")
+        self.assertEqual(_output_list("(S(0)R, None)", ""), [[Shard(0), Replicate()], None])
+        with self.assertRaisesRegex(PlanError, "/placements/mm: placements 'Q'"):
+            parse_placements("Q", "/placements/mm: ")
+
+
+@unittest.skipIf(torch is None, "PyTorch not installed")
 class ApplyPlacement(unittest.TestCase):
     maxDiff = None
     binary = None
