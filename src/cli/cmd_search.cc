@@ -36,7 +36,7 @@ std::string status_of(const MeshSearchRow& r) {
   switch (r.outcome) {
     case MeshSearchRow::Outcome::kPlanned: return std::string(solve_status_name(r.plan->status));
     case MeshSearchRow::Outcome::kOverBudget:
-      return fmt::format("needs {}", format_bytes(r.plan->min_peak_memory_bytes));
+      return fmt::format("over budget ({})", format_bytes(r.plan->peak_memory_bytes));
     case MeshSearchRow::Outcome::kPruned: return "pruned";
     case MeshSearchRow::Outcome::kTimedOut: return "timed out";
     case MeshSearchRow::Outcome::kError: return "error: " + r.message;

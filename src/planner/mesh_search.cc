@@ -15,6 +15,7 @@
 
 #include "ir/file_util.h"
 #include "planner/parallelism.h"
+#include "planner/recipes.h"
 #include "planner/sharding_optimizer.h"
 
 namespace autoshard {
@@ -39,10 +40,13 @@ void factorize(int64_t n, int k, std::vector<int64_t>& cur, std::vector<std::vec
   }
 }
 
+/// 1-D: dp; else d0, d1, ... and the innermost dim tp (the Megatron seed's tensor-parallel
+/// dim; the optimum is free to use any dim for anything).
 std::vector<std::string> dim_names(size_t k) {
   if (k == 1) return {"dp"};
   std::vector<std::string> names;
-  for (size_t i = 0; i < k; ++i) names.push_back(fmt::format("d{}", i));
+  for (size_t i = 0; i + 1 < k; ++i) names.push_back(fmt::format("d{}", i));
+  names.push_back("tp");
   return names;
 }
 
@@ -196,29 +200,28 @@ MeshSearchResult search_meshes(const Graph& g, const MeshSearchOptions& o) {
           }
         }
         auto t1 = std::chrono::steady_clock::now();
-        try {
-          ShardingOptimizer so(g, meshes[k], po);
-          Plan p = so.get_solution();
-          if (p.has_solution) {
-            r.outcome = MeshSearchRow::Outcome::kPlanned;
-            r.dim_use = dim_use(so.graph(), meshes[k], p);
-            std::lock_guard<std::mutex> lock(mu);
-            best = std::min(best, p.objective_us);
-          } else if (p.min_peak_memory_bytes >= 0) {
-            r.outcome = MeshSearchRow::Outcome::kOverBudget;
-          } else if (p.status == SolveStatus::kTimedOut) {
-            r.outcome = MeshSearchRow::Outcome::kTimedOut;
-            r.message = fmt::format("no plan within the time limit of {} s", po.time_limit_s);
-          } else {
-            r.outcome = MeshSearchRow::Outcome::kError;
-            r.message = fmt::format("no plan found ({})", solve_status_name(p.status));
-          }
-          r.plan = std::move(p);
-        } catch (const std::exception& e) {
+        // Seed: the Megatron recipe (pinned, so small and solved exactly); the optimum starts
+        // from it, so a solve stopped by the time limit is never worse than Megatron.
+        RecipeResult seed;
+        if (meshes[k].ndim() >= 2) seed = plan_recipe(Recipe::kMegatron, g, meshes[k], po);
+        const Plan* start = seed.plan && seed.fits ? &*seed.plan : nullptr;
+        RecipeResult opt = plan_recipe_from(Recipe::kAlpa, g, meshes[k], po, {}, {}, start);
+        if (opt.plan && opt.fits) {
+          r.outcome = MeshSearchRow::Outcome::kPlanned;
+          r.dim_use = dim_use(g, meshes[k], *opt.plan);
+          std::lock_guard<std::mutex> lock(mu);
+          best = std::min(best, opt.plan->objective_us);
+        } else if (opt.plan) {
+          r.outcome = MeshSearchRow::Outcome::kOverBudget;
+          opt.plan->min_peak_memory_bytes = opt.plan->peak_memory_bytes;
+        } else if (opt.error.find("timed-out") != std::string::npos) {
+          r.outcome = MeshSearchRow::Outcome::kTimedOut;
+          r.message = fmt::format("no plan within the time limit of {} s", po.time_limit_s);
+        } else {
           r.outcome = MeshSearchRow::Outcome::kError;
-          r.message = one_line(e.what());
-          r.plan.reset();
+          r.message = opt.error;
         }
+        r.plan = std::move(opt.plan);
         r.seconds += seconds_since(t1);
       },
       order);

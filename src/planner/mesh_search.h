@@ -49,7 +49,9 @@ std::string describe_topology(const Mesh& mesh);
 struct MeshSearchRow {
   Mesh mesh;
   enum class Outcome : uint8_t { kPlanned, kOverBudget, kPruned, kTimedOut, kError } outcome = Outcome::kError;
-  std::optional<Plan> plan;  ///< kPlanned (fits) and kOverBudget (none fits: the smallest peak)
+  /// kPlanned: the plan (fits); kOverBudget: the fastest plan without the limit (its peak is
+  /// what the mesh would need).
+  std::optional<Plan> plan;
   double bound_us = 0;       ///< the cheap lower bound used for pruning
   double seconds = 0;        ///< wall time spent on this mesh (bound + plan)
   std::string message;       ///< kError: the error; kPruned: why

@@ -351,9 +351,6 @@ RecipePins recipe_pins(Recipe r, const Graph& g, const Mesh& mesh, bool require_
   return out;
 }
 
-namespace {
-
-/// plan_recipe, optionally starting the solver from another plan of the same graph.
 RecipeResult plan_recipe_from(Recipe r, const Graph& g, const Mesh& mesh, const PlannerOptions& opt,
                               const std::vector<Constraint>& constraints,
                               const RecipeInspect& inspect, const Plan* start) {
@@ -413,8 +410,6 @@ RecipeResult plan_recipe_from(Recipe r, const Graph& g, const Mesh& mesh, const 
   res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return res;
 }
-
-}  // namespace
 
 RecipeResult plan_recipe(Recipe r, const Graph& g, const Mesh& mesh, const PlannerOptions& opt,
                          const std::vector<Constraint>& constraints, const RecipeInspect& inspect) {

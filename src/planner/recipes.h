@@ -124,6 +124,12 @@ RecipeResult plan_recipe(Recipe r, const Graph& g, const Mesh& mesh, const Plann
                          const std::vector<Constraint>& constraints = {},
                          const RecipeInspect& inspect = {});
 
+/// plan_recipe with the solver started from `start` (a plan of the same graph on the same mesh,
+/// e.g. a recipe's plan for the optimum; ignored when null or when it does not match).
+RecipeResult plan_recipe_from(Recipe r, const Graph& g, const Mesh& mesh, const PlannerOptions& opt,
+                              const std::vector<Constraint>& constraints,
+                              const RecipeInspect& inspect, const Plan* start);
+
 /// plan_recipe for every recipe in `recipes` (all_recipes() when empty), `threads` at a time
 /// (0: the machine's cores); results in the order of `recipes`.  The optimum (alpa) is solved
 /// last, warm-started from the best named recipe that fits, so that even a solve stopped by
