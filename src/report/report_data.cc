@@ -144,6 +144,22 @@ struct Context {
   std::vector<std::vector<int32_t>> in_edges;   // per graph node: indices into `edges`
   std::vector<std::vector<int32_t>> out_edges;  // per graph node (producer)
   std::vector<double> real_comm;                // per graph node: its inputs' real comm
+  /// Placement -> fill colour: a palette of distinct pastels in order of first appearance in
+  /// the graph (deterministic), then hashed hues once the palette is used up.
+  std::map<std::string, std::string> colours;
+  size_t next_palette = 0;
+  std::string colour(const std::string& p) {
+    auto it = colours.find(p);
+    if (it != colours.end()) return it->second;
+    static const char* const kPalette[] = {
+        "#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5", "#c49c94", "#f7b6d2", "#dbdb8d",
+        "#9edae5", "#fdd0a2", "#c7e9c0", "#dadaeb", "#fcbba1", "#d9f0a3", "#bcbddc", "#fee391"};
+    const bool replicated = !p.empty() && std::all_of(p.begin(), p.end(), [](char ch) { return ch == 'R'; });
+    std::string col = !replicated && next_palette < std::size(kPalette) ? kPalette[next_palette++]
+                                                                       : placement_colour(p);
+    colours.emplace(p, col);
+    return col;
+  }
 };
 
 /// print_costs_for_node's content: every strategy of the node with its compute time and the
@@ -236,7 +252,7 @@ std::string dot_for_block(Context& c, const Block& b, bool forward_only) {
                             ? fmt::format("{}\n{}  {}", n.name, aten_packet(n.op), pl)
                             : fmt::format("{}\n{}", n.name, pl);
     dot += fmt::format("  n{} [id=\"n{}\", class=\"gnode\", label={}, fillcolor=\"{}\"{}{}];\n", i, i,
-                       dot_quote(label), placement_colour(pl),
+                       dot_quote(label), c.colour(pl),
                        n.kind == NodeKind::kOp ? "" : ", shape=ellipse",
                        n.phase == Phase::kBackward && n.kind == NodeKind::kOp ? ", color=\"#5555aa\"" : "");
   }
@@ -316,7 +332,7 @@ Json blocks_json(Context& c, Json& strategies) {
         std::set<std::string> seen;
         for (NodeIdx i : first.nodes) {
           std::string pl = output_spec_string(c.plan.nodes[static_cast<size_t>(i)]->chosen);
-          if (seen.insert(pl).second) legend.push_back({pl, placement_colour(pl)});
+          if (seen.insert(pl).second) legend.push_back({pl, c.colour(pl)});
         }
         grp["legend"] = legend;
         if (fwd_only) note = "forward ops only (the block is large)";
@@ -458,7 +474,7 @@ Json timeline_json(Context& c) {
 
 nlohmann::ordered_json report_data(ShardingOptimizer& opt, const Plan& plan, const StepSimulation& sim,
                                    const ReportLimits& limits) {
-  Context c{opt, plan, sim, limits, opt.graph(), opt.mesh(), opt.problem(), {}, {}, {}, {}};
+  Context c{opt, plan, sim, limits, opt.graph(), opt.mesh(), opt.problem(), {}, {}, {}, {}, {}, 0};
   const Graph& g = c.g;
   const Mesh& mesh = c.mesh;
   c.edges = plan_edges(opt, plan);
