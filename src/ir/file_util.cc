@@ -110,6 +110,33 @@ nlohmann::json parse_json_text(std::string_view text, std::string_view origin) {
     throw std::runtime_error(one_line(fmt::format(
         "{}: malformed JSON at line {}, column {} (byte {}): {}", origin, line, column, byte,
         reason)));
+  } catch (const nlohmann::json::exception& e) {
+    // out_of_range.406: a number beyond double ("1e999"); nlohmann gives no position, so the
+    // token it quotes is looked up in the text (found by the fuzzer, issue 14).
+    std::string msg = e.what();
+    std::string token;
+    if (size_t q = msg.find('\''); q != std::string::npos) {
+      size_t q2 = msg.find('\'', q + 1);
+      if (q2 != std::string::npos) token = msg.substr(q + 1, q2 - q - 1);
+    }
+    size_t byte = token.empty() ? std::string_view::npos : text.find(token);
+    std::string reason = msg.find("number overflow") != std::string::npos
+                             ? fmt::format("number '{}' out of range", token.substr(0, 64))
+                             : msg.substr(0, 160);
+    if (byte == std::string_view::npos)
+      throw std::runtime_error(one_line(fmt::format("{}: malformed JSON: {}", origin, reason)));
+    size_t line = 1, column = 1;
+    for (size_t i = 0; i < byte; ++i) {
+      if (text[i] == '\n') {
+        ++line;
+        column = 1;
+      } else {
+        ++column;
+      }
+    }
+    throw std::runtime_error(one_line(fmt::format(
+        "{}: malformed JSON at line {}, column {} (byte {}): {}", origin, line, column, byte,
+        reason)));
   }
 }
 

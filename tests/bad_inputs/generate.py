@@ -142,6 +142,7 @@ def hardware():
     variant("huge_memory.hw.json", lambda h: h.update(memory_gb=1e300))
     variant("gpus_per_node.hw.json", lambda h: h.update(gpus_per_node=0))
     put("not_object.hw.json", "[1, 2]\n")
+    put("number_overflow.hw.json", '{"base": "h100", "hbm_gbps": 1e999}\n')
 
 
 def iopddl():
