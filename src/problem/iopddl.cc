@@ -539,7 +539,8 @@ void write_iopddl_json(const Problem& p, std::ostream& out) {
   };
   auto same = [](auto x) { return x; };
   fmt::format_to(it, "{{\"problem\":{{\"name\":{},\"nodes\":{{\"intervals\":[",
-                 nlohmann::json(p.name).dump());
+                 // A name read from a file may hold invalid UTF-8: replaced, not thrown on.
+                 nlohmann::json(p.name).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
   for (size_t i = 0; i < p.nodes.size(); ++i)
     fmt::format_to(it, "{}[{},{}]", i ? "," : "", p.nodes[i].start, p.nodes[i].end);
   fmt::format_to(it, "],\"costs\":[");
