@@ -26,7 +26,7 @@ int main(int argc, char** argv) {
     if (!known) {
       std::fprintf(stderr,
                    "autoshard: error: unknown subcommand '%s' (expected graph, cost, plan, iopddl, "
-                   "show, explain, pin, diff or export; "
+                   "search, show, explain, pin, diff or export; "
                    "see --help)\n",
                    autoshard::one_line(argv[1]).c_str());
       return 2;
