@@ -10,7 +10,7 @@ py=$(scripts/venv.sh)
 if command -v ccache >/dev/null; then export CMAKE_CXX_COMPILER_LAUNCHER=ccache; fi
 echo "== Release build"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DAUTOSHARD_WERROR=ON \
-  -DAUTOSHARD_VENV_PYTHON="$py" >/dev/null
+  -DAUTOSHARD_VENV_PYTHON="$py" -DAUTOSHARD_PYTHON_MODULE=ON >/dev/null
 cmake --build build -j"$jobs"
 echo "== Release tests"
 (cd build && ctest --output-on-failure -j"$jobs")
