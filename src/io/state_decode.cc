@@ -168,8 +168,8 @@ class Decoder {
     o.optimizer.kind = static_cast<OptimizerConfig::Kind>(x.optimizer_kind());
     o.optimizer.sgd_momentum = x.sgd_momentum();
     o.run_checks = x.run_checks();
-    o.preload_solution = x.preload_solution();
-    o.ilp_solution_file = x.ilp_solution_file();
+    // preload_solution / ilp_solution_file stay off: a file must not choose where a later
+    // solve writes (see state_encode.cc).
     if (x.recompute() > static_cast<uint32_t>(RecomputePolicy::kAuto)) fail("options.recompute", fmt::format("unknown policy {}", x.recompute()));
     o.recompute = static_cast<RecomputePolicy>(x.recompute());
     o.overlap = x.overlap();

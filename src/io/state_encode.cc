@@ -114,8 +114,8 @@ void put_options(const PlannerOptions& o, pb::Options* out) {
   out->set_optimizer_kind(static_cast<uint32_t>(o.optimizer.kind));
   out->set_sgd_momentum(o.optimizer.sgd_momentum);
   out->set_run_checks(o.run_checks);
-  out->set_preload_solution(o.preload_solution);
-  out->set_ilp_solution_file(o.ilp_solution_file);
+  // preload_solution / ilp_solution_file are not saved: a path from a file someone else wrote
+  // must never make a later solve write there.
   out->set_recompute(static_cast<uint32_t>(o.recompute));
   out->set_overlap(o.overlap);
   out->set_overlap_discount(o.overlap_discount);

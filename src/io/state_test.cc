@@ -342,6 +342,17 @@ TEST(Fingerprint, StableAndComponentWise) {
   EXPECT_EQ(fa.differences(fingerprint_parts(b.graph(), b.mesh(), b.options(), b.constraints())), "constraints");
 }
 
+TEST(SolutionFile, PathIsNotStoredInStateFiles) {
+  PlannerOptions o = no_limit();
+  o.ilp_solution_file = "/tmp/somewhere/else.json";
+  o.preload_solution = true;
+  ShardingOptimizer so(small_gpt2(1), mesh_2x2(), o);
+  ShardingOptimizer back = state_from_bytes(state_bytes(so), "x.ap");
+  EXPECT_EQ(back.options().ilp_solution_file, "");
+  EXPECT_FALSE(back.options().preload_solution);
+  EXPECT_EQ(replay_from_bytes(replay_bytes(so), "x.replay").options().ilp_solution_file, "");
+}
+
 TEST(SolutionFile, ReusedWhenTheProblemMatches) {
   std::string dir = testing::TempDir() + "/state_solution_file";
   std::filesystem::create_directories(dir);
