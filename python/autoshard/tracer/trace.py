@@ -277,7 +277,8 @@ def trace_training_step(model: torch.nn.Module, example_inputs, loss_fn=None, ta
         in TracedStep.output_nodes (AutoParallel.add_output_constraints pins them).
     tracer: "dispatch" (default: dispatch_trace.py, a TorchDispatchMode over eager meta
         execution, fast) or "make_fx" (torch.fx.experimental.proxy_tensor.make_fx in "real"
-        mode on the meta tensors: the same graph, ~10x slower on PyTorch 2.x).
+        mode on the meta tensors: the same graph, ~10x slower on PyTorch 2.x).  With
+        decompose, make_fx is used (it applies the table under the Python dispatcher).
     The model itself is not modified (its tensors are replaced by meta tensors for the trace
     through functional_call); with train, model.train() is in force during the trace only.
     """
@@ -350,7 +351,7 @@ def _trace(model, example_inputs, loss_fn, targets, decompose, param_dtype, mark
         return [loss] + [g for g in grads if g is not None]
 
     with rec:
-        if tracer == "dispatch":
+        if tracer == "dispatch" and table is None:
             from .dispatch_trace import dispatch_trace
             gm = dispatch_trace(step, flat, table)
         else:
