@@ -128,7 +128,7 @@ Hardware parse_hardware_json(std::string_view text, std::string_view origin) {
                                    "efficiency", "launch_floor_us"};
     if (std::find_if(std::begin(kKnown), std::end(kKnown),
                      [&](const char* k) { return it.key() == k; }) == std::end(kKnown))
-      throw std::runtime_error(fmt::format("{}: /{}: unknown field", origin, one_line(it.key())));
+      throw std::runtime_error(fmt::format("{}: /{}: unknown field", origin, one_line(it.key().substr(0, 80))));
   }
   if (j.contains("name")) {
     if (!j["name"].is_string())
