@@ -14,6 +14,14 @@ cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DAUTOSHARD_WERROR=ON \
 cmake --build build -j"$jobs"
 echo "== Release tests"
 (cd build && ctest --output-on-failure -j"$jobs")
+echo "== pip install . (the wheel, into a fresh venv without torch; ccache shares the objects)"
+rm -rf build/venv-wheel
+python3 -m venv build/venv-wheel
+build/venv-wheel/bin/python -m pip install -q . --config-settings=build-dir=build/wheel \
+  --config-settings=cmake.define.AUTOSHARD_WERROR=ON >build/pip-wheel.log 2>&1 \
+  || { tail -30 build/pip-wheel.log; echo "pip install . failed (build/pip-wheel.log)"; exit 1; }
+build/venv-wheel/bin/autoshard plan --model mlp --mesh 2 --json >/dev/null
+(cd build && venv-wheel/bin/python -c "from autoshard.core import Graph, Mesh; print(\"wheel: autoshard._core loads (no torch):\", Graph, Mesh)")
 echo "== Debug + ASan/UBSan build"
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DAUTOSHARD_SANITIZE=ON -DAUTOSHARD_BENCH=OFF \
   -DAUTOSHARD_WERROR=ON >/dev/null

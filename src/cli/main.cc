@@ -18,8 +18,8 @@ int main(int argc, char** argv) {
   autoshard::cli::register_strategies(app);
   autoshard::cli::register_plan(app);
   autoshard::cli::register_iopddl(app);
-  autoshard::cli::register_state_commands(app);  // show, explain, pin, diff, export
   autoshard::cli::register_search(app);
+  autoshard::cli::register_state_commands(app);  // show, explain, pin, diff, export
   if (argc > 1 && argv[1][0] != '-') {
     bool known = false;
     for (const CLI::App* sub : app.get_subcommands({})) known = known || sub->check_name(argv[1]);

@@ -280,11 +280,8 @@ void put_plan(const Graph& g, const Mesh& mesh, const Plan& plan, pb::Plan* out)
   out->set_reduced_edges(plan.reduced_edges);
   out->set_mip_variables(plan.mip_variables);
   out->set_layer_clusters(plan.layer_clusters);
-  for (const auto& [name, s] : plan.phase_seconds) {
-    pb::Phase* x = out->add_phase_seconds();
-    x->set_name(name);
-    x->set_seconds(s);
-  }
+  // Plan::phase_seconds (wall-clock timings) is left out: equal inputs must give equal bytes
+  // (issue 14), and a loaded plan did not take those seconds anyway.
   for (const std::string& w : plan.warnings) out->add_warnings(w);
   out->set_checked(plan.checked);
   out->set_has_solution(plan.has_solution);

@@ -81,7 +81,7 @@ void expect_same_plan(const Plan& a, const Plan& b) {
   EXPECT_EQ(a.reduced_edges, b.reduced_edges);
   EXPECT_EQ(a.mip_variables, b.mip_variables);
   EXPECT_EQ(a.layer_clusters, b.layer_clusters);
-  EXPECT_EQ(a.phase_seconds, b.phase_seconds);
+  EXPECT_TRUE(b.phase_seconds.empty());  // timings are not stored (deterministic bytes)
   EXPECT_EQ(a.warnings, b.warnings);
   EXPECT_EQ(a.checked, b.checked);
   EXPECT_EQ(a.has_solution, b.has_solution);
