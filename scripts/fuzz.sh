@@ -26,8 +26,9 @@ targets=()
 for n in "${names[@]}"; do targets+=("${n}_fuzz"); done
 cmake --build "$build" -j"$(nproc)" --target "${targets[@]}"
 mkdir -p "$build/artifacts"
-failed=0
-for n in "${names[@]}"; do
+# run_one NAME: fuzzes one harness; prints its result line(s); exits non-zero on a finding.
+run_one() {
+  local n=$1 corpus seeds gen log rc execs size
   corpus="$build/corpus/$n"
   mkdir -p "$corpus"
   seeds=()
@@ -48,11 +49,24 @@ for n in "${names[@]}"; do
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   size=$(ls "$corpus" | wc -l)
   if [ "$rc" -ne 0 ]; then
-    failed=1
     echo "fuzz $n: FAILED (exit $rc) after ${execs:-?} executions; see $log:"
     grep -E "^==[0-9]+==ERROR|runtime error|^SUMMARY|Test unit written|property violated|bad error message|uncaught" "$log" | head -8 | sed 's/^/  /'
   else
     echo "fuzz $n: ${execs:-?} executions in ${seconds} s, corpus $size files, 0 crashes"
   fi
+  return "$rc"
+}
+# The harnesses run side by side, one per core; results print in harness order.
+jobs=$(nproc)
+for n in "${names[@]}"; do
+  while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n || true; done
+  rm -f "$build/rc-$n.txt"
+  { rc=0; run_one "$n" >"$build/result-$n.txt" 2>&1 || rc=$?; echo "$rc" >"$build/rc-$n.txt"; } &
+done
+wait
+failed=0
+for n in "${names[@]}"; do
+  cat "$build/result-$n.txt"
+  [ "$(cat "$build/rc-$n.txt" 2>/dev/null)" = 0 ] || failed=1
 done
 exit "$failed"

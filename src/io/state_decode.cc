@@ -159,7 +159,7 @@ class Decoder {
     if (!(o.time_limit_s >= 0)) fail("options.time_limit_s", "expected >= 0");
     o.mip_gap = x.mip_gap();
     if (!(o.mip_gap >= 0)) fail("options.mip_gap", "expected >= 0");
-    o.threads = x.threads();
+    o.threads = x.threads() == 0 ? 1 : x.threads();  // 0: not recorded (state_encode.cc)
     if (o.threads < 0 || o.threads > 4096) fail("options.threads", fmt::format("{} out of range", o.threads));
     o.skip_fully_replicated = x.skip_fully_replicated();
     o.cluster = x.cluster();

@@ -107,7 +107,8 @@ void put_options(const PlannerOptions& o, pb::Options* out) {
   out->set_memory_limit_bytes(o.memory_limit_bytes);
   out->set_time_limit_s(o.time_limit_s);
   out->set_mip_gap(o.mip_gap);
-  out->set_threads(o.threads);
+  // The thread count is left out (stored as 0): it is the machine's, not the problem's, and
+  // the same plan solved with 1 or 2 threads must give the same bytes (issue 14).
   out->set_skip_fully_replicated(o.skip_fully_replicated);
   out->set_cluster(o.cluster);
   out->set_require_divisible(o.require_divisible);
