@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "io/placements_json.h"
+#include "io/plan_json.h"
 #include "io/state.h"
 #include "planner/cluster.h"
 #include "planner/problem_builder.h"
@@ -15,15 +16,6 @@
 #include "solver/reduce.h"
 
 namespace autoshard {
-
-namespace {
-
-nlohmann::ordered_json number_or_null(double v) {
-  if (std::isfinite(v)) return v;
-  return nullptr;
-}
-
-}  // namespace
 
 nlohmann::ordered_json plan_to_json(ShardingOptimizer& opt, const Plan& plan) {
   if (!plan.has_solution)

@@ -7,12 +7,10 @@
 
 namespace autoshard {
 
-namespace {
 nlohmann::ordered_json number_or_null(double v) {
   if (std::isfinite(v)) return v;
   return nullptr;
 }
-}  // namespace
 
 nlohmann::ordered_json plan_summary_json(const Plan& plan, const Graph& g, const Mesh& mesh) {
   nlohmann::ordered_json j;

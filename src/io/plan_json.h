@@ -10,6 +10,9 @@
 
 namespace autoshard {
 
+/// A finite double as a JSON number; infinities and NaN (forbidden or absent costs) as null.
+nlohmann::ordered_json number_or_null(double v);
+
 nlohmann::ordered_json plan_summary_json(const Plan& plan, const Graph& g, const Mesh& mesh);
 
 }  // namespace autoshard

@@ -2,27 +2,23 @@
 
 #include <cmath>
 
+#include "io/plan_json.h"
+
 namespace autoshard {
 
-namespace {
-nlohmann::ordered_json finite_or_null(double v) {
-  if (std::isfinite(v)) return v;
-  return nullptr;
-}
-}  // namespace
 
 nlohmann::ordered_json simulation_summary_json(const StepSimulation& sim,
                                                const SimulationOptions& o) {
   nlohmann::ordered_json j;
-  j["step_us"] = finite_or_null(sim.step_us);
-  j["additive_us"] = finite_or_null(sim.additive_us);
-  j["compute_us"] = finite_or_null(sim.compute_us);
-  j["comm_us"] = finite_or_null(sim.comm_us);
-  j["exposed_comm_us"] = finite_or_null(sim.exposed_comm_us);
+  j["step_us"] = number_or_null(sim.step_us);
+  j["additive_us"] = number_or_null(sim.additive_us);
+  j["compute_us"] = number_or_null(sim.compute_us);
+  j["comm_us"] = number_or_null(sim.comm_us);
+  j["exposed_comm_us"] = number_or_null(sim.exposed_comm_us);
   // Communication hidden behind compute.
-  j["overlap_us"] = finite_or_null(sim.comm_us - sim.exposed_comm_us);
-  j["model_flops"] = finite_or_null(sim.model_flops);
-  j["mfu"] = finite_or_null(sim.mfu);
+  j["overlap_us"] = number_or_null(sim.comm_us - sim.exposed_comm_us);
+  j["model_flops"] = number_or_null(sim.model_flops);
+  j["mfu"] = number_or_null(sim.mfu);
   j["peak_memory_bytes"] = sim.peak_memory_bytes;
   j["prefetch_peak_bytes"] = sim.prefetch_peak_bytes;
   j["layers"] = sim.num_layers;
@@ -33,7 +29,7 @@ nlohmann::ordered_json simulation_summary_json(const StepSimulation& sim,
     for (const SimEvent& e : sim.streams[s]) busy += e.end_us - e.start_us;
     streams.push_back({{"name", sim.stream_names[s]},
                        {"events", sim.streams[s].size()},
-                       {"busy_us", finite_or_null(busy)}});
+                       {"busy_us", number_or_null(busy)}});
   }
   j["streams"] = streams;
   return j;

@@ -81,6 +81,27 @@ std::string one_line(std::string_view s) {
   return r;
 }
 
+namespace {
+
+/// Throws "<origin>: malformed JSON at line L, column C (byte B): <reason>" for a 0-based byte.
+[[noreturn]] void throw_malformed_at(std::string_view text, std::string_view origin, size_t byte,
+                                     const std::string& reason) {
+  size_t line = 1, column = 1;
+  for (size_t i = 0; i < byte; ++i) {
+    if (text[i] == '\n') {
+      ++line;
+      column = 1;
+    } else {
+      ++column;
+    }
+  }
+  throw std::runtime_error(one_line(fmt::format(
+      "{}: malformed JSON at line {}, column {} (byte {}): {}", origin, line, column, byte,
+      reason)));
+}
+
+}  // namespace
+
 nlohmann::json parse_json_text(std::string_view text, std::string_view origin) {
   try {
     return nlohmann::json::parse(text);
@@ -98,18 +119,7 @@ nlohmann::json parse_json_text(std::string_view text, std::string_view origin) {
     // e.byte is 1-based and may point one past the end for truncated input.
     size_t byte = e.byte > 0 ? e.byte - 1 : 0;
     if (byte > text.size()) byte = text.size();
-    size_t line = 1, column = 1;
-    for (size_t i = 0; i < byte; ++i) {
-      if (text[i] == '\n') {
-        ++line;
-        column = 1;
-      } else {
-        ++column;
-      }
-    }
-    throw std::runtime_error(one_line(fmt::format(
-        "{}: malformed JSON at line {}, column {} (byte {}): {}", origin, line, column, byte,
-        reason)));
+    throw_malformed_at(text, origin, byte, reason);
   } catch (const nlohmann::json::exception& e) {
     // out_of_range.406: a number beyond double ("1e999"); nlohmann gives no position, so the
     // token it quotes is looked up in the text (found by the fuzzer, issue 14).
@@ -125,18 +135,7 @@ nlohmann::json parse_json_text(std::string_view text, std::string_view origin) {
                              : msg.substr(0, 160);
     if (byte == std::string_view::npos)
       throw std::runtime_error(one_line(fmt::format("{}: malformed JSON: {}", origin, reason)));
-    size_t line = 1, column = 1;
-    for (size_t i = 0; i < byte; ++i) {
-      if (text[i] == '\n') {
-        ++line;
-        column = 1;
-      } else {
-        ++column;
-      }
-    }
-    throw std::runtime_error(one_line(fmt::format(
-        "{}: malformed JSON at line {}, column {} (byte {}): {}", origin, line, column, byte,
-        reason)));
+    throw_malformed_at(text, origin, byte, reason);
   }
 }
 
