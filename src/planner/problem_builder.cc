@@ -331,8 +331,9 @@ BuiltProblem build_problem(const Graph& g, const Mesh& mesh, const PlannerOption
         PNodeIdx sp = prob.num_nodes();
         prob.nodes.push_back(std::move(shadow));
         bp.graph_node.push_back(i);
+        // `strats` refers into bp.strategies: take its size before push_back may reallocate.
+        const size_t k = strats.size();
         bp.strategies.push_back(strats);
-        size_t k = strats.size();
         std::vector<Cost> tie(k * k, kInfCost);
         for (size_t a = 0; a < k; ++a) tie[a * k + a] = 0;
         bp.edges.push_back({p, sp, std::make_shared<const std::vector<Cost>>(std::move(tie))});

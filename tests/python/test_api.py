@@ -219,3 +219,19 @@ print(plan.status, round(plan.objective_us, 6))
                          text=True, env=env).stdout.split()
     assert out[0] == "optimal"
     assert float(out[1]) == pytest.approx(opt.solution.objective_us, rel=1e-6)
+
+
+@pytest.mark.parametrize("high", [0.5, 0.25])
+def test_parameter_memory_constraint_on_biased_mlp(core, high):
+    """Regression: shadow nodes of a parameter-memory constraint once read a strategy list
+    through a reference that push_back had invalidated (std::length_error on this model)."""
+    from autoshard import AutoParallel
+
+    with torch.device("meta"):
+        model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 64))
+    x = lambda: torch.empty(16, 64, device="meta")  # noqa: E731
+    with AutoParallel(model, x, core.Mesh([2, 2], ["dp", "tp"]), options=opts(core)) as autop:
+        autop.add_parameter_memory_constraint(high=high)
+        sharding = autop.optimize_placement()
+    plan = autop.sharding_optimizer.get_solution()
+    assert plan.has_solution and set(n for n in sharding if n.endswith(".weight"))
