@@ -51,7 +51,13 @@ std::string render_dot_svg(const std::string& dot) {
 #ifdef AUTOSHARD_LSAN
   __lsan::ScopedDisabler third_party_leaks;
 #endif
-  std::unique_ptr<GVC_t, int (*)(GVC_t*)> gvc(gvContext(), gvFreeContext);
+  // One context for the whole process, never freed: Graphviz 2.43's pango plugin caches a font
+  // name from the first context, and a second context then reads freed memory (found by ASan).
+  static GVC_t* const context = gvContext();
+  struct NoFree {
+    void operator()(GVC_t*) const {}
+  };
+  std::unique_ptr<GVC_t, NoFree> gvc(context);
   if (!gvc) throw std::runtime_error("graphviz: cannot create a context");
   agseterr(AGMAX);  // errors are reported by the return codes below, not on stderr
   Agraph_t* g = agmemread(dot.c_str());
