@@ -188,7 +188,7 @@ TEST(Recompute, SmallLlamaFitsOnlyWithRecomputation) {
   const Plan full1 = ShardingOptimizer(g, one_device(), o).get_solution();
   ASSERT_LT(full1.peak_memory_bytes, keep1.peak_memory_bytes);
   o.recompute = RecomputePolicy::kAuto;
-  o.time_limit_s = 5;  // a feasible plan is what this checks, not the proof
+  o.time_limit_s = 30;  // a feasible plan is what this checks; ASan builds need the room
   o.memory_limit_bytes = (keep1.peak_memory_bytes + full1.peak_memory_bytes) / 2;
   const Plan p = ShardingOptimizer(g, one_device(), o).get_solution();
   ASSERT_TRUE(p.has_solution);
