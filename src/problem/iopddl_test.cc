@@ -14,7 +14,7 @@
 namespace autoshard {
 namespace {
 
-const std::string kExample = std::string(AUTOSHARD_SHARED_DIR) + "/iopddl/example.json";
+const std::string kExample = std::string(AUTOSHARD_SOURCE_DIR) + "/tests/fixtures/iopddl/example.json";
 
 std::string temp_path(const std::string& name) {
   return (std::filesystem::temp_directory_path() /

@@ -15,7 +15,7 @@
 namespace autoshard {
 namespace {
 
-const std::string kExample = std::string(AUTOSHARD_SHARED_DIR) + "/iopddl/example.json";
+const std::string kExample = std::string(AUTOSHARD_SOURCE_DIR) + "/tests/fixtures/iopddl/example.json";
 
 Problem random_problem(std::mt19937& rng, int n, int max_s, double p_edge, double p_inf, bool tight) {
   Problem p;

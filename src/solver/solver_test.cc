@@ -119,7 +119,7 @@ TEST(SolveGolden, ForbiddenPairs) {
 }
 
 TEST(SolveGolden, ExampleJson) {
-  const std::string path = testing::shared_dir() + "/iopddl/example.json";
+  const std::string path = testing::fixture_dir() + "/iopddl/example.json";
   if (!std::filesystem::exists(path)) GTEST_SKIP() << path;
   Problem p = testing::load_iopddl(path);
   expect_optimal(p, 445, {0, 0, 2, 1, 0});
@@ -207,7 +207,7 @@ TEST(SolveLarge, TenThousandNodePlannerProblems) {
 
 TEST(SolveLarge, TimeLimitHoldsOnGWithoutReductions) {
   // 150k MIP variables: CBC cannot finish, so the parent must kill it at the deadline.
-  const std::string path = testing::shared_dir() + "/iopddl/asplos-2025-iopddl-G.json.gz";
+  const std::string path = testing::fixture_dir() + "/iopddl/asplos-2025-iopddl-G.json.gz";
   if (!std::filesystem::exists(path)) GTEST_SKIP() << path;
   Problem p = testing::load_iopddl(path);
   SolverOptions o;
@@ -224,7 +224,7 @@ TEST(SolveLarge, TimeLimitHoldsOnGWithoutReductions) {
 }
 
 TEST(SolveLarge, GBelowMinimumPeakIsInfeasible) {
-  const std::string path = testing::shared_dir() + "/iopddl/asplos-2025-iopddl-G.json.gz";
+  const std::string path = testing::fixture_dir() + "/iopddl/asplos-2025-iopddl-G.json.gz";
   if (!std::filesystem::exists(path)) GTEST_SKIP() << path;
   Problem p = testing::load_iopddl(path);
   p.usage_limit = 13'000'000;
@@ -237,7 +237,7 @@ TEST(SolveLarge, GBelowMinimumPeakIsInfeasible) {
 }
 
 TEST(SolveLarge, TimeLimitHoldsOnG) {
-  const std::string path = testing::shared_dir() + "/iopddl/asplos-2025-iopddl-G.json.gz";
+  const std::string path = testing::fixture_dir() + "/iopddl/asplos-2025-iopddl-G.json.gz";
   if (!std::filesystem::exists(path)) GTEST_SKIP() << path;
   Problem p = testing::load_iopddl(path);
   SolverOptions o;

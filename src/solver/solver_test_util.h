@@ -204,12 +204,8 @@ inline Problem load_iopddl(const std::string& path) {
   return p;
 }
 
-inline std::string shared_dir() {
-#ifdef AUTOSHARD_SHARED_DIR
-  return AUTOSHARD_SHARED_DIR;
-#else
-  return "/work/shared";
-#endif
-}
+/// tests/fixtures: the IOPDDL problems the tests use are copied there from ../shared/iopddl so
+/// that the tests travel with the repository.
+inline std::string fixture_dir() { return std::string(AUTOSHARD_SOURCE_DIR) + "/tests/fixtures"; }
 
 }  // namespace autoshard::testing

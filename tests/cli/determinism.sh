@@ -67,9 +67,7 @@ plan_runs traced --graph "$SRC/tests/fixtures/llama2l.graph.json" --mesh 2x4 --t
 plan_runs memory --model gpt2 --layers 2 --mesh 2x2 --memory-limit 2GiB --time-limit 60
 
 # The IOPDDL interface: same solution line with 1 and 2 threads, run twice.
-ex="$SRC/../shared/iopddl/example.json"
-if [[ -f $ex ]]; then
-  for t in 1 1 2; do "$AS" iopddl "$ex" 5 --threads "$t" 2>/dev/null | tail -1; done >"$TMP/iop"
-  [[ $(sort -u "$TMP/iop" | wc -l) -eq 1 ]] || { cat "$TMP/iop" >&2; fail "iopddl: solutions differ"; }
-  ok "iopddl example: same solution $(head -1 "$TMP/iop") across runs and threads"
-fi
+ex="$SRC/tests/fixtures/iopddl/example.json"
+for t in 1 1 2; do "$AS" iopddl "$ex" 5 --threads "$t" 2>/dev/null | tail -1; done >"$TMP/iop"
+[[ $(sort -u "$TMP/iop" | wc -l) -eq 1 ]] || { cat "$TMP/iop" >&2; fail "iopddl: solutions differ"; }
+ok "iopddl example: same solution $(head -1 "$TMP/iop") across runs and threads"

@@ -2,11 +2,8 @@
 # `autoshard iopddl PROBLEM TIMEOUT`: the IOPDDL contest interface on the contest's example.
 source "$(dirname "$0")/lib.bash" "$@"
 
-EX="$SRC/../shared/iopddl/example.json"
-if [[ ! -f $EX ]]; then
-  echo "skip: $EX not found"
-  exit 0
-fi
+EX="$SRC/tests/fixtures/iopddl/example.json"
+[[ -f $EX ]] || fail "$EX not found"
 "$AS" iopddl "$EX" 5 >"$TMP/out" 2>"$TMP/err"
 last=$(tail -n 1 "$TMP/out")
 [[ $last == "[0, 0, 2, 1, 0]" ]] || { cat "$TMP/out" >&2; fail "last line: $last"; }
