@@ -27,6 +27,7 @@
 ///   an input in any layout (no data moves).
 /// - histc: counting is additive, so a split input gives a Partial(sum) histogram.
 #include <algorithm>
+#include <initializer_list>
 #include <numeric>
 
 #include "strategy/rule.h"
@@ -37,6 +38,15 @@ namespace {
 
 const Placement R = Placement::replicate();
 const Placement P = Placement::partial(ReduceOp::kSum);
+
+/// The row of an op that is linear in the inputs `linear_in` jointly: partial sums in, a partial
+/// sum out (the other inputs, e.g. indices, replicated).
+Row partial_row(const OpContext& c, std::initializer_list<size_t> linear_in) {
+  Row row = c.replicated();
+  row[c.out_slot(0)] = P;
+  for (size_t i : linear_in) row[c.in_slot(i)] = P;
+  return row;
+}
 
 /// A row with every output and input partial.
 Row all_partial(const OpContext& c) { return Row(c.n_out() + c.n_in(), P); }
@@ -66,10 +76,7 @@ RuleResult gather_rule(const OpContext& c) {
     row[c.in_slot(0)] = shard_if(self, d);
     if (row[c.in_slot(0)].is_shard() && row[c.in_slot(1)].is_shard()) r.rows.push_back(row);
   }
-  Row part = c.replicated();
-  part[c.out_slot(0)] = P;
-  part[c.in_slot(0)] = P;
-  r.rows.push_back(part);
+  r.rows.push_back(partial_row(c, {0}));
   return r;
 }
 
@@ -94,11 +101,7 @@ RuleFn scatter_rule(bool additive) {
     // overwrites with src (the shards' overwrites sum to the overwrite of the sums).
     const bool reduce = c.node.has_attr("reduce");
     if (c.n_in() >= 3 && !reduce && (additive || c.op.base == "scatter")) {
-      Row part = c.replicated();
-      part[c.out_slot(0)] = P;
-      part[c.in_slot(0)] = P;
-      part[c.in_slot(2)] = P;
-      r.rows.push_back(part);
+      r.rows.push_back(partial_row(c, {0, 2}));
     }
     return r;
   };
@@ -121,10 +124,7 @@ RuleResult index_select_rule(const OpContext& c) {
   by_index[c.out_slot(0)] = shard_if(c.out(0), dim);
   by_index[c.in_slot(1)] = shard_if(c.in[1], 0);
   if (by_index[c.in_slot(1)].is_shard()) r.rows.push_back(by_index);
-  Row part = c.replicated();
-  part[c.out_slot(0)] = P;
-  part[c.in_slot(0)] = P;
-  r.rows.push_back(part);
+  r.rows.push_back(partial_row(c, {0}));
   return r;
 }
 
@@ -145,11 +145,7 @@ RuleFn index_add_rule(bool linear) {
       if (row[c.in_slot(0)].is_shard()) r.rows.push_back(row);
     }
     if (linear) {
-      Row part = c.replicated();
-      part[c.out_slot(0)] = P;
-      part[c.in_slot(0)] = P;
-      part[c.in_slot(2)] = P;
-      r.rows.push_back(part);
+      r.rows.push_back(partial_row(c, {0, 2}));
     }
     return r;
   };
@@ -221,10 +217,7 @@ RuleResult index_rule(const OpContext& c) {
     row[c.out_slot(0)] = shard_if(c.out(0), first_out + j);
     if (ok && row[c.out_slot(0)].is_shard()) r.rows.push_back(row);
   }
-  Row part = c.replicated();
-  part[c.out_slot(0)] = P;
-  part[c.in_slot(0)] = P;
-  r.rows.push_back(part);
+  r.rows.push_back(partial_row(c, {0}));
   return r;
 }
 
@@ -255,11 +248,7 @@ RuleResult index_put_rule(const OpContext& c) {
         map_broadcast(Placement::shard(ix.out_dim(d)), indexed, values);
     if (row[c.in_slot(0)].is_shard()) r.rows.push_back(row);
   }
-  Row part = c.replicated();
-  part[c.out_slot(0)] = P;
-  part[c.in_slot(0)] = P;
-  part[c.in_slot(c.n_in() - 1)] = P;
-  r.rows.push_back(part);
+  r.rows.push_back(partial_row(c, {0, c.n_in() - 1}));
   return r;
 }
 
