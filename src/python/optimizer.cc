@@ -1,6 +1,5 @@
 /// autoshard._core.ShardingOptimizer: the planner, its constraints, and the files and reports
-/// built on it.  Functions of other modules (state files, what-if, report) are bound when
-/// their headers are present, so the module builds at every commit while they land.
+/// built on it (state files, what-if, exports, report), each bound from its C++ function.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -12,27 +11,14 @@
 #include <vector>
 
 #include "io/placements_json.h"
+#include "io/plan_export.h"
 #include "io/plan_json.h"
+#include "io/state.h"
 #include "ir/file_util.h"
 #include "planner/sharding_optimizer.h"
-#include "python/bindings.h"
-
-#if __has_include("io/state.h")
-#include "io/state.h"
-#define AUTOSHARD_PY_STATE 1
-#endif
-#if __has_include("planner/whatif.h")
 #include "planner/whatif.h"
-#define AUTOSHARD_PY_WHATIF 1
-#endif
-#if __has_include("io/plan_export.h")
-#include "io/plan_export.h"
-#define AUTOSHARD_PY_EXPORT 1
-#endif
-#if __has_include("report/report.h")
+#include "python/bindings.h"
 #include "report/report.h"
-#define AUTOSHARD_PY_REPORT 1
-#endif
 
 namespace py = pybind11;
 
@@ -141,7 +127,6 @@ void bind_optimizer(py::module_& m) {
                            s.mesh().describe(), s.constraints().size(),
                            s.solution() ? ", solved" : "");
       });
-#ifdef AUTOSHARD_PY_STATE
   so.def("save", &save_state, py::arg("path"),
          "Writes the state file (graph, mesh, options, constraints, problem, solution).")
       .def_static("load", &load_state, py::arg("path"),
@@ -150,8 +135,6 @@ void bind_optimizer(py::module_& m) {
            "Writes the replay file (inputs only: regenerated with the current code).")
       .def_static(
           "load_replay", [](const std::string& path) { return load_replay(path); }, py::arg("path"));
-#endif
-#ifdef AUTOSHARD_PY_EXPORT
   so.def(
         "get_json",
         [](ShardingOptimizer& s, const Plan* plan) {
@@ -161,8 +144,6 @@ void bind_optimizer(py::module_& m) {
         py::arg("plan") = nullptr, "plan.json: AutoParallel's get_json fields plus autoshard's.")
       .def("write_mps", &write_mps, "Alpa's ILP (with memory rows) as MPS text.")
       .def("save_iopddl", &write_problem_iopddl, py::arg("path"), "The problem as IOPDDL JSON.");
-#endif
-#ifdef AUTOSHARD_PY_WHATIF
   so.def(
         "diff_solutions",
         [](ShardingOptimizer& s, const Plan& a, const Plan& b, size_t max_nodes) {
@@ -194,8 +175,6 @@ void bind_optimizer(py::module_& m) {
           },
           py::arg("node"), py::arg("placement"),
           "Why not this placement for this node: solves with it pinned and reports the cost.");
-#endif
-#ifdef AUTOSHARD_PY_REPORT
   so.def(
       "render_report_html",
       [](ShardingOptimizer& s, const Plan* plan) {
@@ -210,7 +189,6 @@ void bind_optimizer(py::module_& m) {
         write_file_atomic(path, render_report_html(s, p));
       },
       py::arg("path"));
-#endif
 }
 
 }  // namespace autoshard::python
