@@ -117,7 +117,8 @@ void print_summary(const Plan& plan, const Graph& g, const Mesh& mesh,
   }
   std::string phases;
   for (const auto& [name, s] : plan.phase_seconds) phases += fmt::format(" {} {:.3f}s", name, s);
-  fmt::print("time per phase:{}\n", phases);
+  // A loaded state holds no timings (its bytes must not depend on the machine).
+  if (!phases.empty()) fmt::print("time per phase:{}\n", phases);
   // The parameter table.
   size_t wname = 9;
   for (NodeIdx i = 0; i < g.size(); ++i)
