@@ -22,6 +22,8 @@ function(autoshard_module name)
     target_compile_definitions(${name}_test PRIVATE
       AUTOSHARD_SOURCE_DIR="${CMAKE_SOURCE_DIR}"
       AUTOSHARD_SHARED_DIR="${CMAKE_SOURCE_DIR}/../shared")
+    # Test suites named *Large (whole models, multi-second solves) run in the Release pass only:
+    # scripts/test.sh sets GTEST_FILTER=-*Large.* for the sanitizer pass.
     add_test(NAME ${name}_test COMMAND ${name}_test)
     set_tests_properties(${name}_test PROPERTIES ENVIRONMENT "AUTOSHARD_SOURCE_DIR=${CMAKE_SOURCE_DIR}")
   endif()

@@ -1,14 +1,18 @@
 # libFuzzer harnesses for every loader (issue 14).  Included from the top-level CMakeLists.txt
 # when AUTOSHARD_FUZZ=ON, before the modules are declared, so that the libraries the harnesses
-# link are compiled by the same clang with coverage instrumentation and ASan/UBSan.  The rest of
-# the project builds with g++; this build directory is separate (scripts/fuzz.sh uses build-fuzz).
+# link are compiled by the same clang with coverage instrumentation and ASan/UBSan.  The same
+# build directory (scripts/sanitize-configure.sh: build-asan) also builds and runs every unit
+# test under the sanitizers; the Release build uses g++.
 if(NOT CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
   message(FATAL_ERROR "AUTOSHARD_FUZZ=ON needs clang (-DCMAKE_CXX_COMPILER=clang++), got "
                       "${CMAKE_CXX_COMPILER_ID}")
 endif()
 # fuzzer-no-link instruments every object; only the harness executables link libFuzzer's main.
 add_compile_options(-fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer
-                    -fno-sanitize-recover=undefined -g)
+                    -fno-sanitize-recover=undefined)
+# Debug keeps assertions; -O1 runs the tests several times faster than -O0 and line tables are
+# all a sanitizer report needs (full debug info doubles the compile time).
+set(CMAKE_CXX_FLAGS_DEBUG "-O1 -gline-tables-only")
 add_link_options(-fsanitize=address,undefined)
 
 set(AUTOSHARD_FUZZERS graph_json placements_json hardware_json iopddl state replay)

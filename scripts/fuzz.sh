@@ -1,18 +1,17 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer harnesses (fuzz/, clang with ASan+UBSan, build dir build-fuzz) and runs
+# Builds the libFuzzer harnesses (fuzz/, clang with ASan+UBSan, build dir build-asan) and runs
 # each for SECONDS (default 20) on a scratch corpus seeded from fuzz/corpus/NAME.
 #   scripts/fuzz.sh [SECONDS] [NAME...]     e.g. scripts/fuzz.sh 60 graph_json iopddl
 # Prints one line per harness (executions, corpus size, crashes) and exits non-zero if any
 # harness found a crash, leak, timeout or out-of-memory; the reproducer is left in
-# build-fuzz/artifacts/.  FUZZ_BUILD overrides the build dir, FUZZ_ARGS adds libFuzzer flags.
+# build-asan/artifacts/.  FUZZ_BUILD overrides the build dir, FUZZ_ARGS adds libFuzzer flags.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-20}
 shift || true
-build=${FUZZ_BUILD:-build-fuzz}
+build=${FUZZ_BUILD:-build-asan}
 if command -v ccache >/dev/null; then export CMAKE_CXX_COMPILER_LAUNCHER=ccache; fi
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
-  -DAUTOSHARD_FUZZ=ON -DAUTOSHARD_BENCH=OFF >/dev/null
+[ -f "$build/CMakeCache.txt" ] || scripts/sanitize-configure.sh "$build"
 names=("$@")
 if [ ${#names[@]} -eq 0 ]; then
   for f in fuzz/*_fuzz.cc; do

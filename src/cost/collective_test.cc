@@ -2,14 +2,14 @@
 
 #include <gtest/gtest.h>
 
+#include "cost/test_util.h"
+
 namespace autoshard {
 namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
-Mesh make_mesh(std::vector<int64_t> shape, const char* hw = "a100") {
-  return Mesh(std::move(shape), {}, *hardware_preset(hw));
-}
+using testing::make_mesh;
 
 TEST(CommModel, NamesRoundTrip) {
   for (CommModel m : {CommModel::kNccl, CommModel::kDtensor})
@@ -21,21 +21,21 @@ TEST(CommModel, NamesRoundTrip) {
 
 // cost-model.md §1: bf16 [8192, 4096] = 64 MiB on (8,).
 TEST(DtensorCollectives, ValidationFigures) {
-  Mesh mesh = make_mesh({8});
+  Mesh mesh = make_mesh({8}, "a100");
   const double bytes = 8192.0 * 4096 * 2;
   EXPECT_NEAR(all_gather_us(bytes, mesh, 0, CommModel::kDtensor), 634.375, 0.01);
   EXPECT_NEAR(reduce_scatter_us(bytes, mesh, 0, CommModel::kDtensor), 634.375, 0.01);
   EXPECT_NEAR(all_reduce_us(bytes, mesh, 0, CommModel::kDtensor), 1262.149, 0.01);
   // DTensor has no all-to-all cost: all-gather formula.
   EXPECT_NEAR(all_to_all_us(bytes, mesh, 0, CommModel::kDtensor), 634.375, 0.01);
-  Mesh four = make_mesh({4});
+  Mesh four = make_mesh({4}, "a100");
   const double fp32 = 1024.0 * 1024 * 4;
   EXPECT_NEAR(all_gather_us(fp32, four, 0, CommModel::kDtensor), 41.806, 0.01);
   EXPECT_NEAR(all_reduce_us(fp32, four, 0, CommModel::kDtensor), 77.012, 0.01);
 }
 
 TEST(DtensorCollectives, InterNodeDimUsesReducedBandwidthAndNetworkLatency) {
-  Mesh mesh = make_mesh({2, 8});  // 16 GPUs, 8 per host: dim 0 crosses hosts
+  Mesh mesh = make_mesh({2, 8}, "a100");  // 16 GPUs, 8 per host: dim 0 crosses hosts
   ASSERT_TRUE(mesh.dim(0).inter_node);
   ASSERT_FALSE(mesh.dim(1).inter_node);
   // 6.6 + 1 * 2.7 + (1 GiB * 1/2) / (87.7 * 0.22) * 1e6
@@ -47,7 +47,7 @@ TEST(DtensorCollectives, InterNodeDimUsesReducedBandwidthAndNetworkLatency) {
 }
 
 TEST(DtensorCollectives, SingleDeviceDimStillPaysBaseLatency) {
-  Mesh mesh = make_mesh({1, 8});
+  Mesh mesh = make_mesh({1, 8}, "a100");
   EXPECT_DOUBLE_EQ(all_gather_us(kGiB, mesh, 0, CommModel::kDtensor), 6.6);
 }
 
@@ -77,7 +77,7 @@ TEST(NcclCollectives, InterNodeDimUsesItsOwnFigures) {
 }
 
 TEST(NcclCollectives, SingleDeviceIsFree) {
-  Mesh mesh = make_mesh({1, 8});
+  Mesh mesh = make_mesh({1, 8}, "a100");
   for (Collective c : {Collective::kAllGather, Collective::kReduceScatter,
                        Collective::kAllReduce, Collective::kAllToAll})
     EXPECT_EQ(collective_time_us(c, kGiB, mesh, 0), 0.0);

@@ -2,16 +2,13 @@
 
 #include <gtest/gtest.h>
 
+#include "cost/test_util.h"
+
 namespace autoshard {
 namespace {
 
-Mesh make_mesh(std::vector<int64_t> shape) {
-  return Mesh(std::move(shape), {}, *hardware_preset("h100"));
-}
-
-ShardingSpec spec(const char* placements, std::vector<int64_t> shape, DType dt = DType::kBF16) {
-  return ShardingSpec{parse_placements(placements), TensorMeta{std::move(shape), dt}};
-}
+using testing::make_mesh;
+using testing::spec;
 
 TEST(Memory, SpecBytesPerDevice) {
   Mesh mesh = make_mesh({2, 4});

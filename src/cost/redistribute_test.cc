@@ -2,19 +2,16 @@
 
 #include <gtest/gtest.h>
 
+#include "cost/test_util.h"
+
 #include <cmath>
 #include <stdexcept>
 
 namespace autoshard {
 namespace {
 
-Mesh make_mesh(std::vector<int64_t> shape, const char* hw = "a100") {
-  return Mesh(std::move(shape), {}, *hardware_preset(hw));
-}
-
-ShardingSpec spec(const char* placements, std::vector<int64_t> shape, DType dt = DType::kBF16) {
-  return ShardingSpec{parse_placements(placements), TensorMeta{std::move(shape), dt}};
-}
+using testing::make_mesh;
+using testing::spec;
 
 double dt_cost(const char* from, const char* to, const Mesh& mesh, std::vector<int64_t> shape,
                DType dt = DType::kBF16) {
@@ -32,19 +29,19 @@ constexpr double kBigBytes = 8192.0 * 4096 * 2;
 
 // cost-model.md §1 validation table.
 TEST(RedistributeDtensor, ValidationTable) {
-  Mesh mesh = make_mesh({8});
+  Mesh mesh = make_mesh({8}, "a100");
   EXPECT_NEAR(dt_cost("S(0)", "R", mesh, kBig), 634.375, 0.01);
   EXPECT_NEAR(dt_cost("P", "R", mesh, kBig), 1262.149, 0.01);
   EXPECT_NEAR(dt_cost("P", "S(0)", mesh, kBig), 634.375, 0.01);
   EXPECT_EQ(dt_cost("R", "S(0)", mesh, kBig), 0.0);
   EXPECT_TRUE(std::isinf(dt_cost("S(0)", "P", mesh, kBig)));
-  Mesh four = make_mesh({4});
+  Mesh four = make_mesh({4}, "a100");
   EXPECT_NEAR(dt_cost("S(0)", "R", four, {1024, 1024}, DType::kF32), 41.806, 0.01);
   EXPECT_NEAR(dt_cost("P", "R", four, {1024, 1024}, DType::kF32), 77.012, 0.01);
 }
 
 TEST(RedistributeDtensor, FollowsDtensorWalk) {
-  Mesh mesh = make_mesh({2, 4});
+  Mesh mesh = make_mesh({2, 4}, "a100");
   const double d = kBigBytes;
   // torch 2.13 walks last to first when the source has a shard: b = D/8; dim 1: b = D/2,
   // all_gather; dim 0: b = D, all_gather.
@@ -63,7 +60,7 @@ TEST(RedistributeDtensor, FollowsDtensorWalk) {
                   all_gather_us(d, mesh, 0, CommModel::kDtensor),
               1e-9);
   // Shard -> Shard: all_gather at the current size + 1 us penalty.
-  Mesh eight = make_mesh({8});
+  Mesh eight = make_mesh({8}, "a100");
   EXPECT_NEAR(dt_cost("S(0)", "S(1)", eight, kBig),
               all_gather_us(d / 8, eight, 0, CommModel::kDtensor) + 1.0, 1e-9);
   // P -> S then P -> R on the smaller size; R -> S shrinks b for later dims.
@@ -79,7 +76,7 @@ TEST(RedistributeDtensor, FollowsDtensorWalk) {
 }
 
 TEST(RedistributeDtensor, PlanListsDtensorsCollectives) {
-  Mesh mesh = make_mesh({2, 4});
+  Mesh mesh = make_mesh({2, 4}, "a100");
   const double d = kBigBytes;
   // S(0)P -> RR: dim 1's all-reduce at D/2, then dim 0's gather of the whole tensor.
   RedistributePlan p = plan_redistribute_dtensor(spec("S(0)P", kBig), spec("RR", kBig), mesh);
@@ -102,12 +99,12 @@ TEST(RedistributeDtensor, PlanListsDtensorsCollectives) {
   ASSERT_EQ(q.num_steps, 2);
   EXPECT_EQ(q.steps[0].kind, Collective::kAllReduce);
   EXPECT_EQ(q.steps[1].kind, Collective::kAllGather);
-  EXPECT_TRUE(plan_redistribute_dtensor(spec("S(0)", {8}), spec("P", {8}), make_mesh({2})).impossible);
+  EXPECT_TRUE(plan_redistribute_dtensor(spec("S(0)", {8}), spec("P", {8}), make_mesh({2}, "a100")).impossible);
   EXPECT_EQ(plan_redistribute_dtensor(spec("RR", kBig), spec("S(0)S(1)", kBig), mesh).num_steps, 0);
 }
 
 TEST(RedistributeNccl, OneDimTransitions) {
-  Mesh mesh = make_mesh({8});
+  Mesh mesh = make_mesh({8}, "a100");
   const double d = kBigBytes;
   EXPECT_DOUBLE_EQ(nccl_cost("S(0)", "R", mesh, kBig), all_gather_us(d, mesh, 0));
   EXPECT_DOUBLE_EQ(nccl_cost("P", "R", mesh, kBig), all_reduce_us(d, mesh, 0));
@@ -120,7 +117,7 @@ TEST(RedistributeNccl, OneDimTransitions) {
 }
 
 TEST(RedistributeNccl, Infinities) {
-  Mesh mesh = make_mesh({2, 4});
+  Mesh mesh = make_mesh({2, 4}, "a100");
   for (CommModel model : {CommModel::kNccl, CommModel::kDtensor}) {
     auto cost = [&](const char* a, const char* b) {
       return redistribute_cost_us(spec(a, kBig), spec(b, kBig), mesh, model);
@@ -138,7 +135,7 @@ TEST(RedistributeNccl, Infinities) {
 }
 
 TEST(RedistributeNccl, BadSpecsThrow) {
-  Mesh mesh = make_mesh({2, 4});
+  Mesh mesh = make_mesh({2, 4}, "a100");
   EXPECT_THROW(redistribute_cost_us(spec("S(0)", kBig), spec("R", kBig), mesh),
                std::invalid_argument);
   EXPECT_THROW(redistribute_cost_us(spec("S(2)R", kBig), spec("RR", kBig), mesh),
@@ -148,7 +145,7 @@ TEST(RedistributeNccl, BadSpecsThrow) {
 // 2x4 mesh, S(0)S(1) -> RR: gather mesh dim 1 first (last to first) with D/2 bytes gathered,
 // then mesh dim 0 with the full D.
 TEST(RedistributeNccl, TwoDimGatherSumsBothAllGathers) {
-  Mesh mesh = make_mesh({2, 4});
+  Mesh mesh = make_mesh({2, 4}, "a100");
   const double d = kBigBytes;
   RedistributePlan plan = plan_redistribute(spec("S(0)S(1)", kBig), spec("RR", kBig), mesh);
   ASSERT_EQ(plan.num_steps, 2);
@@ -167,7 +164,7 @@ TEST(RedistributeNccl, TwoDimGatherSumsBothAllGathers) {
 // Nested sharding: S(0)S(0) holds chunk i0*4+i1 of 8; RS(0) holds chunk i1 of 4.  Mesh dim 0
 // cannot be gathered while mesh dim 1 still splits inside it.
 TEST(RedistributeNccl, NestedShardingNeedsDataMovement) {
-  Mesh mesh = make_mesh({2, 4});
+  Mesh mesh = make_mesh({2, 4}, "a100");
   const double d = kBigBytes;
   RedistributePlan plan = plan_redistribute(spec("S(0)S(0)", kBig), spec("RS(0)", kBig), mesh);
   ASSERT_EQ(plan.num_steps, 2);
@@ -186,7 +183,7 @@ TEST(RedistributeNccl, NestedShardingNeedsDataMovement) {
 }
 
 TEST(RedistributeNccl, SlicesBeforeGathers) {
-  Mesh mesh = make_mesh({2, 4});
+  Mesh mesh = make_mesh({2, 4}, "a100");
   const double d = kBigBytes;
   // Slice dim 1 on mesh dim 1 first, then gather mesh dim 0 with D/4 gathered.
   EXPECT_DOUBLE_EQ(nccl_cost("S(0)R", "RS(1)", mesh, kBig), all_gather_us(d / 4, mesh, 0));
@@ -201,7 +198,7 @@ TEST(RedistributeNccl, SlicesBeforeGathers) {
 }
 
 TEST(RedistributeNccl, PartialReductions) {
-  Mesh mesh = make_mesh({2, 4});
+  Mesh mesh = make_mesh({2, 4}, "a100");
   const double d = kBigBytes;
   // PP -> S(0)S(0): reduce-scatter on mesh dim 0 (outer) then on mesh dim 1 with D/2.
   RedistributePlan plan = plan_redistribute(spec("PP", kBig), spec("S(0)S(0)", kBig), mesh);
@@ -229,7 +226,7 @@ TEST(RedistributeNccl, PartialReductions) {
 
 // 2x8 on 8-GPU hosts: mesh dim 0 crosses hosts, so its all-reduce uses inter-node figures.
 TEST(RedistributeNccl, PartialOnInterNodeDimUsesItsBandwidth) {
-  Mesh mesh = make_mesh({2, 8});
+  Mesh mesh = make_mesh({2, 8}, "a100");
   ASSERT_TRUE(mesh.dim(0).inter_node);
   const double d = kBigBytes;
   const Hardware hw = *hardware_preset("a100");
@@ -240,14 +237,14 @@ TEST(RedistributeNccl, PartialOnInterNodeDimUsesItsBandwidth) {
 }
 
 TEST(RedistributeNccl, UnevenShardsUseLargestChunk) {
-  Mesh mesh = make_mesh({4});
+  Mesh mesh = make_mesh({4}, "a100");
   // [7, 4] f32 split 4 ways on dim 0: shards of 2 rows; S(0) -> S(1): all-to-all of 2x4 f32.
   EXPECT_DOUBLE_EQ(nccl_cost("S(0)", "S(1)", mesh, {7, 4}, DType::kF32),
                    all_to_all_us(2 * 4 * 4, mesh, 0));
 }
 
 TEST(RedistributeNccl, ThreeDimMesh) {
-  Mesh mesh = make_mesh({2, 2, 4});  // 16 GPUs: mesh dim 0 inter-node
+  Mesh mesh = make_mesh({2, 2, 4}, "a100");  // 16 GPUs: mesh dim 0 inter-node
   const double d = kBigBytes;
   // S(0)S(0)S(1) -> S(0)RR: gather mesh dim 2 (D/4 gathered), then mesh dim 1 (D/2).
   EXPECT_DOUBLE_EQ(nccl_cost("S(0)S(0)S(1)", "S(0)RR", mesh, kBig),
@@ -259,7 +256,7 @@ TEST(RedistributeNccl, ThreeDimMesh) {
 // Every pair of placements on a 2x2x2 mesh for a rank-2 tensor gets a schedule; the cost is
 // finite exactly when no mesh dim goes S -> P or P(x) -> P(y).
 TEST(RedistributeNccl, AllPairsOnThreeDimMeshHaveSchedules) {
-  Mesh mesh = make_mesh({2, 2, 2});
+  Mesh mesh = make_mesh({2, 2, 2}, "a100");
   const std::vector<Placement> options = {Placement::replicate(), Placement::shard(0),
                                           Placement::shard(1),
                                           Placement::partial(ReduceOp::kSum),

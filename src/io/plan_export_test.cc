@@ -71,8 +71,8 @@ TEST(PlanJson, FieldsAndDeterministicBytes) {
   Plan plan = opt.get_solution();
   ASSERT_TRUE(plan.has_solution);
   nlohmann::ordered_json j = plan_to_json(opt, plan);
-  EXPECT_EQ(j["mesh"]["shape"], nlohmann::json::array({2, 2}));
-  EXPECT_EQ(j["mesh"]["dim_names"], nlohmann::json::array({"dp", "tp"}));
+  EXPECT_EQ(j["mesh"]["shape"], nlohmann::ordered_json::array({2, 2}));
+  EXPECT_EQ(j["mesh"]["dim_names"], nlohmann::ordered_json::array({"dp", "tp"}));
   ASSERT_TRUE(j["nodes"].is_array());
   double compute = 0, comm = 0, input_comm = 0;
   bool saw_placeholder = false;

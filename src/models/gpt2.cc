@@ -14,7 +14,7 @@ namespace autoshard {
 
 namespace {
 
-struct Dims {
+struct Gpt2Dims {
   int64_t b, s, h, heads, hd, vocab, positions;
   double eps;
 };
@@ -39,7 +39,7 @@ const Attrs& tanh_gelu() {
   return attrs;
 }
 
-TensorRef block_forward(GraphBuilder& b, const Dims& d, const std::string& pre,
+TensorRef block_forward(GraphBuilder& b, const Gpt2Dims& d, const std::string& pre,
                         const BlockParams& p, TensorRef x, BlockSaved& sv) {
   b.set_module(pre + ".ln_1");
   TensorRef n1 = layer_norm_forward(b, x, p.ln_1.weight, p.ln_1.bias, d.eps, &sv.ln_1);
@@ -83,7 +83,7 @@ void accumulate_norm(GraphBuilder& b, GradMap& grads, const LinearParams& p, con
   grads.accumulate(b, p.bias, *g.bias);
 }
 
-TensorRef block_backward(GraphBuilder& b, const Dims& d, const std::string& pre,
+TensorRef block_backward(GraphBuilder& b, const Gpt2Dims& d, const std::string& pre,
                          const BlockParams& p, const BlockSaved& sv, TensorRef g_out,
                          GradMap& grads) {
   b.set_module(pre + ".mlp.c_proj");
@@ -133,7 +133,7 @@ int64_t gpt2_parameter_count(const Gpt2Config& c, int64_t layers) {
 
 Graph build_gpt2(const std::string& name, const Gpt2Config& c, const ModelOptions& o) {
   const DType dt = *o.dtype;
-  const Dims d{o.batch, o.seq,       c.hidden,  c.heads, c.hidden / c.heads,
+  const Gpt2Dims d{o.batch, o.seq,       c.hidden,  c.heads, c.hidden / c.heads,
                c.vocab, c.positions, c.norm_eps};
   if (d.s > d.positions)
     throw std::invalid_argument(

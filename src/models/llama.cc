@@ -20,7 +20,7 @@ namespace autoshard {
 
 namespace {
 
-struct Dims {
+struct LlamaDims {
   int64_t b, s, h, heads, kv_heads, hd, ffn, vocab;
   double eps;
   DType dt;
@@ -112,7 +112,7 @@ TensorRef fold3(GraphBuilder& b, TensorRef x, bool contiguous) {
 }
 
 /// Causal softmax attention on [b, h, s, d] q, k, v; returns [b, h, s, d].
-TensorRef math_attention_forward(GraphBuilder& b, const Dims& d, TensorRef q, TensorRef k,
+TensorRef math_attention_forward(GraphBuilder& b, const LlamaDims& d, TensorRef q, TensorRef k,
                                  TensorRef v, MathSaved& sv) {
   TensorRef kt = b.transpose(k, -2, -1);
   sv.q3 = fold3(b, q, false);
@@ -137,7 +137,7 @@ TensorRef math_attention_forward(GraphBuilder& b, const Dims& d, TensorRef q, Te
 }
 
 /// grad [b, h, s, d] -> gradients of q, k, v ([b, h, s, d]), in autograd's order.
-AttentionGrads math_attention_backward(GraphBuilder& b, const Dims& d, const MathSaved& sv,
+AttentionGrads math_attention_backward(GraphBuilder& b, const LlamaDims& d, const MathSaved& sv,
                                        TensorRef grad) {
   const Shape s3 = b.shape(sv.v3);
   TensorRef g3 = b.unsafe_view(b.clone_contiguous(grad), s3);
@@ -159,7 +159,7 @@ AttentionGrads math_attention_backward(GraphBuilder& b, const Dims& d, const Mat
   return AttentionGrads{g_q, b.transpose(g_kt, -2, -1), g_v};
 }
 
-TensorRef layer_forward(GraphBuilder& b, const Dims& d, const std::string& pre,
+TensorRef layer_forward(GraphBuilder& b, const LlamaDims& d, const std::string& pre,
                         const LayerParams& p, TensorRef cos, TensorRef sin, TensorRef x,
                         LayerSaved& sv) {
   b.set_module(pre + ".attention_norm");
@@ -218,7 +218,7 @@ TensorRef layer_forward(GraphBuilder& b, const Dims& d, const std::string& pre,
 }
 
 /// Returns the gradient of the layer input; parameter gradients go to `grads`.
-TensorRef layer_backward(GraphBuilder& b, const Dims& d, const std::string& pre,
+TensorRef layer_backward(GraphBuilder& b, const LlamaDims& d, const std::string& pre,
                          const LayerParams& p, const LayerSaved& sv, TensorRef g_out,
                          GradMap& grads) {
   const std::string ff = pre + ".feed_forward";
@@ -294,7 +294,7 @@ Graph build_llama(const std::string& name, const LlamaConfig& c, const ModelOpti
   if (c.hidden % c.heads != 0 || c.heads % c.kv_heads != 0)
     throw std::logic_error("models: llama: heads must divide hidden and kv_heads heads");
   const DType dt = *o.dtype;
-  const Dims d{o.batch, o.seq,   c.hidden,   c.heads, c.kv_heads,
+  const LlamaDims d{o.batch, o.seq,   c.hidden,   c.heads, c.kv_heads,
                c.hidden / c.heads, c.ffn, c.vocab, c.norm_eps, dt,
                o.attention.value_or(AttentionImpl::kSdpa) == AttentionImpl::kMath};
   const int64_t kv = d.kv_heads * d.hd;

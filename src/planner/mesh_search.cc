@@ -14,6 +14,7 @@
 #include <unordered_map>
 
 #include "ir/file_util.h"
+#include "planner/clock.h"
 #include "planner/parallelism.h"
 #include "planner/recipes.h"
 #include "planner/sharding_optimizer.h"
@@ -22,9 +23,6 @@ namespace autoshard {
 
 namespace {
 
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 /// Ordered factorizations of n into exactly k factors, each >= 2.
 void factorize(int64_t n, int k, std::vector<int64_t>& cur, std::vector<std::vector<int64_t>>& out) {

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include "planner/test_util.h"
+
 #include <set>
 
 #include "mesh/hardware.h"
@@ -12,7 +14,7 @@
 namespace autoshard {
 namespace {
 
-Hardware h100() { return *hardware_preset("h100"); }
+using testing::h100;
 
 std::string shape_str(const Mesh& m) {
   std::string s;
@@ -44,7 +46,7 @@ TEST(MeshSearch, EnumeratesOneMeshPerSymmetryClass) {
   EXPECT_THROW(enumerate_meshes(0, 2, h100()), std::invalid_argument);
 }
 
-TEST(MeshSearch, TensorParallelismInsideANodeBeatsItAcrossNodes) {
+TEST(MeshSearchLarge, TensorParallelismInsideANodeBeatsItAcrossNodes) {
   // Batch 2 on 16 GPUs: at most 2-way data parallelism, so the other 8 ways must split the
   // layers (tensor / sequence parallelism), which is far cheaper over NVLink.
   ModelOptions mo;

@@ -3,6 +3,8 @@
 // objectives recomputed from the cost functions.
 #include <gtest/gtest.h>
 
+#include "planner/test_util.h"
+
 #include <cmath>
 #include <map>
 #include <optional>
@@ -33,7 +35,7 @@ constexpr bool kSanitized = false;
 constexpr bool kSanitized = false;
 #endif
 
-Hardware h100() { return *hardware_preset("h100"); }
+using testing::h100;
 Mesh mesh_1d(int64_t n) { return Mesh({n}, {"d"}, h100()); }
 
 /// An L-layer MLP training step without an optimizer phase (parameter state is then

@@ -10,6 +10,7 @@
 
 #include "cost/compute.h"
 #include "ir/file_util.h"
+#include "planner/clock.h"
 #include "planner/sharding_optimizer.h"
 
 namespace autoshard {
@@ -407,7 +408,7 @@ RecipeResult plan_recipe_from(Recipe r, const Graph& g, const Mesh& mesh, const 
     res.error = one_line(e.what());
     res.plan.reset();
   }
-  res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  res.seconds = seconds_since(t0);
   return res;
 }
 

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include "planner/test_util.h"
+
 #include <map>
 #include <string>
 
@@ -15,7 +17,7 @@
 namespace autoshard {
 namespace {
 
-Hardware h100() { return *hardware_preset("h100"); }
+using testing::h100;
 
 /// A 4-layer LLaMA small enough to plan in well under a second per recipe.
 Graph small_llama(bool optimizer = true) {
@@ -103,7 +105,7 @@ TEST(Recipes, MegatronLayoutFromTheGraph) {
   EXPECT_EQ(role("layers.0.attention_norm.weight").role, TpRole::kReplicated);
 }
 
-TEST(Recipes, TextbookPlacementsAndTheOptimumIsNeverWorse) {
+TEST(RecipesLarge, TextbookPlacementsAndTheOptimumIsNeverWorse) {
   Graph g = small_llama();
   Mesh mesh({2, 4}, {"dp", "tp"}, h100());
   auto results = compare_recipes(g, mesh, no_limit(), {}, {}, 2);
@@ -176,7 +178,7 @@ TEST(Recipes, SaysWhyARecipeDoesNotApply) {
       << d.not_applicable;
 }
 
-TEST(Recipes, OverBudgetRecipesStillShowTheirNeeds) {
+TEST(RecipesLarge, OverBudgetRecipesStillShowTheirNeeds) {
   Graph g = small_llama();
   Mesh mesh({2, 4}, {"dp", "tp"}, h100());
   PlannerOptions po = no_limit();

@@ -147,7 +147,7 @@ TEST(Recompute, AutoRecomputesOnlyWhenMemoryBinds) {
 /// A small LLaMA: full recomputation lowers the peak on a 2-device mesh, tied and untied layers
 /// give the same plan cost and the independent check agrees; on one device (no sharding to
 /// trade) a budget between the two peaks is met only by recomputing.
-TEST(Recompute, SmallLlamaFitsOnlyWithRecomputation) {
+TEST(RecomputeLarge, SmallLlamaFitsOnlyWithRecomputation) {
   ModelOptions mo;
   mo.layers = 2;
   mo.batch = 4;

@@ -8,6 +8,7 @@
 #include <map>
 #include <stdexcept>
 
+#include "planner/clock.h"
 #include "planner/cluster.h"
 #include "planner/solution_file.h"
 #include "planner/recompute.h"
@@ -16,9 +17,6 @@ namespace autoshard {
 
 namespace {
 
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 int64_t alpa_variables(const BuiltProblem& bp) {
   int64_t n = 0;

@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "ir/file_util.h"
+#include "planner/clock.h"
 #include "planner/sharding_optimizer.h"
 
 #ifndef AUTOSHARD_VERSION
@@ -316,7 +317,7 @@ SolutionFileLoad try_load_solution_file(ShardingOptimizer& opt, const std::strin
     plan.mip_variables = s.at("mip_variables").get<int64_t>();
     plan.checked = opt.options().run_checks;  // evaluate() recomputed cost and memory
     plan.phase_seconds.push_back(
-        {"solution file", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()});
+        {"solution file", seconds_since(t0)});
     plan.warnings.push_back(fmt::format("reused the solution in {} (fingerprint {}): not solved again",
                                         path, j.at("fingerprint").get<std::string>()));
     out.plan = std::move(plan);

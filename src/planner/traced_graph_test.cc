@@ -190,7 +190,7 @@ void compare_llama_plans(const Mesh& mesh) {
   for (const auto& [name, p] : wt) std::cout << "  " << name << " " << p << "\n";
 }
 
-TEST(TracedGraphs, TracedLlamaPlansLikeTheBuiltin) { compare_llama_plans(mesh_2x4()); }
+TEST(TracedGraphsLarge, TracedLlamaPlansLikeTheBuiltin) { compare_llama_plans(mesh_2x4()); }
 
 // On 8 devices the batch of 2 cannot be split 8 ways: the plans must agree on something other
 // than plain data parallelism.

@@ -4,6 +4,7 @@
 /// the node's half-open interval [start, end); every edge adds a cost for the pair of choices of
 /// its two ends; at every time point the sum of live usages must not exceed the usage limit.
 /// The problem knows nothing about tensors: the planner and the IOPDDL reader both build it.
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -17,6 +18,8 @@ using PNodeIdx = int32_t;
 using StrategyIdx = int32_t;
 /// Index of an edge of a Problem.
 using EdgeIdx = int32_t;
+/// Any of these indices (or an int64 count) as a vector subscript.
+inline size_t sz(int64_t x) { return static_cast<size_t>(x); }
 
 /// Costs are doubles: planner costs are microseconds, IOPDDL costs are integers well inside
 /// 2^53 (totals are re-checked in 128-bit integers by the IOPDDL evaluator).  A forbidden

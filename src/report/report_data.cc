@@ -23,13 +23,8 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
-/// Rounds to 1e-3 (nanoseconds for times): keeps the blob small; the page shows fewer digits.
-double r3(double v) {
-  if (!std::isfinite(v)) return v;
-  return std::round(v * 1000.0) / 1000.0;
-}
 Json num(double v) {
-  if (std::isfinite(v)) return r3(v);
+  if (std::isfinite(v)) return round_milli(v);
   return nullptr;
 }
 
@@ -551,6 +546,11 @@ nlohmann::ordered_json report_data(ShardingOptimizer& opt, const Plan& plan, con
   }
   j["nodes"] = rows;
   return j;
+}
+
+double round_milli(double v) {
+  if (!std::isfinite(v)) return v;
+  return std::round(v * 1000.0) / 1000.0;
 }
 
 }  // namespace autoshard

@@ -51,4 +51,8 @@ nlohmann::ordered_json report_data(ShardingOptimizer& opt, const Plan& plan,
 /// "layers.*.attention"): the unit of the per-module breakdown.
 std::string module_pattern(const std::string& module_path);
 
+/// Rounds to 1e-3 (nanoseconds for times in microseconds): keeps the JSON blobs small; the page
+/// and the trace viewer show fewer digits.  Infinities pass through.
+double round_milli(double v);
+
 }  // namespace autoshard

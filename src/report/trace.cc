@@ -13,7 +13,6 @@
 namespace autoshard {
 
 namespace {
-double r3(double v) { return std::round(v * 1000.0) / 1000.0; }
 }  // namespace
 
 std::string chrome_trace_json(ShardingOptimizer& opt, const Plan& plan) {
@@ -68,8 +67,8 @@ std::string chrome_trace_json(ShardingOptimizer& opt, const Plan& plan, const St
         }
       }
       ev["ph"] = "X";
-      ev["ts"] = r3(e.start_us);
-      ev["dur"] = r3(e.end_us - e.start_us);
+      ev["ts"] = round_milli(e.start_us);
+      ev["dur"] = round_milli(e.end_us - e.start_us);
       ev["pid"] = 0;
       ev["tid"] = s;
       ev["args"] = std::move(args);
@@ -79,8 +78,8 @@ std::string chrome_trace_json(ShardingOptimizer& opt, const Plan& plan, const St
   j["traceEvents"] = std::move(events);
   j["displayTimeUnit"] = "ms";
   j["otherData"] = {{"model", g.name}, {"mesh", opt.mesh().describe()},
-                    {"step_us", r3(sim.step_us)}, {"exposed_comm_us", r3(sim.exposed_comm_us)},
-                    {"additive_us", r3(sim.additive_us)}};
+                    {"step_us", round_milli(sim.step_us)}, {"exposed_comm_us", round_milli(sim.exposed_comm_us)},
+                    {"additive_us", round_milli(sim.additive_us)}};
   return j.dump() + "\n";
 }
 

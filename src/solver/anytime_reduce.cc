@@ -9,6 +9,7 @@
 
 namespace autoshard {
 namespace {
+namespace anytime_impl {
 
 /// Very negative baseline for segments that can never overflow.
 constexpr int64_t kNeverBinds = -(int64_t{1} << 60);
@@ -485,11 +486,12 @@ class Reducer {
   int32_t nseg_ = 0;
 };
 
+}  // namespace anytime_impl
 }  // namespace
 
 AnytimeReduction::AnytimeReduction(const Problem& p) : num_nodes_(p.num_nodes()) {
   model_.limit = p.usage_limit;
-  Reducer r(p, model_, records_, group_root_, group_ids_);
+  anytime_impl::Reducer r(p, model_, records_, group_root_, group_ids_);
   summary_ = r.run();
 }
 

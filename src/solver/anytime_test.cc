@@ -10,10 +10,13 @@
 #include "solver/anytime_reduce.h"
 #include "solver/lower_bound.h"
 #include "solver/penalty_search.h"
+#include "solver/solver_test_util.h"
 #include "solver/trws.h"
 
 namespace autoshard {
 namespace {
+
+using testing::brute_force;
 
 const std::string kExample = std::string(AUTOSHARD_SOURCE_DIR) + "/tests/fixtures/iopddl/example.json";
 
@@ -47,19 +50,6 @@ Problem random_problem(std::mt19937& rng, int n, int max_s, double p_edge, doubl
   return p;
 }
 
-/// Exhaustive optimum (cost, memory); +inf if infeasible.
-Cost brute_force(const Problem& p) {
-  std::vector<StrategyIdx> x(p.nodes.size(), 0);
-  Cost best = kInfCost;
-  for (;;) {
-    Cost c = evaluate_cost(p, x);
-    if (c < best && (p.usage_limit < 0 || peak_usage(p, x) <= p.usage_limit)) best = c;
-    size_t i = 0;
-    while (i < x.size() && ++x[i] == p.nodes[i].num_strategies()) x[i++] = 0;
-    if (i == x.size()) break;
-  }
-  return best;
-}
 
 TEST(Anytime, ExampleReaches445) {
   IopddlInstance inst = read_iopddl(kExample);
@@ -93,7 +83,7 @@ TEST(Anytime, ReductionPreservesCostAndUsage) {
     AnytimeReduction red(p);
     const GroupModel& m = red.model();
     if (m.infeasible) {
-      EXPECT_TRUE(std::isinf(brute_force(p))) << trial;
+      EXPECT_TRUE(std::isinf(brute_force(p).cost)) << trial;
       continue;
     }
     for (int k = 0; k < 5; ++k) {
@@ -111,7 +101,7 @@ TEST(Anytime, ReductionPreservesCostAndUsage) {
         EXPECT_EQ(c, oc) << trial;
       }
     }
-    EXPECT_LE(edge_split_lower_bound(m), brute_force(p)) << trial;
+    EXPECT_LE(edge_split_lower_bound(m), brute_force(p).cost) << trial;
   }
 }
 
@@ -120,7 +110,7 @@ TEST(Anytime, RandomSmallProblemsReachBruteForceOptimum) {
   int solved = 0;
   for (int trial = 0; trial < 24; ++trial) {
     Problem p = random_problem(rng, 5 + trial % 4, 4, 0.35, 0.15, trial % 3 != 0);
-    Cost opt = brute_force(p);
+    Cost opt = brute_force(p).cost;
     AnytimeOptions o;
     o.time_limit_s = 0.2;
     o.threads = 2;
@@ -164,7 +154,7 @@ TEST(Anytime, TrwsIsExactOnTreesAndBoundIsValid) {
       for (size_t k = 0; k < sz; ++k) e.costs.push_back(static_cast<double>(rng() % 50));
       p.edges.push_back(e);
     }
-    Cost opt = brute_force(p);
+    Cost opt = brute_force(p).cost;
     AnytimeReduction red(p);
     const GroupModel& m = red.model();
     Trws t(m);
@@ -175,7 +165,7 @@ TEST(Anytime, TrwsIsExactOnTreesAndBoundIsValid) {
   // Bound validity on graphs with cycles and forbidden pairs.
   for (int trial = 0; trial < 100; ++trial) {
     Problem p = random_problem(rng, 4 + trial % 5, 4, 0.5, 0.2, false);
-    Cost opt = brute_force(p);
+    Cost opt = brute_force(p).cost;
     AnytimeReduction red(p);
     const GroupModel& m = red.model();
     if (m.infeasible) continue;
@@ -190,7 +180,7 @@ TEST(Anytime, LagrangianMemoryBoundIsValid) {
   int tighter = 0;
   for (int trial = 0; trial < 40; ++trial) {
     Problem p = random_problem(rng, 5 + trial % 4, 4, 0.35, 0.1, true);
-    Cost opt = brute_force(p);
+    Cost opt = brute_force(p).cost;
     AnytimeReduction red(p);
     const GroupModel& m = red.model();
     if (m.infeasible || std::isinf(opt)) continue;
@@ -206,7 +196,7 @@ TEST(Anytime, PenaltySearchFindsFeasibleOptima) {
   int hits = 0, feasible = 0;
   for (int trial = 0; trial < 30; ++trial) {
     Problem p = random_problem(rng, 6 + trial % 4, 4, 0.35, 0.1, true);
-    Cost opt = brute_force(p);
+    Cost opt = brute_force(p).cost;
     AnytimeReduction red(p);
     const GroupModel& m = red.model();
     if (m.infeasible || std::isinf(opt)) continue;

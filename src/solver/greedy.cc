@@ -22,7 +22,6 @@ double price_scale(const Problem& p) {
   return du > 0 && dc > 0 ? dc / du : 1.0;
 }
 
-inline size_t sz(int64_t x) { return static_cast<size_t>(x); }
 using Clock = std::chrono::steady_clock;
 
 class Greedy {

@@ -34,7 +34,6 @@ namespace autoshard {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-inline size_t sz(int64_t x) { return static_cast<size_t>(x); }
 
 /// A MIP in row-major form, plus how to read an assignment back from its columns.
 struct Lp {

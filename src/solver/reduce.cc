@@ -9,6 +9,7 @@
 namespace autoshard {
 
 namespace {
+namespace reduce_impl {
 
 struct WNode {
   bool alive = true;
@@ -38,7 +39,6 @@ inline uint64_t edge_key(PNodeIdx x, PNodeIdx y) {
   return (static_cast<uint64_t>(static_cast<uint32_t>(x)) << 32) | static_cast<uint32_t>(y);
 }
 
-inline size_t sz(int64_t x) { return static_cast<size_t>(x); }
 
 class Reducer {
  public:
@@ -470,9 +470,10 @@ class Reducer {
   ReducedProblem out_;
 };
 
+}  // namespace reduce_impl
 }  // namespace
 
-ReducedProblem reduce(const Problem& p, const ReduceOptions& opt) { return Reducer(p, opt).run(); }
+ReducedProblem reduce(const Problem& p, const ReduceOptions& opt) { return reduce_impl::Reducer(p, opt).run(); }
 
 ReducedProblem identity_reduction(const Problem& p) {
   ReducedProblem r;

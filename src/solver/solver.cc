@@ -21,7 +21,6 @@ namespace autoshard {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-inline size_t sz(int64_t x) { return static_cast<size_t>(x); }
 
 /// Beyond this many Alpa variables CBC cannot finish even its root LP in useful time (measured:
 /// 222k variables took minutes), and building the model alone costs seconds and gigabytes.

@@ -36,8 +36,6 @@ namespace autoshard {
 
 namespace {
 
-const Placement R = Placement::replicate();
-const Placement P = Placement::partial(ReduceOp::kSum);
 
 /// The row of an op that is linear in the inputs `linear_in` jointly: partial sums in, a partial
 /// sum out (the other inputs, e.g. indices, replicated).

@@ -9,8 +9,6 @@ namespace autoshard {
 
 namespace {
 
-const Placement P = Placement::partial(ReduceOp::kSum);
-const Placement R = Placement::replicate();
 
 /// embedding [out | weight, indices]: [R | R, R]; column-wise [S(last) | S(1), R]; row-wise
 /// simplified from DTensor's MaskPartial to [P(sum) | S(0), R] (each rank looks up the rows it

@@ -23,7 +23,6 @@ namespace autoshard {
 
 namespace {
 
-const Placement P = Placement::partial(ReduceOp::kSum);
 
 /// Slots of tensors with the same rank as `ref` (activation-like) get S(d); outputs in
 /// `partial_outs` get P; everything else R.

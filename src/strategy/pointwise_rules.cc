@@ -32,8 +32,6 @@ RuleResult pointwise(const OpContext& c, Linear lin) {
     return row;
   };
   for (int32_t d = 0; d < o.rank(); ++d) r.rows.push_back(row_for(Placement::shard(d)));
-  const Placement P = Placement::partial(ReduceOp::kSum);
-  const Placement R = Placement::replicate();
   switch (lin) {
     case Linear::kNone: break;
     case Linear::kAll: {

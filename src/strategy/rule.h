@@ -15,6 +15,10 @@ namespace autoshard {
 /// One mesh dim's candidate: placements of the outputs followed by those of the inputs.
 using Row = std::vector<Placement>;
 
+/// Shorthands for the rule tables, which are written in DTensor's letters.
+inline const Placement P = Placement::partial(ReduceOp::kSum);
+inline const Placement R = Placement::replicate();
+
 /// An op name split into its parts: "aten.add_.Tensor" -> base "add", overload "Tensor",
 /// inplace true.  The overload "default" is dropped.
 struct OpName {

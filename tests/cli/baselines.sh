@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# ctest-label: slow
 # Baselines and mesh search from the command line: plan --algo, plan --compare (text and JSON),
 # autoshard search (ranking, -o), and the one-line reasons and errors.
 source "$(dirname "$0")/lib.bash" "$@"

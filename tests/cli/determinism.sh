@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# ctest-label: slow
 # Determinism (issue 14): the same inputs give byte-identical outputs across runs and solver
 # thread counts -- every file `plan -o DIR` writes (placements.json, plan.json, plan.ap,
 # report.html, ... whatever this build writes), the --json summary, and the iopddl solution.

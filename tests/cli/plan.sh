@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# ctest-label: slow
 # `autoshard plan`: the default job (llama3-8b on 2x8), --json, -o, --preload and determinism.
 source "$(dirname "$0")/lib.bash" "$@"
 

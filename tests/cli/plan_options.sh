@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# ctest-label: slow
 # `autoshard plan` options on small models: --pin, --no-cluster, --skip-fully-replicated,
 # --comm-model, --memory-limit (feasible and infeasible), unknown ops.
 source "$(dirname "$0")/lib.bash" "$@"

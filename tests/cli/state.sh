@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# ctest-label: slow
 # State files from `autoshard plan`: -o DIR writes DIR/plan.ap, --save-replay DIR/plan.replay,
 # --replay FILE plans from a replay (same optimum), --solution-file / --preload-solution reuse a
 # solution without solving and say why when they cannot; bad files fail with one line.
