@@ -32,6 +32,8 @@ endif()
 
 # The pytest suite imports the freshly built module (python/autoshard/core.py reads
 # AUTOSHARD_CORE) together with the package sources in python/.
-if(TEST python_tracer)
-  set_property(TEST python_tracer APPEND PROPERTY ENVIRONMENT "AUTOSHARD_CORE=$<TARGET_FILE:_core>")
-endif()
+foreach(t python_apply python_tracer)
+  if(TEST ${t})
+    set_property(TEST ${t} APPEND PROPERTY ENVIRONMENT "AUTOSHARD_CORE=$<TARGET_FILE:_core>")
+  endif()
+endforeach()

@@ -293,7 +293,7 @@ TEST(PlanSummaryJson, NoSolutionHasNullsAndMinPeak) {
   EXPECT_EQ(j["min_peak_memory_bytes"], 5000);
   EXPECT_TRUE(j["parameters"].empty());
   // The text stays valid JSON (no inf/nan literals).
-  EXPECT_NO_THROW((void)nlohmann::json::parse(j.dump()));
+  EXPECT_TRUE(nlohmann::json::accept(j.dump()));
 }
 
 }  // namespace

@@ -4,10 +4,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <set>
 #include <stdexcept>
+#include <type_traits>
 #include <unordered_map>
+#include <variant>
 
 #include "cost/compute.h"
 #include "cost/memory.h"
@@ -104,6 +107,64 @@ class EdgeMatrixCache {
   std::unordered_map<uint64_t, std::shared_ptr<const std::vector<Cost>>> cache_;
 };
 
+/// Everything a node's strategies, compute costs and usages depend on: kind, op, attributes,
+/// output metas and input metas (not its name, phase or position).  Corresponding nodes of
+/// repeated layers share one signature, so their strategies and costs are built once.
+std::string node_signature(const Graph& g, const Node& x) {
+  std::string k;
+  auto put = [&k](int64_t v) { k.append(reinterpret_cast<const char*>(&v), sizeof v); };
+  auto put_str = [&](std::string_view v) {
+    put(static_cast<int64_t>(v.size()));
+    k.append(v);
+  };
+  auto put_meta = [&](const TensorMeta& m) {
+    put(static_cast<int64_t>(m.dtype));
+    put(m.rank());
+    for (int64_t d : m.shape) put(d);
+  };
+  put(static_cast<int64_t>(x.kind));
+  put_str(x.op);
+  put(static_cast<int64_t>(x.attrs.size()));
+  for (const auto& [name, v] : x.attrs) {
+    put_str(name);
+    put(static_cast<int64_t>(v.index()));
+    std::visit(
+        [&](const auto& a) {
+          using A = std::decay_t<decltype(a)>;
+          if constexpr (std::is_same_v<A, std::string>) {
+            put_str(a);
+          } else if constexpr (std::is_same_v<A, std::vector<int64_t>>) {
+            put(static_cast<int64_t>(a.size()));
+            for (int64_t d : a) put(d);
+          } else if constexpr (std::is_same_v<A, double>) {
+            int64_t bits;
+            std::memcpy(&bits, &a, sizeof bits);
+            put(bits);
+          } else {
+            put(static_cast<int64_t>(a));
+          }
+        },
+        v);
+  }
+  put(static_cast<int64_t>(x.outputs.size()));
+  for (const TensorMeta& m : x.outputs) put_meta(m);
+  put(static_cast<int64_t>(x.inputs.size()));
+  for (const TensorRef& r : x.inputs) put_meta(g.meta(r));
+  return k;
+}
+
+/// What build_problem derives from a node signature: its strategies (after filtering), their
+/// compute costs and usages, and the interned spec lists of its outputs and inputs (filled on
+/// first use by an edge).
+struct NodeTemplate {
+  std::vector<Strategy> strategies;
+  std::vector<Cost> costs;
+  std::vector<int64_t> usages;
+  bool fallback = false;
+  std::vector<int32_t> output_list;  ///< per output: interned id, -1 until needed
+  std::vector<int32_t> input_list;   ///< per input slot: interned id, -1 until needed
+};
+
 bool matches_pin(const Strategy& s, const Constraint& c) {
   if (s.outputs.empty() || s.outputs[0].placements != c.output) return false;
   if (c.inputs) {
@@ -160,9 +221,37 @@ BuiltProblem build_problem(const Graph& g, const Mesh& mesh, const PlannerOption
   std::set<std::string> fallback;
   const auto intervals = live_intervals(g);
   const bool param_state_on_params = !bp.has_optimizer;
+  // Unpinned nodes with equal signatures share one template (index per problem node, -1 for
+  // pinned ones, which are built on their own).
+  std::unordered_map<std::string, int32_t> template_of_signature;
+  std::vector<NodeTemplate> templates;
+  std::vector<int32_t> template_of;  // per problem node
   for (NodeIdx i = 0; i < g.size(); ++i) {
     const Node& x = g.node(i);
     if (x.kind == NodeKind::kOutput) continue;
+    const bool pinned = pins.count(i) > 0;
+    int32_t tmpl = -1;
+    if (!pinned) {
+      auto [it, inserted] = template_of_signature.try_emplace(node_signature(g, x),
+                                                             static_cast<int32_t>(templates.size()));
+      tmpl = it->second;
+      if (!inserted) {
+        const NodeTemplate& t = templates[static_cast<size_t>(tmpl)];
+        ProblemNode pn;
+        pn.name = x.name;
+        pn.start = intervals[static_cast<size_t>(i)].first;
+        pn.end = intervals[static_cast<size_t>(i)].second;
+        pn.costs = t.costs;
+        pn.usages = t.usages;
+        if (t.fallback) fallback.insert(x.op);
+        bp.pnode[static_cast<size_t>(i)] = prob.num_nodes();
+        bp.graph_node.push_back(i);
+        bp.strategies.push_back(t.strategies);
+        prob.nodes.push_back(std::move(pn));
+        template_of.push_back(tmpl);
+        continue;
+      }
+    }
     NodeStrategies ns = enumerate_strategies(g, i, mesh, sopt);
     if (ns.fallback) fallback.insert(x.op);
     std::vector<Strategy> kept;
@@ -214,27 +303,44 @@ BuiltProblem build_problem(const Graph& g, const Mesh& mesh, const PlannerOption
       pn.costs.push_back(c);
       pn.usages.push_back(bytes);
     }
+    if (tmpl >= 0) {
+      NodeTemplate t;
+      t.strategies = kept;
+      t.costs = pn.costs;
+      t.usages = pn.usages;
+      t.fallback = ns.fallback;
+      t.output_list.assign(x.outputs.size(), -1);
+      t.input_list.assign(x.inputs.size(), -1);
+      templates.push_back(std::move(t));
+    }
     bp.pnode[static_cast<size_t>(i)] = prob.num_nodes();
     bp.graph_node.push_back(i);
     bp.strategies.push_back(std::move(kept));
     prob.nodes.push_back(std::move(pn));
+    template_of.push_back(tmpl);
   }
   bp.fallback_ops.assign(fallback.begin(), fallback.end());
 
   // Edges: one per tensor use.
   EdgeMatrixCache cache(mesh, opt.comm_model, opt.overlap_discount);
-  auto output_list = [&](PNodeIdx p, int32_t k) {
+  // Spec lists are interned once per template (nodes of one template have equal lists).
+  auto interned = [&](PNodeIdx p, int32_t k, bool output) {
+    const int32_t t = template_of[static_cast<size_t>(p)];
+    int32_t* slot = nullptr;
+    if (t >= 0) {
+      NodeTemplate& nt = templates[static_cast<size_t>(t)];
+      slot = &(output ? nt.output_list : nt.input_list).at(static_cast<size_t>(k));
+      if (*slot >= 0) return *slot;
+    }
     std::vector<ShardingSpec> v;
     for (const Strategy& s : bp.strategies[static_cast<size_t>(p)])
-      v.push_back(s.outputs.at(static_cast<size_t>(k)));
-    return cache.intern(std::move(v));
+      v.push_back((output ? s.outputs : s.inputs).at(static_cast<size_t>(k)));
+    const int32_t id = cache.intern(std::move(v));
+    if (slot) *slot = id;
+    return id;
   };
-  auto input_list = [&](PNodeIdx p, int32_t slot) {
-    std::vector<ShardingSpec> v;
-    for (const Strategy& s : bp.strategies[static_cast<size_t>(p)])
-      v.push_back(s.inputs.at(static_cast<size_t>(slot)));
-    return cache.intern(std::move(v));
-  };
+  auto output_list = [&](PNodeIdx p, int32_t k) { return interned(p, k, true); };
+  auto input_list = [&](PNodeIdx p, int32_t slot) { return interned(p, slot, false); };
   std::map<std::pair<PNodeIdx, int32_t>, int32_t> out_ids;
   auto out_id = [&](PNodeIdx p, int32_t k) {
     auto [it, ins] = out_ids.try_emplace({p, k}, 0);

@@ -1,6 +1,6 @@
 """pytest setup: python/ on sys.path, and fixtures for the C++ core and the CLI binary.
 
-CTest (python_tracer) sets AUTOSHARD_BIN to the `autoshard` binary and, when the module is
+CTest (python_apply, python_tracer) sets AUTOSHARD_BIN to the `autoshard` binary and, when the module is
 built (-DAUTOSHARD_PYTHON_MODULE=ON, scripts/test.sh does), AUTOSHARD_CORE to autoshard._core.
 """
 import os

@@ -1,0 +1,129 @@
+// build_problem shares strategies, costs and spec lists between nodes of equal signature
+// (repeated layers).  These tests recompute every node and every edge matrix on its own, from
+// the strategy rules and cost functions directly, and require the same problem.
+#include "planner/problem_builder.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "cost/compute.h"
+#include "cost/memory.h"
+#include "cost/redistribute.h"
+#include "models/models.h"
+#include "planner/test_util.h"
+
+namespace autoshard {
+namespace {
+
+using testing::h100;
+
+Graph tiny_llama(int64_t layers) {
+  ModelOptions mo;
+  mo.layers = layers;
+  mo.batch = 4;
+  mo.seq = 32;
+  mo.hidden = 64;
+  mo.heads = 4;
+  mo.kv_heads = 2;
+  mo.ffn = 128;
+  mo.vocab = 96;
+  return build_model("llama3-8b", mo);
+}
+
+std::vector<TensorMeta> locals(const std::vector<ShardingSpec>& specs, const Mesh& mesh) {
+  std::vector<TensorMeta> r;
+  for (const ShardingSpec& s : specs) r.push_back({s.local_shape(mesh), s.meta.dtype});
+  return r;
+}
+
+/// Checks every problem node of `bp` against its own strategy enumeration and costing, and
+/// every tensor-use edge against redistribution costs computed for it alone.
+void expect_matches_per_node_build(const Graph& g, const Mesh& mesh, const PlannerOptions& o,
+                                   const BuiltProblem& bp, const std::string& pinned) {
+  StrategyOptions so;
+  so.require_divisible = o.require_divisible;
+  int checked_nodes = 0;
+  for (NodeIdx i = 0; i < g.size(); ++i) {
+    const PNodeIdx p = bp.pnode[static_cast<size_t>(i)];
+    if (p < 0) continue;
+    const Node& x = g.node(i);
+    const auto& got = bp.strategies[static_cast<size_t>(p)];
+    const ProblemNode& pn = bp.problem.nodes[static_cast<size_t>(p)];
+    EXPECT_EQ(pn.name, x.name);
+    if (x.name == pinned) continue;  // fewer strategies by design
+    const NodeStrategies ns = enumerate_strategies(g, i, mesh, so);
+    ASSERT_EQ(got.size(), ns.strategies.size()) << x.name;
+    for (size_t k = 0; k < got.size(); ++k) {
+      const Strategy& s = ns.strategies[k];
+      ASSERT_EQ(got[k].name(), s.name()) << x.name;
+      const Cost c = x.kind == NodeKind::kOp ? compute_time_us(x, locals(s.inputs, mesh),
+                                                                 locals(s.outputs, mesh), mesh.hardware())
+                                             : 0;
+      EXPECT_EQ(pn.costs[k], c) << x.name << " " << s.name();
+      int64_t bytes = 0;
+      if (x.kind == NodeKind::kParameter && !bp.has_optimizer)
+        bytes = parameter_state_bytes(s.outputs.at(0), mesh, o.optimizer);
+      else
+        for (const ShardingSpec& out : s.outputs) bytes += out.local_bytes(mesh);
+      EXPECT_EQ(pn.usages[k], bytes) << x.name << " " << s.name();
+    }
+    ++checked_nodes;
+  }
+  EXPECT_GT(checked_nodes, 100);
+  int checked_edges = 0;
+  for (size_t e = 0; e < bp.edges.size(); ++e) {
+    const BuiltProblem::EdgeOrigin& from = bp.edge_origin[e];
+    if (from.slot < 0) continue;  // gradient agreement / parameter-memory shadow edges
+    const Node& consumer = g.node(from.consumer);
+    if (consumer.phase == Phase::kOptimizer) continue;  // strict layouts, checked elsewhere
+    const BuiltProblem::Edge& ed = bp.edges[e];
+    const auto& su = bp.strategies[static_cast<size_t>(ed.u)];
+    const auto& sv = bp.strategies[static_cast<size_t>(ed.v)];
+    ASSERT_EQ(ed.costs->size(), su.size() * sv.size());
+    for (size_t a = 0; a < su.size(); ++a)
+      for (size_t b = 0; b < sv.size(); ++b) {
+        const Cost want =
+            redistribute_cost_us(su[a].outputs.at(static_cast<size_t>(from.producer.output)),
+                                 sv[b].inputs.at(static_cast<size_t>(from.slot)), mesh, o.comm_model);
+        ASSERT_EQ((*ed.costs)[a * sv.size() + b], want) << consumer.name << " slot " << from.slot;
+      }
+    ++checked_edges;
+  }
+  EXPECT_GT(checked_edges, 100);
+}
+
+TEST(ProblemBuilder, SharedTemplatesEqualAPerNodeBuild) {
+  const Graph g = tiny_llama(3);
+  const Mesh mesh({2, 2}, {"dp", "tp"}, h100());
+  PlannerOptions o;
+  const BuiltProblem bp = build_problem(g, mesh, o, {});
+  expect_matches_per_node_build(g, mesh, o, bp, "");
+}
+
+TEST(ProblemBuilder, APinnedNodeOfARepeatedLayerIsBuiltOnItsOwn) {
+  const Graph g = tiny_llama(3);
+  const Mesh mesh({2, 2}, {"dp", "tp"}, h100());
+  PlannerOptions o;
+  const BuiltProblem free = build_problem(g, mesh, o, {});
+  // The middle layer's wq weight: its twins in layers 0 and 2 keep every strategy.
+  const std::string name = "layers.1.attention.wq.weight";
+  ASSERT_TRUE(g.find(name).has_value());
+  Constraint pin;
+  pin.name = "pin";
+  pin.node = name;
+  pin.output = parse_placements("S(0)S(1)");
+  const BuiltProblem bp = build_problem(g, mesh, o, {pin});
+  const PNodeIdx p = bp.pnode[static_cast<size_t>(*g.find(name))];
+  ASSERT_EQ(bp.strategies[static_cast<size_t>(p)].size(), 1u);
+  EXPECT_EQ(bp.strategies[static_cast<size_t>(p)][0].outputs[0].placements, pin.output);
+  const PNodeIdx twin = bp.pnode[static_cast<size_t>(*g.find("layers.2.attention.wq.weight"))];
+  EXPECT_EQ(bp.strategies[static_cast<size_t>(twin)].size(),
+            free.strategies[static_cast<size_t>(twin)].size());
+  EXPECT_GT(free.strategies[static_cast<size_t>(twin)].size(), 1u);
+  expect_matches_per_node_build(g, mesh, o, bp, name);
+}
+
+}  // namespace
+}  // namespace autoshard
