@@ -78,6 +78,17 @@ void print_nodes(const Plan& plan, const Graph& g) {
   }
 }
 
+/// What an infeasible plan says about the smallest achievable peak: the proven lower bound,
+/// and the best layout found when it is above it ("" when neither is known).
+std::string min_peak_text(const Plan& plan) {
+  const int64_t lo = plan.min_peak_lower_bound_bytes, hi = plan.min_peak_memory_bytes;
+  if (lo >= 0 && hi == lo) return fmt::format("needs at least {}, which some layout reaches", format_bytes(lo));
+  std::string t;
+  if (lo >= 0) t = fmt::format("needs at least {}", format_bytes(lo));
+  if (hi >= 0) t += fmt::format("{}the best layout found peaks at {}", t.empty() ? "" : "; ", format_bytes(hi));
+  return t;
+}
+
 void print_summary(const Plan& plan, const Graph& g, const Mesh& mesh,
                    const StepSimulation* sim) {
   fmt::print("autoshard plan: {} on mesh {} of {} ({} devices)\n", g.name, mesh.describe(),
@@ -91,9 +102,8 @@ void print_summary(const Plan& plan, const Graph& g, const Mesh& mesh,
   fmt::print("status: {}\n", solve_status_name(plan.status));
   for (const std::string& w : plan.warnings) fmt::print("warning: {}\n", w);
   if (!plan.has_solution) {
-    if (plan.min_peak_memory_bytes >= 0)
-      fmt::print("no plan fits in {} per device: the smallest achievable peak is {}\n",
-                 format_bytes(plan.memory_limit_bytes), format_bytes(plan.min_peak_memory_bytes));
+    if (const std::string t = min_peak_text(plan); plan.status == SolveStatus::kInfeasible && !t.empty())
+      fmt::print("no plan fits in {} per device: it {}\n", format_bytes(plan.memory_limit_bytes), t);
     return;
   }
   fmt::print("estimated step time: {} (compute {}, communication {})\n",
@@ -253,10 +263,9 @@ int run_plan(const PlanArgs& a) {
   }
   if (a.show_nodes && plan.has_solution && !a.json) print_nodes(plan, so.graph());
   if (!plan.has_solution) {
-    if (plan.min_peak_memory_bytes >= 0)
-      throw std::runtime_error(fmt::format(
-          "infeasible memory budget: no plan fits in {} per device (needs at least {})",
-          format_bytes(plan.memory_limit_bytes), format_bytes(plan.min_peak_memory_bytes)));
+    if (const std::string t = min_peak_text(plan); plan.status == SolveStatus::kInfeasible && !t.empty())
+      throw std::runtime_error(fmt::format("infeasible memory budget: no plan fits in {} per device ({})",
+                                           format_bytes(plan.memory_limit_bytes), t));
     throw std::runtime_error(fmt::format("no plan found ({})", solve_status_name(plan.status)));
   }
   return 0;

@@ -27,6 +27,8 @@ nlohmann::ordered_json plan_summary_json(const Plan& plan, const Graph& g, const
   j["peak_memory_bytes"] = plan.peak_memory_bytes;
   j["memory_limit_bytes"] = plan.memory_limit_bytes;
   if (plan.min_peak_memory_bytes >= 0) j["min_peak_memory_bytes"] = plan.min_peak_memory_bytes;
+  if (plan.min_peak_lower_bound_bytes >= 0)
+    j["min_peak_lower_bound_bytes"] = plan.min_peak_lower_bound_bytes;
   j["checked"] = plan.checked;
   j["problem"] = {{"graph_nodes", plan.graph_nodes},
                   {"nodes", plan.problem_nodes},

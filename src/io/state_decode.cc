@@ -473,6 +473,7 @@ Plan Decoder::plan(const pb::Plan& x, const Graph& g, const Mesh& mesh) const {
   plan.peak_memory_bytes = x.peak_memory_bytes();
   plan.memory_limit_bytes = x.memory_limit_bytes();
   plan.min_peak_memory_bytes = x.min_peak_memory_bytes();
+  plan.min_peak_lower_bound_bytes = x.has_min_peak_lower_bound_bytes() ? x.min_peak_lower_bound_bytes() : -1;
   plan.graph_nodes = x.graph_nodes();
   plan.problem_nodes = x.problem_nodes();
   plan.problem_edges = x.problem_edges();

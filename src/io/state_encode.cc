@@ -272,6 +272,8 @@ void put_plan(const Graph& g, const Mesh& mesh, const Plan& plan, pb::Plan* out)
   out->set_peak_memory_bytes(plan.peak_memory_bytes);
   out->set_memory_limit_bytes(plan.memory_limit_bytes);
   out->set_min_peak_memory_bytes(plan.min_peak_memory_bytes);
+  if (plan.min_peak_lower_bound_bytes >= 0)
+    out->set_min_peak_lower_bound_bytes(plan.min_peak_lower_bound_bytes);
   out->set_graph_nodes(plan.graph_nodes);
   out->set_problem_nodes(plan.problem_nodes);
   out->set_problem_edges(plan.problem_edges);

@@ -72,6 +72,7 @@ void expect_same_plan(const Plan& a, const Plan& b) {
   EXPECT_EQ(a.peak_memory_bytes, b.peak_memory_bytes);
   EXPECT_EQ(a.memory_limit_bytes, b.memory_limit_bytes);
   EXPECT_EQ(a.min_peak_memory_bytes, b.min_peak_memory_bytes);
+  EXPECT_EQ(a.min_peak_lower_bound_bytes, b.min_peak_lower_bound_bytes);
   EXPECT_EQ(a.graph_nodes, b.graph_nodes);
   EXPECT_EQ(a.problem_nodes, b.problem_nodes);
   EXPECT_EQ(a.problem_edges, b.problem_edges);

@@ -31,7 +31,11 @@ struct Plan {
   double comm_us = 0;
   int64_t peak_memory_bytes = 0;
   int64_t memory_limit_bytes = 0;  ///< 0: none
-  int64_t min_peak_memory_bytes = -1;  ///< when infeasible: the smallest achievable peak
+  /// When infeasible: the smallest peak of any layout found, an upper bound on the smallest
+  /// achievable peak (-1 if none was found); it is the minimum when it equals the lower bound.
+  int64_t min_peak_memory_bytes = -1;
+  /// When infeasible: a proven lower bound on the smallest achievable peak (-1 if unknown).
+  int64_t min_peak_lower_bound_bytes = -1;
   // Problem size.
   int32_t graph_nodes = 0;
   int32_t problem_nodes = 0;

@@ -352,6 +352,10 @@ TEST(PlannerGolden, ParametersAreShardedUnderAMemoryLimit) {
   EXPECT_EQ(none.status, SolveStatus::kInfeasible);
   EXPECT_GT(none.min_peak_memory_bytes, po.memory_limit_bytes);
   EXPECT_LE(none.min_peak_memory_bytes, p.peak_memory_bytes);
+  // The memory floor proves it without a solve: here every node can take its least-usage
+  // layout at once, so the floor is also reached (lower bound = smallest peak).
+  EXPECT_GT(none.min_peak_lower_bound_bytes, po.memory_limit_bytes);
+  EXPECT_LE(none.min_peak_lower_bound_bytes, none.min_peak_memory_bytes);
 }
 
 // ---------------------------------------------------------------------------------------------

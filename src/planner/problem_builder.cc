@@ -221,6 +221,18 @@ BuiltProblem build_problem(const Graph& g, const Mesh& mesh, const PlannerOption
   std::set<std::string> fallback;
   const auto intervals = live_intervals(g);
   const bool param_state_on_params = !bp.has_optimizer;
+  // Every node keeps its own copy of its strategies (the what-if loop, reports and state files
+  // read them), so their total bounds the memory: refuse a problem beyond it at once instead of
+  // filling gigabytes (4-D meshes: a matmul alone has thousands of strategies).
+  int64_t total_strategies = 0;
+  auto add_strategies = [&](size_t n) {
+    total_strategies += static_cast<int64_t>(n);
+    if (total_strategies > kMaxStrategiesTotal)
+      throw std::runtime_error(fmt::format(
+          "problem too large: more than {} sharding strategies over the graph's {} nodes on a {}-D "
+          "mesh (use a mesh with fewer dims, e.g. fold two of {}, or pin nodes)",
+          kMaxStrategiesTotal, g.size(), mesh.ndim(), mesh.describe()));
+  };
   // Unpinned nodes with equal signatures share one template (index per problem node, -1 for
   // pinned ones, which are built on their own).
   std::unordered_map<std::string, int32_t> template_of_signature;
@@ -244,6 +256,7 @@ BuiltProblem build_problem(const Graph& g, const Mesh& mesh, const PlannerOption
         pn.costs = t.costs;
         pn.usages = t.usages;
         if (t.fallback) fallback.insert(x.op);
+        add_strategies(t.strategies.size());
         bp.pnode[static_cast<size_t>(i)] = prob.num_nodes();
         bp.graph_node.push_back(i);
         bp.strategies.push_back(t.strategies);
@@ -313,6 +326,7 @@ BuiltProblem build_problem(const Graph& g, const Mesh& mesh, const PlannerOption
       t.input_list.assign(x.inputs.size(), -1);
       templates.push_back(std::move(t));
     }
+    add_strategies(kept.size());
     bp.pnode[static_cast<size_t>(i)] = prob.num_nodes();
     bp.graph_node.push_back(i);
     bp.strategies.push_back(std::move(kept));

@@ -72,9 +72,14 @@ struct BuiltProblem {
 
 /// Most strategies one problem node may keep (see build_problem).
 inline constexpr size_t kMaxStrategiesPerNode = 8192;
+/// Most strategies all problem nodes together may keep: each holds its specs (~0.5 KB), so
+/// this bounds the problem near 3 GB.  llama3-70b on 8x8x8 keeps 2.4 million; on a 4-D mesh
+/// such as 4x8x8x4 it would keep tens of millions.
+inline constexpr int64_t kMaxStrategiesTotal = 6'000'000;
 
 /// Throws std::runtime_error when a constraint names an unknown node or leaves a node without
-/// any strategy, or a node has more than kMaxStrategiesPerNode strategies.
+/// any strategy, a node has more than kMaxStrategiesPerNode strategies, or all nodes together
+/// more than kMaxStrategiesTotal.
 BuiltProblem build_problem(const Graph& g, const Mesh& mesh, const PlannerOptions& opt,
                            const std::vector<Constraint>& constraints);
 

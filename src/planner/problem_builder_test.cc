@@ -12,6 +12,7 @@
 #include "cost/memory.h"
 #include "cost/redistribute.h"
 #include "models/models.h"
+#include "planner/sharding_optimizer.h"
 #include "planner/test_util.h"
 
 namespace autoshard {
@@ -123,6 +124,35 @@ TEST(ProblemBuilder, APinnedNodeOfARepeatedLayerIsBuiltOnItsOwn) {
             free.strategies[static_cast<size_t>(twin)].size());
   EXPECT_GT(free.strategies[static_cast<size_t>(twin)].size(), 1u);
   expect_matches_per_node_build(g, mesh, o, bp, name);
+}
+
+// 4-D meshes are planned while the problem stays within the bounds (the built-in MLP: about
+// 1.2 million of Alpa's variables, 2 s in Release, so only in the Release pass).
+TEST(ProblemBuilderLarge, SmallModelsPlanOnA4DMesh) {
+  const Graph g = build_model("mlp", {});
+  const Mesh mesh({2, 2, 2, 2}, {"pp", "dp", "cp", "tp"}, h100());
+  PlannerOptions o;
+  o.time_limit_s = 10;
+  ShardingOptimizer opt(g, mesh, o);
+  const Plan p = opt.get_solution();
+  EXPECT_TRUE(p.has_solution);
+  EXPECT_TRUE(p.checked);
+}
+
+// The 4-D mesh of issue 12: llama3-70b on 4x8x8x4 would keep tens of millions of strategies;
+// it is refused with the reason (a few seconds in Release, hence *Large).
+TEST(ProblemBuilderLarge, Llama70bOnA4DMeshIsRefusedWithTheReason) {
+  const Graph g = build_model("llama3-70b", {});
+  const Mesh mesh({4, 8, 8, 4}, {"pp", "dp", "cp", "tp"}, h100());
+  try {
+    build_problem(g, mesh, PlannerOptions{}, {});
+    FAIL() << "built";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("problem too large: more than 6000000 sharding strategies"),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("4-D mesh"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -17,6 +17,10 @@ namespace autoshard {
 
 namespace {
 
+/// Time for the minimal-peak search once the memory floor has proven a budget infeasible: it
+/// only improves the upper bound stated beside the proven lower bound.
+constexpr double kMinPeakSeconds = 4.0;
+
 
 int64_t alpa_variables(const BuiltProblem& bp) {
   int64_t n = 0;
@@ -264,49 +268,83 @@ Plan ShardingOptimizer::get_solution() {
   // constraints live in the usage limit, so they are never relaxed.
   ClusteredProblem cp = options_.cluster ? cluster_problem(graph_, bp) : identity_cluster(bp);
   double t_cluster = seconds_since(t1);
-  Problem relaxed_problem = cp.problem;
-  if (!has_shadows) {
-    relaxed_problem.usage_limit = -1;
-    keep_all_activations(bp, cp.class_of, relaxed_problem);  // exact without memory
+  // The memory floor: every node at its least usage.  When even that exceeds the limit, no plan
+  // fits and the floor is a proven lower bound on the smallest peak, found without a solve.
+  // Parameter-memory shadows scale usages, so the floor means nothing with them.
+  int64_t peak_floor = -1;
+  std::vector<StrategyIdx> least;
+  if (bp.problem.usage_limit >= 0 && !has_shadows) {
+    least = least_usage_choice(bp.problem);
+    peak_floor = peak_usage(bp.problem, least);
   }
-  // When memory may bind, the relaxed solve gets half of the time: the second solve needs room.
-  so.time_limit_s = memory_may_bind && !has_shadows ? remaining() / 2 : remaining();
-  if (!warm_start_.empty() && static_cast<PNodeIdx>(warm_start_.size()) == bp.problem.num_nodes())
-    so.warm_start = cp.restrict(warm_start_);
-  say(fmt::format("built {} nodes, {} edges; tied into {} nodes", bp.problem.num_nodes(),
-                  bp.edges.size(), cp.problem.num_nodes()));
-  SolverOptions relaxed_so = so;
-  if (!has_shadows) lower_kept_choice(bp, cp.class_of, relaxed_so.warm_start);
-  SolveResult r = solve(relaxed_problem, relaxed_so);
-  if (!has_shadows) lift_kept_choice(bp, cp.class_of, cp.problem, r.choice);
-  bool relaxed = memory_may_bind && !has_shadows;
-  if (relaxed && !r.choice.empty() &&
-      peak_usage(bp.problem, cp.expand(r.choice)) <= bp.problem.usage_limit)
-    relaxed = false;  // the relaxed optimum fits: done
-  if (relaxed) {
-    say(fmt::format("the memory-free optimum ({}) does not fit: solving with the memory limit",
-                    r.choice.empty() ? std::string("none") : fmt::format("{:.1f} us", r.objective)));
-    Cost relaxed_bound = r.choice.empty() ? -kInfCost : r.lower_bound;
-    so.time_limit_s = remaining();
-    auto phases = r.phase_seconds;
-    r = solve(cp.problem, so);
-    if (!cp.memory_exact && r.status == SolveStatus::kInfeasible) {
-      // The tied memory model over-estimates: only the untied problem can prove infeasibility.
-      auto t2 = std::chrono::steady_clock::now();
-      cp = identity_cluster(bp);
-      t_cluster += seconds_since(t2);
-      so.time_limit_s = remaining();
-      so.warm_start.clear();
-      r = solve(cp.problem, so);
+  SolveResult r;
+  if (peak_floor > bp.problem.usage_limit) {
+    say(fmt::format("no plan fits: every node at its least memory still peaks at {} bytes",
+                    peak_floor));
+    r.status = SolveStatus::kInfeasible;
+    r.method = "memory floor";
+    r.objective = kInfCost;
+    r.lower_bound = kInfCost;
+    r.gap = 0;
+    if (evaluate_cost(bp, least) < kInfCost) {
+      r.min_peak_usage = peak_floor;  // the floor is reached: proven minimum
+      r.min_peak_proven = true;
+    } else {
+      // Edges forbid the least-usage layout: the tied problem's minimal-peak search gives an
+      // upper bound (its memory model never under-estimates), within a few seconds.
+      SolverOptions mo = so;
+      mo.time_limit_s = std::min(remaining(), kMinPeakSeconds);
+      mo.warm_start.clear();
+      const SolveResult m = solve(cp.problem, mo);
+      r.min_peak_usage = m.min_peak_usage;
+      r.min_peak_proven = m.min_peak_proven && cp.memory_exact;
+      r.phase_seconds = m.phase_seconds;
     }
-    for (auto it = phases.rbegin(); it != phases.rend(); ++it)
-      r.phase_seconds.insert(r.phase_seconds.begin(), {"relaxed " + it->first, it->second});
-    if (!r.choice.empty()) {
-      if (!cp.memory_exact && r.status == SolveStatus::kOptimal)
-        r.status = SolveStatus::kFeasible;  // optimal only for the over-estimated memory
-      if (relaxed_bound > r.lower_bound || !cp.memory_exact) r.lower_bound = relaxed_bound;
-      r.gap = (r.objective - r.lower_bound) / std::max(std::abs(r.objective), 1e-9);
-      if (r.gap <= std::max(options_.mip_gap, 1e-8)) r.status = SolveStatus::kOptimal;
+  } else {
+    Problem relaxed_problem = cp.problem;
+    if (!has_shadows) {
+      relaxed_problem.usage_limit = -1;
+      keep_all_activations(bp, cp.class_of, relaxed_problem);  // exact without memory
+    }
+    // When memory may bind, the relaxed solve gets half of the time: the second solve needs room.
+    so.time_limit_s = memory_may_bind && !has_shadows ? remaining() / 2 : remaining();
+    if (!warm_start_.empty() && static_cast<PNodeIdx>(warm_start_.size()) == bp.problem.num_nodes())
+      so.warm_start = cp.restrict(warm_start_);
+    say(fmt::format("built {} nodes, {} edges; tied into {} nodes", bp.problem.num_nodes(),
+                    bp.edges.size(), cp.problem.num_nodes()));
+    SolverOptions relaxed_so = so;
+    if (!has_shadows) lower_kept_choice(bp, cp.class_of, relaxed_so.warm_start);
+    r = solve(relaxed_problem, relaxed_so);
+    if (!has_shadows) lift_kept_choice(bp, cp.class_of, cp.problem, r.choice);
+    bool relaxed = memory_may_bind && !has_shadows;
+    if (relaxed && !r.choice.empty() &&
+        peak_usage(bp.problem, cp.expand(r.choice)) <= bp.problem.usage_limit)
+      relaxed = false;  // the relaxed optimum fits: done
+    if (relaxed) {
+      say(fmt::format("the memory-free optimum ({}) does not fit: solving with the memory limit",
+                      r.choice.empty() ? std::string("none") : fmt::format("{:.1f} us", r.objective)));
+      Cost relaxed_bound = r.choice.empty() ? -kInfCost : r.lower_bound;
+      so.time_limit_s = remaining();
+      auto phases = r.phase_seconds;
+      r = solve(cp.problem, so);
+      if (!cp.memory_exact && r.status == SolveStatus::kInfeasible) {
+        // The tied memory model over-estimates: only the untied problem can prove infeasibility.
+        auto t2 = std::chrono::steady_clock::now();
+        cp = identity_cluster(bp);
+        t_cluster += seconds_since(t2);
+        so.time_limit_s = remaining();
+        so.warm_start.clear();
+        r = solve(cp.problem, so);
+      }
+      for (auto it = phases.rbegin(); it != phases.rend(); ++it)
+        r.phase_seconds.insert(r.phase_seconds.begin(), {"relaxed " + it->first, it->second});
+      if (!r.choice.empty()) {
+        if (!cp.memory_exact && r.status == SolveStatus::kOptimal)
+          r.status = SolveStatus::kFeasible;  // optimal only for the over-estimated memory
+        if (relaxed_bound > r.lower_bound || !cp.memory_exact) r.lower_bound = relaxed_bound;
+        r.gap = (r.objective - r.lower_bound) / std::max(std::abs(r.objective), 1e-9);
+        if (r.gap <= std::max(options_.mip_gap, 1e-8)) r.status = SolveStatus::kOptimal;
+      }
     }
   }
 
@@ -325,6 +363,13 @@ Plan ShardingOptimizer::get_solution() {
   plan.lower_bound_us = r.lower_bound;
   plan.gap = r.gap;
   plan.min_peak_memory_bytes = r.min_peak_usage;
+  if (!plan.has_solution && r.status == SolveStatus::kInfeasible) {
+    // Proven: the floor, or the solver's minimum when its memory model was exact.
+    int64_t lower = peak_floor;
+    if (r.min_peak_proven && r.min_peak_usage >= 0 && (cp.memory_exact || r.method == "memory floor"))
+      lower = std::max(lower, r.min_peak_usage);
+    plan.min_peak_lower_bound_bytes = lower;
+  }
   plan.clustered_nodes = cp.problem.num_nodes();
   plan.layer_clusters = cp.num_classes_tied;
   plan.reduced_nodes = r.reduced_nodes;

@@ -62,6 +62,17 @@ int64_t peak_usage(const Problem& p, const std::vector<StrategyIdx>& choice, int
   return peak_of_usages(p, usage, horizon);
 }
 
+std::vector<StrategyIdx> least_usage_choice(const Problem& p) {
+  std::vector<StrategyIdx> c(sz(p.num_nodes()), 0);
+  for (size_t i = 0; i < c.size(); ++i) {
+    const ProblemNode& n = p.nodes[i];
+    int64_t best = std::numeric_limits<int64_t>::max();
+    for (size_t s = 0; s < n.usages.size(); ++s)
+      if (n.costs[s] < kInfCost && n.usages[s] < best) best = n.usages[s], c[i] = static_cast<StrategyIdx>(s);
+  }
+  return c;
+}
+
 int64_t alpa_variable_count(const Problem& p) {
   int64_t n = 0;
   for (const auto& x : p.nodes) n += static_cast<int64_t>(x.costs.size());

@@ -69,6 +69,10 @@ int64_t peak_of_usages(const Problem& p, const std::vector<int64_t>& usage,
 /// Highest sum of live usages over time points before `horizon` for an assignment.
 int64_t peak_usage(const Problem& p, const std::vector<StrategyIdx>& choice,
                    int64_t horizon = std::numeric_limits<int64_t>::max());
+/// Each node's least-usage strategy (the first such among its finite-cost ones).  Its peak is a
+/// lower bound on the peak of every assignment, since at every time point each live node uses
+/// at least that much; edges may forbid the assignment itself.
+std::vector<StrategyIdx> least_usage_choice(const Problem& p);
 /// Number of strategy-selection variables and edge variables in Alpa's formulation (sum of
 /// |S_v| over nodes and of |S_u|*|S_v| over edges), for reporting problem sizes.
 int64_t alpa_variable_count(const Problem& p);

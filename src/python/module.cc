@@ -149,6 +149,7 @@ void bind_plan(py::module_& m) {
       .def_readonly("peak_memory_bytes", &Plan::peak_memory_bytes)
       .def_readonly("memory_limit_bytes", &Plan::memory_limit_bytes)
       .def_readonly("min_peak_memory_bytes", &Plan::min_peak_memory_bytes)
+      .def_readonly("min_peak_lower_bound_bytes", &Plan::min_peak_lower_bound_bytes)
       .def_readonly("checked", &Plan::checked)
       .def_readonly("warnings", &Plan::warnings)
       .def_readonly("phase_seconds", &Plan::phase_seconds)

@@ -11,6 +11,9 @@ namespace autoshard {
 namespace {
 namespace reduce_impl {
 
+/// Most multiply-adds one degree-2 elimination may do (~50 ms).
+constexpr int64_t kDeg2MaxWork = 50'000'000;
+
 struct WNode {
   bool alive = true;
   bool queued = false;
@@ -63,12 +66,13 @@ class Reducer {
     for (PNodeIdx v = 0; v < p_.num_nodes(); ++v) enqueue(v);
     for (int round = 0; round < 50 && !out_.infeasible; ++round) {
       while (!queue_.empty() && !out_.infeasible) {
+        if ((++steps_ & 63) == 0 && std::chrono::steady_clock::now() > opt_.deadline) break;
         PNodeIdx v = queue_.front();
         queue_.pop_front();
         nodes_[sz(v)].queued = false;
         process(v);
       }
-      if (out_.infeasible || !opt_.eliminate) break;
+      if (out_.infeasible || !opt_.eliminate || !queue_.empty()) break;  // done, or out of time
       if (!update_mem_free()) break;
     }
     build_output();
@@ -352,6 +356,9 @@ class Reducer {
       const int64_t ku = nodes_[sz(u)].k(), kw = nodes_[sz(w)].k();
       const bool existing = edge_index_.count(edge_key(u, w)) > 0;
       if (!existing && ku * kw > ku * k + k * kw + opt_.chain_growth_slack) return;
+      // The min-plus product costs ku * k * kw; beyond the cap the node stays for the search
+      // (on 4-D meshes k is in the thousands and one product would take seconds).
+      if (ku * k * kw > kDeg2MaxWork) return;
       std::vector<Cost> m(sz(ku * kw), kInfCost);
       std::vector<int32_t> arg(sz(ku * kw), -1);
       std::vector<Cost> col2(sz(kw));
@@ -467,6 +474,7 @@ class Reducer {
   std::vector<WEdge> edges_;
   std::unordered_map<uint64_t, int32_t> edge_index_;
   std::deque<PNodeIdx> queue_;
+  int64_t steps_ = 0;  ///< work-list steps, for the deadline check
   ReducedProblem out_;
 };
 

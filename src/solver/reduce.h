@@ -36,6 +36,7 @@
 /// free.  Dominance drops the usage condition only for memory-free nodes, for the same reason.
 /// The reduced problem keeps the original usage_limit; memory constraints of the reduced
 /// problem are "base(t) + sum of live reduced usages <= limit" (see memory_rows()).
+#include <chrono>
 #include <cstdint>
 #include <vector>
 
@@ -89,6 +90,9 @@ struct ReduceOptions {
   /// the two edges they remove plus this slack (keeps the MIP small), unless an edge u - w
   /// already exists.
   int64_t chain_growth_slack = 0;
+  /// Reductions stop here, leaving the rest to the search (each applied rule is exact, so a
+  /// partly reduced problem is still exact).  On 4-D meshes they would otherwise take minutes.
+  std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
 };
 
 /// Applies the reductions (or none when `identity`); always exact.

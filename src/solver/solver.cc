@@ -71,7 +71,9 @@ void solve_min_peak(const Problem& p, const SolverOptions& opt, Clock::time_poin
   // Limit 0: every node whose usage can be non-zero is memory-relevant, so reductions only
   // eliminate nodes whose usage is constant (exact for the peak).
   q.usage_limit = 0;
-  ReducedProblem rq = reduce(q);
+  ReduceOptions ro;
+  ro.deadline = Clock::now() + (deadline - Clock::now()) / 3;
+  ReducedProblem rq = reduce(q, ro);
   if (rq.infeasible) return;  // forbidden choices alone make it infeasible
   std::vector<MemoryRow> rows = memory_rows(rq.problem, rq.base, false);
   const int64_t lower = min_possible_peak(rq.problem, rows);
@@ -131,7 +133,9 @@ SolveResult solve(const Problem& p, const SolverOptions& opt) {
   PhaseTimer timer(res);
 
   // 1. Reductions.
-  ReducedProblem rp = opt.skip_reductions ? identity_reduction(p) : reduce(p);
+  ReduceOptions ro;
+  ro.deadline = t0 + (deadline - t0) / 3;  // the search needs the rest
+  ReducedProblem rp = opt.skip_reductions ? identity_reduction(p) : reduce(p, ro);
   const Problem& r = rp.problem;
   res.reduced_nodes = r.num_nodes();
   res.reduced_edges = r.num_edges();

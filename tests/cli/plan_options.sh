@@ -76,7 +76,11 @@ ok "--memory-limit $limit (free peak $free_peak, min $min_peak)"
 # Infeasible budget: non-zero exit, one error line naming the smallest peak, no output files.
 expect_error "needs at least" -- "$AS" plan "${S[@]}" --memory-limit 1MiB -o "$TMP/none"
 [[ ! -e $TMP/none ]] || fail "infeasible plan created $TMP/none"
-grep -q "smallest achievable peak" "$TMP/err.out" || fail "summary lacks the smallest achievable peak"
+grep -q "no plan fits in .*: it needs at least" "$TMP/err.out" || fail "summary lacks the smallest peak"
+pycheck "$TMP/inf.json" "
+lo, hi = j['min_peak_lower_bound_bytes'], j['min_peak_memory_bytes']
+assert 1 << 20 < lo <= hi, (lo, hi)
+"
 mkdir "$TMP/keep"
 expect_error "needs at least" -- "$AS" plan "${S[@]}" --memory-limit 1MiB -o "$TMP/keep"
 [[ -z $(ls -A "$TMP/keep") ]] || fail "infeasible plan wrote into $TMP/keep: $(ls -A "$TMP/keep")"
