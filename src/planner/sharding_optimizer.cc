@@ -21,7 +21,6 @@ namespace {
 /// only improves the upper bound stated beside the proven lower bound.
 constexpr double kMinPeakSeconds = 4.0;
 
-
 int64_t alpa_variables(const BuiltProblem& bp) {
   int64_t n = 0;
   for (const ProblemNode& x : bp.problem.nodes) n += static_cast<int64_t>(x.costs.size());
@@ -364,11 +363,10 @@ Plan ShardingOptimizer::get_solution() {
   plan.gap = r.gap;
   plan.min_peak_memory_bytes = r.min_peak_usage;
   if (!plan.has_solution && r.status == SolveStatus::kInfeasible) {
-    // Proven: the floor, or the solver's minimum when its memory model was exact.
-    int64_t lower = peak_floor;
-    if (r.min_peak_proven && r.min_peak_usage >= 0 && (cp.memory_exact || r.method == "memory floor"))
-      lower = std::max(lower, r.min_peak_usage);
-    plan.min_peak_lower_bound_bytes = lower;
+    // Proven: the floor, or the solver's minimum when its memory model was exact (the tied
+    // model over-estimates, so its minimum only bounds from above).
+    const bool exact_min = r.min_peak_proven && r.min_peak_usage >= 0 && cp.memory_exact;
+    plan.min_peak_lower_bound_bytes = exact_min ? std::max(peak_floor, r.min_peak_usage) : peak_floor;
   }
   plan.clustered_nodes = cp.problem.num_nodes();
   plan.layer_clusters = cp.num_classes_tied;
