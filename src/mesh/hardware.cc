@@ -110,7 +110,7 @@ Hardware parse_hardware_json(std::string_view text, std::string_view origin) {
     auto p = hardware_preset(j["base"].get<std::string>());
     if (!p)
       throw std::runtime_error(fmt::format("{}: /base: unknown preset '{}'", origin,
-                                           j["base"].get<std::string>()));
+                                           one_line(j["base"].get<std::string>().substr(0, 80))));
     hw = *p;
   }
   auto num = [&](const char* key, double& field) {

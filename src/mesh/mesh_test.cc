@@ -244,6 +244,9 @@ TEST(HardwareJson, Errors) {
               HasSubstr("hw.json: expected a JSON object"));
   EXPECT_THAT(runtime_error_of([] { parse_hardware_json(R"({"base": "tpu"})", "hw.json"); }),
               HasSubstr("hw.json: /base: unknown preset 'tpu'"));
+  // Found by the hardware_json fuzzer: a preset name with a newline must not break the message.
+  EXPECT_EQ(runtime_error_of([] { parse_hardware_json(R"({"base": "tp\nu"})", "hw.json"); }),
+            "hw.json: /base: unknown preset 'tp u'");
   EXPECT_THAT(runtime_error_of([] { parse_hardware_json(R"({"base": "h100", "hbm_gbps": "fast"})", "hw.json"); }),
               HasSubstr("hw.json: /hbm_gbps: expected a non-negative number"));
   EXPECT_THAT(runtime_error_of([] { parse_hardware_json(R"({"base": "h100", "hbm_gbps": -1})", "hw.json"); }),
