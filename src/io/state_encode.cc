@@ -224,7 +224,7 @@ void put_problem(const Graph& g, const Mesh& mesh, const BuiltProblem& bp, pb::B
     const auto& s = bp.strategies[v];
     NodeIdx gi = v < bp.graph_node.size() ? bp.graph_node[v] : kNoNode;
     pb::StrategyList list;
-    put_strategies(g, gi, s.data(), s.data() + s.size(), mesh.ndim(), &list);
+    put_strategies(g, gi, s.vec().data(), s.vec().data() + s.size(), mesh.ndim(), &list);
     std::string key = list.SerializeAsString();
     auto [it, fresh] = lists.try_emplace(std::move(key), static_cast<uint32_t>(out->strategy_lists_size()));
     if (fresh) *out->add_strategy_lists() = std::move(list);

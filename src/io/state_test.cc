@@ -323,7 +323,11 @@ TEST(StateErrors, SemanticChecksNameTheField) {
               HasSubstr("s.ap: graph.nodes[5]"));
   EXPECT_THAT(fails([](StateParts& t) { t.constraints[0].node = "nope"; }),
               HasSubstr("s.ap: constraints[0] ('pin:transformer.wte.weight').node: no node named 'nope'"));
-  EXPECT_THAT(fails([](StateParts& t) { t.problem->strategies[0].pop_back(); }),
+  EXPECT_THAT(fails([](StateParts& t) {
+                std::vector<Strategy> fewer = t.problem->strategies[0].vec();
+                fewer.pop_back();
+                t.problem->strategies[0] = std::move(fewer);
+              }),
               HasSubstr("strategies but"));
 }
 

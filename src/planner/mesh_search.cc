@@ -197,13 +197,34 @@ MeshSearchResult search_meshes(const Graph& g, const MeshSearchOptions& o) {
             return;
           }
         }
+        double cutoff = kInfCost;
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          if (o.prune) cutoff = best;
+        }
         auto t1 = std::chrono::steady_clock::now();
-        // Seed: the Megatron recipe (pinned, so small and solved exactly); the optimum starts
-        // from it, so a solve stopped by the time limit is never worse than Megatron.
-        RecipeResult seed;
-        if (meshes[k].ndim() >= 2) seed = plan_recipe(Recipe::kMegatron, g, meshes[k], po);
-        const Plan* start = seed.plan && seed.fits ? &*seed.plan : nullptr;
-        RecipeResult opt = plan_recipe_from(Recipe::kAlpa, g, meshes[k], po, {}, {}, start);
+        // The solver stops as soon as it proves that this mesh cannot beat the best so far.
+        PlannerOptions mo = po;
+        mo.cutoff_us = cutoff;
+        RecipeResult opt = plan_recipe(Recipe::kAlpa, g, meshes[k], mo);
+        if (opt.plan && opt.plan->status != SolveStatus::kOptimal &&
+            opt.plan->lower_bound_us >= cutoff) {
+          r.outcome = MeshSearchRow::Outcome::kPruned;
+          r.bound_us = opt.plan->lower_bound_us;
+          r.message = fmt::format("the solver's lower bound {:.1f} us >= best {:.1f} us",
+                                  r.bound_us, cutoff);
+          r.seconds += seconds_since(t1);
+          return;
+        }
+        if (meshes[k].ndim() >= 2 && !(opt.plan && opt.plan->status == SolveStatus::kOptimal)) {
+          // Stopped by the time limit: the Megatron recipe (pinned, so small and solved
+          // exactly) is one assignment of the same problem, and the mesh's answer is never
+          // worse than it.
+          RecipeResult seed = plan_recipe(Recipe::kMegatron, g, meshes[k], po);
+          if (seed.plan && seed.fits &&
+              !(opt.plan && opt.fits && opt.plan->objective_us <= seed.plan->objective_us))
+            opt = std::move(seed);
+        }
         if (opt.plan && opt.fits) {
           r.outcome = MeshSearchRow::Outcome::kPlanned;
           r.dim_use = dim_use(g, meshes[k], *opt.plan);

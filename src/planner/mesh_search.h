@@ -12,7 +12,11 @@
 /// sum over nodes of the cheapest strategy's compute cost plus the cheapest possible gradient
 /// reduction, computed from the problem's node costs alone (no edges, no solve); candidates are
 /// planned in increasing bound order, and one whose bound is no better than the best step time
-/// found so far is not solved: it cannot win.
+/// found so far is not solved: it cannot win.  The others are solved with that best time as a
+/// cutoff (PlannerOptions::cutoff_us): the solver stops as soon as its own, much stronger,
+/// lower bound proves the mesh cannot win, and the mesh is listed as pruned with that bound.
+/// A 3-D mesh whose solve the time limit stops is never reported worse than the Megatron
+/// recipe on it (solved exactly, pinned), which is one of its assignments.
 #include <cstdint>
 #include <optional>
 #include <string>

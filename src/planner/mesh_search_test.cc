@@ -6,10 +6,13 @@
 
 #include "planner/test_util.h"
 
+#include <chrono>
+#include <limits>
 #include <set>
 
 #include "mesh/hardware.h"
 #include "models/models.h"
+#include "planner/sharding_optimizer.h"
 
 namespace autoshard {
 namespace {
@@ -92,6 +95,29 @@ TEST(MeshSearchLarge, TensorParallelismInsideANodeBeatsItAcrossNodes) {
   ASSERT_EQ(pruned.best, 0);
   EXPECT_EQ(shape_str(pruned.rows[0].mesh), "2x8");
   EXPECT_DOUBLE_EQ(pruned.rows[0].plan->objective_us, best.plan->objective_us);
+}
+
+TEST(MeshSearchLarge, CutoffStopsA3DMeshThatCannotWin) {
+  // llama3-8b on 2x4x8 is too large for the MIP: the anytime search's lower bound (about
+  // 128 ms) soon passes a cutoff of 100 ms, and the solve stops there instead of at its limit.
+  Graph g = build_model("llama3-8b", ModelOptions{});
+  Mesh mesh({2, 4, 8}, {"d0", "d1", "tp"}, h100());
+  PlannerOptions po;
+  po.time_limit_s = 60;
+  po.cutoff_us = 100'000;
+  ShardingOptimizer so(g, mesh, po);
+  const auto t0 = std::chrono::steady_clock::now();
+  const Plan plan = so.get_solution();
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 40);
+  EXPECT_GE(plan.lower_bound_us, po.cutoff_us);
+  EXPECT_NE(plan.status, SolveStatus::kOptimal);
+  // Without the cutoff the same mesh plans above that bound.
+  po.cutoff_us = std::numeric_limits<double>::infinity();
+  po.time_limit_s = 20;
+  ShardingOptimizer full(g, mesh, po);
+  const Plan best = full.get_solution();
+  ASSERT_TRUE(best.has_solution);
+  EXPECT_GE(best.objective_us, plan.lower_bound_us * (1 - 1e-9));
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 /// Options of the planner: the knobs users know from Alpa / MASE / AutoParallel.
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <string>
 #include <string_view>
 
@@ -22,6 +23,10 @@ struct PlannerOptions {
   int64_t memory_limit_bytes = -1;
   double time_limit_s = 60;
   double mip_gap = 0;
+  /// Only a plan faster than this step time is wanted (the mesh search passes the best mesh's):
+  /// the solver stops once it proves none exists, leaving lower_bound_us >= cutoff_us and, if
+  /// any, the best assignment found so far (see SolverOptions::cutoff).  Not saved with a plan.
+  double cutoff_us = std::numeric_limits<double>::infinity();
   int threads = 1;
   /// Drop the fully replicated strategy wherever a node has another one (MASE's option: forces
   /// every shardable tensor to be sharded and shrinks the search space).

@@ -157,7 +157,7 @@ std::string node_signature(const Graph& g, const Node& x) {
 /// compute costs and usages, and the interned spec lists of its outputs and inputs (filled on
 /// first use by an edge).
 struct NodeTemplate {
-  std::vector<Strategy> strategies;
+  StrategyList strategies;
   std::vector<Cost> costs;
   std::vector<int64_t> usages;
   bool fallback = false;
@@ -316,9 +316,10 @@ BuiltProblem build_problem(const Graph& g, const Mesh& mesh, const PlannerOption
       pn.costs.push_back(c);
       pn.usages.push_back(bytes);
     }
+    StrategyList list(std::move(kept));
     if (tmpl >= 0) {
       NodeTemplate t;
-      t.strategies = kept;
+      t.strategies = list;
       t.costs = pn.costs;
       t.usages = pn.usages;
       t.fallback = ns.fallback;
@@ -326,10 +327,10 @@ BuiltProblem build_problem(const Graph& g, const Mesh& mesh, const PlannerOption
       t.input_list.assign(x.inputs.size(), -1);
       templates.push_back(std::move(t));
     }
-    add_strategies(kept.size());
+    add_strategies(list.size());
     bp.pnode[static_cast<size_t>(i)] = prob.num_nodes();
     bp.graph_node.push_back(i);
-    bp.strategies.push_back(std::move(kept));
+    bp.strategies.push_back(std::move(list));
     prob.nodes.push_back(std::move(pn));
     template_of.push_back(tmpl);
   }
@@ -453,7 +454,8 @@ BuiltProblem build_problem(const Graph& g, const Mesh& mesh, const PlannerOption
         bp.graph_node.push_back(i);
         // `strats` refers into bp.strategies: take its size before push_back may reallocate.
         const size_t k = strats.size();
-        bp.strategies.push_back(strats);
+        StrategyList copy = strats;  // shared, not copied
+        bp.strategies.push_back(std::move(copy));
         std::vector<Cost> tie(k * k, kInfCost);
         for (size_t a = 0; a < k; ++a) tie[a * k + a] = 0;
         bp.edges.push_back({p, sp, std::make_shared<const std::vector<Cost>>(std::move(tie))});

@@ -33,7 +33,8 @@ struct BuiltProblem {
   std::vector<Edge> edges;
   std::vector<NodeIdx> graph_node;                ///< per problem node
   std::vector<PNodeIdx> pnode;                    ///< per graph node; -1 for output nodes
-  std::vector<std::vector<Strategy>> strategies;  ///< per problem node, after filtering
+  /// Per problem node, after filtering; nodes built from one template share their list.
+  std::vector<StrategyList> strategies;
   /// What each problem edge stands for: a tensor use (consumer input slot), or the
   /// parameter <- gradient agreement of a grad pair (slot -1).
   struct EdgeOrigin {

@@ -260,6 +260,7 @@ Plan ShardingOptimizer::get_solution() {
   };
   so.mip_gap = options_.mip_gap;
   so.threads = options_.threads;
+  so.cutoff = options_.cutoff_us;
 
   // Memory is handled by relaxation first: solve without the usage limit (every reduction
   // applies); if the optimum fits, it is also optimal for the limited problem.  Otherwise
@@ -319,6 +320,8 @@ Plan ShardingOptimizer::get_solution() {
     if (relaxed && !r.choice.empty() &&
         peak_usage(bp.problem, cp.expand(r.choice)) <= bp.problem.usage_limit)
       relaxed = false;  // the relaxed optimum fits: done
+    if (relaxed && r.lower_bound >= options_.cutoff_us)
+      relaxed = false;  // even without memory nothing beats the cutoff: no need to go on
     if (relaxed) {
       say(fmt::format("the memory-free optimum ({}) does not fit: solving with the memory limit",
                       r.choice.empty() ? std::string("none") : fmt::format("{:.1f} us", r.objective)));

@@ -71,6 +71,7 @@ AnytimeResult solve_anytime(const Problem& p, const AnytimeOptions& options) {
       // Equal within the bound's floating-point margin (1e-9 relative) counts as met.
       const Cost bound = std::max(res.lower_bound, published + 1e-9 * std::abs(published));
       if (shared.have && shared.cost + m.offset <= bound) break;
+      if (bound >= options.cutoff) break;  // nothing cheaper than the cutoff exists
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }

@@ -17,6 +17,8 @@ namespace autoshard {
 struct AnytimeOptions {
   double time_limit_s = 10;
   int threads = 0;  ///< 0: hardware concurrency
+  /// Stop once the lower bound reaches this cost (see SolverOptions::cutoff).
+  Cost cutoff = kInfCost;
   /// Called with one-line progress messages (reduction summary, each new incumbent).
   std::function<void(const std::string&)> progress;
 };

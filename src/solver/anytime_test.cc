@@ -240,5 +240,33 @@ TEST(Anytime, RepairReachesTheLimitOrSaysNo) {
   }
 }
 
+TEST(Anytime, CutoffStopsOnceTheBoundReachesIt) {
+  // Memory-limited problems whose memory-free bound stays below the optimum: without a cutoff
+  // the search runs to its time limit; with the bound it proves as the cutoff it stops at once.
+  std::mt19937 rng(11);
+  int cut = 0;
+  for (int trial = 0; trial < 40 && cut < 3; ++trial) {
+    Problem p = random_problem(rng, 8, 4, 0.4, 0.05, true);
+    AnytimeOptions o;
+    o.time_limit_s = 0.3;
+    o.threads = 1;
+    const AnytimeResult first = solve_anytime(p, o);
+    if (!first.feasible || first.cost <= first.lower_bound) continue;  // proven: nothing to cut
+    o.time_limit_s = 30;
+    o.cutoff = first.lower_bound;
+    const auto t0 = std::chrono::steady_clock::now();
+    const AnytimeResult r = solve_anytime(p, o);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_GE(r.lower_bound, o.cutoff) << trial;
+    EXPECT_LT(seconds, 20) << trial;  // far from its 30 s limit
+    if (r.feasible) {
+      EXPECT_GE(r.cost, o.cutoff) << trial;
+    }
+    ++cut;
+  }
+  EXPECT_EQ(cut, 3);
+}
+
+
 }  // namespace
 }  // namespace autoshard

@@ -28,6 +28,8 @@
 #include <cstring>
 #include <mutex>
 #include <string>
+#include <string_view>
+#include <unordered_map>
 
 namespace autoshard {
 
@@ -66,6 +68,66 @@ struct Lp {
   int nrows() const { return static_cast<int>(rlb.size()); }
 };
 
+/// Class of each of `n` blocks of `len` costs (block i at data + i * stride, elements `step`
+/// apart): equal bits, equal class; classes numbered by first appearance.  `reps` receives each
+/// class's first block.
+std::vector<int32_t> classify(const Cost* data, size_t n, size_t len, size_t stride, size_t step,
+                              std::vector<size_t>& reps) {
+  std::vector<int32_t> cls(n);
+  std::vector<Cost> buf(len), rep_values;
+  std::unordered_multimap<size_t, int32_t> by_hash;
+  reps.clear();
+  for (size_t i = 0; i < n; ++i) {
+    for (size_t k = 0; k < len; ++k) buf[k] = data[i * stride + k * step];
+    const std::string_view bytes(reinterpret_cast<const char*>(buf.data()), len * sizeof(Cost));
+    const size_t h = std::hash<std::string_view>{}(bytes);
+    int32_t found = -1;
+    for (auto [it, end] = by_hash.equal_range(h); it != end && found < 0; ++it)
+      if (std::memcmp(rep_values.data() + sz(it->second) * len, buf.data(), len * sizeof(Cost)) == 0)
+        found = it->second;
+    if (found < 0) {
+      found = static_cast<int32_t>(reps.size());
+      reps.push_back(i);
+      rep_values.insert(rep_values.end(), buf.begin(), buf.end());
+      by_hash.emplace(h, found);
+    }
+    cls[i] = found;
+  }
+  return cls;
+}
+
+/// An edge's strategies grouped by what they cost on that edge: strategies of u with equal rows
+/// of the matrix (and of v with equal columns) are interchangeable there, so the marginal
+/// formulation needs one edge column per pair of classes rather than per pair of strategies.
+/// The LP relaxation is unchanged -- a class-level solution lifts to a strategy-level one by
+/// splitting each class's edge mass in proportion to its strategies' values -- so CBC proves
+/// the same bounds on a much smaller LP (repeated layers' edges mostly depend on a few
+/// distinct output and input specs).
+struct EdgeClasses {
+  std::vector<int32_t> row_class;  ///< per strategy of u
+  std::vector<int32_t> col_class;  ///< per strategy of v
+  int32_t rows = 0, cols = 0;
+  std::vector<Cost> costs;  ///< rows x cols, row-major
+};
+
+EdgeClasses edge_classes(const std::vector<Cost>& m, size_t ku, size_t kv) {
+  EdgeClasses ec;
+  std::vector<size_t> row_reps, col_reps;
+  ec.row_class = classify(m.data(), ku, kv, kv, 1, row_reps);
+  ec.rows = static_cast<int32_t>(row_reps.size());
+  // Columns compared on the representative rows only (equal rows give equal entries).
+  std::vector<Cost> reduced(row_reps.size() * kv);
+  for (size_t a = 0; a < row_reps.size(); ++a)
+    std::copy_n(m.data() + row_reps[a] * kv, kv, reduced.data() + a * kv);
+  ec.col_class = classify(reduced.data(), kv, row_reps.size(), 1, kv, col_reps);
+  ec.cols = static_cast<int32_t>(col_reps.size());
+  ec.costs.resize(row_reps.size() * col_reps.size());
+  for (size_t a = 0; a < row_reps.size(); ++a)
+    for (size_t b = 0; b < col_reps.size(); ++b)
+      ec.costs[a * col_reps.size() + b] = reduced[a * kv + col_reps[b]];
+  return ec;
+}
+
 /// Builds the marginal formulation.  peak_mode: objective is a continuous peak column P and
 /// memory rows read "... - P <= -rhs"; edges without forbidden pairs are left out.
 /// Returns the full column vector of `warm` in `warm_cols` (empty if warm is unusable).
@@ -89,27 +151,50 @@ Lp build_lp(const Problem& p, const std::vector<MemoryRow>& rows, bool peak_mode
     lp.end_row(1, 1);
   }
   for (const ProblemEdge& e : p.edges) {
-    const StrategyIdx ku = p.nodes[sz(e.u)].num_strategies(), kv = p.nodes[sz(e.v)].num_strategies();
+    const size_t ku = sz(p.nodes[sz(e.u)].num_strategies()), kv = sz(p.nodes[sz(e.v)].num_strategies());
     if (peak_mode && std::all_of(e.costs.begin(), e.costs.end(), [](Cost c) { return c < kInfCost; }))
       continue;
-    std::vector<int> col(e.costs.size(), -1);
-    for (size_t i = 0; i < e.costs.size(); ++i) {
-      if (!(e.costs[i] < kInfCost)) continue;
-      col[i] = lp.add_col(0, 1, peak_mode ? 0 : e.costs[i], false);
-      const bool on = warm_ok && sz(warm[sz(e.u)]) * sz(kv) + sz(warm[sz(e.v)]) == i;
-      wc.push_back(on ? 1 : 0);
+    const EdgeClasses ec = edge_classes(e.costs, ku, kv);
+    const StrategyIdx wu = warm_ok ? warm[sz(e.u)] : 0, wv = warm_ok ? warm[sz(e.v)] : 0;
+    if (ec.rows == 1 || ec.cols == 1) {
+      // The cost depends on one end only: it is that end's node cost (a forbidden pair forbids
+      // that end's strategy).
+      const bool by_v = ec.rows == 1;
+      const PNodeIdx w = by_v ? e.v : e.u;
+      const size_t kw = by_v ? kv : ku;
+      for (size_t q = 0; q < kw; ++q) {
+        const Cost c = by_v ? ec.costs[sz(ec.col_class[q])] : ec.costs[sz(ec.row_class[q])];
+        const int col = lp.node_col[sz(w)] + static_cast<int>(q);
+        if (!(c < kInfCost)) {
+          lp.colub[sz(col)] = 0;
+          if (warm_ok && sz(by_v ? wv : wu) == q) warm_ok = false;
+        } else if (!peak_mode) {
+          lp.obj[sz(col)] += c;
+        }
+      }
+      continue;
     }
-    if (warm_ok && col[sz(warm[sz(e.u)]) * sz(kv) + sz(warm[sz(e.v)])] < 0) warm_ok = false;
-    for (StrategyIdx a = 0; a < ku; ++a) {
-      for (StrategyIdx b = 0; b < kv; ++b)
-        if (int c = col[sz(a) * sz(kv) + sz(b)]; c >= 0) lp.term(c, 1);
-      lp.term(lp.node_col[sz(e.u)] + a, -1);
+    std::vector<int> col(ec.costs.size(), -1);
+    const size_t won = warm_ok ? sz(ec.row_class[sz(wu)]) * sz(ec.cols) + sz(ec.col_class[sz(wv)]) : 0;
+    for (size_t i = 0; i < ec.costs.size(); ++i) {
+      if (!(ec.costs[i] < kInfCost)) continue;
+      col[i] = lp.add_col(0, 1, peak_mode ? 0 : ec.costs[i], false);
+      wc.push_back(warm_ok && i == won ? 1 : 0);
+    }
+    if (warm_ok && col[won] < 0) warm_ok = false;
+    // Marginal rows per class: the class's edge columns sum to its strategies' columns.
+    for (int32_t a = 0; a < ec.rows; ++a) {
+      for (int32_t b = 0; b < ec.cols; ++b)
+        if (int c = col[sz(a) * sz(ec.cols) + sz(b)]; c >= 0) lp.term(c, 1);
+      for (size_t q = 0; q < ku; ++q)
+        if (ec.row_class[q] == a) lp.term(lp.node_col[sz(e.u)] + static_cast<int>(q), -1);
       lp.end_row(0, 0);
     }
-    for (StrategyIdx b = 0; b < kv; ++b) {
-      for (StrategyIdx a = 0; a < ku; ++a)
-        if (int c = col[sz(a) * sz(kv) + sz(b)]; c >= 0) lp.term(c, 1);
-      lp.term(lp.node_col[sz(e.v)] + b, -1);
+    for (int32_t b = 0; b < ec.cols; ++b) {
+      for (int32_t a = 0; a < ec.rows; ++a)
+        if (int c = col[sz(a) * sz(ec.cols) + sz(b)]; c >= 0) lp.term(c, 1);
+      for (size_t q = 0; q < kv; ++q)
+        if (ec.col_class[q] == b) lp.term(lp.node_col[sz(e.v)] + static_cast<int>(q), -1);
       lp.end_row(0, 0);
     }
   }

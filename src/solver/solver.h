@@ -30,6 +30,11 @@ struct SolverOptions {
   /// Optional initial assignment of the original problem (used if it is feasible and better
   /// than the greedy one).
   std::vector<StrategyIdx> warm_start;
+  /// The caller only wants an assignment cheaper than this (e.g. the mesh search: the best mesh
+  /// so far).  The search stops as soon as its proven lower bound reaches it; the result then
+  /// has lower_bound >= cutoff and, as status, kFeasible with the best assignment found so far
+  /// or kTimedOut.  The anytime search honours it; the MIP runs as usual.
+  Cost cutoff = kInfCost;
   /// Receives one-line progress messages (phases, incumbents, bounds).
   std::function<void(std::string_view)> progress;
 };
