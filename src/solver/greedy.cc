@@ -3,31 +3,18 @@
 #include <algorithm>
 #include <chrono>
 
+#include "solver/row_prices.h"
+
 namespace autoshard {
 
 namespace {
-
-/// Cost per byte at which usage prices start: the spread of node costs over the spread of
-/// node usages, summed over nodes (1 when either is zero).
-double price_scale(const Problem& p) {
-  double dc = 0, du = 0;
-  for (const ProblemNode& n : p.nodes) {
-    Cost lo = kInfCost, hi = -kInfCost;
-    for (Cost c : n.costs)
-      if (c < kInfCost) lo = std::min(lo, c), hi = std::max(hi, c);
-    if (hi > lo) dc += hi - lo;
-    du += static_cast<double>(*std::max_element(n.usages.begin(), n.usages.end()) -
-                              *std::min_element(n.usages.begin(), n.usages.end()));
-  }
-  return du > 0 && dc > 0 ? dc / du : 1.0;
-}
 
 using Clock = std::chrono::steady_clock;
 
 class Greedy {
  public:
   Greedy(const Problem& p, const std::vector<MemoryRow>& rows, Deadline deadline)
-      : p_(p), rows_(rows), deadline_(deadline) {
+      : p_(p), rows_(rows), prices_(p, p.usage_limit >= 0 ? rows : no_rows()), deadline_(deadline) {
     adj_.resize(sz(p.num_nodes()));
     for (EdgeIdx k = 0; k < p.num_edges(); ++k) {
       adj_[sz(p.edges[sz(k)].u)].push_back(k);
@@ -43,10 +30,6 @@ class Greedy {
     for (const auto& n : p.nodes) add_max(n.costs);
     for (const auto& e : p.edges) add_max(e.costs);
     big_ = 10 * total + 1;
-    node_rows_.resize(sz(p.num_nodes()));
-    if (p.usage_limit >= 0)
-      for (size_t r = 0; r < rows.size(); ++r)
-        for (PNodeIdx v : rows[r].nodes) node_rows_[sz(v)].push_back(static_cast<int32_t>(r));
   }
 
   GreedyResult run(const std::vector<StrategyIdx>& start) {
@@ -137,36 +120,38 @@ class Greedy {
   bool fits(PNodeIdx v, StrategyIdx q) const {
     const int64_t d = usage(v, q) - usage(v, choice_[sz(v)]);
     if (d <= 0 || p_.usage_limit < 0) return true;
-    for (int32_t r : node_rows_[sz(v)])
+    for (int32_t r : prices_.rows_of(v))
       if (load_[sz(r)] + d > p_.usage_limit) return false;
     return true;
   }
 
   void move(PNodeIdx v, StrategyIdx q) {
     const int64_t d = usage(v, q) - usage(v, choice_[sz(v)]);
-    for (int32_t r : node_rows_[sz(v)]) load_[sz(r)] += d;
+    for (int32_t r : prices_.rows_of(v)) load_[sz(r)] += d;
     choice_[sz(v)] = q;
   }
 
   /// Checked between passes: past the deadline the search stops with what it has.
   bool late() const { return Clock::now() >= deadline_; }
 
+  static const std::vector<MemoryRow>& no_rows() {
+    static const std::vector<MemoryRow> kNone;
+    return kNone;
+  }
+
   bool violated() const {
     return std::any_of(load_.begin(), load_.end(), [&](int64_t l) { return l > p_.usage_limit; });
   }
 
-  /// Usage penalty of strategy q at v under the row multipliers (0 without multipliers).
+  /// Usage penalty of strategy q at v under the row prices (0 outside penalty_repair).
   double penalty(PNodeIdx v, StrategyIdx q) const {
-    if (lambda_.empty()) return 0;
-    double w = 0;
-    for (int32_t r : node_rows_[sz(v)]) w += lambda_[sz(r)];
-    return w * static_cast<double>(usage(v, q));
+    return penalized_ ? prices_.node_price(v) * static_cast<double>(usage(v, q)) : 0;
   }
 
   /// Coordinate descent on cost (+ usage penalties when multipliers are set).  Without
   /// multipliers, moves must keep memory rows within the limit.
   void descend() {
-    const bool penalized = !lambda_.empty();
+    const bool penalized = penalized_;
     for (int pass = 0; pass < 100 && !late(); ++pass) {
       bool improved = false;
       for (PNodeIdx v = 0; v < p_.num_nodes(); ++v) {
@@ -195,7 +180,7 @@ class Greedy {
 
   /// One pass of joint moves of the two ends of every edge; returns true if any improved.
   bool pair_pass() {
-    const bool penalized = !lambda_.empty();
+    const bool penalized = penalized_;
     bool improved = false;
     std::vector<Cost> lu, lv;
     for (EdgeIdx k = 0; k < p_.num_edges(); ++k) {
@@ -237,21 +222,22 @@ class Greedy {
   }
 
   bool violated_at(PNodeIdx v) const {
-    for (int32_t r : node_rows_[sz(v)])
+    for (int32_t r : prices_.rows_of(v))
       if (load_[sz(r)] > p_.usage_limit) return true;
     return false;
   }
 
   /// Raises per-row usage prices on violated rows until penalized descent fits the limit.
   void penalty_repair() {
-    const double scale = price_scale(p_);
-    lambda_.assign(rows_.size(), 0.0);
+    const double scale = RowPrices::scale(p_);
+    prices_.clear();
+    penalized_ = true;
     for (int iter = 0; iter < 80 && violated() && !late(); ++iter) {
-      for (size_t r = 0; r < rows_.size(); ++r)
-        if (load_[r] > p_.usage_limit) lambda_[r] = lambda_[r] == 0 ? scale * 1e-3 : lambda_[r] * 1.6;
+      prices_.raise_violated(load_, scale * 1e-3, 1.6);
       descend();
     }
-    lambda_.clear();
+    penalized_ = false;
+    prices_.clear();
   }
 
   void ratio_repair() {
@@ -272,7 +258,7 @@ class Greedy {
         seen[sz(v)] = 0;
         const StrategyIdx cur = choice_[sz(v)];
         int64_t violated = 0;
-        for (int32_t r : node_rows_[sz(v)]) violated += load_[sz(r)] > limit ? 1 : 0;
+        for (int32_t r : prices_.rows_of(v)) violated += load_[sz(r)] > limit ? 1 : 0;
         const Cost base = local(v, cur);
         for (StrategyIdx q = 0; q < p_.nodes[sz(v)].num_strategies(); ++q) {
           const int64_t saved = usage(v, cur) - usage(v, q);
@@ -291,10 +277,11 @@ class Greedy {
   const Problem& p_;
   const std::vector<MemoryRow>& rows_;
   std::vector<std::vector<EdgeIdx>> adj_;
-  std::vector<std::vector<int32_t>> node_rows_;
+  /// Rows per node (only with a usage limit) and, during penalty_repair, their prices.
+  RowPrices prices_;
+  bool penalized_ = false;
   std::vector<StrategyIdx> choice_;
   std::vector<int64_t> load_;
-  std::vector<double> lambda_;  ///< per-row usage prices during penalty_repair
   double big_ = 1;              ///< stands for +inf inside the local search
   Deadline deadline_;
 };
@@ -307,36 +294,17 @@ namespace {
 /// problem (no usage limit) is solved by the exact reductions (trees and chains vanish) and
 /// local search on what is left, and prices of violated rows rise until the answer fits.
 GreedyResult lagrangian(const Problem& p, const std::vector<MemoryRow>& rows, Deadline deadline) {
-  std::vector<std::vector<int32_t>> node_rows(sz(p.num_nodes()));
-  for (size_t r = 0; r < rows.size(); ++r)
-    for (PNodeIdx v : rows[r].nodes) node_rows[sz(v)].push_back(static_cast<int32_t>(r));
-  const double scale = price_scale(p);
-  std::vector<double> lambda(rows.size(), 0.0);
+  RowPrices prices(p, rows);
+  const double scale = RowPrices::scale(p);
   Greedy polish(p, rows, deadline);
   GreedyResult best;
+  Problem q = p;
   for (int iter = 0; iter < 40 && Clock::now() < deadline; ++iter) {
-    Problem q = p;
-    q.usage_limit = -1;
-    for (PNodeIdx v = 0; v < p.num_nodes(); ++v) {
-      double w = 0;
-      for (int32_t r : node_rows[sz(v)]) w += lambda[sz(r)];
-      if (w == 0) continue;
-      ProblemNode& n = q.nodes[sz(v)];
-      for (size_t s = 0; s < n.costs.size(); ++s) n.costs[s] += w * static_cast<double>(n.usages[s]);
-    }
+    prices.price_into(q);
     ReducedProblem rq = reduce(q);
     if (rq.infeasible) break;
     std::vector<StrategyIdx> x = rq.map_back(Greedy(rq.problem, {}, deadline).run({}).choice);
-    bool fits = true;
-    for (size_t r = 0; r < rows.size(); ++r) {
-      int64_t load = rows[r].offset;
-      for (PNodeIdx v : rows[r].nodes) load += p.nodes[sz(v)].usages[sz(x[sz(v)])];
-      if (load > p.usage_limit) {
-        fits = false;
-        lambda[r] = lambda[r] == 0 ? scale * 1e-2 : lambda[r] * 1.5;
-      }
-    }
-    if (!fits) continue;
+    if (prices.raise_violated(prices.loads(x), scale * 1e-2, 1.5)) continue;
     GreedyResult g = polish.run(x);
     if (g.memory_ok && g.cost < best.cost) best = g;
     break;

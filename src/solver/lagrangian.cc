@@ -3,43 +3,29 @@
 #include <algorithm>
 #include <cmath>
 
+#include "solver/row_prices.h"
+
 namespace autoshard {
 
 LagrangianResult lagrangian_memory(const Problem& p, const std::vector<MemoryRow>& rows,
                                    std::chrono::steady_clock::time_point deadline,
                                    int max_iterations) {
   LagrangianResult res;
-  const size_t n = static_cast<size_t>(p.num_nodes());
   const double limit = static_cast<double>(p.usage_limit);
-  std::vector<std::vector<size_t>> rows_of(n);
-  for (size_t k = 0; k < rows.size(); ++k)
-    for (PNodeIdx v : rows[k].nodes) rows_of[static_cast<size_t>(v)].push_back(k);
-  std::vector<double> lambda(rows.size(), 0.0);
+  RowPrices prices(p, rows);
+  std::vector<double>& lambda = prices.prices();
   Problem priced = p;
-  priced.usage_limit = -1;
   EliminationOptions eo;
   eo.deadline = deadline;
 
   auto solve_priced = [&](const std::vector<double>& lam) -> std::optional<std::vector<StrategyIdx>> {
-    for (size_t v = 0; v < n; ++v) {
-      double price = 0;
-      for (size_t k : rows_of[v]) price += lam[k];
-      const ProblemNode& src = p.nodes[v];
-      ProblemNode& dst = priced.nodes[v];
-      for (size_t s = 0; s < src.costs.size(); ++s)
-        dst.costs[s] = src.costs[s] + price * static_cast<double>(src.usages[s]);
-    }
+    lambda = lam;
+    prices.price_into(priced);
     return solve_by_elimination(priced, eo);
   };
   auto row_loads = [&](const std::vector<StrategyIdx>& x) {
-    std::vector<double> load(rows.size());
-    for (size_t k = 0; k < rows.size(); ++k) {
-      double s = static_cast<double>(rows[k].offset);
-      for (PNodeIdx v : rows[k].nodes)
-        s += static_cast<double>(p.nodes[static_cast<size_t>(v)].usages[static_cast<size_t>(x[static_cast<size_t>(v)])]);
-      load[k] = s;
-    }
-    return load;
+    const std::vector<int64_t> l = prices.loads(x);
+    return std::vector<double>(l.begin(), l.end());
   };
   auto consider = [&](const std::vector<StrategyIdx>& x, const std::vector<double>& load) {
     for (double l : load)
