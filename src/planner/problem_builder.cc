@@ -221,9 +221,8 @@ BuiltProblem build_problem(const Graph& g, const Mesh& mesh, const PlannerOption
   std::set<std::string> fallback;
   const auto intervals = live_intervals(g);
   const bool param_state_on_params = !bp.has_optimizer;
-  // Every node keeps its own copy of its strategies (the what-if loop, reports and state files
-  // read them), so their total bounds the memory: refuse a problem beyond it at once instead of
-  // filling gigabytes (4-D meshes: a matmul alone has thousands of strategies).
+  // Refuse a problem beyond kMaxStrategiesTotal at once instead of spending minutes and
+  // gigabytes on it (4-D meshes: a matmul alone has thousands of strategies).
   int64_t total_strategies = 0;
   auto add_strategies = [&](size_t n) {
     total_strategies += static_cast<int64_t>(n);

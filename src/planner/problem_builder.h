@@ -73,9 +73,11 @@ struct BuiltProblem {
 
 /// Most strategies one problem node may keep (see build_problem).
 inline constexpr size_t kMaxStrategiesPerNode = 8192;
-/// Most strategies all problem nodes together may keep: each holds its specs (~0.5 KB), so
-/// this bounds the problem near 3 GB.  llama3-70b on 8x8x8 keeps 2.4 million; on a 4-D mesh
-/// such as 4x8x8x4 it would keep tens of millions.
+/// Most strategies all problem nodes together may have.  Nodes of one layer class share their
+/// strategy list, but every node still carries a cost and a usage per strategy, and the
+/// reductions and searches visit each of them, so this bounds the solver's work and memory
+/// (the 4-D case below took 150 s and 9.3 GB before it existed).  llama3-70b on 8x8x8 has 2.4
+/// million; on a 4-D mesh such as 4x8x8x4 it would have tens of millions.
 inline constexpr int64_t kMaxStrategiesTotal = 6'000'000;
 
 /// Throws std::runtime_error when a constraint names an unknown node or leaves a node without
