@@ -207,10 +207,12 @@ MeshSearchResult search_meshes(const Graph& g, const MeshSearchOptions& o) {
         PlannerOptions mo = po;
         mo.cutoff_us = cutoff;
         RecipeResult opt = plan_recipe(Recipe::kAlpa, g, meshes[k], mo);
-        if (opt.plan && opt.plan->status != SolveStatus::kOptimal &&
-            opt.plan->lower_bound_us >= cutoff) {
+        // Pruned by the solver: its bound reaches the best so far (a proven optimum that fits
+        // is listed as planned, which costs nothing more).
+        if (opt.lower_bound_us >= cutoff &&
+            !(opt.plan && opt.plan->status == SolveStatus::kOptimal && opt.fits)) {
           r.outcome = MeshSearchRow::Outcome::kPruned;
-          r.bound_us = opt.plan->lower_bound_us;
+          r.bound_us = opt.lower_bound_us;
           r.message = fmt::format("the solver's lower bound {:.1f} us >= best {:.1f} us",
                                   r.bound_us, cutoff);
           r.seconds += seconds_since(t1);

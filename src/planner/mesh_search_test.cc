@@ -12,6 +12,7 @@
 
 #include "mesh/hardware.h"
 #include "models/models.h"
+#include "planner/recipes.h"
 #include "planner/sharding_optimizer.h"
 
 namespace autoshard {
@@ -118,6 +119,36 @@ TEST(MeshSearchLarge, CutoffStopsA3DMeshThatCannotWin) {
   const Plan best = full.get_solution();
   ASSERT_TRUE(best.has_solution);
   EXPECT_GE(best.objective_us, plan.lower_bound_us * (1 - 1e-9));
+}
+
+TEST(MeshSearchLarge, CutoffUnderBindingMemoryLeavesOnlyTheBound) {
+  // When memory binds and even the memory-free optimum cannot beat the cutoff, the planner
+  // stops with no plan (the memory-free choice does not fit) and the bound, and does not fail
+  // its own check on the non-fitting choice.
+  ModelOptions mo;
+  mo.layers = 2;
+  mo.batch = 4;
+  mo.seq = 256;
+  mo.hidden = 512;
+  mo.heads = 8;
+  mo.kv_heads = 4;
+  mo.vocab = 2048;
+  Graph g = build_model("llama3-8b", mo);
+  Mesh mesh({2, 2}, {"dp", "tp"}, h100());
+  PlannerOptions po;
+  po.memory_limit_bytes = 0;
+  po.time_limit_s = 20;
+  const Plan free = ShardingOptimizer(g, mesh, po).get_solution();
+  ASSERT_TRUE(free.has_solution);
+  po.memory_limit_bytes = free.peak_memory_bytes - 1;  // the memory-free optimum no longer fits
+  po.cutoff_us = free.objective_us * (1 - 1e-6);      // and cannot beat this
+  const Plan cut = ShardingOptimizer(g, mesh, po).get_solution();
+  EXPECT_FALSE(cut.has_solution);
+  EXPECT_GE(cut.lower_bound_us, po.cutoff_us * (1 - 1e-9));
+  // The mesh search's view of it: pruned by the bound, no error.
+  const RecipeResult rr = plan_recipe(Recipe::kAlpa, g, mesh, po);
+  EXPECT_FALSE(rr.plan.has_value());
+  EXPECT_GE(rr.lower_bound_us, po.cutoff_us * (1 - 1e-9));
 }
 
 }  // namespace

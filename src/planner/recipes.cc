@@ -396,6 +396,7 @@ RecipeResult plan_recipe_from(Recipe r, const Graph& g, const Mesh& mesh, const 
         so.mutable_options().memory_limit_bytes = 0;
         plan = so.get_solution();
       }
+      res.lower_bound_us = plan.lower_bound_us;
       if (!plan.has_solution) {
         res.error = fmt::format("no plan found ({})", solve_status_name(plan.status));
       } else {

@@ -108,6 +108,9 @@ struct RecipeResult {
   bool fits = false;
   int64_t memory_limit_bytes = 0;  ///< the limit it was judged against (0: none)
   double seconds = 0;              ///< wall time to plan it
+  /// The solver's lower bound on the step time, also when no plan was found (e.g. stopped by
+  /// PlannerOptions::cutoff_us).
+  double lower_bound_us = 0;
   std::vector<std::string> notes;
   /// Simulated step time (planner/simulate.h) when the caller's inspect hook fills it; -1 if not.
   double simulated_us = -1;

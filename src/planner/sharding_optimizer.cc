@@ -320,8 +320,14 @@ Plan ShardingOptimizer::get_solution() {
     if (relaxed && !r.choice.empty() &&
         peak_usage(bp.problem, cp.expand(r.choice)) <= bp.problem.usage_limit)
       relaxed = false;  // the relaxed optimum fits: done
-    if (relaxed && r.lower_bound >= options_.cutoff_us)
-      relaxed = false;  // even without memory nothing beats the cutoff: no need to go on
+    if (relaxed && r.lower_bound >= options_.cutoff_us) {
+      // Even without memory nothing beats the cutoff: stop.  The memory-free choice does not
+      // fit, so there is no plan, only the bound.
+      relaxed = false;
+      r.choice.clear();
+      r.objective = kInfCost;
+      r.status = SolveStatus::kTimedOut;
+    }
     if (relaxed) {
       say(fmt::format("the memory-free optimum ({}) does not fit: solving with the memory limit",
                       r.choice.empty() ? std::string("none") : fmt::format("{:.1f} us", r.objective)));
