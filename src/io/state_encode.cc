@@ -53,8 +53,8 @@ void put_graph(const Graph& g, pb::Graph* out) {
             else if constexpr (std::is_same_v<T, int64_t>) a->set_i(v);
             else if constexpr (std::is_same_v<T, double>) a->set_d(v);
             else if constexpr (std::is_same_v<T, std::string>) a->set_s(v);
-            else
-              for (int64_t e : v) a->mutable_ints()->add_values(e);
+            else  // set the list even when empty (an empty dim list is still a value)
+              for (pb::IntList* l = a->mutable_ints(); int64_t e : v) l->add_values(e);
           },
           value);
     }

@@ -207,6 +207,25 @@ TEST(State, UnsolvedOptimizerRoundTrips) {
   EXPECT_EQ(write_graph_json(back.graph()), write_graph_json(so.graph()));
 }
 
+TEST(State, EmptyIntListAttributeRoundTrips) {
+  // Found by the state fuzzer: an attribute holding an empty int list (a reduction over
+  // dim=[]) was written without its value, so the file did not load again.
+  Graph g = small_gpt2(1);
+  Node* mean = nullptr;
+  for (Node& n : g.nodes)
+    if (n.kind == NodeKind::kOp && !n.attrs.empty() && !mean) mean = &n;
+  ASSERT_NE(mean, nullptr);
+  mean->attrs["empty_dims"] = std::vector<int64_t>{};
+  const std::string name = mean->name;
+  ShardingOptimizer so(std::move(g), mesh_2x2(), no_limit());
+  const std::string once = state_bytes(so);
+  ShardingOptimizer back = state_from_bytes(once, "x.ap");
+  const Node& n = back.graph().node(*back.graph().find(name));
+  ASSERT_TRUE(n.attrs.count("empty_dims"));
+  EXPECT_EQ(std::get<std::vector<int64_t>>(n.attrs.at("empty_dims")), std::vector<int64_t>{});
+  EXPECT_EQ(state_bytes(back), once);
+}
+
 TEST(Replay, RegeneratesTheSameOptimum) {
   ShardingOptimizer so = solved_optimizer();
   std::string replay = replay_bytes(so);
