@@ -128,7 +128,8 @@ ParsedPlacements parse_placements_doc(std::string_view text, std::string_view or
     return NodeError{fmt::format("{}: {}", where, why)};
   };
   for (auto it = j["placements"].begin(); it != j["placements"].end(); ++it) {
-    std::string where = "/placements/" + it.key();
+    // The key comes from the file: on one line in messages (found by the placements fuzzer).
+    std::string where = "/placements/" + one_line(it.key());
     try {
       auto idx = g.find(it.key());
       if (!idx) throw node_fail(where, "no such node in the graph");

@@ -313,6 +313,7 @@ TEST(Placements, BadFilesNameEveryBadNodeOnOneLine) {
   nlohmann::json bad = j;
   bad["placements"]["ghost_a"] = j["placements"][names[0]];
   bad["placements"]["ghost_b"] = j["placements"][names[0]];
+  bad["placements"]["ghost\nc"] = j["placements"][names[0]];  // a newline in a key
   std::string mm;  // an mm node with two inputs: ask for an impossible input combination
   for (const auto& n : names)
     if (opt.graph().node(*opt.graph().find(n)).op == "mm") mm = n;
@@ -324,10 +325,11 @@ TEST(Placements, BadFilesNameEveryBadNodeOnOneLine) {
   EXPECT_THAT(e, HasSubstr("saved.json: "));
   EXPECT_THAT(e, HasSubstr("/placements/ghost_a: no such node"));
   EXPECT_THAT(e, HasSubstr("/placements/ghost_b: no such node"));
+  EXPECT_THAT(e, HasSubstr("/placements/ghost c: no such node"));
   EXPECT_THAT(e, HasSubstr("/placements/" + mm + ": output"));
   EXPECT_THAT(e, HasSubstr("matches none"));
   EXPECT_THAT(e, HasSubstr("/placements/" + names[1] + ": missing"));
-  EXPECT_THAT(e, HasSubstr("(4 mismatched nodes)"));
+  EXPECT_THAT(e, HasSubstr("(5 mismatched nodes)"));
   // Many mismatches: the first few, then a count, still one line.
   nlohmann::json many = j;
   for (int k = 0; k < 30; ++k) many["placements"]["ghost_" + std::to_string(k)] = j["placements"][names[0]];
