@@ -184,6 +184,27 @@ TEST(State, SharedMatricesAreStoredOnce) {
   EXPECT_EQ(distinct_matrices(*back.built_problem()), stored);  // sharing restored in memory
 }
 
+size_t distinct_strategy_lists(const BuiltProblem& bp) {
+  std::vector<const StrategyList*> seen;
+  for (const StrategyList& l : bp.strategies)
+    if (std::none_of(seen.begin(), seen.end(), [&](const StrategyList* o) { return o->shares(l); }))
+      seen.push_back(&l);
+  return seen.size();
+}
+
+TEST(State, SharedStrategyListsAreSharedAfterLoad) {
+  // Repeated layers share one strategy list in memory; the file stores it once, and loading
+  // shares it again instead of decoding one copy per node.
+  ShardingOptimizer so = solved_optimizer();
+  const BuiltProblem& bp = *so.built_problem();
+  const size_t built = distinct_strategy_lists(bp);
+  EXPECT_LT(built * 2, bp.strategies.size());
+  ShardingOptimizer back = state_from_bytes(state_bytes(so), "plan.ap");
+  // (At most as many: equal lists the builder made twice are one list in the file.)
+  EXPECT_LE(distinct_strategy_lists(*back.built_problem()), built);
+  expect_same_problem(bp, *back.built_problem());
+}
+
 TEST(State, ResolveAfterLoadUsesTheStoredProblem) {
   ShardingOptimizer so = solved_optimizer();
   ShardingOptimizer back = state_from_bytes(state_bytes(so), "plan.ap");

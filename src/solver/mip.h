@@ -6,6 +6,10 @@
 /// forbidden (+inf) pairs get no variable, which forces them to 0.  Memory: one row per
 /// memory row (see memory_rows), with each node's minimum usage moved to the right-hand side.
 ///
+/// The child first solves the LP relaxation alone (Clp's dual simplex from a crash basis):
+/// an integral optimum is the answer, proven, without branch and bound.  Otherwise CBC
+/// continues from that basis.
+///
 /// CBC runs in a forked child process: it streams every new incumbent and, periodically, its
 /// best bound through a pipe, and is killed with SIGKILL at the deadline.  This makes the time
 /// limit hold even when CBC itself does not honour it (observed: CBC stuck in the root LP of
@@ -44,6 +48,9 @@ struct MipResult {
   double bound = -kInfCost;         ///< best proven lower bound on the objective
   int64_t variables = 0;
   int64_t constraints = 0;
+  /// The LP relaxation's optimum was integral, which proved it; CBC's branch and bound did
+  /// not run.
+  bool root_integral = false;
 };
 
 /// Minimizes cost subject to the memory rows (and forbidden pairs).  `warm` (may be empty)

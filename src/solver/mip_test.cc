@@ -39,7 +39,7 @@ Problem class_structured(uint32_t seed) {
 }
 
 TEST(MipClasses, MatchesBruteForceOnClassStructuredEdges) {
-  int solved = 0;
+  int solved = 0, by_root = 0, by_branching = 0;
   for (uint32_t seed = 1; seed <= 120; ++seed) {
     SCOPED_TRACE(seed);
     const Problem p = class_structured(seed);
@@ -60,8 +60,12 @@ TEST(MipClasses, MatchesBruteForceOnClassStructuredEdges) {
       EXPECT_LE(peak_usage(p, m.choice), p.usage_limit);
     }
     ++solved;
+    (m.root_integral ? by_root : by_branching) += 1;
   }
   EXPECT_GT(solved, 60);
+  // Both ways of proving are exercised: an integral LP relaxation, and CBC's branch and bound.
+  EXPECT_GT(by_root, 10);
+  EXPECT_GT(by_branching, 0);
 }
 
 TEST(MipClasses, WarmStartThroughFoldedAndClassEdges) {
@@ -77,6 +81,45 @@ TEST(MipClasses, WarmStartThroughFoldedAndClassEdges) {
     ASSERT_EQ(m.status, MipStatus::kOptimal);
     EXPECT_NEAR(evaluate_cost(p, m.choice), b.cost, 1e-6);
   }
+}
+
+/// Two strategies per node; every edge costs `same` when both ends pick the same strategy and 0
+/// otherwise.
+Problem two_coloring(int n, const std::vector<std::pair<int, int>>& edges, Cost same) {
+  Problem p;
+  for (int i = 0; i < n; ++i) p.nodes.push_back({"n" + std::to_string(i), {0, 0}, {0, 0}, 0, 0});
+  p.nodes[0].costs = {0, 3};  // breaks the symmetry between the colourings
+  for (auto [u, v] : edges) p.edges.push_back({u, v, {same, 0, 0, same}});
+  return p;
+}
+
+TEST(MipRoot, IntegralRelaxationProvesWithoutBranching) {
+  // On a path the LP relaxation is exact (a tree's local polytope is integral): the child's
+  // dual simplex alone proves the optimum 0 (alternating strategies).
+  const Problem p = two_coloring(5, {{0, 1}, {1, 2}, {2, 3}, {3, 4}}, 10);
+  MipOptions o;
+  o.time_limit_s = 20;
+  const MipResult m = solve_cost_mip(p, {}, {}, o);
+  ASSERT_EQ(m.status, MipStatus::kOptimal);
+  EXPECT_TRUE(m.root_integral);
+  EXPECT_EQ(m.choice, (std::vector<StrategyIdx>{0, 1, 0, 1, 0}));
+  EXPECT_EQ(m.objective, 0);
+  EXPECT_EQ(m.bound, 0);
+}
+
+TEST(MipRoot, FractionalRelaxationGoesToBranchAndBound) {
+  // An odd cycle cannot alternate: the optimum is 10 (one edge with equal ends), while the LP
+  // relaxation sets every s to 1/2 and costs 0 (plus the 1.5 of node 0's halves).  CBC must
+  // take over from the fractional root and prove 10.
+  const Problem p = two_coloring(3, {{0, 1}, {1, 2}, {0, 2}}, 10);
+  MipOptions o;
+  o.time_limit_s = 20;
+  const MipResult m = solve_cost_mip(p, {}, {}, o);
+  ASSERT_EQ(m.status, MipStatus::kOptimal);
+  EXPECT_FALSE(m.root_integral);
+  EXPECT_EQ(m.objective, 10);
+  EXPECT_EQ(evaluate_cost(p, m.choice), 10);
+  EXPECT_EQ(m.choice[0], 0);
 }
 
 }  // namespace

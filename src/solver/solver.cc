@@ -280,6 +280,7 @@ SolveResult solve(const Problem& p, const SolverOptions& opt) {
     }
     if (m.bound > lb) lb = m.bound;
     if (m.status == MipStatus::kOptimal) proven = true;
+    if (m.root_integral) res.method = "mip (integral LP relaxation)";
   }
   timer.end("mip");
 
