@@ -362,7 +362,14 @@ class Reducer {
       std::vector<Cost> m(sz(ku * kw), kInfCost);
       std::vector<int32_t> arg(sz(ku * kw), -1);
       std::vector<Cost> col2(sz(kw));
-      for (int32_t q = 0; q < k; ++q) {
+      // v's strategies in order of (usage, index): the first to reach a minimum is the one
+      // `better` prefers (least usage, then lowest index), so a strict < suffices and the inner
+      // loop has no branch (it vectorises; this product was a second of llama3-70b on 8x8x8).
+      std::vector<int32_t> order(sz(k));
+      for (int32_t q = 0; q < k; ++q) order[sz(q)] = q;
+      std::stable_sort(order.begin(), order.end(),
+                       [&](int32_t a, int32_t b) { return n.usage[sz(a)] < n.usage[sz(b)]; });
+      for (const int32_t q : order) {
         for (int32_t r = 0; r < kw; ++r) col2[sz(r)] = ev(e2, v, q, r);
         for (int32_t p = 0; p < ku; ++p) {
           const Cost x = ev(e1, v, q, p) + n.cost[sz(q)];
@@ -371,7 +378,9 @@ class Reducer {
           int32_t* arow = &arg[sz(p * kw)];
           for (int32_t r = 0; r < kw; ++r) {
             const Cost y = x + col2[sz(r)];
-            if (y < kInfCost && better(y, q, row[r], arow[r])) row[r] = y, arow[r] = q;
+            const bool take = y < row[r];
+            row[r] = take ? y : row[r];
+            arow[r] = take ? q : arow[r];
           }
         }
       }
