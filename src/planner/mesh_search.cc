@@ -189,17 +189,16 @@ MeshSearchResult search_meshes(const Graph& g, const MeshSearchOptions& o) {
   run_pool(
       [&](size_t k) {
         MeshSearchRow& r = rows[k];
+        double cutoff = kInfCost;
         {
+          // One look at the best so far: prune on the static bound, else solve with it as the
+          // cutoff.
           std::lock_guard<std::mutex> lock(mu);
           if (o.prune && r.bound_us >= best) {
             r.outcome = MeshSearchRow::Outcome::kPruned;
             r.message = fmt::format("lower bound {:.1f} us >= best {:.1f} us", r.bound_us, best);
             return;
           }
-        }
-        double cutoff = kInfCost;
-        {
-          std::lock_guard<std::mutex> lock(mu);
           if (o.prune) cutoff = best;
         }
         auto t1 = std::chrono::steady_clock::now();
