@@ -129,7 +129,7 @@ ParsedPlacements parse_placements_doc(std::string_view text, std::string_view or
   };
   for (auto it = j["placements"].begin(); it != j["placements"].end(); ++it) {
     // The key comes from the file: on one line in messages (found by the placements fuzzer).
-    std::string where = "/placements/" + one_line(it.key());
+    std::string where = "/placements/" + excerpt(it.key());
     try {
       auto idx = g.find(it.key());
       if (!idx) throw node_fail(where, "no such node in the graph");

@@ -337,6 +337,15 @@ TEST(Placements, BadFilesNameEveryBadNodeOnOneLine) {
   EXPECT_EQ(e.find('\n'), std::string::npos);
   EXPECT_THAT(e, HasSubstr("and 22 more"));
   EXPECT_THAT(e, HasSubstr("(30 mismatched nodes)"));
+  // Megabyte keys and placement strings are quoted as excerpts: the line stays short.
+  nlohmann::json huge = j;
+  huge["placements"][std::string(100000, 'k')] = j["placements"][names[0]];
+  huge["placements"][mm]["output"] = "R" + std::string(100000, 'Y');
+  e = error_of(huge);
+  EXPECT_LT(e.size(), 1000u);
+  EXPECT_THAT(e, HasSubstr("/placements/kkkk"));
+  EXPECT_THAT(e, HasSubstr("k...: no such node"));
+  EXPECT_THAT(e, HasSubstr("YYY...': expected R, S(d) or P(op)"));
 }
 
 TEST(Placements, AnotherGraphsFingerprintIsAWarning) {

@@ -81,6 +81,13 @@ std::string one_line(std::string_view s) {
   return r;
 }
 
+std::string excerpt(std::string_view s, size_t max) {
+  if (s.size() <= max) return one_line(s);
+  size_t n = max;
+  while (n > 0 && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80) --n;  // not mid-character
+  return one_line(s.substr(0, n)) + "...";
+}
+
 namespace {
 
 /// Throws "<origin>: malformed JSON at line L, column C (byte B): <reason>" for a 0-based byte.

@@ -21,5 +21,8 @@ nlohmann::json parse_json_text(std::string_view text, std::string_view origin);
 
 /// Replaces control characters (newlines, tabs...) by spaces so a message stays on one line.
 std::string one_line(std::string_view s);
+/// one_line(s) cut to at most `max` bytes (at a UTF-8 character boundary) with "..." appended
+/// when cut: how a message quotes a value from a file, which may be megabytes long.
+std::string excerpt(std::string_view s, size_t max = 80);
 
 }  // namespace autoshard

@@ -6,6 +6,8 @@
 #include <cctype>
 #include <stdexcept>
 
+#include "ir/file_util.h"
+
 namespace autoshard {
 
 std::string_view reduce_op_name(ReduceOp op) {
@@ -43,7 +45,7 @@ struct Parser {
 
   [[noreturn]] void fail(std::string_view why) const { fail_at(why, pos); }
   [[noreturn]] void fail_at(std::string_view why, size_t at) const {
-    throw std::invalid_argument(fmt::format("placement '{}': {} at position {}", s, why, at));
+    throw std::invalid_argument(fmt::format("placement '{}': {} at position {}", excerpt(s), why, at));
   }
   void skip_spaces() {
     while (pos < s.size() && (s[pos] == ' ' || s[pos] == '\t')) ++pos;
@@ -93,9 +95,9 @@ struct Parser {
       int64_t v = 0;
       for (char c : d) {
         if (!std::isdigit(static_cast<unsigned char>(c)))
-          fail_at(fmt::format("Shard dim '{}' is not a non-negative integer", d), at);
+          fail_at(fmt::format("Shard dim '{}' is not a non-negative integer", excerpt(d, 20)), at);
         v = v * 10 + (c - '0');
-        if (v > (1 << 20)) fail_at(fmt::format("Shard dim '{}' out of range", d), at);
+        if (v > (1 << 20)) fail_at(fmt::format("Shard dim '{}' out of range", excerpt(d, 20)), at);
       }
       return Placement::shard(static_cast<int32_t>(v));
     }
@@ -109,7 +111,7 @@ struct Parser {
       if (op == "avg") return Placement::partial(ReduceOp::kAvg);
       if (op == "max") return Placement::partial(ReduceOp::kMax);
       if (op == "min") return Placement::partial(ReduceOp::kMin);
-      fail_at(fmt::format("unknown reduce op '{}' (expected sum, avg, max or min)", op), at);
+      fail_at(fmt::format("unknown reduce op '{}' (expected sum, avg, max or min)", excerpt(op, 20)), at);
     }
     fail_at("expected R, S(d) or P(op)", start);
   }

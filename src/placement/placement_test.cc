@@ -88,6 +88,15 @@ TEST(ParsePlacements, ErrorsWithPosition) {
   EXPECT_THAT(parse_error("[R] R"), HasSubstr("unexpected trailing text at position 4"));
   EXPECT_THAT(parse_error("R,,R"), HasSubstr("at position 2"));
   EXPECT_THAT(parse_error(",R"), HasSubstr("at position 0"));
+  // A huge string from a file is quoted as an excerpt (found by the placements fuzzer: a 6 KB
+  // placement string made a 6 KB message).
+  const std::string huge = "R" + std::string(5000, 'Y');
+  const std::string e = parse_error(huge);
+  EXPECT_LT(e.size(), 200u);
+  EXPECT_THAT(e, HasSubstr("placement 'RYYY"));
+  EXPECT_THAT(e, HasSubstr("...': expected R, S(d) or P(op) at position 1"));
+  EXPECT_LT(parse_error("S(" + std::string(3000, '7') + ")").size(), 200u);
+  EXPECT_LT(parse_error("P(" + std::string(3000, 'x') + ")").size(), 200u);
 }
 
 TEST(ChunkSize, LikeTorchChunk) {
