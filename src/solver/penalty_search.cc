@@ -101,6 +101,11 @@ void run_penalty_search(const GroupModel& m, uint64_t seed, std::chrono::steady_
       shared.publish_bound(b);
       if (stats) stats->lower_bound = std::max(stats->lower_bound, b);
     }
+    // The labeling itself, when it fits, is a candidate: where the LP relaxation is tight
+    // TRW-S labels the optimum long before the moves below reach it (llama3-70b on 8x8x8:
+    // labeled after 0.23 s, reached by the moves after 2.9 s).
+    lns.set_state(trws.labeling());
+    if (lns.overflow() == 0 && lns.bad() == 0) shared.offer(lns.cost(), lns.state());
     relaxed.set_penalty(&pen);
     // Continue from whichever is better under the new penalties: the previous relaxed state
     // (LNS-improved) or the TRW-S labeling.
