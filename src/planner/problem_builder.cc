@@ -84,21 +84,40 @@ class EdgeMatrixCache {
     if (it != cache_.end()) return it->second;
     const auto& a = *lists_[static_cast<size_t>(from)];
     const auto& b = *lists_[static_cast<size_t>(to)];
+    // Many strategies of a node share one output (or input) spec: each distinct pair of specs
+    // is costed once (on 3-D meshes this was most of the problem build).
+    std::vector<size_t> ua, ub;
+    const std::vector<size_t> ia = distinct(a, ua), ib = distinct(b, ub);
+    std::vector<Cost> u(ua.size() * ub.size());
+    for (size_t x = 0; x < ua.size(); ++x)
+      for (size_t y = 0; y < ub.size(); ++y) {
+        const ShardingSpec& f = a[ua[x]];
+        const ShardingSpec& t = b[ub[y]];
+        u[x * ub.size() + y] = strict ? (f.placements == t.placements ? 0.0 : kInfCost)
+                                      : redistribute_cost_us(f, t, mesh_, model_) *
+                                            (discounted ? discount_ : 1.0);
+      }
     std::vector<Cost> m(a.size() * b.size());
     for (size_t p = 0; p < a.size(); ++p)
-      for (size_t q = 0; q < b.size(); ++q) {
-        if (strict)
-          m[p * b.size() + q] = a[p].placements == b[q].placements ? 0.0 : kInfCost;
-        else
-          m[p * b.size() + q] = redistribute_cost_us(a[p], b[q], mesh_, model_) *
-                                (discounted ? discount_ : 1.0);
-      }
+      for (size_t q = 0; q < b.size(); ++q) m[p * b.size() + q] = u[ia[p] * ub.size() + ib[q]];
     auto shared = std::make_shared<const std::vector<Cost>>(std::move(m));
     cache_.emplace(key, shared);
     return shared;
   }
 
  private:
+  /// Index of each spec among the distinct ones, which `first` receives (first positions).
+  static std::vector<size_t> distinct(const std::vector<ShardingSpec>& v, std::vector<size_t>& first) {
+    std::vector<size_t> idx(v.size());
+    for (size_t i = 0; i < v.size(); ++i) {
+      size_t k = 0;
+      while (k < first.size() && !(v[first[k]] == v[i])) ++k;
+      if (k == first.size()) first.push_back(i);
+      idx[i] = k;
+    }
+    return idx;
+  }
+
   const Mesh& mesh_;
   CommModel model_;
   double discount_ = 1;
