@@ -291,14 +291,40 @@ class Reducer {
     const int32_t k = n.k();
     std::vector<char> keep(sz(k), 1);
     bool any = false;
+    // v's row of each incident edge, contiguous (an edge stored with v as its second end
+    // would be read down a column, which is most of the time on big strategy counts).
+    std::vector<std::vector<Cost>> rows(n.adj.size());
+    std::vector<int32_t> width(n.adj.size());
+    for (size_t i = 0; i < n.adj.size(); ++i) {
+      const WEdge& e = edges_[sz(n.adj[i])];
+      const int32_t ko = nodes_[sz(other(e, v))].k();
+      width[i] = ko;
+      if (e.a == v) continue;  // already row-major by v's strategy: read e.m in place
+      rows[i].resize(sz(k) * sz(ko));
+      for (int32_t q = 0; q < k; ++q)
+        for (int32_t r = 0; r < ko; ++r) rows[i][sz(q) * sz(ko) + sz(r)] = ev(e, v, q, r);
+    }
+    auto row_of = [&](size_t i, int32_t q) {
+      const std::vector<Cost>& m = edges_[sz(n.adj[i])].a == v ? edges_[sz(n.adj[i])].m : rows[i];
+      return m.data() + sz(q) * sz(width[i]);
+    };
+    // Sum of each strategy's rows: a can only dominate b if its sum is no larger (a cheap
+    // test that settles most pairs).
+    std::vector<Cost> total(sz(k), 0);
+    for (size_t i = 0; i < n.adj.size(); ++i)
+      for (int32_t q = 0; q < k; ++q) {
+        const Cost* rq = row_of(i, q);
+        for (int32_t r = 0; r < width[i]; ++r) total[sz(q)] += rq[r];
+      }
     auto dominates = [&](int32_t a, int32_t b) {  // a dominates b (all <=)
       if (n.cost[sz(a)] > n.cost[sz(b)]) return false;
       if (!n.mem_free && n.usage[sz(a)] > n.usage[sz(b)]) return false;
-      for (int32_t id : n.adj) {
-        const WEdge& e = edges_[sz(id)];
-        const int32_t ko = nodes_[sz(other(e, v))].k();
-        for (int32_t r = 0; r < ko; ++r)
-          if (ev(e, v, a, r) > ev(e, v, b, r)) return false;
+      if (total[sz(a)] > total[sz(b)]) return false;
+      for (size_t i = 0; i < n.adj.size(); ++i) {
+        const Cost* ra = row_of(i, a);
+        const Cost* rb = row_of(i, b);
+        for (int32_t r = 0; r < width[i]; ++r)
+          if (ra[r] > rb[r]) return false;
       }
       return true;
     };
