@@ -134,13 +134,14 @@ void print_summary(const Plan& plan, const Graph& g, const Mesh& mesh,
   for (NodeIdx i = 0; i < g.size(); ++i)
     if (g.node(i).kind == NodeKind::kParameter) wname = std::max(wname, g.node(i).name.size());
   fmt::print("\n{:<{}}  {:<18} {:<12} {}\n", "parameter", wname, "shape", "placement", "parallelism");
+  const ParallelismLabeler labels(g, mesh, plan);
   for (NodeIdx i = 0; i < g.size(); ++i) {
     const Node& n = g.node(i);
     if (n.kind != NodeKind::kParameter || !plan.nodes[static_cast<size_t>(i)]) continue;
     fmt::print("{:<{}}  {:<18} {:<12} {}\n", n.name, wname,
                fmt::format("[{}]", fmt::join(n.out().shape, ",")),
                output_spec_string(plan.nodes[static_cast<size_t>(i)]->chosen),
-               describe_parallelism(g, mesh, plan, i));
+               labels.describe(i));
   }
 }
 

@@ -44,6 +44,7 @@ nlohmann::ordered_json plan_summary_json(const Plan& plan, const Graph& g, const
   j["phase_seconds"] = phases;
   j["warnings"] = plan.warnings;
   nlohmann::ordered_json params = nlohmann::ordered_json::array();
+  const ParallelismLabeler labels(g, mesh, plan);
   if (plan.has_solution)
     for (NodeIdx i = 0; i < g.size(); ++i) {
       if (g.node(i).kind != NodeKind::kParameter) continue;
@@ -52,7 +53,7 @@ nlohmann::ordered_json plan_summary_json(const Plan& plan, const Graph& g, const
       params.push_back({{"name", g.node(i).name},
                         {"shape", g.node(i).out().shape},
                         {"placement", output_spec_string(np->chosen)},
-                        {"parallelism", describe_parallelism(g, mesh, plan, i)}});
+                        {"parallelism", labels.describe(i)}});
     }
   j["parameters"] = params;
   if (!plan.layer_recompute.empty()) {

@@ -68,11 +68,12 @@ double cheap_lower_bound(const BuiltProblem& bp) {
 /// What the plan mostly does with each mesh dim, by parameter bytes.
 std::vector<std::string> dim_use(const Graph& g, const Mesh& mesh, const Plan& plan) {
   std::vector<std::string> out;
+  const ParallelismLabeler labels(g, mesh, plan);
   for (MeshDimIdx d = 0; d < mesh.ndim(); ++d) {
     std::map<std::string, int64_t> bytes;
     for (NodeIdx i = 0; i < g.size(); ++i) {
       if (g.node(i).kind != NodeKind::kParameter || !plan.nodes[static_cast<size_t>(i)]) continue;
-      std::string l = parallelism_on_dim(g, mesh, plan, i, d);
+      std::string l = labels.on_dim(i, d);
       if (l.starts_with("TP")) l = "TP";
       bytes[l] += g.node(i).out().bytes();
     }

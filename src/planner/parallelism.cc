@@ -6,23 +6,22 @@
 
 namespace autoshard {
 
-namespace {
-
-/// Does some graph input (the batch) get sharded on this mesh dim?
-bool batch_sharded_on(const Graph& g, const Plan& plan, MeshDimIdx dim) {
-  for (NodeIdx i = 0; i < g.size(); ++i) {
+ParallelismLabeler::ParallelismLabeler(const Graph& g, const Mesh& mesh, const Plan& plan)
+    : g_(g), mesh_(mesh), plan_(plan), batch_sharded_(static_cast<size_t>(mesh.ndim()), 0) {
+  // (A plan without a solution may have no nodes at all.)
+  for (NodeIdx i = 0; i < g.size() && static_cast<size_t>(i) < plan.nodes.size(); ++i) {
     if (g.node(i).kind != NodeKind::kInput) continue;
     const auto& np = plan.nodes[static_cast<size_t>(i)];
-    if (np && np->chosen.outputs[0].placements[static_cast<size_t>(dim)].is_shard()) return true;
+    if (!np) continue;
+    for (MeshDimIdx d = 0; d < mesh.ndim(); ++d)
+      if (np->chosen.outputs[0].placements[static_cast<size_t>(d)].is_shard())
+        batch_sharded_[static_cast<size_t>(d)] = 1;
   }
-  return false;
 }
 
-}  // namespace
-
-std::string parallelism_on_dim(const Graph& g, const Mesh& mesh, const Plan& plan, NodeIdx param,
-                               MeshDimIdx dim) {
-  (void)mesh;
+std::string ParallelismLabeler::on_dim(NodeIdx param, MeshDimIdx dim) const {
+  const Graph& g = g_;
+  const Plan& plan = plan_;
   const auto& np = plan.nodes[static_cast<size_t>(param)];
   if (!np) return "?";
   const Placement& stored = np->chosen.outputs[0].placements[static_cast<size_t>(dim)];
@@ -63,18 +62,27 @@ std::string parallelism_on_dim(const Graph& g, const Mesh& mesh, const Plan& pla
     return "TP";
   }
   if (stored.is_replicate())
-    return other_input_sharded || batch_sharded_on(g, plan, dim) ? "DP" : "replicated";
+    return other_input_sharded || batch_sharded_[static_cast<size_t>(dim)] ? "DP" : "replicated";
   return "partial";
+}
+
+std::string ParallelismLabeler::describe(NodeIdx param) const {
+  std::string s;
+  for (MeshDimIdx d = 0; d < mesh_.ndim(); ++d) {
+    if (!s.empty()) s += ", ";
+    s += fmt::format("{}: {}", mesh_.dim(d).name, on_dim(param, d));
+  }
+  return s;
 }
 
 std::string describe_parallelism(const Graph& g, const Mesh& mesh, const Plan& plan,
                                  NodeIdx param) {
-  std::string s;
-  for (MeshDimIdx d = 0; d < mesh.ndim(); ++d) {
-    if (!s.empty()) s += ", ";
-    s += fmt::format("{}: {}", mesh.dim(d).name, parallelism_on_dim(g, mesh, plan, param, d));
-  }
-  return s;
+  return ParallelismLabeler(g, mesh, plan).describe(param);
+}
+
+std::string parallelism_on_dim(const Graph& g, const Mesh& mesh, const Plan& plan, NodeIdx param,
+                               MeshDimIdx dim) {
+  return ParallelismLabeler(g, mesh, plan).on_dim(param, dim);
 }
 
 }  // namespace autoshard

@@ -521,12 +521,13 @@ nlohmann::ordered_json report_data(ShardingOptimizer& opt, const Plan& plan, con
   j["timeline"] = {{"step_us", num(sim.step_us)}, {"streams", timeline_json(c)}};
 
   Json params = Json::array();
+  const ParallelismLabeler labels(g, mesh, plan);
   for (NodeIdx i = 0; i < g.size(); ++i) {
     const Node& n = g.node(i);
     const auto& np = plan.nodes[static_cast<size_t>(i)];
     if (n.kind != NodeKind::kParameter || !np) continue;
     params.push_back({n.name, fmt::format("[{}]", fmt::join(n.out().shape, ", ")),
-                      output_spec_string(np->chosen), describe_parallelism(g, mesh, plan, i),
+                      output_spec_string(np->chosen), labels.describe(i),
                       np->chosen.outputs.at(0).local_bytes(mesh), n.out().bytes()});
   }
   j["parameters"] = params;
