@@ -326,7 +326,7 @@ void limit_child_memory(int64_t budget) {
 /// tolerances), and branch and bound -- which solves the root again from scratch and runs its
 /// heuristics before it looks -- is skipped.  Planner problems without binding memory are
 /// often integral at the root: llama3-8b on 8x8 (118 reduced nodes, 46,665 columns) is, and
-/// this halves its MIP time (docs/benchmarks.md, "State files").  Returns false when the LP is
+/// this halves its MIP time (docs/benchmarks.md, "Round 4").  Returns false when the LP is
 /// fractional, infeasible or not solved within `seconds`; CBC then runs as before.
 bool solve_integral_root(OsiClpSolverInterface& solver, const Lp& lp, double seconds, int fd) {
   ClpSimplex* clp = solver.getModelPtr();

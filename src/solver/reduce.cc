@@ -293,21 +293,23 @@ class Reducer {
     bool any = false;
     // v's row of each incident edge, contiguous (an edge stored with v as its second end
     // would be read down a column, which is most of the time on big strategy counts).
-    std::vector<std::vector<Cost>> rows(n.adj.size());
+    std::vector<std::vector<Cost>> transposed(n.adj.size());
+    std::vector<const Cost*> base(n.adj.size());
     std::vector<int32_t> width(n.adj.size());
     for (size_t i = 0; i < n.adj.size(); ++i) {
       const WEdge& e = edges_[sz(n.adj[i])];
       const int32_t ko = nodes_[sz(other(e, v))].k();
       width[i] = ko;
-      if (e.a == v) continue;  // already row-major by v's strategy: read e.m in place
-      rows[i].resize(sz(k) * sz(ko));
+      if (e.a == v) {  // already row-major by v's strategy: read e.m in place
+        base[i] = e.m.data();
+        continue;
+      }
+      transposed[i].resize(sz(k) * sz(ko));
       for (int32_t q = 0; q < k; ++q)
-        for (int32_t r = 0; r < ko; ++r) rows[i][sz(q) * sz(ko) + sz(r)] = ev(e, v, q, r);
+        for (int32_t r = 0; r < ko; ++r) transposed[i][sz(q) * sz(ko) + sz(r)] = ev(e, v, q, r);
+      base[i] = transposed[i].data();
     }
-    auto row_of = [&](size_t i, int32_t q) {
-      const std::vector<Cost>& m = edges_[sz(n.adj[i])].a == v ? edges_[sz(n.adj[i])].m : rows[i];
-      return m.data() + sz(q) * sz(width[i]);
-    };
+    auto row_of = [&](size_t i, int32_t q) { return base[i] + sz(q) * sz(width[i]); };
     // Sum of each strategy's rows: a can only dominate b if its sum is no larger (a cheap
     // test that settles most pairs).
     std::vector<Cost> total(sz(k), 0);
