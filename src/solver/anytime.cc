@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -25,8 +26,9 @@ AnytimeResult solve_anytime(const Problem& p, const AnytimeOptions& options) {
   auto say = [&](const std::string& s) {
     if (options.progress) options.progress(s);
   };
+  const double bound_s = std::clamp(options.memory_bound_share, 0.0, 1.0) * std::max(0.0, options.time_limit_s);
   const auto deadline = t0 + std::chrono::duration_cast<Clock::duration>(
-                                 std::chrono::duration<double>(std::max(0.0, options.time_limit_s)));
+                                 std::chrono::duration<double>(std::max(0.0, options.time_limit_s - bound_s)));
   AnytimeResult res;
   AnytimeReduction red(p);
   const GroupModel& m = red.model();
@@ -86,6 +88,15 @@ AnytimeResult solve_anytime(const Problem& p, const AnytimeOptions& options) {
       Cost b = s.lower_bound + m.offset;
       res.lower_bound = std::max(res.lower_bound, b - 1e-9 * std::abs(b));
     }
+  }
+  if (bound_s > 0 && m.limit >= 0 && m.num_segments() > 0 && res.lower_bound < kInfCost) {
+    // Memory binds: price it (subgradient on the segments' rows, TRW-S on the priced problem),
+    // Polyak steps aimed at the incumbent.
+    const Cost target = shared.have ? shared.cost + m.offset : res.lower_bound * 1.5 + 1;
+    Cost b = lagrangian_memory_bound(m, target, bound_s);
+    b -= 1e-9 * std::abs(b);  // the TRW-S sums' floating-point margin, as above
+    say(fmt::format("{:.2f}s memory-aware bound {:.0f}", since(), b));
+    res.lower_bound = std::max(res.lower_bound, b);
   }
   if (shared.have) {
     res.choice = red.expand(shared.choice);

@@ -19,6 +19,9 @@ struct AnytimeOptions {
   int threads = 0;  ///< 0: hardware concurrency
   /// Stop once the lower bound reaches this cost (see SolverOptions::cutoff).
   Cost cutoff = kInfCost;
+  /// Share of the time given, after the search, to the memory-aware Lagrangian bound
+  /// (lower_bound.h) when the usage limit binds; 0: the bound stays memory-free.
+  double memory_bound_share = 0;
   /// Called with one-line progress messages (reduction summary, each new incumbent).
   std::function<void(const std::string&)> progress;
 };
@@ -27,8 +30,9 @@ struct AnytimeResult {
   bool feasible = false;                 ///< a choice within the usage limit with finite cost
   std::vector<StrategyIdx> choice;       ///< best found (empty if none)
   Cost cost = kInfCost;
-  Cost lower_bound = 0;                  ///< memory-free bound (edge split, or TRW-S
-                                         ///< reparametrised); == cost means proven optimal
+  Cost lower_bound = 0;                  ///< edge split, TRW-S reparametrised, or (with
+                                         ///< memory_bound_share) memory-aware Lagrangian;
+                                         ///< == cost means proven optimal
   double time_to_first_feasible_s = -1;  ///< since the call, -1 if none
   double elapsed_s = 0;
   std::string reduction_summary;

@@ -32,6 +32,9 @@ constexpr int64_t kAnytimeBeforeMip = 20'000;
 /// Relative gap below which a solution counts as proven optimal: covers the floating-point
 /// margins of the bounds (TRW-S sums many reparametrised terms; 1e-9 relative each way).
 constexpr double kProofTolerance = 1e-8;
+/// Share of the anytime search's time spent on its memory-aware Lagrangian bound when memory
+/// rows bind (otherwise the bound reported is the memory-free optimum's).
+constexpr double kMemoryBoundShare = 0.4;
 
 class PhaseTimer {
  public:
@@ -222,6 +225,7 @@ SolveResult solve(const Problem& p, const SolverOptions& opt) {
     ao.time_limit_s = seconds;
     ao.threads = std::max(1, opt.threads);
     ao.cutoff = opt.cutoff - rp.constant_cost;
+    if (!rows.empty()) ao.memory_bound_share = kMemoryBoundShare;
     if (opt.progress) ao.progress = [&](const std::string& m) { opt.progress(m); };
     AnytimeResult ar = solve_anytime(with_base, ao);
     if (ar.feasible) {
