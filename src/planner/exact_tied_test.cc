@@ -35,6 +35,20 @@ struct Tied {
   }
 };
 
+/// Sets et's limit halfway between the least-usage floor and the memory-free optimum's peak.
+struct HalfwayLimit {
+  SolveResult free;  ///< the memory-free optimum
+  int64_t free_peak = 0, floor = 0;
+};
+HalfwayLimit set_halfway_limit(ExactTiedProblem& et, const SolverOptions& so) {
+  HalfwayLimit h;
+  h.free = solve(et.problem, so);
+  h.free_peak = peak_usage(et.problem, h.free.choice);
+  h.floor = peak_usage(et.problem, least_usage_choice(et.problem));
+  et.problem.usage_limit = h.floor + (h.free_peak - h.floor) / 2;
+  return h;
+}
+
 TEST(ExactTied, CostAndPeakMatchTheUntiedPlan) {
   Tied t;
   ASSERT_FALSE(t.cp.memory_exact);  // the layers' activations live at different times
@@ -63,15 +77,12 @@ TEST(ExactTied, CostAndPeakMatchTheUntiedPlan) {
 TEST(ExactTied, AnytimeBoundHoldsAgainstTheProvenOptimum) {
   Tied t;
   ExactTiedProblem et = exact_memory_tied_problem(t.bp.problem, t.cp);
-  // A limit halfway between the least-usage floor and the memory-free optimum's peak.
   SolverOptions so;
   so.time_limit_s = 30;
-  const SolveResult free = solve(et.problem, so);
+  const HalfwayLimit h = set_halfway_limit(et, so);
+  const SolveResult& free = h.free;
   ASSERT_EQ(free.status, SolveStatus::kOptimal);
-  const int64_t free_peak = peak_usage(et.problem, free.choice);
-  const int64_t floor = peak_usage(et.problem, least_usage_choice(et.problem));
-  ASSERT_LT(floor, free_peak);
-  et.problem.usage_limit = floor + (free_peak - floor) / 2;
+  ASSERT_LT(h.floor, h.free_peak);
 
   const SolveResult mip = solve_exact_tied(et, so);
   ASSERT_EQ(mip.status, SolveStatus::kOptimal);
@@ -96,11 +107,8 @@ TEST(ExactTied, PlannerProvesTheTiedOptimumUnderMemory) {
   ExactTiedProblem et = exact_memory_tied_problem(t.bp.problem, t.cp);
   SolverOptions so;
   so.time_limit_s = 30;
-  const SolveResult free = solve(et.problem, so);
-  const int64_t free_peak = peak_usage(et.problem, free.choice);
-  const int64_t floor = peak_usage(et.problem, least_usage_choice(et.problem));
-  const int64_t limit = floor + (free_peak - floor) / 2;
-  et.problem.usage_limit = limit;
+  set_halfway_limit(et, so);
+  const int64_t limit = et.problem.usage_limit;
   const SolveResult mip = solve_exact_tied(et, so);
   ASSERT_EQ(mip.status, SolveStatus::kOptimal);
 
