@@ -12,6 +12,7 @@
 
 #include "problem/iopddl.h"
 #include "solver/anytime_reduce.h"
+#include "solver/group_bnb.h"
 #include "solver/local_search.h"
 #include "solver/lower_bound.h"
 #include "solver/penalty_search.h"
@@ -90,13 +91,28 @@ AnytimeResult solve_anytime(const Problem& p, const AnytimeOptions& options) {
     }
   }
   if (bound_s > 0 && m.limit >= 0 && m.num_segments() > 0 && res.lower_bound < kInfCost) {
-    // Memory binds: price it (subgradient on the segments' rows, TRW-S on the priced problem),
-    // Polyak steps aimed at the incumbent.
-    const Cost target = shared.have ? shared.cost + m.offset : res.lower_bound * 1.5 + 1;
-    Cost b = lagrangian_memory_bound(m, target, bound_s);
-    b -= 1e-9 * std::abs(b);  // the TRW-S sums' floating-point margin, as above
-    say(fmt::format("{:.2f}s memory-aware bound {:.0f}", since(), b));
-    res.lower_bound = std::max(res.lower_bound, b);
+    // Memory binds.  Small models: LP branch and bound from the incumbent (group_bnb.h), whose
+    // bound passes the LP relaxation's; larger ones: the Lagrangian bound (subgradient on the
+    // segments' rows, TRW-S on the priced problem), which only approaches it.
+    GroupBnbOptions bo;
+    bo.time_limit_s = std::max(0.0, options.time_limit_s - since());
+    bo.gap = options.gap;
+    bo.progress = options.progress;
+    std::vector<int32_t> incumbent;
+    if (shared.have) incumbent = shared.choice;
+    const GroupBnbResult bb = group_branch_and_bound(m, incumbent, bo);
+    if (bb.ran) {
+      if (bb.found) shared.offer(bb.cost - m.offset, bb.choice);
+      say(fmt::format("{:.2f}s branch and bound: bound {:.0f} after {} nodes{}", since(), bb.lower_bound,
+                      bb.nodes, bb.proven ? " (proven)" : ""));
+      res.lower_bound = std::max(res.lower_bound, bb.lower_bound);
+    } else {
+      const Cost target = shared.have ? shared.cost + m.offset : res.lower_bound * 1.5 + 1;
+      Cost b = lagrangian_memory_bound(m, target, std::max(0.0, options.time_limit_s - since()));
+      b -= 1e-9 * std::abs(b);  // the TRW-S sums' floating-point margin, as above
+      say(fmt::format("{:.2f}s memory-aware bound {:.0f}", since(), b));
+      res.lower_bound = std::max(res.lower_bound, b);
+    }
   }
   if (shared.have) {
     res.choice = red.expand(shared.choice);

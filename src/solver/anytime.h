@@ -19,9 +19,13 @@ struct AnytimeOptions {
   int threads = 0;  ///< 0: hardware concurrency
   /// Stop once the lower bound reaches this cost (see SolverOptions::cutoff).
   Cost cutoff = kInfCost;
-  /// Share of the time given, after the search, to the memory-aware Lagrangian bound
-  /// (lower_bound.h) when the usage limit binds; 0: the bound stays memory-free.
+  /// Share of the time given, after the search, to a memory-aware bound when the usage limit
+  /// binds: LP branch and bound (group_bnb.h), which may also improve the plan, on models
+  /// small enough for its LP, else the Lagrangian bound (lower_bound.h).  0: the bound stays
+  /// memory-free.
   double memory_bound_share = 0;
+  /// Relative gap at which the branch and bound may stop.
+  double gap = 0;
   /// Called with one-line progress messages (reduction summary, each new incumbent).
   std::function<void(const std::string&)> progress;
 };

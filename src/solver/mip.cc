@@ -32,195 +32,13 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "solver/marginal_lp.h"
+
 namespace autoshard {
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-/// A MIP in row-major form, plus how to read an assignment back from its columns.
-struct Lp {
-  std::vector<double> collb, colub, obj;
-  std::vector<char> is_int;
-  std::vector<CoinBigIndex> row_start{0};
-  std::vector<int> idx;
-  std::vector<double> val;
-  std::vector<double> rlb, rub;
-  std::vector<int> node_col;  ///< first s column of each node
-  int peak_col = -1;
-
-  int add_col(double lb, double ub, double c, bool integer) {
-    collb.push_back(lb);
-    colub.push_back(ub);
-    obj.push_back(c);
-    is_int.push_back(integer ? 1 : 0);
-    return static_cast<int>(obj.size()) - 1;
-  }
-  void end_row(double lb, double ub) {
-    rlb.push_back(lb);
-    rub.push_back(ub);
-    row_start.push_back(static_cast<CoinBigIndex>(idx.size()));
-  }
-  void term(int col, double v) {
-    idx.push_back(col);
-    val.push_back(v);
-  }
-  int ncols() const { return static_cast<int>(obj.size()); }
-  int nrows() const { return static_cast<int>(rlb.size()); }
-};
-
-/// Class of each of `n` blocks of `len` costs (block i at data + i * stride, elements `step`
-/// apart): equal bits, equal class; classes numbered by first appearance.  `reps` receives each
-/// class's first block.
-std::vector<int32_t> classify(const Cost* data, size_t n, size_t len, size_t stride, size_t step,
-                              std::vector<size_t>& reps) {
-  std::vector<int32_t> cls(n);
-  std::vector<Cost> buf(len), rep_values;
-  std::unordered_multimap<size_t, int32_t> by_hash;
-  reps.clear();
-  for (size_t i = 0; i < n; ++i) {
-    for (size_t k = 0; k < len; ++k) buf[k] = data[i * stride + k * step];
-    const std::string_view bytes(reinterpret_cast<const char*>(buf.data()), len * sizeof(Cost));
-    const size_t h = std::hash<std::string_view>{}(bytes);
-    int32_t found = -1;
-    for (auto [it, end] = by_hash.equal_range(h); it != end && found < 0; ++it)
-      if (std::memcmp(rep_values.data() + sz(it->second) * len, buf.data(), len * sizeof(Cost)) == 0)
-        found = it->second;
-    if (found < 0) {
-      found = static_cast<int32_t>(reps.size());
-      reps.push_back(i);
-      rep_values.insert(rep_values.end(), buf.begin(), buf.end());
-      by_hash.emplace(h, found);
-    }
-    cls[i] = found;
-  }
-  return cls;
-}
-
-/// An edge's strategies grouped by what they cost on that edge: strategies of u with equal rows
-/// of the matrix (and of v with equal columns) are interchangeable there, so the marginal
-/// formulation needs one edge column per pair of classes rather than per pair of strategies.
-/// The LP relaxation is unchanged -- a class-level solution lifts to a strategy-level one by
-/// splitting each class's edge mass in proportion to its strategies' values -- so CBC proves
-/// the same bounds on a much smaller LP (repeated layers' edges mostly depend on a few
-/// distinct output and input specs).
-struct EdgeClasses {
-  std::vector<int32_t> row_class;  ///< per strategy of u
-  std::vector<int32_t> col_class;  ///< per strategy of v
-  int32_t rows = 0, cols = 0;
-  std::vector<Cost> costs;  ///< rows x cols, row-major
-};
-
-EdgeClasses edge_classes(const std::vector<Cost>& m, size_t ku, size_t kv) {
-  EdgeClasses ec;
-  std::vector<size_t> row_reps, col_reps;
-  ec.row_class = classify(m.data(), ku, kv, kv, 1, row_reps);
-  ec.rows = static_cast<int32_t>(row_reps.size());
-  // Columns compared on the representative rows only (equal rows give equal entries).
-  std::vector<Cost> reduced(row_reps.size() * kv);
-  for (size_t a = 0; a < row_reps.size(); ++a)
-    std::copy_n(m.data() + row_reps[a] * kv, kv, reduced.data() + a * kv);
-  ec.col_class = classify(reduced.data(), kv, row_reps.size(), 1, kv, col_reps);
-  ec.cols = static_cast<int32_t>(col_reps.size());
-  ec.costs.resize(row_reps.size() * col_reps.size());
-  for (size_t a = 0; a < row_reps.size(); ++a)
-    for (size_t b = 0; b < col_reps.size(); ++b)
-      ec.costs[a * col_reps.size() + b] = reduced[a * kv + col_reps[b]];
-  return ec;
-}
-
-/// Builds the marginal formulation.  peak_mode: objective is a continuous peak column P and
-/// memory rows read "... - P <= -rhs"; edges without forbidden pairs are left out.
-/// Returns the full column vector of `warm` in `warm_cols` (empty if warm is unusable).
-Lp build_lp(const Problem& p, const std::vector<MemoryRow>& rows, bool peak_mode,
-            const std::vector<StrategyIdx>& warm, std::vector<double>& warm_cols) {
-  Lp lp;
-  const double inf = COIN_DBL_MAX;
-  bool warm_ok = warm.size() == sz(p.num_nodes());
-  std::vector<double> wc;
-  for (PNodeIdx v = 0; v < p.num_nodes(); ++v) {
-    const ProblemNode& n = p.nodes[sz(v)];
-    lp.node_col.push_back(lp.ncols());
-    for (StrategyIdx q = 0; q < n.num_strategies(); ++q) {
-      const Cost c = n.costs[sz(q)];
-      const bool ok = c < kInfCost;
-      lp.add_col(0, ok ? 1 : 0, peak_mode || !ok ? 0 : c, true);
-      wc.push_back(warm_ok && warm[sz(v)] == q ? 1 : 0);
-      if (warm_ok && warm[sz(v)] == q && !ok) warm_ok = false;
-    }
-    for (StrategyIdx q = 0; q < n.num_strategies(); ++q) lp.term(lp.node_col[sz(v)] + q, 1);
-    lp.end_row(1, 1);
-  }
-  for (const ProblemEdge& e : p.edges) {
-    const size_t ku = sz(p.nodes[sz(e.u)].num_strategies()), kv = sz(p.nodes[sz(e.v)].num_strategies());
-    if (peak_mode && std::all_of(e.costs.begin(), e.costs.end(), [](Cost c) { return c < kInfCost; }))
-      continue;
-    const EdgeClasses ec = edge_classes(e.costs, ku, kv);
-    const StrategyIdx wu = warm_ok ? warm[sz(e.u)] : 0, wv = warm_ok ? warm[sz(e.v)] : 0;
-    if (ec.rows == 1 || ec.cols == 1) {
-      // The cost depends on one end only: it is that end's node cost (a forbidden pair forbids
-      // that end's strategy).
-      const bool by_v = ec.rows == 1;
-      const PNodeIdx w = by_v ? e.v : e.u;
-      const size_t kw = by_v ? kv : ku;
-      for (size_t q = 0; q < kw; ++q) {
-        const Cost c = by_v ? ec.costs[sz(ec.col_class[q])] : ec.costs[sz(ec.row_class[q])];
-        const int col = lp.node_col[sz(w)] + static_cast<int>(q);
-        if (!(c < kInfCost)) {
-          lp.colub[sz(col)] = 0;
-          if (warm_ok && sz(by_v ? wv : wu) == q) warm_ok = false;
-        } else if (!peak_mode) {
-          lp.obj[sz(col)] += c;
-        }
-      }
-      continue;
-    }
-    std::vector<int> col(ec.costs.size(), -1);
-    const size_t won = warm_ok ? sz(ec.row_class[sz(wu)]) * sz(ec.cols) + sz(ec.col_class[sz(wv)]) : 0;
-    for (size_t i = 0; i < ec.costs.size(); ++i) {
-      if (!(ec.costs[i] < kInfCost)) continue;
-      col[i] = lp.add_col(0, 1, peak_mode ? 0 : ec.costs[i], false);
-      wc.push_back(warm_ok && i == won ? 1 : 0);
-    }
-    if (warm_ok && col[won] < 0) warm_ok = false;
-    // Marginal rows per class: the class's edge columns sum to its strategies' columns.
-    for (int32_t a = 0; a < ec.rows; ++a) {
-      for (int32_t b = 0; b < ec.cols; ++b)
-        if (int c = col[sz(a) * sz(ec.cols) + sz(b)]; c >= 0) lp.term(c, 1);
-      for (size_t q = 0; q < ku; ++q)
-        if (ec.row_class[q] == a) lp.term(lp.node_col[sz(e.u)] + static_cast<int>(q), -1);
-      lp.end_row(0, 0);
-    }
-    for (int32_t b = 0; b < ec.cols; ++b) {
-      for (int32_t a = 0; a < ec.rows; ++a)
-        if (int c = col[sz(a) * sz(ec.cols) + sz(b)]; c >= 0) lp.term(c, 1);
-      for (size_t q = 0; q < kv; ++q)
-        if (ec.col_class[q] == b) lp.term(lp.node_col[sz(e.v)] + static_cast<int>(q), -1);
-      lp.end_row(0, 0);
-    }
-  }
-  if (peak_mode) {
-    lp.peak_col = lp.add_col(0, inf, 1, false);
-    wc.push_back(warm_ok ? static_cast<double>(rows_peak(p, rows, warm)) : 0);
-  }
-  if (peak_mode || p.usage_limit >= 0) {
-    for (const MemoryRow& r : rows) {
-      double rhs = static_cast<double>(peak_mode ? -r.offset : p.usage_limit - r.offset);
-      for (PNodeIdx v : r.nodes) {
-        const auto& u = p.nodes[sz(v)].usages;
-        const int64_t umin = *std::min_element(u.begin(), u.end());
-        rhs -= static_cast<double>(umin);
-        for (size_t q = 0; q < u.size(); ++q)
-          if (u[q] != umin) lp.term(lp.node_col[sz(v)] + static_cast<int>(q), static_cast<double>(u[q] - umin));
-      }
-      if (peak_mode) lp.term(lp.peak_col, -1);
-      lp.end_row(-inf, rhs);
-    }
-  }
-  warm_cols.clear();
-  if (warm_ok) warm_cols = std::move(wc);
-  return lp;
-}
 
 // ---- the forked CBC child -------------------------------------------------------------------
 enum : char { kMsgSolution = 'S', kMsgBound = 'B', kMsgFinal = 'F' };
@@ -328,7 +146,7 @@ void limit_child_memory(int64_t budget) {
 /// often integral at the root: llama3-8b on 8x8 (118 reduced nodes, 46,665 columns) is, and
 /// this halves its MIP time (docs/benchmarks.md, "Round 4").  Returns false when the LP is
 /// fractional, infeasible or not solved within `seconds`; CBC then runs as before.
-bool solve_integral_root(OsiClpSolverInterface& solver, const Lp& lp, double seconds, int fd) {
+bool solve_integral_root(OsiClpSolverInterface& solver, const MarginalLp& lp, double seconds, int fd) {
   ClpSimplex* clp = solver.getModelPtr();
   clp->setMaximumSeconds(std::max(0.05, seconds));
   // An all-slack start costs ~7,400 dual iterations on the case above; Clp's crash basis
@@ -346,7 +164,7 @@ bool solve_integral_root(OsiClpSolverInterface& solver, const Lp& lp, double sec
   return true;
 }
 
-[[noreturn]] void run_child(int fd, const Lp& lp, const std::vector<double>& warm_cols,
+[[noreturn]] void run_child(int fd, const MarginalLp& lp, const std::vector<double>& warm_cols,
                             double seconds, const MipOptions& opt) {
   limit_child_memory(opt.memory_budget_bytes);
   OsiClpSolverInterface solver;
@@ -422,7 +240,7 @@ bool solve_integral_root(OsiClpSolverInterface& solver, const Lp& lp, double sec
   _exit(0);
 }
 
-std::vector<StrategyIdx> decode(const Problem& p, const Lp& lp, const double* x) {
+std::vector<StrategyIdx> decode(const Problem& p, const MarginalLp& lp, const double* x) {
   std::vector<StrategyIdx> choice(sz(p.num_nodes()), 0);
   for (PNodeIdx v = 0; v < p.num_nodes(); ++v) {
     const int c0 = lp.node_col[sz(v)];
@@ -434,7 +252,7 @@ std::vector<StrategyIdx> decode(const Problem& p, const Lp& lp, const double* x)
   return choice;
 }
 
-MipResult run_forked(const Problem& p, const Lp& lp, const std::vector<double>& warm_cols,
+MipResult run_forked(const Problem& p, const MarginalLp& lp, const std::vector<double>& warm_cols,
                      const MipOptions& opt) {
   const auto t0 = Clock::now();
   const auto deadline = t0 + std::chrono::duration<double>(std::max(0.0, opt.time_limit_s));
@@ -546,14 +364,14 @@ MipResult run_forked(const Problem& p, const Lp& lp, const std::vector<double>& 
 MipResult solve_cost_mip(const Problem& p, const std::vector<MemoryRow>& rows,
                          const std::vector<StrategyIdx>& warm, const MipOptions& opt) {
   std::vector<double> warm_cols;
-  Lp lp = build_lp(p, rows, false, warm, warm_cols);
+  MarginalLp lp = build_marginal_lp(p, rows, false, warm, warm_cols);
   return run_forked(p, lp, warm_cols, opt);
 }
 
 MipResult solve_peak_mip(const Problem& p, const std::vector<MemoryRow>& rows,
                          const std::vector<StrategyIdx>& warm, const MipOptions& opt) {
   std::vector<double> warm_cols;
-  Lp lp = build_lp(p, rows, true, warm, warm_cols);
+  MarginalLp lp = build_marginal_lp(p, rows, true, warm, warm_cols);
   return run_forked(p, lp, warm_cols, opt);
 }
 

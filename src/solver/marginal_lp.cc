@@ -1,0 +1,100 @@
+#include "solver/marginal_lp.h"
+
+#include <CoinFinite.hpp>
+#include <algorithm>
+
+#include "solver/edge_classes.h"
+
+namespace autoshard {
+
+MarginalLp build_marginal_lp(const Problem& p, const std::vector<MemoryRow>& rows, bool peak_mode,
+                              const std::vector<StrategyIdx>& warm, std::vector<double>& warm_cols) {
+  MarginalLp lp;
+  const double inf = COIN_DBL_MAX;
+  bool warm_ok = warm.size() == sz(p.num_nodes());
+  std::vector<double> wc;
+  for (PNodeIdx v = 0; v < p.num_nodes(); ++v) {
+    const ProblemNode& n = p.nodes[sz(v)];
+    lp.node_col.push_back(lp.ncols());
+    for (StrategyIdx q = 0; q < n.num_strategies(); ++q) {
+      const Cost c = n.costs[sz(q)];
+      const bool ok = c < kInfCost;
+      lp.add_col(0, ok ? 1 : 0, peak_mode || !ok ? 0 : c, true);
+      wc.push_back(warm_ok && warm[sz(v)] == q ? 1 : 0);
+      if (warm_ok && warm[sz(v)] == q && !ok) warm_ok = false;
+    }
+    for (StrategyIdx q = 0; q < n.num_strategies(); ++q) lp.term(lp.node_col[sz(v)] + q, 1);
+    lp.end_row(1, 1);
+  }
+  for (const ProblemEdge& e : p.edges) {
+    const size_t ku = sz(p.nodes[sz(e.u)].num_strategies()), kv = sz(p.nodes[sz(e.v)].num_strategies());
+    if (peak_mode && std::all_of(e.costs.begin(), e.costs.end(), [](Cost c) { return c < kInfCost; }))
+      continue;
+    const EdgeClasses ec = edge_classes(e.costs, ku, kv);
+    const StrategyIdx wu = warm_ok ? warm[sz(e.u)] : 0, wv = warm_ok ? warm[sz(e.v)] : 0;
+    if (ec.rows == 1 || ec.cols == 1) {
+      // The cost depends on one end only: it is that end's node cost (a forbidden pair forbids
+      // that end's strategy).
+      const bool by_v = ec.rows == 1;
+      const PNodeIdx w = by_v ? e.v : e.u;
+      const size_t kw = by_v ? kv : ku;
+      for (size_t q = 0; q < kw; ++q) {
+        const Cost c = by_v ? ec.costs[sz(ec.col_class[q])] : ec.costs[sz(ec.row_class[q])];
+        const int col = lp.node_col[sz(w)] + static_cast<int>(q);
+        if (!(c < kInfCost)) {
+          lp.colub[sz(col)] = 0;
+          if (warm_ok && sz(by_v ? wv : wu) == q) warm_ok = false;
+        } else if (!peak_mode) {
+          lp.obj[sz(col)] += c;
+        }
+      }
+      continue;
+    }
+    std::vector<int> col(ec.costs.size(), -1);
+    const size_t won = warm_ok ? sz(ec.row_class[sz(wu)]) * sz(ec.cols) + sz(ec.col_class[sz(wv)]) : 0;
+    for (size_t i = 0; i < ec.costs.size(); ++i) {
+      if (!(ec.costs[i] < kInfCost)) continue;
+      col[i] = lp.add_col(0, 1, peak_mode ? 0 : ec.costs[i], false);
+      wc.push_back(warm_ok && i == won ? 1 : 0);
+    }
+    if (warm_ok && col[won] < 0) warm_ok = false;
+    // Marginal rows per class: the class's edge columns sum to its strategies' columns.
+    for (int32_t a = 0; a < ec.rows; ++a) {
+      for (int32_t b = 0; b < ec.cols; ++b)
+        if (int c = col[sz(a) * sz(ec.cols) + sz(b)]; c >= 0) lp.term(c, 1);
+      for (size_t q = 0; q < ku; ++q)
+        if (ec.row_class[q] == a) lp.term(lp.node_col[sz(e.u)] + static_cast<int>(q), -1);
+      lp.end_row(0, 0);
+    }
+    for (int32_t b = 0; b < ec.cols; ++b) {
+      for (int32_t a = 0; a < ec.rows; ++a)
+        if (int c = col[sz(a) * sz(ec.cols) + sz(b)]; c >= 0) lp.term(c, 1);
+      for (size_t q = 0; q < kv; ++q)
+        if (ec.col_class[q] == b) lp.term(lp.node_col[sz(e.v)] + static_cast<int>(q), -1);
+      lp.end_row(0, 0);
+    }
+  }
+  if (peak_mode) {
+    lp.peak_col = lp.add_col(0, inf, 1, false);
+    wc.push_back(warm_ok ? static_cast<double>(rows_peak(p, rows, warm)) : 0);
+  }
+  if (peak_mode || p.usage_limit >= 0) {
+    for (const MemoryRow& r : rows) {
+      double rhs = static_cast<double>(peak_mode ? -r.offset : p.usage_limit - r.offset);
+      for (PNodeIdx v : r.nodes) {
+        const auto& u = p.nodes[sz(v)].usages;
+        const int64_t umin = *std::min_element(u.begin(), u.end());
+        rhs -= static_cast<double>(umin);
+        for (size_t q = 0; q < u.size(); ++q)
+          if (u[q] != umin) lp.term(lp.node_col[sz(v)] + static_cast<int>(q), static_cast<double>(u[q] - umin));
+      }
+      if (peak_mode) lp.term(lp.peak_col, -1);
+      lp.end_row(-inf, rhs);
+    }
+  }
+  warm_cols.clear();
+  if (warm_ok) warm_cols = std::move(wc);
+  return lp;
+}
+
+}  // namespace autoshard
