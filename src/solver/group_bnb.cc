@@ -42,7 +42,7 @@ constexpr int kRowsPerRound = 8;
 /// Rounds of row generation per node before it is branched on regardless.
 constexpr int kRoundsPerNode = 4;
 /// Rows seeded from the incumbent's fullest segments before the root LP.
-constexpr int kSeedRows = 16;
+constexpr int kSeedRows = 4;
 /// Clp's tolerances make its optimum exact to about 1e-7 relative; bounds keep that margin.
 constexpr double kBoundMargin = 1e-7;
 
@@ -213,6 +213,7 @@ GroupBnbResult BranchAndBound::run(const std::vector<int32_t>& incumbent) {
   std::vector<double> warm_cols;
   const MarginalLp lp = build_marginal_lp(pairwise_problem(m_), {}, false, {}, warm_cols);
   res_.columns = lp.ncols();
+  if (res_.columns > opt_.max_columns) return res_;
   x_col_.assign(lp.node_col.begin(), lp.node_col.end());
   num_x_ = ng > 0 ? x_col_.back() + static_cast<int>(m_.unary.back().size()) : 0;
   x_lb_.assign(lp.collb.begin(), lp.collb.begin() + num_x_);
@@ -327,10 +328,9 @@ GroupBnbResult group_branch_and_bound(const GroupModel& m, const std::vector<int
     res.lower_bound = kInfCost;
     return res;
   }
-  int64_t columns = 0;  // before class compression: an upper bound
-  for (const auto& u : m.unary) columns += static_cast<int64_t>(u.size());
-  for (const auto& e : m.edges) columns += static_cast<int64_t>(e.m.size());
-  if (columns > opt.max_columns || m.limit < 0) return res;
+  int64_t entries = 0;
+  for (const auto& e : m.edges) entries += static_cast<int64_t>(e.m.size());
+  if (entries > opt.max_entries || m.limit < 0) return res;
   const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                            std::chrono::duration<double>(std::max(0.0, opt.time_limit_s)));
   BranchAndBound bnb(m, opt, deadline);

@@ -29,9 +29,11 @@ struct GroupBnbOptions {
   double time_limit_s = 10;
   /// Stop once incumbent - bound <= gap * incumbent (0: until proven or out of time).
   double gap = 0;
-  /// Models whose LP would have more columns are not attempted (the LP alone would eat the
-  /// time); the result then has ran == false.
+  /// Models whose LP has more columns (after class compression), or whose edge matrices have
+  /// more entries, are not attempted: the LP alone would eat the time or the memory.  The
+  /// result then has ran == false.
   int64_t max_columns = 600'000;
+  int64_t max_entries = 8'000'000;
   std::function<void(const std::string&)> progress;
 };
 

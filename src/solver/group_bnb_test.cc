@@ -75,6 +75,9 @@ TEST(GroupBnb, NotAttemptedWithoutLimitOrBeyondTheColumnCap) {
   GroupBnbOptions small;
   small.max_columns = 3;
   EXPECT_FALSE(group_branch_and_bound(m, {}, small).ran);
+  small.max_columns = 1000;
+  small.max_entries = 3;
+  EXPECT_FALSE(group_branch_and_bound(m, {}, small).ran);
   m.limit = -1;
   EXPECT_FALSE(group_branch_and_bound(m, {}, {}).ran);
 }
