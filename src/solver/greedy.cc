@@ -288,31 +288,15 @@ class Greedy {
 
 }  // namespace
 
-namespace {
-
-/// Lagrangian heuristic: usage priced per memory row is folded into node costs, the priced
-/// problem (no usage limit) is solved by the exact reductions (trees and chains vanish) and
-/// local search on what is left, and prices of violated rows rise until the answer fits.
-GreedyResult lagrangian(const Problem& p, const std::vector<MemoryRow>& rows, Deadline deadline) {
-  RowPrices prices(p, rows);
-  const double scale = RowPrices::scale(p);
-  Greedy polish(p, rows, deadline);
-  GreedyResult best;
+std::vector<StrategyIdx> reduced_greedy(const Problem& p, Deadline deadline) {
   Problem q = p;
-  for (int iter = 0; iter < 40 && Clock::now() < deadline; ++iter) {
-    prices.price_into(q);
-    ReducedProblem rq = reduce(q);
-    if (rq.infeasible) break;
-    std::vector<StrategyIdx> x = rq.map_back(Greedy(rq.problem, {}, deadline).run({}).choice);
-    if (prices.raise_violated(prices.loads(x), scale * 1e-2, 1.5)) continue;
-    GreedyResult g = polish.run(x);
-    if (g.memory_ok && g.cost < best.cost) best = g;
-    break;
-  }
-  return best;
+  q.usage_limit = -1;
+  ReduceOptions ro;
+  ro.deadline = deadline;
+  const ReducedProblem rq = reduce(q, ro);
+  if (rq.infeasible) return {};
+  return rq.map_back(Greedy(rq.problem, {}, deadline).run({}).choice);
 }
-
-}  // namespace
 
 GreedyResult greedy_solve(const Problem& p, const std::vector<MemoryRow>& rows,
                           const std::vector<StrategyIdx>& start, Deadline deadline) {
@@ -324,7 +308,8 @@ GreedyResult greedy_solve(const Problem& p, const std::vector<MemoryRow>& rows,
   };
   Greedy g(p, rows, deadline);
   if (start.size() == sz(p.num_nodes())) consider(g.run(start));
-  if (p.num_edges() > 0) consider(lagrangian(p, rows, deadline));
+  if (p.num_edges() > 0)
+    if (std::vector<StrategyIdx> x = reduced_greedy(p, deadline); !x.empty()) consider(g.run(x));
   if (!best.memory_ok || !(best.cost < kInfCost)) consider(g.run({}));
   return best;
 }

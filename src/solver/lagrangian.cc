@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "solver/greedy.h"
 #include "solver/row_prices.h"
 
 namespace autoshard {
@@ -18,10 +19,23 @@ LagrangianResult lagrangian_memory(const Problem& p, const std::vector<MemoryRow
   EliminationOptions eo;
   eo.deadline = deadline;
 
+  // Elimination until it first fails; if that is the first priced problem, the heuristic from
+  // then on (a later failure means the deadline: stop).
+  bool heuristic = false;
   auto solve_priced = [&](const std::vector<double>& lam) -> std::optional<std::vector<StrategyIdx>> {
     lambda = lam;
     prices.price_into(priced);
-    return solve_by_elimination(priced, eo);
+    if (!heuristic) {
+      if (auto x = solve_by_elimination(priced, eo)) {
+        res.exact = true;
+        return x;
+      }
+      if (res.exact) return std::nullopt;
+      heuristic = true;
+    }
+    std::vector<StrategyIdx> x = reduced_greedy(priced, deadline);
+    if (x.empty()) return std::nullopt;
+    return x;
   };
   auto row_loads = [&](const std::vector<StrategyIdx>& x) {
     const std::vector<int64_t> l = prices.loads(x);
@@ -49,6 +63,7 @@ LagrangianResult lagrangian_memory(const Problem& p, const std::vector<MemoryRow
     ++res.iterations;
     const std::vector<double> load = row_loads(*x);
     consider(*x, load);
+    if (heuristic && !res.best_feasible.empty()) break;  // no bound to improve: a plan is enough
     // Dual value: priced optimum - sum_k lambda_k * (limit - 0) ... the offsets are in load.
     double dual = evaluate_cost(p, *x);
     double norm2 = 0;
@@ -79,7 +94,7 @@ LagrangianResult lagrangian_memory(const Problem& p, const std::vector<MemoryRow
     }
     if (!moved || theta < 1e-6) break;
   }
-  res.lower_bound = best_dual;
+  res.lower_bound = res.exact ? best_dual : -kInfCost;
   // No feasible point yet: push the best prices up until one fits.
   if (res.applicable && res.best_feasible.empty()) {
     std::vector<double> lam = best_lambda;

@@ -1,10 +1,15 @@
 #pragma once
-/// Lagrangian relaxation of the memory rows, for problems whose pairwise part is solved exactly
-/// by elimination (elimination.h): each row k gets a price lambda_k >= 0 per byte, every node
-/// pays usage x the prices of the rows it appears in, and the priced pairwise problem is solved
-/// exactly.  Its value minus sum_k lambda_k (limit - offset_k) is a lower bound on the
-/// constrained optimum (weak duality); prices follow subgradient steps (Polyak step sizes), and
-/// every priced optimum that happens to fit is a feasible plan.  If none fits, the prices are
+/// Lagrangian relaxation of the memory rows: the solver's one pricing machinery for plain
+/// Problems (the group model's bound is lower_bound.h's).  Each row k gets a price
+/// lambda_k >= 0 per byte (row_prices.h), every node pays usage x the prices of the rows it
+/// appears in, and the priced pairwise problem is solved without memory:
+///  - exactly by elimination (elimination.h) when it can: the priced optimum minus
+///    sum_k lambda_k (limit - offset_k) is then a lower bound on the constrained optimum (weak
+///    duality), and prices follow subgradient steps (Polyak step sizes) towards it;
+///  - otherwise heuristically, by the exact reductions (reduce.h: trees and chains vanish) and
+///    greedy descent (greedy.h) on what is left: the same steps, no bound, and the first
+///    priced plan that fits ends the search.
+/// Every priced plan that happens to fit is a feasible plan.  If none fits, the prices are
 /// scaled up until one does.
 #include <chrono>
 #include <vector>
@@ -16,10 +21,11 @@
 namespace autoshard {
 
 struct LagrangianResult {
-  bool applicable = false;                ///< elimination could solve the priced problems
+  bool applicable = false;                ///< some priced problem was solved
+  bool exact = false;                     ///< by elimination: lower_bound is valid
   std::vector<StrategyIdx> best_feasible;  ///< empty if none found
   Cost best_cost = kInfCost;
-  Cost lower_bound = -kInfCost;
+  Cost lower_bound = -kInfCost;           ///< -inf unless exact
   int iterations = 0;
 };
 

@@ -1,9 +1,9 @@
 #pragma once
 /// Prices on memory rows: the Lagrangian multipliers of "offset_k + sum of usages <= limit".
-/// Every memory-pricing method of the solver works on them -- the greedy's penalised repair,
-/// its Lagrangian heuristic (priced problem solved by reductions + descent) and the Lagrangian
-/// bound (priced problem solved exactly by elimination, lagrangian.h) -- so the row index per
-/// node, the priced node costs and the row loads live here once.
+/// Every memory-pricing method of the solver works on them -- the greedy's penalised repair and
+/// the Lagrangian relaxation (lagrangian.h: priced problem solved exactly by elimination, or
+/// heuristically by reductions + descent) -- so the row index per node, the priced node costs
+/// and the row loads live here once.
 #include <cstdint>
 #include <vector>
 

@@ -186,10 +186,10 @@ SolveResult solve(const Problem& p, const SolverOptions& opt) {
     // start and a lower bound; half of the remaining time at most.
     LagrangianResult lr = lagrangian_memory(r, rows, Clock::now() + (deadline - Clock::now()) / 2);
     if (lr.applicable) {
-      lagrangian_bound = lr.lower_bound;
+      if (lr.exact) lagrangian_bound = lr.lower_bound;
       if (!lr.best_feasible.empty()) best = lr.best_feasible, best_obj = lr.best_cost;
-      say("lagrangian: " + std::to_string(lr.iterations) + " iterations, bound " +
-          std::to_string(lr.lower_bound + rp.constant_cost) +
+      say("lagrangian" + std::string(lr.exact ? "" : " heuristic") + ": " + std::to_string(lr.iterations) +
+          " iterations" + (lr.exact ? ", bound " + std::to_string(lr.lower_bound + rp.constant_cost) : std::string()) +
           (best.empty() ? std::string(", nothing feasible") : ", feasible " + std::to_string(best_obj + rp.constant_cost)));
     }
   }
@@ -205,6 +205,7 @@ SolveResult solve(const Problem& p, const SolverOptions& opt) {
       std::vector<StrategyIdx> fwd = rp.map_forward(opt.warm_start);
       if (!fwd.empty()) consider(greedy_solve(r, rows, fwd, greedy_deadline));
     }
+    if (!best.empty()) consider(greedy_solve(r, rows, best, greedy_deadline));  // polish the priced plan
     consider(greedy_solve(r, rows, {}, greedy_deadline));
   }
   timer.end("warm start");
