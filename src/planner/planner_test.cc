@@ -350,6 +350,8 @@ TEST(PlannerGolden, ParametersAreShardedUnderAMemoryLimit) {
   Plan none = tiny.get_solution();
   EXPECT_FALSE(none.has_solution);
   EXPECT_EQ(none.status, SolveStatus::kInfeasible);
+  EXPECT_EQ(none.objective_us, kInfCost);  // no step time (JSON null), not 0
+  EXPECT_EQ(none.gap, kInfCost);
   EXPECT_GT(none.min_peak_memory_bytes, po.memory_limit_bytes);
   EXPECT_LE(none.min_peak_memory_bytes, p.peak_memory_bytes);
   // The memory floor proves it without a solve: here every node can take its least-usage

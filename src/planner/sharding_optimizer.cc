@@ -384,6 +384,7 @@ Plan ShardingOptimizer::get_solution() {
     plan = evaluate(cp.expand(r.choice));
   } else {
     plan.nodes.resize(static_cast<size_t>(graph_.size()));
+    plan.objective_us = kInfCost;  // no plan: no step time (JSON null, not 0)
     plan.memory_limit_bytes = bp.memory_limit;
     plan.graph_nodes = graph_.size();
     plan.problem_nodes = bp.problem.num_nodes();
@@ -392,7 +393,7 @@ Plan ShardingOptimizer::get_solution() {
   }
   plan.status = r.status;
   plan.lower_bound_us = r.lower_bound;
-  plan.gap = r.gap;
+  plan.gap = plan.has_solution ? r.gap : kInfCost;
   plan.min_peak_memory_bytes = r.min_peak_usage;
   if (!plan.has_solution && r.status == SolveStatus::kInfeasible) {
     // Proven: the floor, or the solver's minimum when its memory model was exact (the tied
