@@ -103,8 +103,8 @@ AnytimeResult solve_anytime(const Problem& p, const AnytimeOptions& options) {
     const GroupBnbResult bb = group_branch_and_bound(m, incumbent, bo);
     if (bb.ran) {
       if (bb.found) shared.offer(bb.cost - m.offset, bb.choice);
-      say(fmt::format("{:.2f}s branch and bound: bound {:.0f} after {} nodes{}", since(), bb.lower_bound,
-                      bb.nodes, bb.proven ? " (proven)" : ""));
+      say(fmt::format("{:.2f}s branch and bound: bound {:.0f} after {} LPs, {} memory rows{}", since(),
+                      bb.lower_bound, bb.nodes, bb.memory_rows, bb.proven ? " (proven)" : ""));
       res.lower_bound = std::max(res.lower_bound, bb.lower_bound);
     } else {
       const Cost target = shared.have ? shared.cost + m.offset : res.lower_bound * 1.5 + 1;
