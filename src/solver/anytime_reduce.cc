@@ -7,6 +7,8 @@
 #include <map>
 #include <unordered_map>
 
+#include "solver/min_plus.h"
+
 namespace autoshard {
 namespace {
 namespace anytime_impl {
@@ -295,22 +297,18 @@ class Reducer {
     if (work > kDeg2MaxWork || table > kDeg2MaxTable) return false;
     AnytimeReduction::Record r{AnytimeReduction::Record::kTable, g, a, b, 0, orig_count_[static_cast<size_t>(b)], {}};
     r.table.assign(static_cast<size_t>(table), -1);
-    std::vector<Cost> m(an.size() * bn.size());
-    std::vector<Cost> left(w.size());
-    for (size_t s = 0; s < an.size(); ++s) {
-      for (size_t t = 0; t < w.size(); ++t) left[t] = w.unary[t] + ecost(edge(ea), g, t, s);
-      for (size_t q = 0; q < bn.size(); ++q) {
-        Cost best = kInfCost;
-        size_t arg = 0;
-        for (size_t t = 0; t < w.size(); ++t) {
-          Cost c = left[t] + ecost(edge(eb), g, t, q);
-          if (c < best) { best = c; arg = t; }
-        }
-        m[s * bn.size() + q] = best;
+    // The first minimising strategy of g in index order, as the loops here always took.
+    std::vector<int32_t> order(w.size());
+    for (size_t t = 0; t < w.size(); ++t) order[t] = static_cast<int32_t>(t);
+    MinPlusProduct mp = min_plus_product(
+        static_cast<int32_t>(an.size()), static_cast<int32_t>(bn.size()), order,
+        [&](int32_t t, int32_t s) { return w.unary[sz(t)] + ecost(edge(ea), g, sz(t), sz(s)); },
+        [&](int32_t t, int32_t q) { return ecost(edge(eb), g, sz(t), sz(q)); });
+    for (size_t s = 0; s < an.size(); ++s)
+      for (size_t q = 0; q < bn.size(); ++q)
         r.table[static_cast<size_t>(an.ids[s]) * static_cast<size_t>(r.stride) + static_cast<size_t>(bn.ids[q])] =
-            w.ids[arg];
-      }
-    }
+            w.ids[sz(std::max(mp.arg[s * bn.size() + q], 0))];
+    std::vector<Cost>& m = mp.m;
     erase_edge(ea);
     erase_edge(eb);
     add_edge(a, b, m);

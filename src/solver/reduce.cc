@@ -6,6 +6,8 @@
 #include <deque>
 #include <unordered_map>
 
+#include "solver/min_plus.h"
+
 namespace autoshard {
 
 namespace {
@@ -13,25 +15,6 @@ namespace reduce_impl {
 
 /// Most multiply-adds one degree-2 elimination may do (~50 ms).
 constexpr int64_t kDeg2MaxWork = 50'000'000;
-
-/// One row of a min-plus product with its argmin: where x + c2[r] < row[r], row[r] takes it
-/// and arg[r] becomes q.  Branch-free so that it vectorises; the baseline x86-64 target (SSE2)
-/// cannot, so an AVX2 clone is picked at load time where the CPU has it (the results are the
-/// same bits: a compare and a select, no reassociation).
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-__attribute__((target_clones("avx2", "default")))
-#endif
-void min_plus_row(double* __restrict row, double* __restrict arg, const double* __restrict c2,
-                  double x, double q, int32_t n) {
-  for (int32_t r = 0; r < n; ++r) {
-    const double y = x + c2[r];
-    const double old = row[r];
-    const double a = arg[r];
-    const bool take = y < old;
-    row[r] = take ? y : old;
-    arg[r] = take ? q : a;
-  }
-}
 
 struct WNode {
   bool alive = true;
@@ -406,28 +389,19 @@ class Reducer {
       // The min-plus product costs ku * k * kw; beyond the cap the node stays for the search
       // (on 4-D meshes k is in the thousands and one product would take seconds).
       if (ku * k * kw > kDeg2MaxWork) return;
-      std::vector<Cost> m(sz(ku * kw), kInfCost);
-      // The argmin is kept as a double beside the cost (exact for any strategy index), so that
-      // both arrays take the same vector lanes and the loop below vectorises.
-      std::vector<double> argd(sz(ku * kw), -1);
-      std::vector<Cost> col2(sz(kw));
       // v's strategies in order of (usage, index): the first to reach a minimum is the one
-      // `better` prefers (least usage, then lowest index), so a strict < suffices and the inner
-      // loop has no branch (it vectorises; this product was a second of llama3-70b on 8x8x8).
+      // `better` prefers (least usage, then lowest index); the product vectorises (it was a
+      // second of llama3-70b on 8x8x8).
       std::vector<int32_t> order(sz(k));
       for (int32_t q = 0; q < k; ++q) order[sz(q)] = q;
       std::stable_sort(order.begin(), order.end(),
                        [&](int32_t a, int32_t b) { return n.usage[sz(a)] < n.usage[sz(b)]; });
-      for (const int32_t q : order) {
-        for (int32_t r = 0; r < kw; ++r) col2[sz(r)] = ev(e2, v, q, r);
-        for (int32_t p = 0; p < ku; ++p) {
-          const Cost x = ev(e1, v, q, p) + n.cost[sz(q)];
-          if (!(x < kInfCost)) continue;
-          min_plus_row(&m[sz(p * kw)], &argd[sz(p * kw)], col2.data(), x, q, static_cast<int32_t>(kw));
-        }
-      }
-      std::vector<int32_t> arg(argd.size());
-      for (size_t i = 0; i < argd.size(); ++i) arg[i] = static_cast<int32_t>(argd[i]);
+      MinPlusProduct mp = min_plus_product(
+          static_cast<int32_t>(ku), static_cast<int32_t>(kw), order,
+          [&](int32_t q, int32_t p) { return ev(e1, v, q, p) + n.cost[sz(q)]; },
+          [&](int32_t q, int32_t r) { return ev(e2, v, q, r); });
+      std::vector<Cost>& m = mp.m;
+      const std::vector<int32_t>& arg = mp.arg;
       if (!free)
         for (int32_t a : arg)
           if (a >= 0 && !ok(a)) return;
