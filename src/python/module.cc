@@ -21,6 +21,7 @@
 #include "mesh/hardware.h"
 #include "mesh/mesh.h"
 #include "models/models.h"
+#include "planner/recompute.h"
 #include "planner/sharding_optimizer.h"
 #include "python/bindings.h"
 
@@ -126,6 +127,18 @@ void bind_options(py::module_& m) {
           })
       .def_readwrite("memory_limit_bytes", &PlannerOptions::memory_limit_bytes,
                      "-1: the hardware's memory, 0: no limit")
+      .def_property(
+          "recompute",
+          [](const PlannerOptions& o) { return std::string(recompute_policy_name(o.recompute)); },
+          [](PlannerOptions& o, const std::string& s) {
+            auto r = parse_recompute_policy(s);
+            if (!r)
+              throw std::invalid_argument(
+                  fmt::format("recompute: expected none, selective, full or auto, got '{}'", s));
+            o.recompute = *r;
+          },
+          "Activation recomputation per layer region: none, selective, full, or auto (the solver "
+          "decides per region).")
       .def_readwrite("time_limit_s", &PlannerOptions::time_limit_s)
       .def_readwrite("mip_gap", &PlannerOptions::mip_gap)
       .def_readwrite("threads", &PlannerOptions::threads)
@@ -151,6 +164,10 @@ void bind_plan(py::module_& m) {
       .def_readonly("min_peak_memory_bytes", &Plan::min_peak_memory_bytes)
       .def_readonly("min_peak_lower_bound_bytes", &Plan::min_peak_lower_bound_bytes)
       .def_readonly("checked", &Plan::checked)
+      .def_readonly("recompute_us", &Plan::recompute_us,
+                    "Step time that activation recomputation adds (compute and its collectives).")
+      .def_readonly("layer_recompute", &Plan::layer_recompute,
+                    "Per repeated layer in forward order: (layer, 'none' | 'selective' | 'full').")
       .def_readonly("warnings", &Plan::warnings)
       .def_readonly("phase_seconds", &Plan::phase_seconds)
       .def("__repr__", [](const Plan& p) {

@@ -150,6 +150,30 @@ def test_pin_and_remove(core, llama2l_graph):
         opt.remove_constraints(["nope"])
 
 
+def test_recompute_option_and_per_layer_report(core):
+    """PlannerOptions.recompute reaches the planner, and the plan says what recomputation adds
+    and what each layer does, as `autoshard plan --recompute` and its JSON do."""
+    g = core.Graph.builtin("llama3-8b", batch=1, seq=256, layers=2)
+    mesh = core.Mesh([2], ["dp"])
+    o = core.planner_options(time_limit_s=60, threads=1, memory_limit_bytes=0)
+    assert o.recompute == "none"
+    with pytest.raises(ValueError, match="recompute: expected none, selective, full or auto"):
+        o.recompute = "sometimes"
+    keep = core.ShardingOptimizer(g, mesh, o).get_solution()
+    assert keep.has_solution and keep.recompute_us == 0 and keep.layer_recompute == []
+    o.recompute = "full"
+    assert o.recompute == "full"
+    opt = core.ShardingOptimizer(g, mesh, o)
+    full = opt.get_solution()
+    assert full.has_solution and full.checked
+    assert full.recompute_us > 0
+    assert full.layer_recompute == [("layers.0", "full"), ("layers.1", "full")]
+    assert full.peak_memory_bytes < keep.peak_memory_bytes
+    assert full.objective_us >= keep.objective_us + full.recompute_us - 1e-6
+    summary = json.loads(opt.summary_json())
+    assert summary["recompute_us"] == pytest.approx(full.recompute_us)
+
+
 @pytest.mark.parametrize("kind", ["dict", "dataclass"])
 def test_structured_outputs(core, kind):
     """HF-style models (dict / dataclass outputs) trace; output constraints pin the outputs."""
