@@ -153,7 +153,7 @@ def test_pin_and_remove(core, llama2l_graph):
 def test_recompute_option_and_per_layer_report(core):
     """PlannerOptions.recompute reaches the planner, and the plan says what recomputation adds
     and what each layer does, as `autoshard plan --recompute` and its JSON do."""
-    g = core.Graph.builtin("llama3-8b", batch=1, seq=256, layers=2)
+    g = core.Graph.builtin("llama3-8b", batch=4, seq=2048, layers=2)  # activations matter
     mesh = core.Mesh([2], ["dp"])
     o = core.planner_options(time_limit_s=60, threads=1, memory_limit_bytes=0)
     assert o.recompute == "none"
