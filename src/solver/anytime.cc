@@ -21,15 +21,27 @@ namespace autoshard {
 
 using Clock = std::chrono::steady_clock;
 
+/// Most of the time the search may take from the memory bound's share while it improves.
+constexpr double kMaxSearchShare = 0.6;
+
 AnytimeResult solve_anytime(const Problem& p, const AnytimeOptions& options) {
   const auto t0 = Clock::now();
   auto since = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
   auto say = [&](const std::string& s) {
     if (options.progress) options.progress(s);
   };
-  const double bound_s = std::clamp(options.memory_bound_share, 0.0, 1.0) * std::max(0.0, options.time_limit_s);
-  const auto deadline = t0 + std::chrono::duration_cast<Clock::duration>(
-                                 std::chrono::duration<double>(std::max(0.0, options.time_limit_s - bound_s)));
+  const double total_s = std::max(0.0, options.time_limit_s);
+  const double bound_s = std::clamp(options.memory_bound_share, 0.0, 1.0) * total_s;
+  // The search has total - bound seconds for sure.  While it still improves (no stall as long
+  // as half of that), it runs on into the bound's share, up to kMaxSearchShare of the time: on
+  // the recomputation models the plan keeps improving for seconds, and their LP would not
+  // reach its root in the time it leaves (docs/benchmarks.md, "Round 6").
+  const double search_s = total_s - bound_s;
+  const double search_cap_s = bound_s > 0 ? std::max(search_s, kMaxSearchShare * total_s) : total_s;
+  const auto at = [&](double s) {
+    return t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+  };
+  const auto deadline = at(search_cap_s);
   AnytimeResult res;
   AnytimeReduction red(p);
   const GroupModel& m = red.model();
@@ -46,7 +58,11 @@ AnytimeResult solve_anytime(const Problem& p, const AnytimeOptions& options) {
 
   SharedIncumbent shared;
   shared.start = t0;
-  shared.on_improve = [&](Cost c, double t) { say(fmt::format("{:.2f}s cost {:.0f}", t, c + m.offset)); };
+  double last_improve_s = 0;  // under shared.mu
+  shared.on_improve = [&](Cost c, double t) {
+    last_improve_s = t;
+    say(fmt::format("{:.2f}s cost {:.0f}", t, c + m.offset));
+  };
   std::atomic<bool> stop{false};
   int threads = options.threads > 0 ? options.threads : static_cast<int>(std::thread::hardware_concurrency());
   threads = std::max(1, threads);
@@ -75,6 +91,8 @@ AnytimeResult solve_anytime(const Problem& p, const AnytimeOptions& options) {
       const Cost bound = std::max(res.lower_bound, published + 1e-9 * std::abs(published));
       if (shared.have && shared.cost + m.offset <= bound) break;
       if (bound >= options.cutoff) break;  // nothing cheaper than the cutoff exists
+      const double t = since();
+      if (t >= search_s && t - last_improve_s >= search_s / 2) break;  // stalled
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
@@ -106,12 +124,14 @@ AnytimeResult solve_anytime(const Problem& p, const AnytimeOptions& options) {
       say(fmt::format("{:.2f}s branch and bound: bound {:.0f} after {} LPs, {} memory rows{}", since(),
                       bb.lower_bound, bb.nodes, bb.memory_rows, bb.proven ? " (proven)" : ""));
       res.lower_bound = std::max(res.lower_bound, bb.lower_bound);
-    } else {
+    } else if (const double left = options.time_limit_s - since(); left > 0.05) {
       const Cost target = shared.have ? shared.cost + m.offset : res.lower_bound * 1.5 + 1;
-      Cost b = lagrangian_memory_bound(m, target, std::max(0.0, options.time_limit_s - since()));
+      Cost b = lagrangian_memory_bound(m, target, left);
       b -= 1e-9 * std::abs(b);  // the TRW-S sums' floating-point margin, as above
       say(fmt::format("{:.2f}s memory-aware bound {:.0f}", since(), b));
       res.lower_bound = std::max(res.lower_bound, b);
+    } else {
+      say(fmt::format("{:.2f}s branch and bound: no root LP in the time left", since()));
     }
   }
   if (shared.have) {

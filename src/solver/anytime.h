@@ -22,7 +22,8 @@ struct AnytimeOptions {
   /// Share of the time given, after the search, to a memory-aware bound when the usage limit
   /// binds: LP branch and bound (group_bnb.h), which may also improve the plan, on models
   /// small enough for its LP, else the Lagrangian bound (lower_bound.h).  0: the bound stays
-  /// memory-free.
+  /// memory-free.  A search that is still improving when its own share ends runs on, until
+  /// it stalls for half its share or reaches 60 % of the time.
   double memory_bound_share = 0;
   /// Relative gap at which the branch and bound may stop.
   double gap = 0;
