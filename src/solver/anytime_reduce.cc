@@ -300,10 +300,12 @@ class Reducer {
     // The first minimising strategy of g in index order, as the loops here always took.
     std::vector<int32_t> order(w.size());
     for (size_t t = 0; t < w.size(); ++t) order[t] = static_cast<int32_t>(t);
+    const WEdge& to_a = edge(ea);  // (clang 14 cannot capture structured bindings)
+    const WEdge& to_b = edge(eb);
     MinPlusProduct mp = min_plus_product(
         static_cast<int32_t>(an.size()), static_cast<int32_t>(bn.size()), order,
-        [&](int32_t t, int32_t s) { return w.unary[sz(t)] + ecost(edge(ea), g, sz(t), sz(s)); },
-        [&](int32_t t, int32_t q) { return ecost(edge(eb), g, sz(t), sz(q)); });
+        [&](int32_t t, int32_t s) { return w.unary[sz(t)] + ecost(to_a, g, sz(t), sz(s)); },
+        [&](int32_t t, int32_t q) { return ecost(to_b, g, sz(t), sz(q)); });
     for (size_t s = 0; s < an.size(); ++s)
       for (size_t q = 0; q < bn.size(); ++q)
         r.table[static_cast<size_t>(an.ids[s]) * static_cast<size_t>(r.stride) + static_cast<size_t>(bn.ids[q])] =
