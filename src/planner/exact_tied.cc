@@ -96,6 +96,7 @@ SolveResult solve_exact_tied(const ExactTiedProblem& et, const SolverOptions& op
   ao.cutoff = opt.cutoff;
   ao.memory_bound_share = kBoundShare;
   ao.gap = opt.mip_gap;
+  if (opt.warm_start.size() == static_cast<size_t>(et.problem.num_nodes())) ao.warm_start = opt.warm_start;
   if (opt.progress) ao.progress = [&](const std::string& m) { opt.progress(m); };
   const AnytimeResult ar = solve_anytime(et.problem, ao);
   SolveResult r;

@@ -47,6 +47,7 @@ ExactTiedProblem exact_memory_tied_problem(const Problem& full, const ClusteredP
 /// time going to the memory-aware Lagrangian bound.  The result is in class terms: choice, objective and bound as for cp.problem, status
 /// kOptimal when the bound meets the plan, kFeasible with a plan, kTimedOut without one (the
 /// search proves no infeasibility), kInfeasible when no finite-cost plan exists at all.
+/// opt.warm_start, when it is a full choice of et.problem, is the first incumbent.
 /// allow_mip = false sends every size to the anytime search (for tests).
 SolveResult solve_exact_tied(const ExactTiedProblem& et, const SolverOptions& opt, bool allow_mip = true);
 

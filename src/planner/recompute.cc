@@ -432,6 +432,16 @@ void keep_all_activations(const BuiltProblem& bp, const std::vector<PNodeIdx>& c
                      0);
 }
 
+bool forbid_recomputation(const BuiltProblem& bp, const std::vector<PNodeIdx>& class_of, Problem& p) {
+  const Collapsed c = collapsed_classes(bp, class_of);
+  for (const auto& [k, keep] : c.decision) {
+    std::vector<Cost>& costs = p.nodes.at(static_cast<size_t>(k)).costs;
+    for (size_t s = 0; s < costs.size(); ++s)
+      if (static_cast<StrategyIdx>(s) != keep) costs[s] = kInfCost;
+  }
+  return !c.decision.empty();
+}
+
 void lift_kept_choice(const BuiltProblem& bp, const std::vector<PNodeIdx>& class_of,
                       const Problem& full, std::vector<StrategyIdx>& choice) {
   if (choice.empty()) return;

@@ -78,6 +78,11 @@ void lift_kept_choice(const BuiltProblem& bp, const std::vector<PNodeIdx>& class
 /// The reverse, for warm starts: collapsed nodes take strategy 0.
 void lower_kept_choice(const BuiltProblem& bp, const std::vector<PNodeIdx>& class_of,
                        std::vector<StrategyIdx>& choice);
+/// `p` (as for keep_all_activations) with every decision of a region that may keep forbidden
+/// from anything but keep (+inf cost): the recompute-none problem, memory included, in the
+/// shape of the recompute-auto one, so that its plans are plans of `p` as they are (the gap and
+/// tail nodes follow their decision through their ties).  Returns whether anything changed.
+bool forbid_recomputation(const BuiltProblem& bp, const std::vector<PNodeIdx>& class_of, Problem& p);
 
 /// Fills decision, gap and tail entries of a full assignment that are -1 (e.g. from saved
 /// placements) with "keep" and the owner's strategy.

@@ -205,5 +205,39 @@ TEST(Recompute, PolicyNames) {
   EXPECT_FALSE(parse_recompute_policy("some"));
 }
 
+/// With a limit that binds but lets every activation stay, --recompute auto first solves with
+/// recomputation forbidden and starts from that plan: it never ends above it.
+TEST(RecomputeLarge, AutoStartsFromKeepingEverything) {
+  ModelOptions mo;
+  mo.layers = 2;
+  mo.batch = 4;
+  mo.seq = 64;
+  mo.hidden = 64;
+  mo.heads = 4;
+  mo.kv_heads = 2;
+  mo.ffn = 128;
+  mo.vocab = 128;
+  const Graph g = build_model("llama3-8b", mo);
+  const Mesh mesh({2}, {"dp"}, *hardware_preset("h100"));
+  PlannerOptions o;
+  o.time_limit_s = 12;
+  o.memory_limit_bytes = 0;
+  const Plan free_plan = ShardingOptimizer(g, mesh, o).get_solution();
+  ASSERT_TRUE(free_plan.has_solution);
+  o.memory_limit_bytes = free_plan.peak_memory_bytes * 9 / 10;
+  o.recompute = RecomputePolicy::kAuto;
+  double kept_us = -1;
+  o.progress = [&](std::string_view m) {
+    constexpr std::string_view kKept = "recompute auto: keeping every activation gives ";
+    if (m.substr(0, kKept.size()) == kKept) kept_us = std::stod(std::string(m.substr(kKept.size())));
+  };
+  const Plan p = ShardingOptimizer(g, mesh, o).get_solution();
+  ASSERT_GT(kept_us, 0) << "the keep-first solve found no plan";
+  ASSERT_TRUE(p.has_solution);
+  EXPECT_TRUE(p.checked);
+  EXPECT_LE(p.peak_memory_bytes, o.memory_limit_bytes);
+  EXPECT_LE(p.objective_us, kept_us + 0.05);  // the message rounds to 0.1 us
+}
+
 }  // namespace
 }  // namespace autoshard

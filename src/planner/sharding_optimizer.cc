@@ -23,6 +23,9 @@ namespace {
 constexpr double kMinPeakSeconds = 4.0;
 /// Share of the memory-limited solve's time for the exact tied model's search (exact_tied.h).
 constexpr double kExactTiedShare = 0.8;
+/// With --recompute auto under a binding limit: share of the exact tied model's time for the
+/// recompute-none solve that warm-starts the auto one.
+constexpr double kKeepFirstShare = 0.25;
 
 int64_t alpa_variables(const BuiltProblem& bp) {
   int64_t n = 0;
@@ -348,7 +351,34 @@ Plan ShardingOptimizer::get_solution() {
           // Most of the time: what is left serves the over-estimating model's solve below,
           // which proves infeasibility (or finds nothing either) when this finds no plan.
           eo.time_limit_s = remaining() * kExactTiedShare;
+          SolveResult kept;
+          if (options_.recompute == RecomputePolicy::kAuto) {
+            // Recompute-none first, memory included, in the auto model's shape: its plan is a
+            // plan of the auto model and starts that search, so auto never ends above none
+            // (llama3-70b 4x8: the auto search alone ended at 1065.3 ms, keeping everything
+            // gives 1052.9 ms; docs/benchmarks.md, "Round 6").
+            ExactTiedProblem keep = et;
+            if (forbid_recomputation(bp, cp.class_of, keep.problem)) {
+              SolverOptions ko = eo;
+              ko.time_limit_s = eo.time_limit_s * kKeepFirstShare;
+              kept = solve_exact_tied(keep, ko);
+              if (!kept.choice.empty()) {
+                say(fmt::format("recompute auto: keeping every activation gives {:.1f} us", kept.objective));
+                eo.warm_start = et.extend(kept.choice);
+              }
+              eo.time_limit_s = remaining() * kExactTiedShare;
+            }
+          }
           r = solve_exact_tied(et, eo);
+          if (!kept.choice.empty() && (r.choice.empty() || kept.objective < r.objective)) {
+            // The warm start did not survive the auto model's reductions: keep's plan stands,
+            // under the auto model's bound.
+            r.choice = kept.choice;
+            r.objective = kept.objective;
+            r.peak_usage = kept.peak_usage;
+            r.lower_bound = std::min(r.lower_bound, r.objective);
+            r.status = SolveStatus::kFeasible;
+          }
           solved = exact = !r.choice.empty();
         } catch (const std::invalid_argument& e) {
           say(std::string("no exact tied memory model: ") + e.what());

@@ -63,6 +63,13 @@ AnytimeResult solve_anytime(const Problem& p, const AnytimeOptions& options) {
     last_improve_s = t;
     say(fmt::format("{:.2f}s cost {:.0f}", t, c + m.offset));
   };
+  bool warm = false;
+  if (std::vector<int32_t> w = red.restrict(options.warm_start); !w.empty()) {
+    const Cost c = group_cost(m, w);
+    const auto usage = group_usage(m, w);
+    if (c < kInfCost && (m.limit < 0 || usage.empty() || *std::max_element(usage.begin(), usage.end()) <= m.limit))
+      warm = shared.offer(c - m.offset, w);
+  }
   std::atomic<bool> stop{false};
   int threads = options.threads > 0 ? options.threads : static_cast<int>(std::thread::hardware_concurrency());
   threads = std::max(1, threads);
@@ -92,7 +99,9 @@ AnytimeResult solve_anytime(const Problem& p, const AnytimeOptions& options) {
       if (shared.have && shared.cost + m.offset <= bound) break;
       if (bound >= options.cutoff) break;  // nothing cheaper than the cutoff exists
       const double t = since();
-      if (t >= search_s && t - last_improve_s >= search_s / 2) break;  // stalled
+      // Stalled -- unless warm-started: the search's own progress then stays hidden above the
+      // warm start's cost until it passes it.
+      if (!warm && t >= search_s && t - last_improve_s >= search_s / 2) break;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }

@@ -27,6 +27,9 @@ struct AnytimeOptions {
   double memory_bound_share = 0;
   /// Relative gap at which the branch and bound may stop.
   double gap = 0;
+  /// A full choice to start from (may be empty): the first incumbent when it fits and the
+  /// reductions kept it.
+  std::vector<StrategyIdx> warm_start;
   /// Called with one-line progress messages (reduction summary, each new incumbent).
   std::function<void(const std::string&)> progress;
 };

@@ -513,4 +513,16 @@ std::vector<StrategyIdx> AnytimeReduction::expand(const std::vector<int32_t>& gr
   return x;
 }
 
+std::vector<int32_t> AnytimeReduction::restrict(const std::vector<StrategyIdx>& choice) const {
+  if (choice.size() != static_cast<size_t>(num_nodes_)) return {};
+  std::vector<int32_t> g_choice(group_root_.size());
+  for (size_t g = 0; g < group_root_.size(); ++g) {
+    const auto& ids = group_ids_[g];
+    const auto it = std::find(ids.begin(), ids.end(), choice[static_cast<size_t>(group_root_[g])]);
+    if (it == ids.end()) return {};
+    g_choice[g] = static_cast<int32_t>(it - ids.begin());
+  }
+  return g_choice;
+}
+
 }  // namespace autoshard

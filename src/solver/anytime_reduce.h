@@ -57,6 +57,10 @@ class AnytimeReduction {
   const GroupModel& model() const { return model_; }
   /// Original choice for a group-model choice (one strategy index per group).
   std::vector<StrategyIdx> expand(const std::vector<int32_t>& group_choice) const;
+  /// Group-model choice of an original choice: each group takes the strategy its root node has
+  /// in `choice`.  Empty when some root's strategy was dropped by the reductions (the choice
+  /// then has no image: the reductions keep an optimal solution, not every solution).
+  std::vector<int32_t> restrict(const std::vector<StrategyIdx>& choice) const;
   /// One-line summary (sizes before and after).
   std::string summary() const { return summary_; }
 
