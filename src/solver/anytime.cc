@@ -117,13 +117,15 @@ AnytimeResult solve_anytime(const Problem& p, const AnytimeOptions& options) {
       res.lower_bound = std::max(res.lower_bound, b - 1e-9 * std::abs(b));
     }
   }
-  if (bound_s > 0 && m.limit >= 0 && m.num_segments() > 0 && res.lower_bound < kInfCost) {
+  if (bound_s > 0 && m.limit >= 0 && m.num_segments() > 0 && res.lower_bound < kInfCost &&
+      res.lower_bound < options.cutoff) {
     // Memory binds.  Small models: LP branch and bound from the incumbent (group_bnb.h), whose
     // bound passes the LP relaxation's; larger ones: the Lagrangian bound (subgradient on the
     // segments' rows, TRW-S on the priced problem), which only approaches it.
     GroupBnbOptions bo;
     bo.time_limit_s = std::max(0.0, options.time_limit_s - since());
     bo.gap = options.gap;
+    bo.cutoff = options.cutoff;
     bo.progress = options.progress;
     std::vector<int32_t> incumbent;
     if (shared.have) incumbent = shared.choice;

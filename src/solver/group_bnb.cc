@@ -255,6 +255,7 @@ GroupBnbResult BranchAndBound::run(const std::vector<int32_t>& incumbent) {
       break;
     }
     if (inc_ < kInfCost && inc_ - lb <= opt_.gap * std::abs(inc_ + m_.offset)) break;
+    if (lb + m_.offset >= opt_.cutoff) break;  // nothing cheaper than the cutoff
     open.pop();
     apply(n);
     bool solved = false;

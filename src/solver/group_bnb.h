@@ -29,6 +29,8 @@ struct GroupBnbOptions {
   double time_limit_s = 10;
   /// Stop once incumbent - bound <= gap * incumbent (0: until proven or out of time).
   double gap = 0;
+  /// Stop once the bound (offset included) reaches this: nothing cheaper exists (mesh search).
+  Cost cutoff = kInfCost;
   /// Models whose LP has more columns (after class compression), or whose edge matrices have
   /// more entries, are not attempted: the LP alone would eat the time or the memory.  The
   /// result then has ran == false.

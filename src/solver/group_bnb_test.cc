@@ -59,6 +59,18 @@ TEST(GroupBnb, WorseIncumbentIsImprovedAndKeptIfBest) {
   EXPECT_TRUE(same.proven);
 }
 
+TEST(GroupBnb, CutoffStopsOnceNothingCheaperCanExist) {
+  const GroupModel m = knapsack_pair();
+  GroupBnbOptions opt;
+  opt.cutoff = 5 + 10;  // above the optimum: the search runs to its proof
+  EXPECT_TRUE(group_branch_and_bound(m, {}, opt).proven);
+  opt.cutoff = 5 + 4;  // between the LP value (5 + 11/3) and the optimum (5 + 9)
+  const GroupBnbResult r = group_branch_and_bound(m, {}, opt);
+  ASSERT_TRUE(r.ran);
+  EXPECT_GE(r.lower_bound, opt.cutoff * (1 - 1e-6));  // less the LP tolerance margin
+  EXPECT_LE(r.lower_bound, 5 + 9);
+}
+
 TEST(GroupBnb, NothingFitsIsProven) {
   GroupModel m = knapsack_pair();
   m.base = {5};  // at least 5 + 0 + 0 fits ...
