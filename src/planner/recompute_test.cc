@@ -144,10 +144,8 @@ TEST(Recompute, AutoRecomputesOnlyWhenMemoryBinds) {
   EXPECT_FALSE(tight.get_solution().has_solution);
 }
 
-/// A small LLaMA: full recomputation lowers the peak on a 2-device mesh, tied and untied layers
-/// give the same plan cost and the independent check agrees; on one device (no sharding to
-/// trade) a budget between the two peaks is met only by recomputing.
-TEST(RecomputeLarge, SmallLlamaFitsOnlyWithRecomputation) {
+/// A small LLaMA: 2 layers, hidden 64, batch 4 x 64 tokens.
+Graph two_layer_llama() {
   ModelOptions mo;
   mo.layers = 2;
   mo.batch = 4;
@@ -157,7 +155,14 @@ TEST(RecomputeLarge, SmallLlamaFitsOnlyWithRecomputation) {
   mo.kv_heads = 2;
   mo.ffn = 128;
   mo.vocab = 128;
-  const Graph g = build_model("llama3-8b", mo);
+  return build_model("llama3-8b", mo);
+}
+
+/// A small LLaMA: full recomputation lowers the peak on a 2-device mesh, tied and untied layers
+/// give the same plan cost and the independent check agrees; on one device (no sharding to
+/// trade) a budget between the two peaks is met only by recomputing.
+TEST(RecomputeLarge, SmallLlamaFitsOnlyWithRecomputation) {
+  const Graph g = two_layer_llama();
   PlannerOptions o;
   o.memory_limit_bytes = 0;
   o.time_limit_s = 30;
@@ -208,16 +213,7 @@ TEST(Recompute, PolicyNames) {
 /// With a limit that binds but lets every activation stay, --recompute auto first solves with
 /// recomputation forbidden and starts from that plan: it never ends above it.
 TEST(RecomputeLarge, AutoStartsFromKeepingEverything) {
-  ModelOptions mo;
-  mo.layers = 2;
-  mo.batch = 4;
-  mo.seq = 64;
-  mo.hidden = 64;
-  mo.heads = 4;
-  mo.kv_heads = 2;
-  mo.ffn = 128;
-  mo.vocab = 128;
-  const Graph g = build_model("llama3-8b", mo);
+  const Graph g = two_layer_llama();
   const Mesh mesh({2}, {"dp"}, *hardware_preset("h100"));
   PlannerOptions o;
   o.time_limit_s = 12;
