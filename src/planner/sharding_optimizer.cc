@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <stdexcept>
 
@@ -41,6 +42,46 @@ int64_t peak_upper_bound(const Problem& p) {
   usage.reserve(p.nodes.size());
   for (const ProblemNode& n : p.nodes) usage.push_back(*std::max_element(n.usages.begin(), n.usages.end()));
   return peak_of_usages(p, usage);
+}
+
+/// The memory-limited solve on the exact tied model (exact_tied.h), with kExactTiedShare of the
+/// seconds `remaining()` leaves.  keep_first (--recompute auto): a recompute-none solve of the
+/// same model (forbid_recomputation) first takes kKeepFirstShare of them; its plan is a plan of
+/// the auto model and starts that search, so auto never ends above none (llama3-70b 4x8: the
+/// auto search alone ended at 1065.3 ms, keeping everything gives 1052.9 ms;
+/// docs/benchmarks.md, "Round 6").  Throws std::invalid_argument when there is no exact model.
+SolveResult solve_exact_tied_model(const BuiltProblem& bp, const ClusteredProblem& cp, bool keep_first,
+                                   SolverOptions eo, const std::function<double()>& remaining,
+                                   const std::function<void(const std::string&)>& say) {
+  const ExactTiedProblem et = exact_memory_tied_problem(bp.problem, cp);
+  // Most of the time: what is left serves the over-estimating model's solve, which proves
+  // infeasibility (or finds nothing either) when this finds no plan.
+  eo.time_limit_s = remaining() * kExactTiedShare;
+  SolveResult kept;
+  if (keep_first) {
+    ExactTiedProblem keep = et;
+    if (forbid_recomputation(bp, cp.class_of, keep.problem)) {
+      SolverOptions ko = eo;
+      ko.time_limit_s = eo.time_limit_s * kKeepFirstShare;
+      kept = solve_exact_tied(keep, ko);
+      if (!kept.choice.empty()) {
+        say(fmt::format("recompute auto: keeping every activation gives {:.1f} us", kept.objective));
+        eo.warm_start = et.extend(kept.choice);
+      }
+      eo.time_limit_s = remaining() * kExactTiedShare;
+    }
+  }
+  SolveResult r = solve_exact_tied(et, eo);
+  if (!kept.choice.empty() && (r.choice.empty() || kept.objective < r.objective)) {
+    // The warm start did not survive the auto model's reductions: keep's plan stands, under
+    // the auto model's bound.
+    r.choice = kept.choice;
+    r.objective = kept.objective;
+    r.peak_usage = kept.peak_usage;
+    r.lower_bound = std::min(r.lower_bound, r.objective);
+    r.status = SolveStatus::kFeasible;
+  }
+  return r;
 }
 
 }  // namespace
@@ -346,39 +387,7 @@ Plan ShardingOptimizer::get_solution() {
       bool exact = cp.memory_exact, solved = false;
       if (!exact) {
         try {
-          const ExactTiedProblem et = exact_memory_tied_problem(bp.problem, cp);
-          SolverOptions eo = so;
-          // Most of the time: what is left serves the over-estimating model's solve below,
-          // which proves infeasibility (or finds nothing either) when this finds no plan.
-          eo.time_limit_s = remaining() * kExactTiedShare;
-          SolveResult kept;
-          if (options_.recompute == RecomputePolicy::kAuto) {
-            // Recompute-none first, memory included, in the auto model's shape: its plan is a
-            // plan of the auto model and starts that search, so auto never ends above none
-            // (llama3-70b 4x8: the auto search alone ended at 1065.3 ms, keeping everything
-            // gives 1052.9 ms; docs/benchmarks.md, "Round 6").
-            ExactTiedProblem keep = et;
-            if (forbid_recomputation(bp, cp.class_of, keep.problem)) {
-              SolverOptions ko = eo;
-              ko.time_limit_s = eo.time_limit_s * kKeepFirstShare;
-              kept = solve_exact_tied(keep, ko);
-              if (!kept.choice.empty()) {
-                say(fmt::format("recompute auto: keeping every activation gives {:.1f} us", kept.objective));
-                eo.warm_start = et.extend(kept.choice);
-              }
-              eo.time_limit_s = remaining() * kExactTiedShare;
-            }
-          }
-          r = solve_exact_tied(et, eo);
-          if (!kept.choice.empty() && (r.choice.empty() || kept.objective < r.objective)) {
-            // The warm start did not survive the auto model's reductions: keep's plan stands,
-            // under the auto model's bound.
-            r.choice = kept.choice;
-            r.objective = kept.objective;
-            r.peak_usage = kept.peak_usage;
-            r.lower_bound = std::min(r.lower_bound, r.objective);
-            r.status = SolveStatus::kFeasible;
-          }
+          r = solve_exact_tied_model(bp, cp, options_.recompute == RecomputePolicy::kAuto, so, remaining, say);
           solved = exact = !r.choice.empty();
         } catch (const std::invalid_argument& e) {
           say(std::string("no exact tied memory model: ") + e.what());

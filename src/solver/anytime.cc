@@ -38,10 +38,7 @@ AnytimeResult solve_anytime(const Problem& p, const AnytimeOptions& options) {
   // reach its root in the time it leaves (docs/benchmarks.md, "Round 6").
   const double search_s = total_s - bound_s;
   const double search_cap_s = bound_s > 0 ? std::max(search_s, kMaxSearchShare * total_s) : total_s;
-  const auto at = [&](double s) {
-    return t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
-  };
-  const auto deadline = at(search_cap_s);
+  const auto deadline = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(search_cap_s));
   AnytimeResult res;
   AnytimeReduction red(p);
   const GroupModel& m = red.model();

@@ -310,10 +310,9 @@ class Reducer {
       for (size_t q = 0; q < bn.size(); ++q)
         r.table[static_cast<size_t>(an.ids[s]) * static_cast<size_t>(r.stride) + static_cast<size_t>(bn.ids[q])] =
             w.ids[sz(std::max(mp.arg[s * bn.size() + q], 0))];
-    std::vector<Cost>& m = mp.m;
     erase_edge(ea);
     erase_edge(eb);
-    add_edge(a, b, m);
+    add_edge(a, b, mp.m);
     records_.push_back(std::move(r));
     w.alive = false;
     return true;

@@ -308,7 +308,9 @@ GreedyResult greedy_solve(const Problem& p, const std::vector<MemoryRow>& rows,
   };
   Greedy g(p, rows, deadline);
   if (start.size() == sz(p.num_nodes())) consider(g.run(start));
-  if (p.num_edges() > 0)
+  // From the reduced problem's plan, unless a start is given: callers that polish a start also
+  // call without one, so it would be computed again for the same problem.
+  if (start.size() != sz(p.num_nodes()) && p.num_edges() > 0)
     if (std::vector<StrategyIdx> x = reduced_greedy(p, deadline); !x.empty()) consider(g.run(x));
   if (!best.memory_ok || !(best.cost < kInfCost)) consider(g.run({}));
   return best;

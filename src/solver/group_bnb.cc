@@ -96,7 +96,7 @@ class BranchAndBound {
   Clock::time_point start_ = Clock::now();
   ClpSimplex clp_;
   std::vector<int> x_col_;        ///< first x column per group
-  std::vector<double> x_lb_, x_ub_;  ///< the x columns' bounds before branching
+  std::vector<double> x_ub_;      ///< the x columns' upper bounds before branching (lower: 0)
   int num_x_ = 0;
   std::vector<char> has_row_;     ///< per segment
   bool rows_changed_ = true;
@@ -168,7 +168,7 @@ int BranchAndBound::add_violated_rows(const double* x, bool integral) {
 
 void BranchAndBound::apply(const Node& n) {
   for (int c = 0; c < num_x_; ++c) {
-    clp_.setColumnLower(c, x_lb_[sz(c)]);
+    clp_.setColumnLower(c, 0);
     clp_.setColumnUpper(c, x_ub_[sz(c)]);
   }
   for (auto [c, one] : n.fix) (one ? clp_.setColumnLower(c, 1) : clp_.setColumnUpper(c, 0));
@@ -216,7 +216,6 @@ GroupBnbResult BranchAndBound::run(const std::vector<int32_t>& incumbent) {
   if (res_.columns > opt_.max_columns) return res_;
   x_col_.assign(lp.node_col.begin(), lp.node_col.end());
   num_x_ = ng > 0 ? x_col_.back() + static_cast<int>(m_.unary.back().size()) : 0;
-  x_lb_.assign(lp.collb.begin(), lp.collb.begin() + num_x_);
   x_ub_.assign(lp.colub.begin(), lp.colub.begin() + num_x_);
   CoinPackedMatrix mat(false, lp.ncols(), lp.nrows(), lp.row_start.back(), lp.val.data(), lp.idx.data(),
                        lp.row_start.data(), nullptr);

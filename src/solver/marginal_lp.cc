@@ -58,21 +58,22 @@ MarginalLp build_marginal_lp(const Problem& p, const std::vector<MemoryRow>& row
       wc.push_back(warm_ok && i == won ? 1 : 0);
     }
     if (warm_ok && col[won] < 0) warm_ok = false;
-    // Marginal rows per class: the class's edge columns sum to its strategies' columns.
-    for (int32_t a = 0; a < ec.rows; ++a) {
-      for (int32_t b = 0; b < ec.cols; ++b)
-        if (int c = col[sz(a) * sz(ec.cols) + sz(b)]; c >= 0) lp.term(c, 1);
-      for (size_t q = 0; q < ku; ++q)
-        if (ec.row_class[q] == a) lp.term(lp.node_col[sz(e.u)] + static_cast<int>(q), -1);
-      lp.end_row(0, 0);
-    }
-    for (int32_t b = 0; b < ec.cols; ++b) {
-      for (int32_t a = 0; a < ec.rows; ++a)
-        if (int c = col[sz(a) * sz(ec.cols) + sz(b)]; c >= 0) lp.term(c, 1);
-      for (size_t q = 0; q < kv; ++q)
-        if (ec.col_class[q] == b) lp.term(lp.node_col[sz(e.v)] + static_cast<int>(q), -1);
-      lp.end_row(0, 0);
-    }
+    // Marginal rows per class: the class's edge columns sum to its strategies' columns.  Once
+    // for u's (row) classes, once for v's (column) classes.
+    auto marginal_rows = [&](bool of_u) {
+      const int32_t n = of_u ? ec.rows : ec.cols, other = of_u ? ec.cols : ec.rows;
+      const std::vector<int32_t>& class_of = of_u ? ec.row_class : ec.col_class;
+      const int first = lp.node_col[sz(of_u ? e.u : e.v)];
+      for (int32_t a = 0; a < n; ++a) {
+        for (int32_t b = 0; b < other; ++b)
+          if (int c = col[of_u ? sz(a) * sz(ec.cols) + sz(b) : sz(b) * sz(ec.cols) + sz(a)]; c >= 0) lp.term(c, 1);
+        for (size_t q = 0; q < class_of.size(); ++q)
+          if (class_of[q] == a) lp.term(first + static_cast<int>(q), -1);
+        lp.end_row(0, 0);
+      }
+    };
+    marginal_rows(true);
+    marginal_rows(false);
   }
   if (peak_mode) {
     lp.peak_col = lp.add_col(0, inf, 1, false);

@@ -32,8 +32,9 @@ constexpr int64_t kAnytimeBeforeMip = 20'000;
 /// Relative gap below which a solution counts as proven optimal: covers the floating-point
 /// margins of the bounds (TRW-S sums many reparametrised terms; 1e-9 relative each way).
 constexpr double kProofTolerance = 1e-8;
-/// Share of the anytime search's time spent on its memory-aware Lagrangian bound when memory
-/// rows bind (otherwise the bound reported is the memory-free optimum's).
+/// Share of the anytime search's time spent on its memory-aware bound (LP branch and bound or
+/// Lagrangian, anytime.h) when memory rows bind (otherwise the bound reported is the
+/// memory-free optimum's).
 constexpr double kMemoryBoundShare = 0.4;
 
 class PhaseTimer {
