@@ -5,6 +5,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
+# shellcheck source=scripts/generator.sh
+source scripts/generator.sh
+use_one_generator build
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j"$(nproc)" --target autoshard >/dev/null
 exec build/autoshard plan "$@"

@@ -15,9 +15,9 @@ jobs=$(nproc)
 stage "Python venv (torch 2.13.0, pytest, pybind11, playwright)"
 py=$(scripts/venv.sh)
 if command -v ccache >/dev/null; then export CMAKE_CXX_COMPILER_LAUNCHER=ccache; fi
-# Ninja for both builds and for scikit-build-core (which reads CMAKE_GENERATOR), so that the
-# wheel build can reuse the Release build directory.
-if command -v ninja >/dev/null; then export CMAKE_GENERATOR=Ninja; fi
+# shellcheck source=scripts/generator.sh
+source scripts/generator.sh
+use_one_generator build build-asan
 
 stage "Release build"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DAUTOSHARD_WERROR=ON \
