@@ -16,7 +16,7 @@
 
 #include "problem/iopddl.h"
 #include "solver/anytime.h"
-#include "solver/anytime_reduce.h"
+#include "solver/reduce.h"
 #include "solver/lower_bound.h"
 
 using namespace autoshard;
@@ -69,7 +69,7 @@ int main(int argc, char** argv) {
     // Optional Lagrangian bound, computed after the timed run (it does not count against it).
     std::string mem_bound = "-";
     if (bound_s > 0) {
-      AnytimeReduction red(inst.problem);
+      GroupReduction red(inst.problem);
       double ub = ev.feasible ? std::min(ours, c.best) : c.best;
       mem_bound = std::to_string(static_cast<long long>(
           std::floor(std::max<double>(r.lower_bound, lagrangian_memory_bound(red.model(), ub, bound_s)))));

@@ -13,7 +13,7 @@
 #include "planner/problem_builder.h"
 #include "planner/whatif.h"
 #include "problem/iopddl.h"
-#include "solver/reduce.h"
+#include "solver/memory_rows.h"
 
 namespace autoshard {
 

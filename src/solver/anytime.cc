@@ -11,7 +11,7 @@
 #include <thread>
 
 #include "problem/iopddl.h"
-#include "solver/anytime_reduce.h"
+#include "solver/reduce.h"
 #include "solver/group_bnb.h"
 #include "solver/local_search.h"
 #include "solver/lower_bound.h"
@@ -40,7 +40,7 @@ AnytimeResult solve_anytime(const Problem& p, const AnytimeOptions& options) {
   const double search_cap_s = bound_s > 0 ? std::max(search_s, kMaxSearchShare * total_s) : total_s;
   const auto deadline = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(search_cap_s));
   AnytimeResult res;
-  AnytimeReduction red(p);
+  GroupReduction red(p);
   const GroupModel& m = red.model();
   res.reduction_summary = red.summary();
   say(fmt::format("{:.2f}s {}", since(), red.summary()));

@@ -1,6 +1,6 @@
 #pragma once
-/// Anytime solver for large strategy-selection problems (the IOPDDL contest setting): exact
-/// memory-aware reductions (anytime_reduce.h), then penalty search (penalty_search.h: memory
+/// Anytime solver for large strategy-selection problems (the IOPDDL contest setting): the exact
+/// reductions as a group model (reduce.h), then penalty search (penalty_search.h: memory
 /// relaxed into per-piece penalties, the pairwise problem optimised by TRW-S message passing
 /// (trws.h) plus tree-DP LNS (local_search.h), greedy memory repair, memory-aware LNS polish,
 /// penalty weights bisected per piece) in `threads` threads sharing the incumbent, until the

@@ -7,7 +7,7 @@
 #include <sstream>
 
 #include "problem/iopddl.h"
-#include "solver/anytime_reduce.h"
+#include "solver/reduce.h"
 #include "solver/lower_bound.h"
 #include "solver/penalty_search.h"
 #include "solver/solver_test_util.h"
@@ -80,7 +80,7 @@ TEST(Anytime, ReductionPreservesCostAndUsage) {
   std::mt19937 rng(7);
   for (int trial = 0; trial < 200; ++trial) {
     Problem p = random_problem(rng, 3 + trial % 8, 4, 0.4, 0.3, trial % 2 == 0);
-    AnytimeReduction red(p);
+    GroupReduction red(p);
     const GroupModel& m = red.model();
     if (m.infeasible) {
       EXPECT_TRUE(std::isinf(brute_force(p).cost)) << trial;
@@ -155,7 +155,7 @@ TEST(Anytime, TrwsIsExactOnTreesAndBoundIsValid) {
       p.edges.push_back(e);
     }
     Cost opt = brute_force(p).cost;
-    AnytimeReduction red(p);
+    GroupReduction red(p);
     const GroupModel& m = red.model();
     Trws t(m);
     t.iterate(30, nullptr);
@@ -166,7 +166,7 @@ TEST(Anytime, TrwsIsExactOnTreesAndBoundIsValid) {
   for (int trial = 0; trial < 100; ++trial) {
     Problem p = random_problem(rng, 4 + trial % 5, 4, 0.5, 0.2, false);
     Cost opt = brute_force(p).cost;
-    AnytimeReduction red(p);
+    GroupReduction red(p);
     const GroupModel& m = red.model();
     if (m.infeasible) continue;
     Trws t(m);
@@ -181,7 +181,7 @@ TEST(Anytime, LagrangianMemoryBoundIsValid) {
   for (int trial = 0; trial < 40; ++trial) {
     Problem p = random_problem(rng, 5 + trial % 4, 4, 0.35, 0.1, true);
     Cost opt = brute_force(p).cost;
-    AnytimeReduction red(p);
+    GroupReduction red(p);
     const GroupModel& m = red.model();
     if (m.infeasible || std::isinf(opt)) continue;
     Cost lb = lagrangian_memory_bound(m, opt, 0.01);
@@ -197,7 +197,7 @@ TEST(Anytime, PenaltySearchFindsFeasibleOptima) {
   for (int trial = 0; trial < 30; ++trial) {
     Problem p = random_problem(rng, 6 + trial % 4, 4, 0.35, 0.1, true);
     Cost opt = brute_force(p).cost;
-    AnytimeReduction red(p);
+    GroupReduction red(p);
     const GroupModel& m = red.model();
     if (m.infeasible || std::isinf(opt)) continue;
     SharedIncumbent shared;
@@ -222,7 +222,7 @@ TEST(Anytime, RepairReachesTheLimitOrSaysNo) {
   std::mt19937 rng(9);
   for (int trial = 0; trial < 60; ++trial) {
     Problem p = random_problem(rng, 6 + trial % 5, 4, 0.3, 0.0, true);
-    AnytimeReduction red(p);
+    GroupReduction red(p);
     const GroupModel& m = red.model();
     if (m.infeasible) continue;
     GroupSearch s(m, 1);
@@ -282,7 +282,7 @@ TEST(Anytime, WarmStartIsTheFirstIncumbent) {
     const Problem p = testing::random_problem(seed);
     const auto brute = testing::brute_force(p);
     if (!brute.feasible) continue;
-    AnytimeReduction red(p);
+    GroupReduction red(p);
     if (red.model().infeasible) continue;
     std::vector<int32_t> g(red.model().unary.size(), 0);
     EXPECT_EQ(red.restrict(red.expand(g)), g) << seed;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "solver/reduce.h"
 #include "solver/row_prices.h"
 
 namespace autoshard {

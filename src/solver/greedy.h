@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "problem/problem.h"
-#include "solver/reduce.h"
+#include "solver/memory_rows.h"
 
 namespace autoshard {
 

@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "solver/anytime_reduce.h"
+#include "solver/group_model.h"
 
 namespace autoshard {
 

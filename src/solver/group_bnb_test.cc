@@ -6,6 +6,7 @@
 
 #include "solver/anytime.h"
 #include "solver/lower_bound.h"
+#include "solver/reduce.h"
 #include "solver/solver_test_util.h"
 
 namespace autoshard {
@@ -101,7 +102,7 @@ TEST(GroupBnb, MatchesBruteForceOnRandomProblems) {
     const Problem p = random_problem(seed);
     if (p.usage_limit < 0) continue;
     const auto brute = brute_force(p);
-    AnytimeReduction red(p);
+    GroupReduction red(p);
     const GroupModel& m = red.model();
     if (m.infeasible || m.limit < 0) continue;
     GroupBnbOptions opt;
@@ -138,7 +139,7 @@ TEST(GroupBnb, GapStopKeepsAValidBound) {
     const Problem p = random_problem(seed, o);
     if (p.usage_limit < 0) continue;
     const auto brute = brute_force(p);
-    AnytimeReduction red(p);
+    GroupReduction red(p);
     const GroupModel& m = red.model();
     if (m.infeasible || m.limit < 0 || !brute.feasible) continue;
     GroupBnbOptions opt;

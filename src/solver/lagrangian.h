@@ -16,7 +16,7 @@
 
 #include "problem/problem.h"
 #include "solver/elimination.h"
-#include "solver/reduce.h"
+#include "solver/memory_rows.h"
 
 namespace autoshard {
 

@@ -1,5 +1,5 @@
 #pragma once
-/// Memory-aware large-neighbourhood search over a GroupModel (see anytime_reduce.h).
+/// Memory-aware large-neighbourhood search over a GroupModel (see group_model.h).
 ///
 /// A move re-optimises a random induced tree of groups (1 to ~64 groups) exactly by min-sum
 /// dynamic programming, with everything outside the tree fixed.  Memory enters the DP two ways:
@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "solver/anytime_reduce.h"
+#include "solver/group_model.h"
 
 namespace autoshard {
 

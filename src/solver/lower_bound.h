@@ -1,7 +1,7 @@
 #pragma once
 /// Cheap lower bounds on the optimum (memory ignored, so valid for the constrained problem).
 #include "problem/problem.h"
-#include "solver/anytime_reduce.h"
+#include "solver/group_model.h"
 
 namespace autoshard {
 

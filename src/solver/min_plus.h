@@ -1,10 +1,9 @@
 #pragma once
-/// The degree-2 elimination's min-plus product, one implementation for both reducers (reduce.h
-/// and anytime_reduce.h): a node v between u and w is removed, and the new u - w edge holds,
-/// for each pair (p, r), the cheapest way through v,
+/// The degree-2 elimination's min-plus product (reducer.cc): a node v between u and w is
+/// removed, and the new u - w edge holds, for each pair (p, r), the cheapest way through v,
 ///     m[p * kw + r] = min over q of ( through(q, p) + onward(q, r) ),
 /// where through(q, p) is v's cost plus the u - v edge's and onward(q, r) the v - w edge's.
-/// arg holds the minimising q, the first in `order` on ties (so a reducer's preference among
+/// arg holds the minimising q, the first in `order` on ties (so the reducer's preference among
 /// equal-cost strategies -- least usage, lowest index -- is kept), or -1 where every way is
 /// +inf.
 #include <cstdint>

@@ -52,11 +52,12 @@ struct RuleCase {
   ReduceOptions opt;
 };
 
-ReduceOptions only(bool elim, bool dom, bool dec) {
+ReduceOptions only(bool elim, bool dom, bool dec, bool merge = false) {
   ReduceOptions o;
   o.eliminate = elim;
   o.dominance = dom;
   o.decompose = dec;
+  o.merge = merge;
   return o;
 }
 
@@ -68,6 +69,7 @@ TEST_P(ReduceRandom, MatchesBruteForce) {
       {"decompose", only(false, false, true)},
       {"dominance", only(false, true, false)},
       {"eliminate", only(true, false, false)},
+      {"merge", only(false, false, false, true)},
       {"all", ReduceOptions{}},
       {"all, chains always", [] {
          ReduceOptions o;
@@ -80,12 +82,13 @@ TEST_P(ReduceRandom, MatchesBruteForce) {
   for (uint32_t seed = 1; seed <= 400; ++seed) {
     testing::RandomOptions ro;
     ro.limit = seed % 5 != 0;
+    ro.function_edge_prob = seed % 3 == 0 ? 0.4 : 0;
     check_reduction(random_problem(seed, ro), rc.opt, seed);
     if (::testing::Test::HasFatalFailure()) return;
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Rules, ReduceRandom, ::testing::Range(0, 6));
+INSTANTIATE_TEST_SUITE_P(Rules, ReduceRandom, ::testing::Range(0, 7));
 
 TEST(Reduce, TreeWithoutLimitReducesToNothing) {
   // A star with a chain: no usage limit, so everything is memory-free and eliminated.
@@ -117,23 +120,6 @@ TEST(Reduce, BindingMemoryKeepsVaryingUsageNodes) {
   auto br = brute_force(rp.problem, rp.base);
   EXPECT_DOUBLE_EQ(br.cost + rp.constant_cost, 10);  // node 1 must take strategy 1
   EXPECT_EQ(rp.map_back(br.choice)[1], 1);
-}
-
-TEST(Reduce, MemoryRowsKeepOnlyMaximalLiveSets) {
-  Problem p;
-  // Intervals: [0,4) [1,3) [2,6) [5,7): maximal live sets {0,1,2} at t=2, {2,3} at t=5.
-  for (auto [s, e] : {std::pair{0, 4}, {1, 3}, {2, 6}, {5, 7}})
-    p.nodes.push_back({"", {0, 0}, {1, 2}, s, e});
-  p.usage_limit = 100;
-  auto rows = memory_rows(p, {}, false);
-  ASSERT_EQ(rows.size(), 2u);
-  EXPECT_EQ(rows[0].nodes, (std::vector<PNodeIdx>{0, 1, 2}));
-  EXPECT_EQ(rows[1].nodes, (std::vector<PNodeIdx>{2, 3}));
-  EXPECT_TRUE(memory_rows(p, {}, true).empty());  // limit 100 never binds
-  // A base bump at [6,7) makes t=6 a row of its own ({3} + 5 is not dominated by {2,3} + 0).
-  auto rows2 = memory_rows(p, {{6, 7, 5}}, false);
-  ASSERT_EQ(rows2.size(), 3u);
-  EXPECT_EQ(rows2[2].offset, 5);
 }
 
 TEST(Reduce, ParallelAndReversedEdgesAreSummed) {
@@ -170,6 +156,189 @@ TEST(ReduceScale, TenThousandNodesIsFast) {
     EXPECT_LT(rp.problem.num_nodes(), n / 2);
   }
   }
+}
+
+}  // namespace
+}  // namespace autoshard
+
+namespace autoshard {
+namespace {
+
+/// Segment bounds of a problem, as the reductions compress time.
+std::vector<int64_t> segment_bounds(const Problem& p) {
+  std::vector<int64_t> b;
+  for (const ProblemNode& n : p.nodes)
+    if (n.end > n.start) b.push_back(n.start), b.push_back(n.end);
+  std::sort(b.begin(), b.end());
+  b.erase(std::unique(b.begin(), b.end()), b.end());
+  return b;
+}
+
+/// Usage of the original problem during the segment starting at time t.
+int64_t usage_at(const Problem& p, const std::vector<StrategyIdx>& x, int64_t t) {
+  int64_t u = 0;
+  for (PNodeIdx v = 0; v < p.num_nodes(); ++v) {
+    const ProblemNode& n = p.nodes[sz(v)];
+    if (n.start <= t && t < n.end) u += n.usages[sz(x[sz(v)])];
+  }
+  return u;
+}
+
+/// Group-model usage per segment of a group choice.
+std::vector<int64_t> model_usage(const GroupModel& m, const std::vector<int32_t>& x) {
+  std::vector<int64_t> u = m.base;
+  for (int32_t g = 0; g < m.num_groups(); ++g)
+    for (const GroupModel::Piece& pc : m.pieces[sz(g)])
+      for (int32_t s = pc.seg_lo; s < pc.seg_hi; ++s) u[sz(s)] += pc.du[sz(x[sz(g)])];
+  return u;
+}
+
+Cost grouped_cost(const GroupModel& m, const std::vector<int32_t>& x) {
+  Cost c = m.offset;
+  for (int32_t g = 0; g < m.num_groups(); ++g) c += m.unary[sz(g)][sz(x[sz(g)])];
+  for (const GroupModel::Edge& e : m.edges) c += m.edge_cost(e, x[sz(e.a)], x[sz(e.b)]);
+  return c;
+}
+
+/// Like the planner's tied layer classes: each node after the first is fixed by an earlier one
+/// (one finite entry per row of a random map), on an overlapping interval of its own, plus a
+/// few ordinary edges, under a limit between the smallest and largest peak.
+Problem tied_layers(uint32_t seed) {
+  std::mt19937 rng(seed);
+  auto uni = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  Problem p;
+  const int n = uni(3, 8);
+  for (int v = 0; v < n; ++v) {
+    ProblemNode nd;
+    for (int s = uni(2, 3); s > 0; --s) nd.costs.push_back(uni(0, 20)), nd.usages.push_back(uni(0, 8));
+    nd.start = v;
+    nd.end = v + uni(1, 3);
+    p.nodes.push_back(nd);
+  }
+  for (int v = 1; v < n; ++v) {
+    const int h = uni(0, v - 1);
+    const size_t kv = p.nodes[sz(v)].costs.size(), kh = p.nodes[sz(h)].costs.size();
+    ProblemEdge e{v, h, std::vector<Cost>(kv * kh, kInfCost)};
+    for (size_t t = 0; t < kh; ++t) e.costs[sz(uni(0, static_cast<int>(kv) - 1)) * kh + t] = uni(0, 9);
+    p.edges.push_back(e);
+    if (uni(0, 2) == 0) {
+      const int o = uni(0, n - 1);
+      if (o == v) continue;
+      ProblemEdge f{v, o, {}};
+      for (size_t i = 0; i < kv * p.nodes[sz(o)].costs.size(); ++i) f.costs.push_back(uni(0, 9));
+      p.edges.push_back(f);
+    }
+  }
+  std::vector<StrategyIdx> lo(sz(n)), hi(sz(n));
+  for (int v = 0; v < n; ++v) {
+    const auto& u = p.nodes[sz(v)].usages;
+    lo[sz(v)] = static_cast<StrategyIdx>(std::min_element(u.begin(), u.end()) - u.begin());
+    hi[sz(v)] = static_cast<StrategyIdx>(std::max_element(u.begin(), u.end()) - u.begin());
+  }
+  const int64_t a = peak_usage(p, lo), b = peak_usage(p, hi);
+  p.usage_limit = a + (b - a) * uni(1, 9) / 10;
+  return p;
+}
+
+/// reduce() merges only what keeps one interval per node; still exact on tied layers.
+TEST(Reduce, TiedLayersMatchBruteForce) {
+  for (uint32_t seed = 1; seed <= 300; ++seed) {
+    check_reduction(tied_layers(seed), ReduceOptions{}, seed);
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+}
+
+/// The group model against brute force, for every group choice: its cost is the expanded
+/// choice's cost; on segments that can bind its usage is the expanded choice's usage, and on the
+/// others the original fits whatever is chosen.  So the model's optimum (enumerated) is the
+/// original's, and expanding it gives an optimal feasible plan.
+TEST(GroupReduction, EveryChoiceMatchesBruteForce) {
+  int merged = 0, pieces_kept = 0;
+  for (uint32_t seed = 1; seed <= 400; ++seed) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    testing::RandomOptions ro;
+    ro.limit = seed % 5 != 0;
+    const Problem p = seed % 2 == 0 ? tied_layers(seed) : testing::random_problem(seed, ro);
+    const auto brute = testing::brute_force(p);
+    const GroupReduction red(p);
+    const GroupModel& m = red.model();
+    if (m.infeasible) {
+      EXPECT_EQ(brute.min_peak, -1);
+      continue;
+    }
+    const std::vector<int64_t> bounds = segment_bounds(p);
+    ASSERT_EQ(sz(m.num_segments()), bounds.empty() ? 0 : bounds.size() - 1);
+    for (const auto& pcs : m.pieces) {
+      pieces_kept += static_cast<int>(pcs.size());
+      merged += pcs.size() > 1;
+    }
+    std::vector<int32_t> x(sz(m.num_groups()), 0);
+    Cost best = kInfCost;
+    std::vector<int32_t> best_x;
+    for (;;) {
+      const Cost c = grouped_cost(m, x);
+      const std::vector<StrategyIdx> ox = red.expand(x);
+      if (c < kInfCost) {
+        ASSERT_NEAR(evaluate_cost(p, ox), c, 1e-9);
+      } else {
+        ASSERT_FALSE(evaluate_cost(p, ox) < kInfCost);
+      }
+      const std::vector<int64_t> u = model_usage(m, x);
+      bool fits = true;
+      for (size_t s = 0; s < u.size(); ++s) {
+        const int64_t orig = usage_at(p, ox, bounds[s]);
+        if (m.base[s] > -(int64_t{1} << 59)) {
+          ASSERT_EQ(u[s], orig) << "segment " << s;
+        } else if (p.usage_limit >= 0) {
+          ASSERT_LE(orig, p.usage_limit) << "segment " << s;
+        }
+        fits = fits && (p.usage_limit < 0 || u[s] <= p.usage_limit);
+      }
+      if (fits && c < best) best = c, best_x = x;
+      size_t i = 0;
+      while (i < x.size() && ++x[i] == static_cast<int32_t>(m.unary[i].size())) x[i++] = 0;
+      if (i == x.size()) break;
+    }
+    ASSERT_EQ(best < kInfCost, brute.feasible);
+    if (!brute.feasible) continue;
+    EXPECT_NEAR(best, brute.cost, 1e-9);
+    const std::vector<StrategyIdx> back = red.expand(best_x);
+    EXPECT_NEAR(evaluate_cost(p, back), brute.cost, 1e-9);
+    if (p.usage_limit >= 0) {
+      EXPECT_LE(peak_usage(p, back), p.usage_limit);
+    }
+    EXPECT_EQ(red.restrict(back), best_x);
+  }
+  EXPECT_GT(pieces_kept, 100);  // memory stayed in the model ...
+  EXPECT_GT(merged, 10);        // ... and merges gave groups several pieces
+}
+
+/// Node 1 is a function of node 0 (one finite entry per row), on another interval, and the limit
+/// binds on both: the group model merges them into one group with two pieces; reduce() keeps a
+/// Problem, so it leaves both nodes.
+TEST(GroupReduction, MergeKeepsBothIntervalsAsPieces) {
+  Problem p;
+  p.nodes.push_back({"a", {0, 4}, {9, 1}, 0, 2});
+  p.nodes.push_back({"b", {0, 1}, {1, 9}, 2, 4});
+  p.nodes.push_back({"c", {0}, {0}, 0, 4});  // fixes the segments' end
+  p.edges.push_back({0, 1, {kInfCost, 1, 2, kInfCost}});  // a=0 -> b=1, a=1 -> b=0
+  p.usage_limit = 8;
+  const GroupReduction red(p);
+  const GroupModel& m = red.model();
+  ASSERT_EQ(m.num_groups(), 1);
+  ASSERT_EQ(m.pieces[0].size(), 2u);
+  // a=0 uses 9 > 8 on [0, 2): only a=1, b=0 fits, at cost 4 + 2 + 0.
+  const ReducedProblem rp = reduce(p);
+  EXPECT_EQ(rp.problem.num_nodes(), 2);
+  const auto br = testing::brute_force(rp.problem, rp.base);
+  ASSERT_TRUE(br.feasible);
+  EXPECT_DOUBLE_EQ(br.cost + rp.constant_cost, 6);
+  EXPECT_EQ(rp.map_back(br.choice), (std::vector<StrategyIdx>{1, 0, 0}));
+  for (int32_t g = 0; g < 2; ++g) {
+    const std::vector<StrategyIdx> x = red.expand({g});
+    EXPECT_EQ(x[1], x[0] == 0 ? 1 : 0);
+  }
+  EXPECT_EQ(red.expand(red.restrict({1, 0, 0})), (std::vector<StrategyIdx>{1, 0, 0}));
 }
 
 }  // namespace

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "problem/problem.h"
-#include "solver/reduce.h"
+#include "solver/memory_rows.h"
 
 namespace autoshard::testing {
 
@@ -23,6 +23,9 @@ struct RandomOptions {
   double inf_node_prob = 0.08;
   double inf_edge_prob = 0.08;
   bool limit = true;  ///< pick a usage limit (sometimes infeasible)
+  /// Share of edges with one finite entry per row of the second end (its strategy then fixes
+  /// the first end's: the merge rule's case, as the planner's tied layer classes make it).
+  double function_edge_prob = 0;
 };
 
 inline Problem random_problem(uint32_t seed, const RandomOptions& o = {}) {
@@ -50,6 +53,12 @@ inline Problem random_problem(uint32_t seed, const RandomOptions& o = {}) {
     ProblemEdge e;
     e.u = u, e.v = v;
     const size_t ku = p.nodes[static_cast<size_t>(u)].costs.size(), kv = p.nodes[static_cast<size_t>(v)].costs.size();
+    if (o.function_edge_prob > 0 && coin(o.function_edge_prob)) {
+      e.costs.assign(ku * kv, kInfCost);
+      for (size_t b = 0; b < kv; ++b) e.costs[static_cast<size_t>(uni(0, static_cast<int>(ku) - 1)) * kv + b] = uni(0, 15);
+      p.edges.push_back(e);
+      return;
+    }
     const int kind = uni(0, 4);
     for (size_t a = 0; a < ku; ++a)
       for (size_t b = 0; b < kv; ++b) {

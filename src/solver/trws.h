@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "solver/anytime_reduce.h"
+#include "solver/group_model.h"
 
 namespace autoshard {
 
