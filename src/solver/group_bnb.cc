@@ -236,7 +236,7 @@ GroupBnbResult BranchAndBound::run(const std::vector<int32_t>& incumbent) {
     const size_t k = std::min(full.size(), sz(kSeedRows));
     std::partial_sort(full.begin(), full.begin() + static_cast<std::ptrdiff_t>(k), full.end());
     for (size_t i = 0; i < k; ++i)
-      if (m_.base[sz(full[i].second)] + (int64_t{1} << 59) > 0) add_row(full[i].second);
+      if (m_.can_bind(full[i].second)) add_row(full[i].second);
   }
   say(fmt::format("LP built: {} columns, {} rows", lp.ncols(), clp_.numberRows()));
   clp_.crash(1000.0, 2);  // Clp's dual crash, as in mip.cc: far fewer iterations than all-slack

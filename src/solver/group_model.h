@@ -16,6 +16,9 @@
 namespace autoshard {
 
 struct GroupModel {
+  /// Base usage of segments that can never overflow: far below any limit, so they never bind.
+  static constexpr int64_t kNeverBinds = -(int64_t{1} << 60);
+
   struct Piece {
     int32_t seg_lo = 0, seg_hi = 0;  ///< segments [seg_lo, seg_hi)
     std::vector<int64_t> du;         ///< usage per group strategy above the piece minimum
@@ -36,6 +39,8 @@ struct GroupModel {
 
   int32_t num_groups() const { return static_cast<int32_t>(unary.size()); }
   int32_t num_segments() const { return static_cast<int32_t>(base.size()); }
+  /// Whether the limit can bind in segment t.
+  bool can_bind(int32_t t) const { return base[static_cast<size_t>(t)] > kNeverBinds / 2; }
   Cost edge_cost(const Edge& e, int32_t sa, int32_t sb) const {
     return e.m[static_cast<size_t>(sa) * unary[static_cast<size_t>(e.b)].size() + static_cast<size_t>(sb)];
   }

@@ -5,6 +5,7 @@
 
 #include "solver/greedy.h"
 #include "solver/row_prices.h"
+#include "solver/subgradient.h"
 
 namespace autoshard {
 
@@ -51,9 +52,7 @@ LagrangianResult lagrangian_memory(const Problem& p, const std::vector<MemoryRow
     }
   };
 
-  double theta = 1.0;
-  int since_improve = 0;
-  double best_dual = -kInfCost;
+  Subgradient sg(/*patience=*/4, /*shrink=*/0.5);
   std::vector<double> best_lambda = lambda;
   for (int it = 0; it < max_iterations; ++it) {
     if (std::chrono::steady_clock::now() > deadline) break;
@@ -64,37 +63,22 @@ LagrangianResult lagrangian_memory(const Problem& p, const std::vector<MemoryRow
     const std::vector<double> load = row_loads(*x);
     consider(*x, load);
     if (heuristic && !res.best_feasible.empty()) break;  // no bound to improve: a plan is enough
-    // Dual value: priced optimum - sum_k lambda_k * (limit - 0) ... the offsets are in load.
+    // Dual value: the priced optimum minus sum_k lambda_k (limit - offset_k); the offsets are in
+    // the loads.
     double dual = evaluate_cost(p, *x);
-    double norm2 = 0;
     std::vector<double> g(rows.size());
     for (size_t k = 0; k < rows.size(); ++k) {
       g[k] = load[k] - limit;
       dual += lambda[k] * g[k];
-      norm2 += g[k] * g[k];
     }
-    if (dual > best_dual) {
-      best_dual = dual;
-      best_lambda = lambda;
-      since_improve = 0;
-    } else if (++since_improve >= 4) {
-      theta /= 2;
-      since_improve = 0;
-    }
-    if (norm2 == 0) break;
+    if (sg.record(dual)) best_lambda = lambda;
+    const double best_dual = sg.best();
     // Target: the best feasible cost, or the dual plus 10% while none is known.
-    double target = res.best_cost < kInfCost ? res.best_cost : best_dual + 0.1 * std::abs(best_dual) + 1;
+    const double target = res.best_cost < kInfCost ? res.best_cost : best_dual + 0.1 * std::abs(best_dual) + 1;
     if (target <= best_dual + 1e-12 * std::max(1.0, std::abs(best_dual))) break;  // proven
-    double step = theta * (target - dual) / norm2;
-    bool moved = false;
-    for (size_t k = 0; k < rows.size(); ++k) {
-      double nl = std::max(0.0, lambda[k] + step * g[k]);
-      moved = moved || nl != lambda[k];
-      lambda[k] = nl;
-    }
-    if (!moved || theta < 1e-6) break;
+    if (!sg.step(lambda, g, target, dual) || sg.theta() < 1e-6) break;
   }
-  res.lower_bound = res.exact ? best_dual : -kInfCost;
+  res.lower_bound = res.exact ? sg.best() : -kInfCost;
   // No feasible point yet: push the best prices up until one fits.
   if (res.applicable && res.best_feasible.empty()) {
     std::vector<double> lam = best_lambda;

@@ -5,7 +5,8 @@
 /// appears in, and the priced pairwise problem is solved without memory:
 ///  - exactly by elimination (elimination.h) when it can: the priced optimum minus
 ///    sum_k lambda_k (limit - offset_k) is then a lower bound on the constrained optimum (weak
-///    duality), and prices follow subgradient steps (Polyak step sizes) towards it;
+///    duality), and prices follow subgradient steps (subgradient.h, shared with the group
+///    model's bound in lower_bound.h) towards it;
 ///  - otherwise heuristically, by the exact reductions (reduce.h: trees and chains vanish) and
 ///    greedy descent (greedy.h) on what is left: the same steps, no bound, and the first
 ///    priced plan that fits ends the search.

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 
+#include "solver/subgradient.h"
 #include "solver/trws.h"
 
 namespace autoshard {
@@ -69,10 +70,8 @@ Cost lagrangian_memory_bound(const GroupModel& m, Cost upper_bound, double time_
   for (int32_t g = 0; g < ng; ++g) pen[static_cast<size_t>(g)].assign(m.unary[static_cast<size_t>(g)].size(), 0.0);
   // Segments that can never overflow keep price 0.
   std::vector<char> binding(static_cast<size_t>(nseg), 0);
-  for (int32_t t = 0; t < nseg; ++t) binding[static_cast<size_t>(t)] = m.base[static_cast<size_t>(t)] > -(int64_t{1} << 59);
-  Cost best = -kInfCost;
-  double theta = 1.0;
-  int since_best = 0;
+  for (int32_t t = 0; t < nseg; ++t) binding[static_cast<size_t>(t)] = m.can_bind(t);
+  Subgradient sg(/*patience=*/4, /*shrink=*/0.6);
   std::vector<double> usage(static_cast<size_t>(nseg) + 1);
   for (int step = 0; Clock::now() < until; ++step) {
     double constant = 0;
@@ -91,15 +90,9 @@ Cost lagrangian_memory_bound(const GroupModel& m, Cost upper_bound, double time_
       }
     }
     trws.iterate(step == 0 ? 20 : 5, &pen);
-    Cost lb = trws.lower_bound(&pen) + constant + m.offset;
-    if (lb > best) {
-      best = lb;
-      since_best = 0;
-    } else if (++since_best >= 4) {
-      theta *= 0.6;
-      since_best = 0;
-    }
-    if (!memory || best >= upper_bound) break;
+    const Cost lb = trws.lower_bound(&pen) + constant + m.offset;
+    sg.record(lb);
+    if (!memory || sg.best() >= upper_bound) break;
     // Subgradient: usage profile of the labeling minus the limit.
     std::fill(usage.begin(), usage.end(), 0.0);
     const auto& x = trws.labeling();
@@ -109,22 +102,18 @@ Cost lagrangian_memory_bound(const GroupModel& m, Cost upper_bound, double time_
         usage[static_cast<size_t>(pc.seg_lo)] += d;
         usage[static_cast<size_t>(pc.seg_hi)] -= d;
       }
-    double run = 0, norm = 0;
+    double run = 0;
     std::vector<double> grad(static_cast<size_t>(nseg), 0.0);
     for (int32_t t = 0; t < nseg; ++t) {
       run += usage[static_cast<size_t>(t)];
-      if (!binding[static_cast<size_t>(t)]) continue;
-      double gt = static_cast<double>(m.base[static_cast<size_t>(t)]) + run - static_cast<double>(m.limit);
-      if (lam[static_cast<size_t>(t)] <= 0 && gt < 0) gt = 0;  // projected: stays at 0
-      grad[static_cast<size_t>(t)] = gt;
-      norm += gt * gt;
+      if (binding[static_cast<size_t>(t)])
+        grad[static_cast<size_t>(t)] = static_cast<double>(m.base[static_cast<size_t>(t)]) + run - static_cast<double>(m.limit);
     }
-    if (norm <= 0) break;  // the labeling fits: no direction (bound is as good as it gets here)
-    double alpha = theta * std::max(upper_bound - lb, 1e-9 * std::abs(upper_bound)) / norm;
-    for (int32_t t = 0; t < nseg; ++t)
-      lam[static_cast<size_t>(t)] = std::max(0.0, lam[static_cast<size_t>(t)] + alpha * grad[static_cast<size_t>(t)]);
+    Subgradient::project(lam, grad);
+    // No direction once the labeling fits: the bound is as good as it gets here.
+    if (!sg.step(lam, grad, lb + std::max(upper_bound - lb, 1e-9 * std::abs(upper_bound)), lb)) break;
   }
-  return best;
+  return sg.best();
 }
 
 }  // namespace autoshard

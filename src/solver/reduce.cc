@@ -11,9 +11,6 @@ namespace autoshard {
 
 namespace {
 
-/// Base value of segments that can never overflow in a group model.
-constexpr int64_t kNeverBinds = -(int64_t{1} << 60);
-
 void fill_map(const Problem& p, reduce_detail::Reduced& r, ReductionMap& map) {
   map.original_nodes = p.num_nodes();
   map.eliminated = std::move(r.eliminated);
@@ -94,7 +91,7 @@ GroupReduction::GroupReduction(const Problem& p, const ReduceOptions& opt) {
   model_.infeasible = r.infeasible;
   fill_map(p, r, map_);
   model_.base.resize(r.base.size());
-  for (size_t s = 0; s < r.base.size(); ++s) model_.base[s] = r.binding[s] ? r.base[s] : kNeverBinds;
+  for (size_t s = 0; s < r.base.size(); ++s) model_.base[s] = r.binding[s] ? r.base[s] : GroupModel::kNeverBinds;
   size_t pieces = 0;
   if (!r.infeasible) {
     for (reduce_detail::WNode& n : r.nodes) {

@@ -287,7 +287,7 @@ TEST(GroupReduction, EveryChoiceMatchesBruteForce) {
       bool fits = true;
       for (size_t s = 0; s < u.size(); ++s) {
         const int64_t orig = usage_at(p, ox, bounds[s]);
-        if (m.base[s] > -(int64_t{1} << 59)) {
+        if (m.can_bind(static_cast<int32_t>(s))) {
           ASSERT_EQ(u[s], orig) << "segment " << s;
         } else if (p.usage_limit >= 0) {
           ASSERT_LE(orig, p.usage_limit) << "segment " << s;
