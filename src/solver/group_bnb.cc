@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <memory>
 #include <queue>
 
 #include "solver/marginal_lp.h"
@@ -62,6 +63,10 @@ Problem pairwise_problem(const GroupModel& m) {
 struct Node {
   double bound = 0;                          ///< parent's LP value (model cost, no offset)
   std::vector<std::pair<int32_t, bool>> fix;  ///< (x column, fixed to one)
+  /// The parent's optimal basis (Clp status per column, then per row as the rows were then):
+  /// best-first search jumps across the tree, and a child's LP is a few dual pivots from its
+  /// parent's basis but many from whichever node was solved last.
+  std::shared_ptr<const std::vector<unsigned char>> basis;
   bool operator>(const Node& o) const { return bound > o.bound; }
 };
 
@@ -100,6 +105,8 @@ class BranchAndBound {
   int num_x_ = 0;
   std::vector<char> has_row_;     ///< per segment
   bool rows_changed_ = true;
+  /// The basis Clp holds now, when it is the one just saved for the children.
+  std::shared_ptr<const std::vector<unsigned char>> held_basis_;
   GroupBnbResult res_;
   Cost inc_ = kInfCost;           ///< incumbent model cost, offset excluded
 };
@@ -172,6 +179,17 @@ void BranchAndBound::apply(const Node& n) {
     clp_.setColumnUpper(c, x_ub_[sz(c)]);
   }
   for (auto [c, one] : n.fix) (one ? clp_.setColumnLower(c, 1) : clp_.setColumnUpper(c, 0));
+  // Right after branching Clp still holds the parent's basis and factorization: keep them.
+  const bool held = n.basis == held_basis_;
+  held_basis_.reset();
+  if (!n.basis || held) return;
+  // Rows added since the parent was solved start with their slacks basic.
+  const int ncols = clp_.numberColumns(), nrows = clp_.numberRows();
+  unsigned char* status = clp_.statusArray();
+  // Only the status proper (the low 3 bits); Clp keeps work flags above them.
+  for (size_t i = 0; i < n.basis->size(); ++i) status[i] = (*n.basis)[i] & 7;
+  for (int r = static_cast<int>(n.basis->size()) - ncols; r < nrows; ++r) clp_.setRowStatus(r, ClpSimplex::basic);
+  rows_changed_ = true;  // a new basis: factorize afresh
 }
 
 bool BranchAndBound::integral_choice(const double* x, std::vector<int32_t>& choice) const {
@@ -242,7 +260,7 @@ GroupBnbResult BranchAndBound::run(const std::vector<int32_t>& incumbent) {
   clp_.crash(1000.0, 2);  // Clp's dual crash, as in mip.cc: far fewer iterations than all-slack
 
   std::priority_queue<Node, std::vector<Node>, std::greater<Node>> open;
-  open.push(Node{-kInfCost, {}});
+  open.push(Node{-kInfCost, {}, nullptr});
   double lb = -kInfCost;  // model cost, offset excluded
   bool timed_out = false;
   while (!open.empty()) {
@@ -300,11 +318,15 @@ GroupBnbResult BranchAndBound::run(const std::vector<int32_t>& incumbent) {
       }
     }
     const int32_t col = x_col_[sz(best_g)] + best_s;
+    const unsigned char* status = clp_.statusArray();
+    const auto basis = std::make_shared<const std::vector<unsigned char>>(
+        status, status + clp_.numberColumns() + clp_.numberRows());
     for (bool one : {true, false}) {
-      Node child{value, n.fix};
+      Node child{value, n.fix, basis};
       child.fix.emplace_back(col, one);
       open.push(std::move(child));
     }
+    held_basis_ = basis;
   }
   if (!res_.ran) return res_;
   // Searched out: the incumbent is optimal (up to the pruning margin), or nothing fits.
