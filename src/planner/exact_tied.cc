@@ -74,8 +74,6 @@ namespace {
 /// about 1 s, and the branch and bound needs about 3 s to build and solve its root LP and
 /// close the gap below 1 % (docs/benchmarks.md, "Round 6").
 constexpr double kBoundShare = 0.75;
-/// Relative gap at which the plan counts as proven optimal (as in solver.cc).
-constexpr double kProofTolerance = 1e-8;
 /// Up to this size the exact model goes to solve() (whose MIP proves optimality); beyond it
 /// the memory rows, which list every live shadow at every time point, grow quadratically.
 constexpr PNodeIdx kMipNodes = 3000;

@@ -1,6 +1,7 @@
 #pragma once
 /// The exact solver: reductions (reduce.h), a greedy warm start (greedy.h), then an exact
-/// search (CBC MIP in a child process, mip.h) on what is left, and the answer mapped back to
+/// search on what is left -- message passing where memory cannot bind and its bound meets its
+/// plan (trws.h), else a CBC MIP in a child process (mip.h) -- and the answer mapped back to
 /// the original problem.  The time limit covers the whole call and holds even when CBC does
 /// not honour its own limit.
 #include <cstdint>
@@ -13,6 +14,10 @@
 #include "problem/problem.h"
 
 namespace autoshard {
+
+/// Relative gap below which a solution counts as proven optimal: covers the floating-point
+/// margins of the bounds (TRW-S sums many reparametrised terms; 1e-9 relative each way).
+inline constexpr double kProofTolerance = 1e-8;
 
 enum class SolveStatus {
   kOptimal,     ///< proven optimal (within mip_gap)

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <limits>
 
+#include "solver/reduce.h"
+
 namespace autoshard {
 
 Trws::Trws(const GroupModel& m) : m_(m) {
@@ -140,6 +142,39 @@ double Trws::lower_bound(const std::vector<std::vector<double>>* pen) const {
     bound += best;
   }
   return bound;
+}
+
+MessagePassingResult solve_by_message_passing(const Problem& p, std::chrono::steady_clock::time_point deadline,
+                                              double tolerance, int max_iterations, int stall) {
+  constexpr int kBlock = 10;  // iterations between checks
+  MessagePassingResult res;
+  Problem free = p;
+  free.usage_limit = -1;
+  const GroupReduction red(free);  // memory-free: every tree and chain is eliminated exactly
+  const GroupModel& m = red.model();
+  if (m.infeasible) return res;
+  Trws trws(m);
+  int since_rise = 0;
+  while (res.iterations < max_iterations && since_rise < stall &&
+         std::chrono::steady_clock::now() < deadline) {
+    trws.iterate(kBlock, nullptr);
+    res.iterations += kBlock;
+    const Cost bound = trws.lower_bound(nullptr) + m.offset;
+    if (bound > res.lower_bound + 1e-12 * std::abs(bound)) {
+      res.lower_bound = bound;
+      since_rise = 0;
+    } else {
+      since_rise += kBlock;
+    }
+    std::vector<StrategyIdx> x = red.expand(trws.labeling());
+    const Cost c = evaluate_cost(p, x);
+    if (c < res.cost) res.cost = c, res.choice = std::move(x);
+    if (res.cost - res.lower_bound <= tolerance * std::max(1.0, std::abs(res.cost))) {
+      res.proven = true;
+      break;
+    }
+  }
+  return res;
 }
 
 }  // namespace autoshard

@@ -5,9 +5,11 @@
 /// the greedy one built during the forward pass (each group picks its best strategy given the
 /// earlier groups' picks and the later groups' messages).  Messages persist across calls, so
 /// changing the penalties and iterating again warm-starts from the previous messages.
+#include <chrono>
 #include <cstdint>
 #include <vector>
 
+#include "problem/problem.h"
 #include "solver/group_model.h"
 
 namespace autoshard {
@@ -32,5 +34,23 @@ class Trws {
   std::vector<double> gamma_;
   std::vector<int32_t> x_;
 };
+
+/// TRW-S on a plain Problem, memory ignored, until its bound meets its labeling's cost.
+struct MessagePassingResult {
+  std::vector<StrategyIdx> choice;  ///< the cheapest labeling seen (empty if none is finite)
+  Cost cost = kInfCost;             ///< evaluate_cost of choice
+  Cost lower_bound = -kInfCost;     ///< the best bound seen (memory ignored)
+  bool proven = false;              ///< cost - lower_bound within `tolerance` (relative)
+  int iterations = 0;
+};
+
+/// The bound is the dual of the local-polytope LP, the MIP's relaxation (mip.h), so where that
+/// relaxation is tight -- planner problems without binding memory usually are (their LP roots
+/// are integral) -- the labeling reaches it and is proven optimal by weak duality, in
+/// milliseconds where the LP takes a third of a second (docs/benchmarks.md, "Round 7").  Stops
+/// at the proof, at `deadline`, at `max_iterations`, or when the bound has not risen for
+/// `stall` iterations.
+MessagePassingResult solve_by_message_passing(const Problem& p, std::chrono::steady_clock::time_point deadline,
+                                              double tolerance, int max_iterations = 2000, int stall = 200);
 
 }  // namespace autoshard
