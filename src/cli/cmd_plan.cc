@@ -179,11 +179,7 @@ int run_plan(const PlanArgs& a) {
   opt.require_divisible = a.require_divisible;
   opt.overlap = a.overlap;
   opt.run_checks = !a.no_checks;
-  auto rp = parse_recompute_policy(a.recompute);
-  if (!rp)
-    throw std::invalid_argument(
-        fmt::format("--recompute: expected none, selective, full or auto, got '{}'", a.recompute));
-  opt.recompute = *rp;
+  opt.recompute = parse_recompute_policy_or_throw(a.recompute, "--recompute");
   if (replayed) {  // the replay's options; --time-limit and --threads may override
     PlannerOptions r = replayed->options();
     if (a.time_limit_given) r.time_limit_s = opt.time_limit_s;

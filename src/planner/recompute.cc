@@ -7,6 +7,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <stdexcept>
 
 namespace autoshard {
 
@@ -26,6 +27,11 @@ std::optional<RecomputePolicy> parse_recompute_policy(std::string_view s) {
   if (s == "full") return RecomputePolicy::kFull;
   if (s == "auto") return RecomputePolicy::kAuto;
   return std::nullopt;
+}
+
+RecomputePolicy parse_recompute_policy_or_throw(std::string_view s, std::string_view option) {
+  if (std::optional<RecomputePolicy> p = parse_recompute_policy(s)) return *p;
+  throw std::invalid_argument(fmt::format("{}: expected none, selective, full or auto, got '{}'", option, s));
 }
 
 namespace {

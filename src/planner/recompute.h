@@ -45,6 +45,9 @@ namespace autoshard {
 /// "none", "selective", "full", "auto".
 std::string_view recompute_policy_name(RecomputePolicy p);
 std::optional<RecomputePolicy> parse_recompute_policy(std::string_view s);
+/// The same, or std::invalid_argument "OPTION: expected none, selective, full or auto, got 'S'"
+/// (the CLI's --recompute and the Python binding's PlannerOptions.recompute).
+RecomputePolicy parse_recompute_policy_or_throw(std::string_view s, std::string_view option);
 
 /// Adds regions, decision, gap and tail nodes and their edges to `bp` (nothing for kNone).
 /// Called by build_problem once nodes and tensor-use edges exist.

@@ -413,7 +413,7 @@ Plan ShardingOptimizer::get_solution() {
           r.status = SolveStatus::kFeasible;  // optimal only for the over-estimated memory
         if (relaxed_bound > r.lower_bound || !exact) r.lower_bound = relaxed_bound;
         r.gap = (r.objective - r.lower_bound) / std::max(std::abs(r.objective), 1e-9);
-        if (r.gap <= std::max(options_.mip_gap, 1e-8)) r.status = SolveStatus::kOptimal;
+        if (r.gap <= std::max(options_.mip_gap, kProofTolerance)) r.status = SolveStatus::kOptimal;
       }
     }
   }

@@ -130,13 +130,7 @@ void bind_options(py::module_& m) {
       .def_property(
           "recompute",
           [](const PlannerOptions& o) { return std::string(recompute_policy_name(o.recompute)); },
-          [](PlannerOptions& o, const std::string& s) {
-            auto r = parse_recompute_policy(s);
-            if (!r)
-              throw std::invalid_argument(
-                  fmt::format("recompute: expected none, selective, full or auto, got '{}'", s));
-            o.recompute = *r;
-          },
+          [](PlannerOptions& o, const std::string& s) { o.recompute = parse_recompute_policy_or_throw(s, "recompute"); },
           "Activation recomputation per layer region: none, selective, full, or auto (the solver "
           "decides per region).")
       .def_readwrite("time_limit_s", &PlannerOptions::time_limit_s)

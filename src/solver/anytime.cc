@@ -63,9 +63,7 @@ AnytimeResult solve_anytime(const Problem& p, const AnytimeOptions& options) {
   bool warm = false;
   if (std::vector<int32_t> w = red.restrict(options.warm_start); !w.empty()) {
     const Cost c = group_cost(m, w);
-    const auto usage = group_usage(m, w);
-    if (c < kInfCost && (m.limit < 0 || usage.empty() || *std::max_element(usage.begin(), usage.end()) <= m.limit))
-      warm = shared.offer(c - m.offset, w);
+    if (c < kInfCost && group_fits(m, w)) warm = shared.offer(c - m.offset, w);
   }
   std::atomic<bool> stop{false};
   int threads = options.threads > 0 ? options.threads : static_cast<int>(std::thread::hardware_concurrency());

@@ -90,9 +90,7 @@ TEST(Anytime, ReductionPreservesCostAndUsage) {
       std::vector<int32_t> x(static_cast<size_t>(m.num_groups()));
       for (int32_t g = 0; g < m.num_groups(); ++g)
         x[static_cast<size_t>(g)] = static_cast<int32_t>(rng() % m.unary[static_cast<size_t>(g)].size());
-      Cost c = m.offset;
-      for (int32_t g = 0; g < m.num_groups(); ++g) c += m.unary[static_cast<size_t>(g)][static_cast<size_t>(x[static_cast<size_t>(g)])];
-      for (const auto& e : m.edges) c += m.edge_cost(e, x[static_cast<size_t>(e.a)], x[static_cast<size_t>(e.b)]);
+      const Cost c = group_cost(m, x);
       std::vector<StrategyIdx> ox = red.expand(x);
       Cost oc = evaluate_cost(p, ox);
       if (std::isinf(c)) {
@@ -130,12 +128,6 @@ TEST(Anytime, RandomSmallProblemsReachBruteForceOptimum) {
   EXPECT_GT(solved, 10);
 }
 
-Cost model_cost(const GroupModel& m, const std::vector<int32_t>& x) {
-  Cost c = m.offset;
-  for (int32_t g = 0; g < m.num_groups(); ++g) c += m.unary[static_cast<size_t>(g)][static_cast<size_t>(x[static_cast<size_t>(g)])];
-  for (const auto& e : m.edges) c += m.edge_cost(e, x[static_cast<size_t>(e.a)], x[static_cast<size_t>(e.b)]);
-  return c;
-}
 
 TEST(Anytime, TrwsIsExactOnTreesAndBoundIsValid) {
   std::mt19937 rng(11);
@@ -159,7 +151,7 @@ TEST(Anytime, TrwsIsExactOnTreesAndBoundIsValid) {
     const GroupModel& m = red.model();
     Trws t(m);
     t.iterate(30, nullptr);
-    EXPECT_EQ(model_cost(m, t.labeling()), opt) << trial;
+    EXPECT_EQ(group_cost(m, t.labeling()), opt) << trial;
     EXPECT_LE(t.lower_bound(nullptr) + m.offset, opt + 1e-6) << trial;
   }
   // Bound validity on graphs with cycles and forbidden pairs.

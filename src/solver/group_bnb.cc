@@ -14,26 +14,6 @@
 
 namespace autoshard {
 
-Cost group_cost(const GroupModel& m, const std::vector<int32_t>& x) {
-  Cost c = m.offset;
-  for (size_t g = 0; g < m.unary.size(); ++g) c += m.unary[g][sz(x[g])];
-  for (const auto& e : m.edges) c += m.edge_cost(e, x[sz(e.a)], x[sz(e.b)]);
-  return c;
-}
-
-std::vector<int64_t> group_usage(const GroupModel& m, const std::vector<int32_t>& x) {
-  std::vector<int64_t> diff(sz(m.num_segments()) + 1, 0);
-  for (size_t g = 0; g < m.pieces.size(); ++g)
-    for (const auto& pc : m.pieces[g]) {
-      diff[sz(pc.seg_lo)] += pc.du[sz(x[g])];
-      diff[sz(pc.seg_hi)] -= pc.du[sz(x[g])];
-    }
-  std::vector<int64_t> usage(sz(m.num_segments()));
-  int64_t run = 0;
-  for (size_t t = 0; t < usage.size(); ++t) usage[t] = m.base[t] + (run += diff[t]);
-  return usage;
-}
-
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -215,9 +195,7 @@ std::vector<int32_t> BranchAndBound::rounded_choice(const double* x) const {
 
 void BranchAndBound::offer(const std::vector<int32_t>& choice) {
   const Cost c = group_cost(m_, choice);
-  if (!(c - m_.offset < inc_)) return;
-  const auto usage = group_usage(m_, choice);
-  if (*std::max_element(usage.begin(), usage.end()) > m_.limit) return;
+  if (!(c - m_.offset < inc_) || !group_fits(m_, choice)) return;
   inc_ = c - m_.offset;
   res_.found = true;
   res_.choice = choice;

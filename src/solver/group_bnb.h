@@ -51,11 +51,6 @@ struct GroupBnbResult {
   int64_t columns = 0;           ///< LP columns
 };
 
-/// Model cost of a group choice, offset included (+inf if a forbidden pair is used).
-Cost group_cost(const GroupModel& m, const std::vector<int32_t>& x);
-/// Usage of a group choice per time segment, base included.
-std::vector<int64_t> group_usage(const GroupModel& m, const std::vector<int32_t>& x);
-
 /// Branch and bound from `incumbent` (a group choice within the limit, or empty: none; on a
 /// model without groups an empty choice is the only plan), until the time limit, the gap, or a
 /// proof.

@@ -46,4 +46,11 @@ struct GroupModel {
   }
 };
 
+/// Model cost of a group choice, offset included (+inf if a forbidden pair is used).
+Cost group_cost(const GroupModel& m, const std::vector<int32_t>& x);
+/// Usage of a group choice per time segment, base included.
+std::vector<int64_t> group_usage(const GroupModel& m, const std::vector<int32_t>& x);
+/// Whether a group choice's usage stays within the limit in every segment.
+bool group_fits(const GroupModel& m, const std::vector<int32_t>& x);
+
 }  // namespace autoshard

@@ -68,9 +68,6 @@ Cost lagrangian_memory_bound(const GroupModel& m, Cost upper_bound, double time_
   std::vector<double> lam(static_cast<size_t>(nseg), 0.0), prefix(static_cast<size_t>(nseg) + 1, 0.0);
   std::vector<std::vector<double>> pen(static_cast<size_t>(ng));
   for (int32_t g = 0; g < ng; ++g) pen[static_cast<size_t>(g)].assign(m.unary[static_cast<size_t>(g)].size(), 0.0);
-  // Segments that can never overflow keep price 0.
-  std::vector<char> binding(static_cast<size_t>(nseg), 0);
-  for (int32_t t = 0; t < nseg; ++t) binding[static_cast<size_t>(t)] = m.can_bind(t);
   Subgradient sg(/*patience=*/4, /*shrink=*/0.6);
   std::vector<double> usage(static_cast<size_t>(nseg) + 1);
   for (int step = 0; Clock::now() < until; ++step) {
@@ -106,7 +103,7 @@ Cost lagrangian_memory_bound(const GroupModel& m, Cost upper_bound, double time_
     std::vector<double> grad(static_cast<size_t>(nseg), 0.0);
     for (int32_t t = 0; t < nseg; ++t) {
       run += usage[static_cast<size_t>(t)];
-      if (binding[static_cast<size_t>(t)])
+      if (m.can_bind(t))  // segments that can never overflow keep price 0
         grad[static_cast<size_t>(t)] = static_cast<double>(m.base[static_cast<size_t>(t)]) + run - static_cast<double>(m.limit);
     }
     Subgradient::project(lam, grad);

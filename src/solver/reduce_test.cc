@@ -184,22 +184,6 @@ int64_t usage_at(const Problem& p, const std::vector<StrategyIdx>& x, int64_t t)
   return u;
 }
 
-/// Group-model usage per segment of a group choice.
-std::vector<int64_t> model_usage(const GroupModel& m, const std::vector<int32_t>& x) {
-  std::vector<int64_t> u = m.base;
-  for (int32_t g = 0; g < m.num_groups(); ++g)
-    for (const GroupModel::Piece& pc : m.pieces[sz(g)])
-      for (int32_t s = pc.seg_lo; s < pc.seg_hi; ++s) u[sz(s)] += pc.du[sz(x[sz(g)])];
-  return u;
-}
-
-Cost grouped_cost(const GroupModel& m, const std::vector<int32_t>& x) {
-  Cost c = m.offset;
-  for (int32_t g = 0; g < m.num_groups(); ++g) c += m.unary[sz(g)][sz(x[sz(g)])];
-  for (const GroupModel::Edge& e : m.edges) c += m.edge_cost(e, x[sz(e.a)], x[sz(e.b)]);
-  return c;
-}
-
 /// Like the planner's tied layer classes: each node after the first is fixed by an earlier one
 /// (one finite entry per row of a random map), on an overlapping interval of its own, plus a
 /// few ordinary edges, under a limit between the smallest and largest peak.
@@ -276,14 +260,14 @@ TEST(GroupReduction, EveryChoiceMatchesBruteForce) {
     Cost best = kInfCost;
     std::vector<int32_t> best_x;
     for (;;) {
-      const Cost c = grouped_cost(m, x);
+      const Cost c = group_cost(m, x);
       const std::vector<StrategyIdx> ox = red.expand(x);
       if (c < kInfCost) {
         ASSERT_NEAR(evaluate_cost(p, ox), c, 1e-9);
       } else {
         ASSERT_FALSE(evaluate_cost(p, ox) < kInfCost);
       }
-      const std::vector<int64_t> u = model_usage(m, x);
+      const std::vector<int64_t> u = group_usage(m, x);
       bool fits = true;
       for (size_t s = 0; s < u.size(); ++s) {
         const int64_t orig = usage_at(p, ox, bounds[s]);

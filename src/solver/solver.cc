@@ -220,7 +220,7 @@ SolveResult solve(const Problem& p, const SolverOptions& opt) {
         solve_by_message_passing(r, Clock::now() + (deadline - Clock::now()) / 10, kProofTolerance);
     if (mp.cost < best_obj) best_obj = mp.cost, best = mp.choice;
     if (mp.lower_bound > lb && mp.lower_bound < kInfCost) lb = mp.lower_bound;
-    by_message_passing = mp.proven && mp.cost <= best_obj;
+    by_message_passing = mp.proven;  // best is no dearer than its plan, so proven too
     say("message passing: " + std::to_string(mp.iterations) + " iterations, bound " +
         std::to_string(mp.lower_bound + rp.constant_cost) + ", plan " + std::to_string(mp.cost + rp.constant_cost) +
         (mp.proven ? " (proven)" : ""));
