@@ -107,4 +107,15 @@ grep -q "^autoshard: warning: no sharding rule for op 'my_custom_op'" "$TMP/cust
   || fail "--json does not warn on stderr"
 pycheck "$TMP/custom.json" "assert any('my_custom_op' in w for w in j['warnings']), j['warnings']"
 ok "unknown op planned replicated with a warning"
+
+# --recompute (issue 12): the JSON says what each repeated layer does and what it adds.
+"$AS" plan "${M[@]}" --recompute full --json >"$TMP/rc.json"
+pycheck "$TMP/rc.json" "
+assert j['layers'] == [{'layer': 'transformer.h.0', 'recompute': 'full'},
+                       {'layer': 'transformer.h.1', 'recompute': 'full'}], j['layers']
+assert j['recompute_us'] > 0 and j['objective_us'] >= $base + j['recompute_us'] - 1e-6, j"
+if "$AS" plan "${M[@]}" --recompute sometimes 2>"$TMP/rc.err"; then fail "--recompute sometimes accepted"; fi
+grep -qx "autoshard: error: --recompute: expected none, selective, full or auto, got 'sometimes'" "$TMP/rc.err" \
+  || fail "--recompute error: $(cat "$TMP/rc.err")"
+ok "--recompute full per layer in the JSON; a bad policy is a one-line error"
 ok plan_options
