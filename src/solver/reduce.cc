@@ -11,13 +11,16 @@ namespace autoshard {
 
 namespace {
 
+/// The survivors' original indices (none when the reductions proved infeasibility) and the
+/// eliminations, moved out of `r`.
 void fill_map(const Problem& p, reduce_detail::Reduced& r, ReductionMap& map) {
   map.original_nodes = p.num_nodes();
   map.eliminated = std::move(r.eliminated);
+  if (r.infeasible) return;
   for (PNodeIdx v = 0; v < p.num_nodes(); ++v) {
     if (!r.nodes[sz(v)].alive) continue;
     map.orig_node.push_back(v);
-    map.orig_strategy.push_back(r.nodes[sz(v)].orig);
+    map.orig_strategy.push_back(std::move(r.nodes[sz(v)].orig));
   }
 }
 
