@@ -353,7 +353,8 @@ def _local_slice(t: torch.Tensor, mesh: DeviceMesh, placements: list) -> DTensor
 
 
 class _JointStep(torch.autograd.Function):
-    """loss = step(params, inputs); backward hands back the graph's own gradients."""
+    """loss = step(params, inputs); backward hands back the graph's own gradients, scaled by
+    the incoming gradient (the gradients are linear in the loss's seed)."""
 
     @staticmethod
     def forward(ctx, module: "ShardedModule", n_params: int, *flat):  # type: ignore[override]
@@ -365,21 +366,35 @@ class _JointStep(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g):  # type: ignore[override]
         grads = ctx.grads
-        scale = None if g is None else float(g.to_local() if isinstance(g, DTensor) else g)
-        if scale is not None and scale != 1.0:
-            grads = [x * scale if x is not None else None for x in grads]
+        ctx.grads = None
+        if g is not None:
+            scale = g.to_local() if isinstance(g, DTensor) else g
+            if not bool((scale == 1).all()):
+                grads = [x * scale if x is not None else None for x in grads]
         return (None, None, *grads, *([None] * ctx.n_rest))
 
 
 class ShardedModule(torch.nn.Module):
     """The model's parameters as DTensors at their planned placements; calling it runs one
-    planned training step and returns the loss (a replicated DTensor; `loss.backward()` fills
-    every `p.grad` with a DTensor laid out like `p`)."""
+    planned training step -- the lowered per-rank graph of local ops and collectives
+    (autoshard.lower) -- and returns the loss (a plain tensor, the same on every rank);
+    `loss.backward()` fills every `p.grad` with a DTensor laid out like `p`.
 
-    def __init__(self, model: torch.nn.Module, runner: StepRunner, traced, mesh: DeviceMesh):
+    `module.compile(**kw)` compiles the lowered step with `torch.compile` (inductor by
+    default); `torch.compile(module)` does the same (the module's forward is not traced by
+    Dynamo: it only slices the inputs and calls the compiled step).
+    """
+
+    def __init__(self, model: torch.nn.Module, runner: StepRunner, traced, mesh: DeviceMesh,
+                 lowered):
         super().__init__()
         self._runner = runner
         self._traced = traced
+        self._lowered = lowered
+        #: What runs the step: the lowered graph, its compiled form, or the audit's
+        #: interpreter (a plain attribute: the graph must not become a submodule).
+        self.__dict__["_step_fn"] = lowered.gm
+        self._compiled = False
         self.mesh = mesh
         kinds, names = traced.placeholder_kinds, traced.placeholder_names
         holder = copy.deepcopy(model)
@@ -388,6 +403,7 @@ class ShardedModule(torch.nn.Module):
         self._param_names = [n for k, n in zip(kinds, names) if k == "parameter"]
         self._buffer_names = [n for k, n in zip(kinds, names) if k == "buffer"]
         self._input_names = [n for k, n in zip(kinds, names) if k == "input"]
+        self._input_placements = [runner.placements_of(n).outputs[0] for n in self._input_names]
         for n in self._param_names:
             p = params[n]
             dt = _local_slice(p.detach(), mesh, runner.placements_of(n).outputs[0])
@@ -401,38 +417,54 @@ class ShardedModule(torch.nn.Module):
             self.register_parameter(pname, p)
         for bname, b in holder.named_buffers(recurse=False):
             self.register_buffer(bname, b)
-        self._grad_params = list(traced.grad_params)
 
     @property
     def mismatches(self) -> list:
-        """Ops whose DTensor output placement differed from the plan (empty when exact)."""
+        """Ops whose DTensor output placement differed from the plan while lowering
+        (redistributed to the planned one; empty when the plan is exact)."""
         return self._runner.mismatches
 
+    @property
+    def step_graph(self) -> torch.fx.GraphModule:
+        """The lowered per-rank graph (local ops and functional collectives)."""
+        return self._lowered.gm
+
+    def compile(self, *args: Any, **kwargs: Any) -> None:  # type: ignore[override]
+        """Compiles the lowered step with torch.compile (same arguments)."""
+        if not self._compiled:
+            self.__dict__["_step_fn"] = torch.compile(self._lowered.gm, *args, **kwargs)
+            self._compiled = True
+
     def _run(self, flat: Sequence[Any]):
-        out = self._runner.run(flat)
+        local = [t._local_tensor if isinstance(t, DTensor) else t for t in flat]
+        out = self._step_fn(*local)
         loss, grads = out[0], out[1:]
-        if isinstance(loss, DTensor) and any(not p.is_replicate() for p in loss.placements):
-            loss = self._runner._to(loss, [Replicate()] * self.mesh.ndim, "loss", "output")
-        by_param = dict(zip(self._grad_params, grads))
         params = dict(self.named_parameters())
         aligned = []
-        for n in self._param_names:
-            g = by_param.get(n)
+        for n, g in zip(self._param_names, grads):
+            p = params[n]
             if g is not None:
-                want = list(params[n].placements)
-                g = self._runner._to(g, want, f"grad:{n}", -1)
+                g = DTensor.from_local(g, self.mesh, p.placements, run_check=False,
+                                       shape=p.shape, stride=p.stride())
             aligned.append(g)
         return loss, aligned
 
-    def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
-        """inputs: the model's inputs then the loss targets, full tensors, in trace order."""
+    def local_inputs(self, *inputs: torch.Tensor) -> list:
+        """Full (global) input tensors -> this rank's local shards (no communication)."""
         if len(inputs) != len(self._input_names):
             raise TypeError(f"expected {len(self._input_names)} tensors "
                             f"({', '.join(self._input_names)}), got {len(inputs)}")
+        return [_local_slice(t, self.mesh, pl)._local_tensor
+                for t, pl in zip(inputs, self._input_placements)]
+
+    @torch._dynamo.disable
+    def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
+        """inputs: the model's inputs then the loss targets, full tensors, in trace order."""
+        if torch.compiler.is_compiling():  # pragma: no cover - forward is never traced
+            raise RuntimeError("ShardedModule.forward is not traceable")
+        flat_in = self.local_inputs(*inputs)
         params = dict(self.named_parameters())
         buffers = dict(self.named_buffers())
-        flat_in = [_local_slice(t, self.mesh, self._runner.placements_of(n).outputs[0])
-                   for n, t in zip(self._input_names, inputs)]
         ps = [params[n] for n in self._param_names]
         bs = [buffers[n] for n in self._buffer_names]
         return _JointStep.apply(self, len(ps), *ps, *bs, *flat_in)
@@ -489,4 +521,8 @@ def apply_placement(model: torch.nn.Module, placements: PlacementsArg, mesh: Dev
     if unknown:
         raise PlanError(f"node {unknown[0]}: in the placements but not in the traced graph")
     runner = StepRunner(traced.gm, plan, names, mesh)
-    return ShardedModule(model, runner, traced, mesh)
+    from .lower import lower_step
+
+    phases = {n["name"]: n.get("phase", "forward") for n in graph["nodes"]}
+    lowered = lower_step(runner, traced, mesh, phases)
+    return ShardedModule(model, runner, traced, mesh, lowered)

@@ -7,11 +7,11 @@
     planned, _ = planned_collectives("build/autoshard", graph, placements, (2, 4))
     print(audit.table(planned))               # issued beside planned, with a match column
 
-Recorded side: a TorchDispatchMode sees every functional collective DTensor issues
+Recorded side: a TorchDispatchMode sees every functional collective the lowered step issues
 (torch.ops._c10d_functional all_gather_into_tensor, reduce_scatter_tensor, all_reduce,
 all_to_all_single), its process group (mapped back to the mesh dim), and its bytes per device
 in autoshard's convention (collective_time_us): the gathered output for all_gather, the input
-for reduce_scatter, the buffer for all_reduce and all_to_all.  The step runner tells the audit
+for reduce_scatter, the buffer for all_reduce and all_to_all.  The lowered graph tells the audit
 which plan edge (consumer node, input slot) a redistribution belongs to.
 
 Planned side: every edge of the plan (each op input whose producer's placement differs from
@@ -21,7 +21,6 @@ sides can be compared per collective type and mesh dim, and edge by edge.
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
@@ -29,7 +28,7 @@ import subprocess
 import tempfile
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -51,7 +50,7 @@ def _kind_and_bytes(func, args) -> Optional[tuple[str, float, str]]:
     ns = getattr(func, "namespace", "")
     if ns != "_c10d_functional":
         return None
-    base = name.split(".")[0]
+    base = name.split(".")[0].rstrip("_")
     t = args[0]
     nbytes = float(t.numel() * t.element_size()) if isinstance(t, torch.Tensor) else 0.0
     if base == "all_gather_into_tensor":
@@ -81,6 +80,23 @@ class _Recorder(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
+class _EdgeInterpreter(torch.fx.Interpreter):
+    """Runs the lowered step, telling the audit which plan edge each node belongs to."""
+
+    def __init__(self, gm: torch.fx.GraphModule, audit: "CommAudit") -> None:
+        super().__init__(gm, garbage_collect_values=True)
+        self.audit = audit
+
+    def run_node(self, n: torch.fx.Node) -> Any:
+        from .lower import META_KEY
+
+        self.audit._edge.append(n.meta.get(META_KEY, {}).get("edge", ""))
+        try:
+            return super().run_node(n)
+        finally:
+            self.audit._edge.pop()
+
+
 class CommAudit:
     """Records the collectives of the steps run inside `with CommAudit(step):`."""
 
@@ -89,35 +105,28 @@ class CommAudit:
         self.mesh = step.mesh
         self.records: list[Collective] = []
         self._edge: list[str] = []
+        self._saved_step = None
         self._groups = {}
         for d in range(self.mesh.ndim):
             self._groups[self.mesh.get_group(d).group_name] = d
         self._mode: Optional[_Recorder] = None
-        self._saved_hook = None
-
-    @contextlib.contextmanager
-    def _edge_ctx(self, node: str, slot: Any) -> Iterator[None]:
-        self._edge.append(f"{node}:{slot}")
-        try:
-            yield
-        finally:
-            self._edge.pop()
 
     def _record(self, kind: str, nbytes: float, group: str) -> None:
         dim = self._groups.get(group, "?")
         self.records.append(Collective(kind, dim, nbytes, self._edge[-1] if self._edge else ""))
 
     def __enter__(self) -> "CommAudit":
-        runner = self.step._runner
-        self._saved_hook = runner.edge_hook
-        runner.edge_hook = self._edge_ctx
+        # The audited steps run the lowered graph node by node, so that each collective is
+        # attributed to the plan edge its node was lowered from (node.meta["autoshard"]).
+        self._saved_step = self.step._step_fn
+        self.step.__dict__["_step_fn"] = _EdgeInterpreter(self.step.step_graph, self).run
         self._mode = _Recorder(self)
         self._mode.__enter__()
         return self
 
     def __exit__(self, *exc) -> bool:
         self._mode.__exit__(*exc)
-        self.step._runner.edge_hook = self._saved_hook
+        self.step.__dict__["_step_fn"] = self._saved_step
         return False
 
     # --- summaries --------------------------------------------------------------------------

@@ -1,0 +1,244 @@
+"""Lowering a plan to a per-rank graph: local-tensor ATen ops and explicit collectives.
+
+    lowered = lower_step(traced, graph, plan, names, mesh)
+    outs = lowered.gm(*local_params, *local_buffers, *local_inputs)   # [loss, grads...]
+
+The traced training step (forward, loss, backward: one joint ATen graph, the graph the planner
+planned) is run once, on this rank, by the DTensor step runner (apply.StepRunner) with every
+tensor a DTensor at its planned placements -- under `make_fx` on fake tensors.  DTensor's
+dispatch therefore happens only while tracing: each op becomes the local op it runs on this
+rank's shard (view and expand sizes are rewritten to local sizes, vocabulary-parallel
+embeddings get their rank's offset, uneven shards get this rank's extent), and each
+redistribution becomes the functional collectives DTensor issues for it
+(`_c10d_functional.all_gather_into_tensor`, `reduce_scatter_tensor`, `all_reduce`,
+`all_to_all_single`, each followed by `wait_tensor`) on the process group of its mesh dim.
+No collective runs while tracing (fake tensors), so every rank lowers on its own.
+
+The result is an ordinary `torch.fx.GraphModule` over plain tensors: FX's code generator frees
+every intermediate after its last use, so the step's peak memory follows the schedule's
+liveness (what the planner charged), and `torch.compile` can compile it.  Every node carries
+`node.meta["autoshard"]`: the planned node it came from (`node`), the plan edge a collective
+belongs to (`edge`: "consumer:slot", "grad:<param>:-1", "<node>:output"), and the `phase`.
+"""
+from __future__ import annotations
+
+import contextlib
+import operator
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Optional, Sequence
+
+import torch
+import torch.fx
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.tensor import DTensor, Replicate
+
+META_KEY = "autoshard"
+
+#: `_c10d_functional` ops that move data between ranks, by the audit's collective names.
+COLLECTIVES = {
+    "all_gather_into_tensor": "all_gather",
+    "reduce_scatter_tensor": "reduce_scatter",
+    "all_reduce": "all_reduce",
+    "all_to_all_single": "all_to_all",
+}
+
+
+class LoweringError(ValueError):
+    """The plan cannot be lowered (the message names the node)."""
+
+
+@dataclass
+class LoweredStep:
+    """One rank's training step as a graph of local ops and collectives.
+
+    gm: called with the local tensors of (parameters, buffers, inputs) in the traced step's
+        placeholder order; returns [loss] + one gradient per entry of `param_names` (None
+        where the loss does not depend on the parameter), each gradient local to the
+        parameter's planned placements.
+    """
+
+    gm: torch.fx.GraphModule
+    param_names: list
+    loss_placements: list
+    grad_placements: dict = field(default_factory=dict)
+
+    def collectives(self) -> list:
+        """(kind, group name, bytes per device, edge) of every collective in the graph, in
+        program order; bytes in the audit's convention (autoshard.audit)."""
+        out = []
+        for node in self.gm.graph.nodes:
+            kind = collective_kind(node)
+            if kind is None:
+                continue
+            group = _group_arg(node)
+            val = node.args[0].meta.get("val")
+            nbytes = float(val.numel() * val.element_size()) if val is not None else 0.0
+            if kind == "all_gather":
+                nbytes *= int(node.args[1])
+            out.append((kind, group, nbytes, node.meta.get(META_KEY, {}).get("edge", "")))
+        return out
+
+
+def collective_kind(node: torch.fx.Node) -> Optional[str]:
+    """The audit's name of a functional collective node ('all_gather', ...), else None."""
+    if node.op != "call_function":
+        return None
+    target = node.target
+    if getattr(target, "namespace", "") != "_c10d_functional":
+        return None
+    return COLLECTIVES.get(target.__name__.split(".")[0])
+
+
+def _group_arg(node: torch.fx.Node) -> str:
+    base = node.target.__name__.split(".")[0]
+    index = {"all_gather_into_tensor": 2, "reduce_scatter_tensor": 3, "all_reduce": 2,
+             "all_to_all_single": 3}[base]
+    return str(node.args[index])
+
+
+# --- stamping the nodes make_fx creates -----------------------------------------------------
+class _Stamp:
+    """While active, every FX node created gets meta["autoshard"] = the current context."""
+
+    def __init__(self) -> None:
+        self.context: dict = {}
+        self._saved: Optional[Callable] = None
+
+    @contextlib.contextmanager
+    def at(self, **context: Any) -> Iterator[None]:
+        saved = self.context
+        self.context = {**saved, **context}
+        try:
+            yield
+        finally:
+            self.context = saved
+
+    def __enter__(self) -> "_Stamp":
+        original = torch.fx.Graph.create_node
+        self._saved = original
+        stamp = self
+
+        def create_node(graph, *args, **kwargs):
+            node = original(graph, *args, **kwargs)
+            node.meta[META_KEY] = dict(stamp.context)
+            return node
+
+        torch.fx.Graph.create_node = create_node
+        return self
+
+    def __exit__(self, *exc: Any) -> bool:
+        torch.fx.Graph.create_node = self._saved
+        return False
+
+
+# --- lowering -------------------------------------------------------------------------------
+def _local_example(shape: Sequence[int], dtype: torch.dtype, placements: Sequence,
+                   mesh: DeviceMesh) -> torch.Tensor:
+    """An uninitialised tensor of this rank's local shape (only its metadata is traced)."""
+    from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+
+    local_shape, _ = compute_local_shape_and_global_offset(list(shape), mesh, list(placements))
+    return torch.empty(local_shape, dtype=dtype, device=mesh.device_type)
+
+
+def _contiguous_stride(shape: Sequence[int]) -> tuple:
+    stride, acc = [], 1
+    for s in reversed(list(shape)):
+        stride.append(acc)
+        acc *= max(int(s), 1)
+    return tuple(reversed(stride))
+
+
+def lower_step(runner: Any, traced: Any, mesh: DeviceMesh,
+               phases: Optional[dict] = None) -> LoweredStep:
+    """Lowers the planned step on this rank.
+
+    runner: the apply.StepRunner over the traced graph and the plan (its placements and
+        names); its edge hook is used while tracing to stamp collectives with their edge.
+    traced: the autoshard.tracer TracedStep (placeholders, their kinds and names, the meta
+        tensors the step was traced with).
+    phases: graph node name -> "forward" | "backward" (from the graph JSON), for the stamps.
+    """
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    names = traced.placeholder_names
+    kinds = traced.placeholder_kinds
+    specs = []
+    for name, meta in zip(names, traced.flat_args):
+        outs = runner.placements_of(name).outputs
+        if outs[0] is None:
+            raise LoweringError(f"node {name}: the plan gives no placement")
+        specs.append((name, tuple(meta.shape), meta.dtype, list(outs[0])))
+    for name, _, _, pl in specs:
+        if any(p.is_partial() for p in pl):
+            raise LoweringError(f"node {name}: a parameter, buffer or input planned as "
+                                f"partial cannot be fed from full tensors")
+    param_names = [n for n, k in zip(names, kinds) if k == "parameter"]
+    by_param = dict(zip(traced.grad_params, range(len(traced.grad_params))))
+    replicate = [Replicate()] * mesh.ndim
+    stamp = _Stamp()
+    phases = phases or {}
+
+    @contextlib.contextmanager
+    def edge_hook(node: str, slot: Any) -> Iterator[None]:
+        phase = phases.get(node, "backward" if str(node).startswith("grad:") else "forward")
+        with stamp.at(node=node, phase=phase, edge=f"{node}:{slot}"):
+            yield
+
+    def step(*local: torch.Tensor) -> list:
+        wrapped = [DTensor.from_local(t, mesh, pl, run_check=False, shape=torch.Size(shape),
+                                      stride=_contiguous_stride(shape))
+                   for t, (_, shape, _, pl) in zip(local, specs)]
+        outs = runner.run(wrapped)
+        loss, grads = outs[0], outs[1:]
+        if isinstance(loss, DTensor):
+            if tuple(loss.placements) != tuple(replicate):
+                loss = runner._to(loss, replicate, "loss", "output")
+            loss = loss._local_tensor
+        result = [loss]
+        params = {n: pl for n, _, _, pl in specs}
+        for n in param_names:
+            k = by_param.get(n)
+            g = grads[k] if k is not None else None
+            if isinstance(g, DTensor):
+                g = runner._to(g, params[n], f"grad:{n}", -1)._local_tensor
+            result.append(g)
+        return result
+
+    examples = [_local_example(shape, dtype, pl, mesh) for _, shape, dtype, pl in specs]
+    saved_hook = runner.edge_hook
+    runner.edge_hook = edge_hook
+    try:
+        with stamp, torch.no_grad():
+            gm = make_fx(step, tracing_mode="fake")(*examples)
+    finally:
+        runner.edge_hook = saved_hook
+    _name_placeholders(gm, names)
+    gm.graph.eliminate_dead_code()
+    gm.recompile()
+    return LoweredStep(gm=gm, param_names=param_names, loss_placements=replicate,
+                       grad_placements={n: pl for n, _, _, pl in specs if n in param_names})
+
+
+def _name_placeholders(gm: torch.fx.GraphModule, names: Sequence[str]) -> None:
+    """Placeholders take the names of what they hold (readable generated code)."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for node, name in zip(placeholders, names):
+        node.meta.setdefault(META_KEY, {})["node"] = name
+
+
+def graph_stats(gm: torch.fx.GraphModule) -> dict:
+    """Counts of the lowered graph's nodes: ops, collectives by kind, and DTensor leftovers
+    (there must be none: the graph runs on plain tensors)."""
+    ops = coll = 0
+    kinds: dict = {}
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or node.target is operator.getitem:
+            continue
+        kind = collective_kind(node)
+        if kind is None:
+            ops += 1
+        else:
+            coll += 1
+            kinds[kind] = kinds.get(kind, 0) + 1
+    return {"ops": ops, "collectives": coll, "by_kind": kinds}
