@@ -5,7 +5,9 @@
         sharding = autop.optimize_placement()          # node name -> placements
 
     from autoshard import ShardingOptimizer             # no torch needed
-    opt = ShardingOptimizer.load("out/plan.ap")
+    opt = ShardingOptimizer.load("out/plan.ap")          # AutoParallel's method names
+
+    module = autoshard.auto_parallel(model, device_mesh, inputs, out_shardings)
 
 Importing this package imports neither torch nor the C++ extension: the names below are
 resolved on first use, so `autoshard.tracer.validate` and the core work without torch.
@@ -14,14 +16,18 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-__all__ = ["AutoParallel", "Mesh", "ShardingOptimizer", "Placement", "plan_graph", "__version__"]
+__all__ = ["AutoParallel", "auto_parallel", "Mesh", "ShardingOptimizer", "Placement",
+           "plan_graph", "__version__"]
 
 
 def __getattr__(name: str):
-    if name == "AutoParallel":
-        from .api import AutoParallel
-        return AutoParallel
-    if name in ("Mesh", "ShardingOptimizer", "Placement", "plan_graph"):
+    if name in ("AutoParallel", "auto_parallel"):
+        from . import api
+        return getattr(api, name)
+    if name == "ShardingOptimizer":  # AutoParallel's names on the C++ optimizer
+        from .optimizer import ShardingOptimizer
+        return ShardingOptimizer
+    if name in ("Mesh", "Placement", "plan_graph"):
         from . import core
         return getattr(core, name)
     raise AttributeError(f"module 'autoshard' has no attribute {name!r}")

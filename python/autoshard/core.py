@@ -44,9 +44,10 @@ PlannerOptions = _core.PlannerOptions
 Plan = _core.Plan
 ShardingOptimizer = _core.ShardingOptimizer
 Placement = str  #: placements cross the C++ boundary as DTensor strings, e.g. "S(0)R"
+normalize_placements = _core.normalize_placements  #: "Shard(0), Replicate()" -> "S(0)R"
 
 __all__ = ["Mesh", "Graph", "PlannerOptions", "Plan", "ShardingOptimizer", "Placement",
-           "planner_options", "plan_graph"]
+           "normalize_placements", "planner_options", "plan_graph"]
 
 
 def planner_options(**kwargs: Any) -> PlannerOptions:

@@ -13,9 +13,12 @@ _ITEM = re.compile(r"S\((-?\d+)\)|R|P\((\w+)\)|P")
 
 
 def to_string(placements: Any) -> str:
-    """One tensor's placements (a string, or a sequence of DTensor placements) -> "S(0)R"."""
+    """One tensor's placements (a string, a sequence of DTensor placements, or one DTensor
+    placement for a 1-D mesh) -> "S(0)R"."""
     if isinstance(placements, str):
         return placements
+    if not isinstance(placements, (list, tuple)):
+        placements = (placements,)
     out = []
     for p in placements:
         name = type(p).__name__

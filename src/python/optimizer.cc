@@ -4,6 +4,7 @@
 #include <pybind11/stl.h>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <optional>
 #include <string>
@@ -14,7 +15,10 @@
 #include "io/plan_export.h"
 #include "io/plan_json.h"
 #include "io/state.h"
+#include "ir/dtype.h"
 #include "ir/file_util.h"
+#include "ir/graph.h"
+#include "planner/constraints.h"
 #include "planner/sharding_optimizer.h"
 #include "planner/whatif.h"
 #include "python/bindings.h"
@@ -61,6 +65,98 @@ py::dict placements_dict(const ShardingOptimizer& so, const Plan& plan) {
   return out;
 }
 
+/// node_costs with only input slot `arg` kept (all when nullopt); errors name the slots.
+NodeCosts costs_of_input(ShardingOptimizer& s, const std::string& node, std::optional<int32_t> arg) {
+  NodeCosts c = node_costs(s, node);
+  if (!arg) return c;
+  std::vector<InputMatrix> kept;
+  std::vector<std::string> slots;
+  for (InputMatrix& m : c.inputs) {
+    slots.push_back(m.slot >= 0 ? std::to_string(m.slot) : "-1 (grad)");
+    if (m.slot == *arg) kept.push_back(std::move(m));
+  }
+  if (kept.empty() && !c.inputs.empty())
+    throw std::invalid_argument(fmt::format("node '{}' has no input {} (inputs: {})", node, *arg,
+                                            fmt::join(slots, ", ")));
+  c.inputs = std::move(kept);
+  return c;
+}
+
+/// One row per planned node from `start` on: can its (first) output take `target`, and at
+/// what cost (compute + redistribution on its inputs) against the chosen strategy.
+py::list explain_target(ShardingOptimizer& s, const std::string& target,
+                        const std::optional<std::string>& start, size_t max_nodes) {
+  const std::string want = placements_to_string(parse_placements(target));
+  if (static_cast<int32_t>(parse_placements(want).size()) != s.mesh().ndim())
+    throw std::invalid_argument(fmt::format("placement '{}' has {} items for a {}-D mesh", target,
+                                            parse_placements(want).size(), s.mesh().ndim()));
+  const Graph& g = s.graph();
+  NodeIdx first = 0;
+  if (start) {
+    auto idx = g.find(*start);
+    if (!idx) throw std::invalid_argument(fmt::format("no node named '{}' in graph {}", *start, g.name));
+    first = *idx;
+  }
+  const Plan& plan = plan_or_solution(s, nullptr);
+  py::list rows;
+  for (NodeIdx i = first; i < g.size(); ++i) {
+    if (max_nodes > 0 && rows.size() >= max_nodes) break;
+    if (!plan.nodes[static_cast<size_t>(i)]) continue;  // output nodes: nothing to place
+    const NodeCosts c = node_costs(s, g.node(i).name);
+    const StrategyCost* chosen = nullptr;
+    const StrategyCost* best = nullptr;
+    for (const StrategyCost& sc : c.strategies) {
+      if (sc.chosen) chosen = &sc;
+      const bool match = sc.output == want || sc.output.rfind("(" + want + ",", 0) == 0;
+      if (match && (!best || sc.compute_us + sc.comm_us < best->compute_us + best->comm_us)) best = &sc;
+    }
+    py::dict r;
+    r["node"] = c.node;
+    r["op"] = c.op;
+    r["chosen"] = chosen ? chosen->output : std::string();
+    r["chosen_us"] = chosen ? chosen->compute_us + chosen->comm_us : 0.0;
+    r["available"] = best != nullptr;
+    r["target_strategy"] = best ? best->name : std::string();
+    r["target_us"] = best ? py::cast(best->compute_us + best->comm_us) : py::none();
+    r["delta_us"] = best && chosen ? py::cast(best->compute_us + best->comm_us -
+                                              chosen->compute_us - chosen->comm_us)
+                                   : py::none();
+    rows.append(r);
+  }
+  return rows;
+}
+
+py::list node_table(const ShardingOptimizer& s) {
+  const Graph& g = s.graph();
+  py::list out;
+  for (NodeIdx i = 0; i < g.size(); ++i) {
+    const Node& n = g.node(i);
+    py::dict d;
+    d["name"] = n.name;
+    d["kind"] = std::string(node_kind_name(n.kind));
+    d["op"] = n.op;
+    d["phase"] = std::string(phase_name(n.phase));
+    d["module_path"] = n.module_path;
+    d["source"] = n.source;
+    std::vector<std::string> ins;
+    for (const TensorRef& r : n.inputs) {
+      const std::string& src = g.node(r.node).name;
+      ins.push_back(r.output == 0 ? src : fmt::format("{}:{}", src, r.output));
+    }
+    d["inputs"] = ins;
+    std::vector<std::vector<int64_t>> shapes;
+    std::vector<std::string> dtypes;
+    for (const TensorMeta& m : n.outputs) {
+      shapes.push_back(m.shape);
+      dtypes.emplace_back(dtype_name(m.dtype));
+    }
+    d["shapes"] = shapes;
+    d["dtypes"] = dtypes;
+    out.append(d);
+  }
+  return out;
+}
+
 }  // namespace
 
 void bind_optimizer(py::module_& m) {
@@ -88,13 +184,23 @@ void bind_optimizer(py::module_& m) {
       .def(
           "add_node_constraint",
           [](ShardingOptimizer& s, const std::string& node, const std::string& output,
-             std::optional<SpecList> inputs) {
+             std::optional<SpecList> inputs, std::optional<std::string> name) {
             std::optional<std::vector<std::vector<Placement>>> ins;
             if (inputs) ins = parse_list(*inputs);
-            return s.add_node_constraint(node, parse_placements(output), ins);
+            if (!name) return s.add_node_constraint(node, parse_placements(output), ins);
+            Constraint c;
+            c.kind = Constraint::Kind::kPin;
+            c.name = *name;  // add_constraint rejects a name already in use
+            c.node = node;
+            c.output = parse_placements(output);
+            c.inputs = std::move(ins);
+            s.add_constraint(std::move(c));
+            return std::vector<std::string>{*name};
           },
           py::arg("node"), py::arg("output"), py::arg("inputs") = std::nullopt,
-          "Pins a node's output placements (and optionally its inputs'); returns the names added.")
+          py::arg("name") = std::nullopt,
+          "Pins a node's output placements (and optionally its inputs'); returns the names added "
+          "(`name` names the constraint, else 'pin:NODE').")
       .def("remove_constraints", &ShardingOptimizer::remove_constraints, py::arg("names"),
            "Removes constraints by name (RuntimeError naming an unknown one; then none is removed).")
       .def_property_readonly("constraints", [](const ShardingOptimizer& s) {
@@ -118,6 +224,26 @@ void bind_optimizer(py::module_& m) {
             return plan_summary_json(plan_or_solution(s, plan), s.graph(), s.mesh()).dump(2);
           },
           py::arg("plan") = nullptr, "The `autoshard plan --json` summary (JSON text).")
+      .def(
+          "placements_json",
+          [](const ShardingOptimizer& s, const Plan* plan) {
+            return write_placements_json(plan_or_solution(s, plan), s.graph(), s.mesh());
+          },
+          py::arg("plan") = nullptr,
+          "The placements JSON text of a plan (the solution by default), as save_placements writes.")
+      .def(
+          "plan_from_placements",
+          [](ShardingOptimizer& s, const std::string& text, const std::string& origin) {
+            py::gil_scoped_release release;
+            std::optional<Plan> before = s.solution();
+            std::vector<StrategyIdx> choice = s.solution_choice();
+            Plan p = placements_plan(s, text, origin);
+            if (before) s.set_solution(std::move(*before), std::move(choice));
+            return p;
+          },
+          py::arg("text"), py::arg("origin") = "<placements>",
+          "The plan of placements JSON text, evaluated without solving; the solution is kept "
+          "(it becomes this plan only when there was none).")
       .def("save_placements", &save_placements, py::arg("path"),
            "Writes the solution's placements JSON (AutoParallel's save_placements schema).")
       .def("load_placements", &load_placements, py::arg("path"),
@@ -153,16 +279,50 @@ void bind_optimizer(py::module_& m) {
         "What changed from plan a to plan b, by layer (text).")
       .def(
           "print_costs_for_node",
-          [](ShardingOptimizer& s, const std::string& node) {
-            std::string text = print_costs_for_node(s, node);
-            py::gil_scoped_acquire gil;
+          [](ShardingOptimizer& s, const std::string& node, std::optional<int32_t> arg, size_t max_matrix) {
+            std::string text = format_node_costs(costs_of_input(s, node, arg), max_matrix);
             py::print(text, py::arg("end") = "");
           },
-          py::arg("node"), "Prints the node's strategies, their costs and resharding matrices.")
+          py::arg("node"), py::arg("arg") = std::nullopt, py::arg("max_matrix") = 16,
+          "Prints the node's strategies, their costs and resharding matrices (`arg`: one input's).")
       .def(
           "costs_for_node",
-          [](ShardingOptimizer& s, const std::string& node) { return format_node_costs(node_costs(s, node)); },
-          py::arg("node"), "The text print_costs_for_node prints.")
+          [](ShardingOptimizer& s, const std::string& node, std::optional<int32_t> arg, size_t max_matrix) {
+            return format_node_costs(costs_of_input(s, node, arg), max_matrix);
+          },
+          py::arg("node"), py::arg("arg") = std::nullopt, py::arg("max_matrix") = 16,
+          "The text print_costs_for_node prints; `arg` keeps one input's resharding matrix "
+          "(-1: the gradient agreement), None all of them.")
+      .def(
+          "node_strategies",
+          [](ShardingOptimizer& s, const std::string& node) {
+            NodeCosts c = node_costs(s, node);
+            py::list out;
+            for (const StrategyCost& sc : c.strategies) {
+              py::dict d;
+              d["index"] = sc.index;
+              d["name"] = sc.name;
+              d["output"] = sc.output;
+              d["compute_us"] = sc.compute_us;
+              d["comm_us"] = sc.comm_us;
+              d["memory_bytes"] = sc.memory_bytes;
+              d["chosen"] = sc.chosen;
+              out.append(d);
+            }
+            return out;
+          },
+          py::arg("node"),
+          "The node's strategies with their costs under the solution (as print_costs_for_node).")
+      .def(
+          "explain_target",
+          [](ShardingOptimizer& s, const std::string& target, std::optional<std::string> start_node,
+             size_t max_nodes) { return explain_target(s, target, start_node, max_nodes); },
+          py::arg("target"), py::arg("start_node") = std::nullopt, py::arg("max_nodes") = 0,
+          "Per planned node in graph (topological) order from start_node: whether a strategy "
+          "with output `target` exists and its cost against the chosen one (max_nodes 0: all).")
+      .def("node_table", &node_table,
+           "Every graph node in order: name, kind, op, phase, module_path, source, inputs "
+           "('name' or 'name:k'), shapes, dtypes.")
       .def(
           "explain_placement",
           [](ShardingOptimizer& s, const std::string& node, const std::string& placement) {
