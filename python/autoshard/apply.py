@@ -197,7 +197,14 @@ def graph_names(gm: torch.fx.GraphModule, graph: dict, placeholder_names: Sequen
     from autoshard.tracer.export import op_name
 
     taken = set(names.values())
+    constants: dict = {}  # get_attr target -> exported buffer name (one node per target)
     for fx_node in gm.graph.nodes:
+        if fx_node.op == "get_attr":
+            nm = constants.get(fx_node.target, str(fx_node.target).replace(".", "_"))
+            if by_name.get(nm, {}).get("kind") == "buffer":
+                names[fx_node] = constants[fx_node.target] = nm
+                taken.add(nm)
+            continue
         if fx_node.op != "call_function" or fx_node.target is operator.getitem:
             continue
         base, k, nm = fx_node.name, 1, fx_node.name
@@ -293,6 +300,11 @@ class StepRunner:
                 v = getattr(self.gm, node.target)
                 if isinstance(v, torch.Tensor) and v.is_meta:
                     raise PlanError(f"node {node.name}: a tensor constant traced on meta")
+                if isinstance(v, torch.Tensor) and node in self.names:
+                    # a constant of the step (e.g. a target the loss closes over): at its
+                    # planned placement, cut locally like an input
+                    v = _local_slice(v.to(device), self.mesh,
+                                     self.placements_of(self.names[node]).outputs[0])
                 env[node] = v
                 continue
             if node not in live:
@@ -352,26 +364,29 @@ def _local_slice(t: torch.Tensor, mesh: DeviceMesh, placements: list) -> DTensor
     return redistribute(d, mesh, placements) if any(p.is_shard() for p in placements) else d
 
 
-class _JointStep(torch.autograd.Function):
-    """loss = step(params, inputs); backward hands back the graph's own gradients, scaled by
-    the incoming gradient (the gradients are linear in the loss's seed)."""
+def _step_function(gm_holder: dict) -> type:
+    """An autograd Function over plain tensors running the lowered joint step:
+    forward -> the loss (the gradients are computed too, and saved); backward -> the saved
+    gradients scaled by the incoming one (the gradients are linear in the loss's seed).
+    One class per module, so that Dynamo sees the graph it calls as a constant."""
 
-    @staticmethod
-    def forward(ctx, module: "ShardedModule", n_params: int, *flat):  # type: ignore[override]
-        loss, grads = module._run(flat)
-        ctx.grads = grads
-        ctx.n_rest = len(flat) - n_params
-        return loss
+    class _Step(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, *flat):  # type: ignore[override]
+            out = gm_holder["step"](*flat)
+            grads = out[1:]
+            ctx.has_grad = [g is not None for g in grads]
+            ctx.n_flat = len(flat)
+            ctx.save_for_backward(*[g for g in grads if g is not None])
+            return out[0]
 
-    @staticmethod
-    def backward(ctx, g):  # type: ignore[override]
-        grads = ctx.grads
-        ctx.grads = None
-        if g is not None:
-            scale = g.to_local() if isinstance(g, DTensor) else g
-            if not bool((scale == 1).all()):
-                grads = [x * scale if x is not None else None for x in grads]
-        return (None, None, *grads, *([None] * ctx.n_rest))
+        @staticmethod
+        def backward(ctx, g):  # type: ignore[override]
+            saved = iter(ctx.saved_tensors)
+            grads = [next(saved) * g if has else None for has in ctx.has_grad]
+            return (*grads, *([None] * (ctx.n_flat - len(grads))))
+
+    return _Step
 
 
 class ShardedModule(torch.nn.Module):
@@ -381,8 +396,9 @@ class ShardedModule(torch.nn.Module):
     `loss.backward()` fills every `p.grad` with a DTensor laid out like `p`.
 
     `module.compile(**kw)` compiles the lowered step with `torch.compile` (inductor by
-    default); `torch.compile(module)` does the same (the module's forward is not traced by
-    Dynamo: it only slices the inputs and calls the compiled step).
+    default).  `torch.compile(module)` compiles the whole call instead: the forward is plain
+    tensor code (input chunks, `to_local`, one autograd Function over the lowered graph), so
+    Dynamo traces the lowered graph into one compiled graph.
     """
 
     def __init__(self, model: torch.nn.Module, runner: StepRunner, traced, mesh: DeviceMesh,
@@ -392,8 +408,9 @@ class ShardedModule(torch.nn.Module):
         self._traced = traced
         self._lowered = lowered
         #: What runs the step: the lowered graph, its compiled form, or the audit's
-        #: interpreter (a plain attribute: the graph must not become a submodule).
-        self.__dict__["_step_fn"] = lowered.gm
+        #: interpreter (a plain dict entry: the graph must not become a submodule).
+        self.__dict__["_step_holder"] = {"step": lowered.gm}
+        self._step_cls = _step_function(self.__dict__["_step_holder"])
         self._compiled = False
         self.mesh = mesh
         kinds, names = traced.placeholder_kinds, traced.placeholder_names
@@ -416,7 +433,8 @@ class ShardedModule(torch.nn.Module):
         for pname, p in holder.named_parameters(recurse=False):
             self.register_parameter(pname, p)
         for bname, b in holder.named_buffers(recurse=False):
-            self.register_buffer(bname, b)
+            self.register_buffer(bname, b,
+                                 persistent=bname not in holder._non_persistent_buffers_set)
 
     @property
     def mismatches(self) -> list:
@@ -429,45 +447,51 @@ class ShardedModule(torch.nn.Module):
         """The lowered per-rank graph (local ops and functional collectives)."""
         return self._lowered.gm
 
+    def run_step_with(self, fn: Callable) -> Callable:
+        """Runs the step with `fn` (called like the lowered graph) from now on; returns the
+        previous one (the audit runs the graph node by node this way)."""
+        previous = self.__dict__["_step_holder"]["step"]
+        self.__dict__["_step_holder"]["step"] = fn
+        return previous
+
     def compile(self, *args: Any, **kwargs: Any) -> None:  # type: ignore[override]
         """Compiles the lowered step with torch.compile (same arguments)."""
         if not self._compiled:
-            self.__dict__["_step_fn"] = torch.compile(self._lowered.gm, *args, **kwargs)
+            self.run_step_with(torch.compile(self._lowered.gm, *args, **kwargs))
             self._compiled = True
-
-    def _run(self, flat: Sequence[Any]):
-        local = [t._local_tensor if isinstance(t, DTensor) else t for t in flat]
-        out = self._step_fn(*local)
-        loss, grads = out[0], out[1:]
-        params = dict(self.named_parameters())
-        aligned = []
-        for n, g in zip(self._param_names, grads):
-            p = params[n]
-            if g is not None:
-                g = DTensor.from_local(g, self.mesh, p.placements, run_check=False,
-                                       shape=p.shape, stride=p.stride())
-            aligned.append(g)
-        return loss, aligned
 
     def local_inputs(self, *inputs: torch.Tensor) -> list:
         """Full (global) input tensors -> this rank's local shards (no communication)."""
         if len(inputs) != len(self._input_names):
             raise TypeError(f"expected {len(self._input_names)} tensors "
                             f"({', '.join(self._input_names)}), got {len(inputs)}")
-        return [_local_slice(t, self.mesh, pl)._local_tensor
+        coord = self.mesh.get_coordinate()
+        return [_local_chunk(t, self.mesh, pl, coord)
                 for t, pl in zip(inputs, self._input_placements)]
 
-    @torch._dynamo.disable
     def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
         """inputs: the model's inputs then the loss targets, full tensors, in trace order."""
-        if torch.compiler.is_compiling():  # pragma: no cover - forward is never traced
-            raise RuntimeError("ShardedModule.forward is not traceable")
         flat_in = self.local_inputs(*inputs)
         params = dict(self.named_parameters())
         buffers = dict(self.named_buffers())
-        ps = [params[n] for n in self._param_names]
-        bs = [buffers[n] for n in self._buffer_names]
-        return _JointStep.apply(self, len(ps), *ps, *bs, *flat_in)
+        # to_local() is differentiable: the local gradient comes back as a DTensor laid out
+        # like the parameter (the plan's gradient placement is the parameter's).
+        ps = [params[n].to_local() for n in self._param_names]
+        bs = [buffers[n].to_local() for n in self._buffer_names]
+        return self._step_cls.apply(*ps, *bs, *flat_in)
+
+
+def _local_chunk(t: torch.Tensor, mesh: DeviceMesh, placements: list, coord) -> torch.Tensor:
+    """This rank's piece of a full tensor under `placements` (DTensor's chunking: mesh dims
+    left to right, torch.chunk sizes, empty pieces past the end)."""
+    if any(p.is_partial() for p in placements):
+        raise PlanError(f"an input planned as partial ({placements_str(placements)})")
+    for i, p in enumerate(placements):
+        if p.is_shard():
+            dim = p.dim if p.dim >= 0 else p.dim + t.dim()
+            pieces = torch.chunk(t, mesh.size(i), dim)
+            t = pieces[coord[i]] if coord[i] < len(pieces) else t.narrow(dim, 0, 0)
+    return t
 
 
 def _set_tensor(root: torch.nn.Module, name: str, value, buffer: bool = False) -> None:

@@ -118,15 +118,14 @@ class CommAudit:
     def __enter__(self) -> "CommAudit":
         # The audited steps run the lowered graph node by node, so that each collective is
         # attributed to the plan edge its node was lowered from (node.meta["autoshard"]).
-        self._saved_step = self.step._step_fn
-        self.step.__dict__["_step_fn"] = _EdgeInterpreter(self.step.step_graph, self).run
+        self._saved_step = self.step.run_step_with(_EdgeInterpreter(self.step.step_graph, self).run)
         self._mode = _Recorder(self)
         self._mode.__enter__()
         return self
 
     def __exit__(self, *exc) -> bool:
         self._mode.__exit__(*exc)
-        self.step.__dict__["_step_fn"] = self._saved_step
+        self.step.run_step_with(self._saved_step)
         return False
 
     # --- summaries --------------------------------------------------------------------------

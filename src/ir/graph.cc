@@ -31,6 +31,19 @@ std::optional<NodeKind> parse_node_kind(std::string_view s) {
   return std::nullopt;
 }
 
+bool is_alias_op(std::string_view op) {
+  static constexpr std::string_view kViews[] = {
+      "_reshape_alias", "_unsafe_view", "alias",        "as_strided",   "detach",
+      "diagonal",       "expand",       "expand_as",    "narrow",       "permute",
+      "select.int",     "slice.Tensor", "split.Tensor", "split_with_sizes", "squeeze",
+      "squeeze.dim",    "squeeze.dims", "t",            "transpose.int", "unbind.int",
+      "unflatten.int",  "unsqueeze",    "view",         "view_as",      "view_as_real",
+      "view_as_complex"};
+  for (std::string_view v : kViews)
+    if (op == v) return true;
+  return false;
+}
+
 std::string_view phase_name(Phase p) {
   switch (p) {
     case Phase::kForward: return "forward";

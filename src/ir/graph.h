@@ -51,6 +51,12 @@ std::optional<NodeKind> parse_node_kind(std::string_view s);
 std::string_view phase_name(Phase p);
 std::optional<Phase> parse_phase(std::string_view s);
 
+/// True for ATen ops whose output is a view of their first input (view, t, transpose,
+/// expand, slice, split, detach, ...): the output shares the input's storage, so it holds
+/// no bytes of its own and keeps its base alive instead (the memory model's liveness).
+/// `_unsafe_view` counts: ATen's schema does not mark it aliasing, but it returns a view.
+bool is_alias_op(std::string_view op);
+
 /// A non-tensor op argument.  Lists of ints cover dims, shapes and sizes; nullopt-like values
 /// (Python None) are simply absent from the attribute map.
 using AttrValue = std::variant<bool, int64_t, double, std::string, std::vector<int64_t>>;

@@ -30,14 +30,25 @@ std::vector<std::pair<int64_t, int64_t>> live_intervals(const Graph& g) {
     else
       iv[static_cast<size_t>(i)] = {i, i + 1};
   }
+  // A view keeps the storage it aliases alive: each use of a view extends its base tensor
+  // (the first input of the chain of views), and the view itself holds no bytes.
+  std::vector<NodeIdx> base(static_cast<size_t>(n));
+  for (NodeIdx i = 0; i < g.size(); ++i) {
+    const Node& x = g.node(i);
+    base[static_cast<size_t>(i)] = i;
+    if (x.kind == NodeKind::kOp && is_alias_op(x.op) && !x.inputs.empty())
+      base[static_cast<size_t>(i)] = base[static_cast<size_t>(x.inputs[0].node)];
+  }
   for (NodeIdx i = 0; i < g.size(); ++i) {
     const Node& x = g.node(i);
     // Uses by the graph's output node do not extend liveness: the outputs are the loss and the
     // gradients, whose memory is accounted with the parameter state.
     if (x.kind == NodeKind::kOutput) continue;
     for (const TensorRef& r : x.inputs) {
-      auto& [s, e] = iv[static_cast<size_t>(r.node)];
-      e = std::max<int64_t>(e, i + 1);
+      for (NodeIdx t : {r.node, base[static_cast<size_t>(r.node)]}) {
+        auto& [s, e] = iv[static_cast<size_t>(t)];
+        e = std::max<int64_t>(e, i + 1);
+      }
     }
   }
   return iv;
@@ -329,6 +340,8 @@ BuiltProblem build_problem(const Graph& g, const Mesh& mesh, const PlannerOption
       int64_t bytes = 0;
       if (x.kind == NodeKind::kParameter && param_state_on_params)
         bytes = parameter_state_bytes(s.outputs.at(0), mesh, opt.optimizer);
+      else if (x.kind == NodeKind::kOp && is_alias_op(x.op))
+        bytes = 0;  // a view: its base holds the bytes (live_intervals)
       else
         for (const ShardingSpec& o : s.outputs) bytes += o.local_bytes(mesh);
       pn.costs.push_back(c);

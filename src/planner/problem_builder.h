@@ -92,7 +92,8 @@ Problem materialize_edges(const BuiltProblem& bp);
 /// Total cost of a full assignment using the shared matrices.
 Cost evaluate_cost(const BuiltProblem& bp, const std::vector<StrategyIdx>& choice);
 
-/// Schedule interval [start, end) of every graph node's outputs (see build_problem).
+/// Schedule interval [start, end) of every graph node's outputs (see build_problem); a view
+/// (is_alias_op) extends its base's interval to its own uses.
 std::vector<std::pair<int64_t, int64_t>> live_intervals(const Graph& g);
 
 }  // namespace autoshard

@@ -11,6 +11,7 @@
 #include "cost/compute.h"
 #include "cost/memory.h"
 #include "cost/redistribute.h"
+#include "ir/graph_json.h"
 #include "models/models.h"
 #include "planner/sharding_optimizer.h"
 #include "planner/test_util.h"
@@ -66,6 +67,8 @@ void expect_matches_per_node_build(const Graph& g, const Mesh& mesh, const Plann
       int64_t bytes = 0;
       if (x.kind == NodeKind::kParameter && !bp.has_optimizer)
         bytes = parameter_state_bytes(s.outputs.at(0), mesh, o.optimizer);
+      else if (x.kind == NodeKind::kOp && is_alias_op(x.op))
+        bytes = 0;
       else
         for (const ShardingSpec& out : s.outputs) bytes += out.local_bytes(mesh);
       EXPECT_EQ(pn.usages[k], bytes) << x.name << " " << s.name();
@@ -124,6 +127,41 @@ TEST(ProblemBuilder, APinnedNodeOfARepeatedLayerIsBuiltOnItsOwn) {
             free.strategies[static_cast<size_t>(twin)].size());
   EXPECT_GT(free.strategies[static_cast<size_t>(twin)].size(), 1u);
   expect_matches_per_node_build(g, mesh, o, bp, name);
+}
+
+// x -> relu -> view -> t -> mm(x, t) -> sum: the view and the transpose alias relu's output,
+// so they hold no bytes and relu's output stays live until the mm that reads the transpose.
+TEST(ProblemBuilder, ViewsHoldNoBytesAndKeepTheirBaseAlive) {
+  const Graph g = read_graph_json(R"({"format": "autoshard-graph", "version": 1, "nodes": [
+    {"name": "x", "kind": "input", "outputs": [{"shape": [8, 8], "dtype": "f32"}]},
+    {"name": "r", "kind": "op", "op": "relu", "inputs": ["x"],
+     "outputs": [{"shape": [8, 8], "dtype": "f32"}]},
+    {"name": "v", "kind": "op", "op": "view", "inputs": ["r"], "attrs": {"size": [8, 8]},
+     "outputs": [{"shape": [8, 8], "dtype": "f32"}]},
+    {"name": "e", "kind": "op", "op": "exp", "inputs": ["x"],
+     "outputs": [{"shape": [8, 8], "dtype": "f32"}]},
+    {"name": "w", "kind": "op", "op": "t", "inputs": ["v"],
+     "outputs": [{"shape": [8, 8], "dtype": "f32"}]},
+    {"name": "m", "kind": "op", "op": "mm", "inputs": ["e", "w"],
+     "outputs": [{"shape": [8, 8], "dtype": "f32"}]},
+    {"name": "s", "kind": "op", "op": "sum", "inputs": ["m"],
+     "outputs": [{"shape": [], "dtype": "f32"}]},
+    {"name": "output", "kind": "output", "inputs": ["s"]}]})",
+                                  "<test>");
+  const auto iv = live_intervals(g);
+  const auto at = [&](const char* name) { return iv[static_cast<size_t>(*g.find(name))]; };
+  using Interval = std::pair<int64_t, int64_t>;
+  EXPECT_EQ(at("r"), Interval(1, 6));  // through m (index 5)
+  EXPECT_EQ(at("v"), Interval(2, 5));  // through w (index 4)
+  EXPECT_EQ(at("e"), Interval(3, 6));
+  const Mesh mesh({1}, {"dp"}, h100());
+  const BuiltProblem bp = build_problem(g, mesh, PlannerOptions{}, {});
+  for (const char* view : {"v", "w"}) {
+    const ProblemNode& pn = bp.problem.nodes[static_cast<size_t>(bp.pnode[*g.find(view)])];
+    for (int64_t u : pn.usages) EXPECT_EQ(u, 0) << view;
+  }
+  const ProblemNode& relu = bp.problem.nodes[static_cast<size_t>(bp.pnode[*g.find("r")])];
+  for (int64_t u : relu.usages) EXPECT_EQ(u, 8 * 8 * 4);
 }
 
 // 4-D meshes are planned while the problem stays within the bounds (the built-in MLP: about

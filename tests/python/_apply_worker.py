@@ -165,22 +165,28 @@ def run_jobs(mesh, jobs: Sequence[dict], steps: int = 3, lr: float = 1e-2) -> li
         planned = {n: placements_str(t.placements) for n, t in step.named_parameters()
                    if isinstance(t, DTensor)}
         opt = torch.optim.AdamW(step.parameters(), lr=lr)
+        compiled = job.get("compile", False)
+        run = torch.compile(step) if compiled else step
         res: dict = {"name": job["name"], "loss_err": 0.0, "grad_err": {}, "param_err": {},
                      "placements": planned}
         for i in range(steps):
             if i == 0:
-                with CommAudit(step) as audit:
-                    loss = step(*inputs, *targets)
+                if compiled:  # the same graph, audited in the job's eager twin
+                    loss = run(*inputs, *targets)
                     loss.backward()
-                res["issued"] = {f"{k[0]}|{k[1]}": v for k, v in audit.totals().items()}
-                res["issued_edges"] = audit.per_edge()
+                else:
+                    with CommAudit(step) as audit:
+                        loss = step(*inputs, *targets)
+                        loss.backward()
+                    res["issued"] = {f"{k[0]}|{k[1]}": v for k, v in audit.totals().items()}
+                    res["issued_edges"] = audit.per_edge()
                 res["grad_placements_ok"] = all(
                     tuple(p.grad.placements) == tuple(p.placements)
                     for p in step.parameters() if p.grad is not None)
                 for n, p in step.named_parameters():
                     res["grad_err"][n] = rel_err(p.grad.full_tensor(), ref_grads[n])
             else:
-                loss = step(*inputs, *targets)
+                loss = run(*inputs, *targets)
                 loss.backward()
             full = loss.full_tensor() if isinstance(loss, DTensor) else loss
             res["loss_err"] = max(res["loss_err"], abs(full.item() - ref_losses[i]) /
@@ -190,8 +196,20 @@ def run_jobs(mesh, jobs: Sequence[dict], steps: int = 3, lr: float = 1e-2) -> li
         for n, p in step.named_parameters():
             res["param_err"][n] = rel_err(p.detach().full_tensor(), ref_params[n])
         res["mismatches"] = [vars(m) for m in step.mismatches]
+        res["dtensor_free"] = lowered_is_local(step)
         results.append(res)
     return results
+
+
+def lowered_is_local(step) -> bool:
+    """The lowered graph holds plain tensors only (no DTensor dispatch on the hot path)."""
+    from torch.distributed.tensor import DTensor
+
+    for node in step.step_graph.graph.nodes:
+        val = node.meta.get("val")
+        if isinstance(val, DTensor):
+            return False
+    return True
 
 
 def worker(rank: int, world: int, port: int, mesh_shape: Sequence[int], dims: Sequence[str],

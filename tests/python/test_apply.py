@@ -1,11 +1,12 @@
 """apply_placement numerics and communication audit, on CPU with gloo (127.0.0.1).
 
-4 processes (mesh 2x2, dims dp,tp) and 2 processes (mesh 2, dim dp) run a 3-layer MLP and a
+4 processes (mesh 2x2, dims dp,tp) and 2 processes (mesh 2, dim dp) run, as the lowered per-rank
+graph (autoshard.lower; one plan per mesh also compiled with torch.compile), a 3-layer MLP and a
 2-layer LLaMA-style model (hidden 16, 4 heads, 2 KV heads) under autoshard's optimum and under
 hand-pinned DP, FSDP and Megatron-TP plans (`autoshard plan --pin`), all planned with
 `--comm-model dtensor` (the walk DTensor executes).  Each rank compares with
 the single-process eager step: loss and every gradient within 1e-5 relative (max |diff| / max
-|ref|, fp32), and the parameters after three AdamW steps.  The audit of the first step must
+|ref|, fp32), and the parameters after three AdamW steps.  The audit of the first step (eager) must
 match autoshard's schedule for the plan's edges exactly (count and bytes per collective type
 and mesh dim), and DTensor must have produced every planned output placement itself.
 """
@@ -29,6 +30,11 @@ except ImportError:  # pragma: no cover
 
 TOL = 1e-5
 TIMEOUT_S = 300  # per launch (generous for a loaded CI machine); workers are killed past it
+
+
+#: Plans also run compiled (torch.compile, inductor on CPU): one per mesh, since each rank's
+#: inductor compile of a LLaMA step takes a minute of a loaded 2-core machine.
+COMPILED = {"2": "llama/optimum", "2x2": "llama/megatron"}
 
 
 def _plans(binary, graphs, mesh, dims, tmp):
@@ -119,6 +125,9 @@ class ApplyPlacement(unittest.TestCase):
         try:
             plans = _plans(self.binary, self.graphs, mesh, dims, tmp)
             jobs = [{"name": n, "model": k, "placements": p} for n, (k, p) in plans.items()]
+            twin = COMPILED["x".join(map(str, mesh))]
+            jobs += [{**j, "name": j["name"] + "/compiled", "compile": True}
+                     for j in jobs if j["name"] == twin]
             per_rank = _launch(world, mesh, dims, jobs, tmp)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -137,6 +146,9 @@ class ApplyPlacement(unittest.TestCase):
                     self.assertLessEqual(e, TOL, f"{where}: {n} after 3 AdamW steps")
                 self.assertTrue(res["grad_placements_ok"], where)
                 self.assertEqual(res["mismatches"], [], f"{where}: DTensor chose otherwise")
+                self.assertTrue(res["dtensor_free"], f"{where}: a DTensor in the lowered graph")
+                if job.get("compile"):
+                    continue
                 issued_edges = {k: [tuple(x) for x in v] for k, v in res["issued_edges"].items()
                                 if not k.startswith("loss")}
                 planned_e = {k: v for k, v in planned_edges.items() if v}

@@ -153,11 +153,7 @@ def test_full_state_dict_round_trip(ranks):
 
 
 def test_module_state_dict_keys_are_the_models(ranks):
-    extra = ranks[0]["extra_keys"]
-    if extra == ["rope_cos", "rope_sin"]:
-        pytest.xfail("apply.ShardedModule registers the model's root-level non-persistent "
-                     "buffers (LLaMA's rope_cos, rope_sin) as persistent")
-    assert extra == []
+    assert ranks[0]["extra_keys"] == []  # LLaMA's non-persistent rope tables stay so
 
 
 def test_refusals_name_the_key(ranks):

@@ -1,0 +1,256 @@
+#!/usr/bin/env python3
+"""The applied plan against eager PyTorch, per rank: step time and first-step peak memory.
+
+    PYTHONPATH=python build/venv/bin/python bench/apply_bench.py --cli build/autoshard \
+        --mesh 2 --dims dp --algo ddp                     # data parallel, 2 gloo ranks
+    ... --mesh 2x2 --dims dp,tp --algo fsdp+tp            # 4 ranks, weights sharded
+    ... --compile                                         # also the torch.compile'd step
+
+Model: autoshard.tracer.examples.llama at llama_tiny's widths (dim 256, 4 heads, 2 KV heads,
+FFN 512, vocab 1024) with --layers (8), --seq (1024), global --batch (8), fp32, on CPU.
+
+Each phase runs in fresh processes, `world` at a time (the ranks share the machine's cores the
+same way in every phase):
+* eager: one plain nn.Module step (forward, loss, backward, AdamW) on the rank's share of the
+  work -- the global batch / the number of ranks, which is the FLOPs each rank does under any
+  plan that divides the work evenly;
+* lowered: `apply_placement` on a gloo mesh, the planned step (autoshard.lower's graph);
+* compiled (--compile): the same module under torch.compile (inductor).
+
+Memory method: CPU resident set size.  Before the first step the peak is reset
+(/proc/self/clear_refs, "5"); the step's peak growth is VmHWM - VmRSS before the step, for
+forward + backward (the optimizer's lazily created state is excluded: the same in both).
+MALLOC_MMAP_THRESHOLD_ is fixed at 64 KiB in every process so that freed tensors go back to
+the OS at once (glibc's moving threshold would otherwise keep some of them resident).
+The planner's activation peak is its per-device peak minus the parameter state it charges
+(16 bytes per parameter element, mixed-precision Adam: cost-model.md section 5); the
+measured activation peak is the step's peak growth minus the gradients the step returns
+(parameter state on the planner's side).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
+
+
+def _status_kib(field: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(f"/proc/self/status has no {field}")
+
+
+def _reset_peak() -> None:
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+
+
+def _model(args, batch: int):
+    import torch
+
+    from autoshard.tracer.examples.llama import LlamaConfig, Transformer, cross_entropy_loss
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(dim=256, n_layers=args.layers, n_heads=4, n_kv_heads=2, ffn_dim=512,
+                      vocab_size=1024, max_seq_len=args.seq)
+    model = Transformer(cfg)
+    g = torch.Generator().manual_seed(1)
+    tokens = torch.randint(0, 1024, (batch, args.seq), generator=g)
+    labels = torch.randint(0, 1024, (batch, args.seq), generator=g)
+    return model, tokens, labels, cross_entropy_loss
+
+
+def _measure(fwd_bwd, opt_step, steps: int, grads_bytes) -> dict:
+    """First step's peak growth over forward + backward, then the median wall time of the
+    later whole steps (forward, backward, optimizer)."""
+    rss0 = _status_kib("VmRSS")
+    _reset_peak()
+    t0 = time.perf_counter()
+    fwd_bwd()
+    growth = (_status_kib("VmHWM") - rss0) * 1024
+    opt_step()
+    first = time.perf_counter() - t0
+    grads = grads_bytes()
+    times = []
+    for _ in range(steps - 1):
+        t0 = time.perf_counter()
+        fwd_bwd()
+        opt_step()
+        times.append(time.perf_counter() - t0)
+    return {"first_step_s": first, "step_s": statistics.median(times) if times else first,
+            "peak_growth": growth, "grad_bytes": grads}
+
+
+def _optimizer_step(opt):
+    def step() -> None:
+        opt.step()
+        opt.zero_grad(set_to_none=False)
+    return step
+
+
+def eager_worker(rank: int, args, out_dir: str) -> None:
+    import torch
+
+    torch.set_num_threads(1)
+    model, tokens, labels, loss_fn = _model(args, args.batch // args.world)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+
+    def fwd_bwd() -> None:
+        loss_fn(model(tokens), labels).backward()
+
+    def grad_bytes() -> int:
+        return sum(p.grad.numel() * p.grad.element_size() for p in model.parameters())
+
+    _write(out_dir, rank, _measure(fwd_bwd, _optimizer_step(opt), args.steps, grad_bytes))
+
+
+def plan_worker(rank: int, args, out_dir: str, placements: dict, compiled: bool) -> None:
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+
+    from autoshard.apply import apply_placement, trace_for_apply
+    from autoshard.tracer.export import to_graph_dict
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{args.port}", rank=rank,
+                            world_size=args.world)
+    mesh = init_device_mesh("cpu", tuple(args.mesh_shape), mesh_dim_names=tuple(args.dim_names))
+    model, tokens, labels, loss_fn = _model(args, args.batch)
+    t0 = time.perf_counter()
+    traced = trace_for_apply(model, (tokens,), loss_fn, (labels,))
+    graph = to_graph_dict(traced)
+    step = apply_placement(model, placements, mesh, traced=traced, graph=graph)
+    lower_s = time.perf_counter() - t0
+    run = torch.compile(step) if compiled else step
+    del model
+    opt = torch.optim.AdamW(step.parameters(), lr=1e-3)
+
+    def fwd_bwd() -> None:
+        run(tokens, labels).backward()
+
+    def grad_bytes() -> int:
+        return sum(p.grad.to_local().numel() * p.grad.element_size() for p in step.parameters())
+
+    res = _measure(fwd_bwd, _optimizer_step(opt), args.steps, grad_bytes)
+    res["lower_s"] = lower_s
+    res["param_elements"] = sum(p.to_local().numel() for p in step.parameters())
+    _write(out_dir, rank, res)
+    dist.destroy_process_group()
+
+
+def _write(out_dir: str, rank: int, res: dict) -> None:
+    tmp = os.path.join(out_dir, f".rank{rank}.json")
+    with open(tmp, "w") as f:
+        json.dump(res, f)
+    os.replace(tmp, os.path.join(out_dir, f"rank{rank}.json"))
+
+
+def _phase(target, args, extra=()) -> list:
+    import torch.multiprocessing as mp
+
+    with tempfile.TemporaryDirectory() as out:
+        args.port = _free_port()
+        mp.spawn(target, args=(args, out, *extra), nprocs=args.world, join=True)
+        res = []
+        for r in range(args.world):
+            with open(os.path.join(out, f"rank{r}.json")) as f:
+                res.append(json.load(f))
+        return res
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _plan(args) -> tuple[dict, dict]:
+    """Traces on meta and plans with the CLI -> (placements.json, plan JSON)."""
+    from autoshard.apply import trace_for_apply
+    from autoshard.tracer.export import to_graph_dict, write_graph_json
+
+    model, tokens, labels, loss_fn = _model(args, args.batch)
+    traced = trace_for_apply(model, (tokens,), loss_fn, (labels,))
+    with tempfile.TemporaryDirectory() as d:
+        gpath = os.path.join(d, "graph.json")
+        write_graph_json(to_graph_dict(traced), gpath)
+        cmd = [args.cli, "plan", "--graph", gpath, "--mesh", args.mesh, "--mesh-dims", args.dims,
+               "--comm-model", "dtensor", "--require-divisible", "--algo", args.algo,
+               "--memory-limit", "0", "-o", d, "--json"]
+        out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+        with open(os.path.join(d, "placements.json")) as f:
+            return json.load(f), json.loads(out)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--cli", required=True, help="the autoshard binary")
+    ap.add_argument("--mesh", default="2")
+    ap.add_argument("--dims", default="dp")
+    ap.add_argument("--algo", default="ddp", help="alpa (the optimum) or a recipe (plan --algo)")
+    ap.add_argument("--layers", type=int, default=8)
+    ap.add_argument("--seq", type=int, default=1024)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--compile", action="store_true")
+    args = ap.parse_args()
+    os.environ["MALLOC_MMAP_THRESHOLD_"] = str(64 * 1024)  # inherited by the spawned ranks
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    args.mesh_shape = [int(x) for x in args.mesh.split("x")]
+    args.dim_names = args.dims.split(",")
+    args.world = 1
+    for s in args.mesh_shape:
+        args.world *= s
+    if args.batch % args.world:
+        raise SystemExit(f"apply_bench: --batch {args.batch} is not divisible by {args.world} ranks")
+    placements, plan = _plan(args)
+    eager = _phase(eager_worker, args)
+    phases = [("lowered", _phase(plan_worker, args, (placements, False)))]
+    if args.compile:
+        phases.append(("compiled", _phase(plan_worker, args, (placements, True))))
+    _report(args, plan, eager, phases)
+    return 0
+
+
+def _report(args, plan: dict, eager: list, phases: list) -> None:
+    mib = 2.0 ** 20
+    print(f"# llama {args.layers} layers, dim 256, seq {args.seq}, global batch {args.batch}, "
+          f"fp32; mesh {args.mesh} ({args.dims}), plan --algo {args.algo}; per rank, "
+          f"median of {args.world} ranks")
+    e_step = statistics.median(r["step_s"] for r in eager)
+    e_grow = statistics.median(r["peak_growth"] for r in eager)
+    print(f"| run | step s | vs eager | first step s | peak growth MiB | vs eager | "
+          f"activation peak MiB | planner's activation peak MiB | lower s |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    print(f"| eager, batch {args.batch // args.world} | {e_step:.3f} | 1.00x | "
+          f"{statistics.median(r['first_step_s'] for r in eager):.3f} | {e_grow / mib:.1f} | "
+          f"1.00x | {statistics.median(r['peak_growth'] - r['grad_bytes'] for r in eager) / mib:.1f}"
+          f" | | |")
+    peak = plan.get("peak_memory_bytes", 0)
+    for name, res in phases:
+        step = statistics.median(r["step_s"] for r in res)
+        grow = statistics.median(r["peak_growth"] for r in res)
+        act = statistics.median(r["peak_growth"] - r["grad_bytes"] for r in res)
+        planned_act = peak - 16 * max(r["param_elements"] for r in res)
+        print(f"| {name} | {step:.3f} | {step / e_step:.2f}x | "
+              f"{statistics.median(r['first_step_s'] for r in res):.3f} | {grow / mib:.1f} | "
+              f"{grow / e_grow:.2f}x | {act / mib:.1f} | {planned_act / mib:.1f} "
+              f"({(act - planned_act) / planned_act:+.1%}) | "
+              f"{statistics.median(r['lower_s'] for r in res):.1f} |")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
