@@ -38,6 +38,8 @@ import torch.fx
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
 
+from .module import ShardedModule
+
 PlacementsArg = Union[str, os.PathLike, Mapping[str, Any]]
 
 
@@ -113,17 +115,28 @@ class NodePlan:
     inputs: list             # per tensor input (graph JSON order): placements list
 
 
-def load_placements(placements: PlacementsArg, mesh: DeviceMesh) -> dict[str, NodePlan]:
-    """Reads AutoParallel-schema placements (a path, the loaded JSON, or its "placements" map)
-    and checks the mesh shape and dim names against `mesh`."""
-    origin = ""
+def read_placements(placements: PlacementsArg) -> dict:
+    """A placements.json path (AutoParallel's schema plus autoshard's fields), or the loaded
+    document or its "placements" map, as a dict."""
     if isinstance(placements, (str, os.PathLike)):
         origin = f"{os.fspath(placements)}: "
         with open(placements) as f:
             try:
-                placements = json.load(f)
+                doc = json.load(f)
             except json.JSONDecodeError as e:
                 raise PlanError(f"{origin}invalid JSON at byte {e.pos}") from None
+        if not isinstance(doc, dict):
+            raise PlanError(f"{origin}not a JSON object")
+        doc["__origin__"] = origin
+        return doc
+    return dict(placements)
+
+
+def load_placements(placements: PlacementsArg, mesh: DeviceMesh) -> dict[str, NodePlan]:
+    """Reads AutoParallel-schema placements (a path, the loaded JSON, or its "placements" map)
+    and checks the mesh shape and dim names against `mesh`."""
+    placements = read_placements(placements)
+    origin = placements.pop("__origin__", "")
     doc = dict(placements)
     if "placements" in doc:
         shape = doc.get("mesh_shape")
@@ -364,156 +377,32 @@ def _local_slice(t: torch.Tensor, mesh: DeviceMesh, placements: list) -> DTensor
     return redistribute(d, mesh, placements) if any(p.is_shard() for p in placements) else d
 
 
-def _step_function(gm_holder: dict) -> type:
-    """An autograd Function over plain tensors running the lowered joint step:
-    forward -> the loss (the gradients are computed too, and saved); backward -> the saved
-    gradients scaled by the incoming one (the gradients are linear in the loss's seed).
-    One class per module, so that Dynamo sees the graph it calls as a constant."""
-
-    class _Step(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, *flat):  # type: ignore[override]
-            out = gm_holder["step"](*flat)
-            grads = out[1:]
-            ctx.has_grad = [g is not None for g in grads]
-            ctx.n_flat = len(flat)
-            ctx.save_for_backward(*[g for g in grads if g is not None])
-            return out[0]
-
-        @staticmethod
-        def backward(ctx, g):  # type: ignore[override]
-            saved = iter(ctx.saved_tensors)
-            grads = [next(saved) * g if has else None for has in ctx.has_grad]
-            return (*grads, *([None] * (ctx.n_flat - len(grads))))
-
-    return _Step
-
-
-class ShardedModule(torch.nn.Module):
-    """The model's parameters as DTensors at their planned placements; calling it runs one
-    planned training step -- the lowered per-rank graph of local ops and collectives
-    (autoshard.lower) -- and returns the loss (a plain tensor, the same on every rank);
-    `loss.backward()` fills every `p.grad` with a DTensor laid out like `p`.
-
-    `module.compile(**kw)` compiles the lowered step with `torch.compile` (inductor by
-    default).  `torch.compile(module)` compiles the whole call instead: the forward is plain
-    tensor code (input chunks, `to_local`, one autograd Function over the lowered graph), so
-    Dynamo traces the lowered graph into one compiled graph.
-    """
-
-    def __init__(self, model: torch.nn.Module, runner: StepRunner, traced, mesh: DeviceMesh,
-                 lowered):
-        super().__init__()
-        self._runner = runner
-        self._traced = traced
-        self._lowered = lowered
-        #: What runs the step: the lowered graph, its compiled form, or the audit's
-        #: interpreter (a plain dict entry: the graph must not become a submodule).
-        self.__dict__["_step_holder"] = {"step": lowered.gm}
-        self._step_cls = _step_function(self.__dict__["_step_holder"])
-        self._compiled = False
-        self.mesh = mesh
-        kinds, names = traced.placeholder_kinds, traced.placeholder_names
-        holder = copy.deepcopy(model)
-        params = dict(holder.named_parameters())
-        buffers = dict(holder.named_buffers())
-        self._param_names = [n for k, n in zip(kinds, names) if k == "parameter"]
-        self._buffer_names = [n for k, n in zip(kinds, names) if k == "buffer"]
-        self._input_names = [n for k, n in zip(kinds, names) if k == "input"]
-        self._input_placements = [runner.placements_of(n).outputs[0] for n in self._input_names]
-        for n in self._param_names:
-            p = params[n]
-            dt = _local_slice(p.detach(), mesh, runner.placements_of(n).outputs[0])
-            _set_tensor(holder, n, torch.nn.Parameter(dt, requires_grad=p.requires_grad))
-        for n in self._buffer_names:
-            dt = _local_slice(buffers[n].detach(), mesh, runner.placements_of(n).outputs[0])
-            _set_tensor(holder, n, dt, buffer=True)
-        for cname, child in holder.named_children():
-            self.add_module(cname, child)
-        for pname, p in holder.named_parameters(recurse=False):
-            self.register_parameter(pname, p)
-        for bname, b in holder.named_buffers(recurse=False):
-            self.register_buffer(bname, b,
-                                 persistent=bname not in holder._non_persistent_buffers_set)
-
-    @property
-    def mismatches(self) -> list:
-        """Ops whose DTensor output placement differed from the plan while lowering
-        (redistributed to the planned one; empty when the plan is exact)."""
-        return self._runner.mismatches
-
-    @property
-    def step_graph(self) -> torch.fx.GraphModule:
-        """The lowered per-rank graph (local ops and functional collectives)."""
-        return self._lowered.gm
-
-    def run_step_with(self, fn: Callable) -> Callable:
-        """Runs the step with `fn` (called like the lowered graph) from now on; returns the
-        previous one (the audit runs the graph node by node this way)."""
-        previous = self.__dict__["_step_holder"]["step"]
-        self.__dict__["_step_holder"]["step"] = fn
-        return previous
-
-    def compile(self, *args: Any, **kwargs: Any) -> None:  # type: ignore[override]
-        """Compiles the lowered step with torch.compile (same arguments)."""
-        if not self._compiled:
-            self.run_step_with(torch.compile(self._lowered.gm, *args, **kwargs))
-            self._compiled = True
-
-    def local_inputs(self, *inputs: torch.Tensor) -> list:
-        """Full (global) input tensors -> this rank's local shards (no communication)."""
-        if len(inputs) != len(self._input_names):
-            raise TypeError(f"expected {len(self._input_names)} tensors "
-                            f"({', '.join(self._input_names)}), got {len(inputs)}")
-        coord = self.mesh.get_coordinate()
-        return [_local_chunk(t, self.mesh, pl, coord)
-                for t, pl in zip(inputs, self._input_placements)]
-
-    def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
-        """inputs: the model's inputs then the loss targets, full tensors, in trace order."""
-        flat_in = self.local_inputs(*inputs)
-        params = dict(self.named_parameters())
-        buffers = dict(self.named_buffers())
-        # to_local() is differentiable: the local gradient comes back as a DTensor laid out
-        # like the parameter (the plan's gradient placement is the parameter's).
-        ps = [params[n].to_local() for n in self._param_names]
-        bs = [buffers[n].to_local() for n in self._buffer_names]
-        return self._step_cls.apply(*ps, *bs, *flat_in)
-
-
-def _local_chunk(t: torch.Tensor, mesh: DeviceMesh, placements: list, coord) -> torch.Tensor:
-    """This rank's piece of a full tensor under `placements` (DTensor's chunking: mesh dims
-    left to right, torch.chunk sizes, empty pieces past the end)."""
-    if any(p.is_partial() for p in placements):
-        raise PlanError(f"an input planned as partial ({placements_str(placements)})")
-    for i, p in enumerate(placements):
-        if p.is_shard():
-            dim = p.dim if p.dim >= 0 else p.dim + t.dim()
-            pieces = torch.chunk(t, mesh.size(i), dim)
-            t = pieces[coord[i]] if coord[i] < len(pieces) else t.narrow(dim, 0, 0)
-    return t
-
-
-def _set_tensor(root: torch.nn.Module, name: str, value, buffer: bool = False) -> None:
-    mod_path, _, leaf = name.rpartition(".")
-    mod = root.get_submodule(mod_path) if mod_path else root
-    if buffer:
-        persistent = leaf not in getattr(mod, "_non_persistent_buffers_set", set())
-        mod.register_buffer(leaf, value, persistent=persistent)
-    else:
-        mod.register_parameter(leaf, value)
-
-
-def trace_for_apply(model: torch.nn.Module, example_inputs, loss_fn=None, targets=None):
-    """Traces the training step on a meta copy of `model` (the model keeps its weights)."""
+def trace_for_apply(model: torch.nn.Module, example_inputs, loss_fn=None, targets=None, *,
+                    attention: Optional[str] = None):
+    """Traces the training step on a meta copy of `model` (the model keeps its weights), with
+    the fused attention kernel of the device it will run on (`attention`, by default the
+    device of the model's weights or inputs): the graph a plan for this run is made from."""
     from autoshard.tracer.trace import trace_training_step
 
-    return trace_training_step(copy.deepcopy(model), example_inputs, loss_fn, targets)
+    return trace_training_step(copy.deepcopy(model), example_inputs, loss_fn, targets,
+                               attention=attention or runtime_device(model, example_inputs))
+
+
+def runtime_device(model: torch.nn.Module, example_inputs) -> str:
+    """The device type the step will run on: the model's parameters', else the inputs',
+    "cpu" when both are on meta."""
+    from autoshard.tracer.trace import flatten_tensors
+
+    for t in [*model.parameters(), *flatten_tensors(example_inputs)]:
+        if t.device.type != "meta":
+            return t.device.type
+    return "cpu"
 
 
 def apply_placement(model: torch.nn.Module, placements: PlacementsArg, mesh: DeviceMesh,
                     traced=None, *, example_inputs=None, loss_fn: Optional[Callable] = None,
-                    targets=None, graph: Optional[dict] = None) -> ShardedModule:
+                    targets=None, graph: Optional[dict] = None,
+                    returns: str = "loss") -> ShardedModule:
     """Returns a ShardedModule that trains `model` with the planned placements.
 
     placements: a placements.json path (AutoParallel schema, `autoshard plan -o DIR`), its
@@ -524,7 +413,13 @@ def apply_placement(model: torch.nn.Module, placements: PlacementsArg, mesh: Dev
         the right shapes, any device), `loss_fn` and `targets`, exactly as autoshard-trace
         does, so the node names match a graph traced with the same arguments.
     graph: the graph JSON dict (to_graph_dict(traced)); computed when omitted.
+    returns: "loss" (the module's call returns the traced loss) or "outputs" (the model's
+        outputs as DTensors, for a step traced with mark_outputs, as AutoParallel traces it
+        without a loss function; any loss of them back-propagates).
+    The plan's "recompute" list (graph nodes the plan recomputes in the backward) is honoured.
     """
+    if returns not in ("loss", "outputs"):
+        raise ValueError(f"apply_placement: returns must be 'loss' or 'outputs', got {returns!r}")
     if traced is None:
         if example_inputs is None:
             raise TypeError("apply_placement: pass traced= or example_inputs= (and loss_fn, "
@@ -534,7 +429,8 @@ def apply_placement(model: torch.nn.Module, placements: PlacementsArg, mesh: Dev
         from autoshard.tracer.export import to_graph_dict
 
         graph = to_graph_dict(traced)
-    plan = load_placements(placements, mesh)
+    doc = read_placements(placements)
+    plan = load_placements(doc, mesh)
     names = graph_names(traced.gm, graph, traced.placeholder_names)
     exported = {n["name"] for n in graph["nodes"] if n.get("kind") != "output"}
     missing = sorted(exported - set(plan))
@@ -545,8 +441,50 @@ def apply_placement(model: torch.nn.Module, placements: PlacementsArg, mesh: Dev
     if unknown:
         raise PlanError(f"node {unknown[0]}: in the placements but not in the traced graph")
     runner = StepRunner(traced.gm, plan, names, mesh)
+    return build_module(model, runner, traced, graph, mesh, doc, returns)
+
+
+def build_module(model: torch.nn.Module, runner: StepRunner, traced, graph: dict,
+                 mesh: DeviceMesh, doc: Mapping[str, Any], returns: str) -> ShardedModule:
+    """Lowers the planned step, splits it at the outputs the module returns, and wraps it."""
     from .lower import lower_step
+    from .partition import partition
 
     phases = {n["name"]: n.get("phase", "forward") for n in graph["nodes"]}
     lowered = lower_step(runner, traced, mesh, phases)
-    return ShardedModule(model, runner, traced, mesh, lowered)
+    gm = lowered.gm
+    out_node = next(n for n in gm.graph.nodes if n.op == "output")
+    loss_node, grad_nodes = out_node.args[0][0], list(out_node.args[0][1:])
+    if returns == "outputs":
+        if not traced.output_nodes or None in traced.tangent_nodes:
+            raise PlanError("returns='outputs' needs a step traced with mark_outputs (every "
+                            "output differentiable)")
+        names, tangent_names = list(traced.output_nodes), list(traced.tangent_nodes)
+        shape_of = {n["name"]: tuple(n["outputs"][0]["shape"]) for n in graph["nodes"]
+                    if n.get("outputs")}
+        outputs = [(shape_of[n], runner.placements_of(n).outputs[0]) for n in names]
+        out_nodes = [_lowered_alias(gm, n) for n in names]
+    else:
+        if traced.loss_tangent is None:
+            raise PlanError("the traced step has no loss gradient mark (trace it again)")
+        tangent_names = [traced.loss_tangent]
+        outputs = [((), list(lowered.loss_placements))]
+        out_nodes = [loss_node]
+    tangents = [runner.placements_of(n).outputs[0] for n in tangent_names]
+    recompute = frozenset(doc.get("recompute", []))
+    split = partition(gm, out_nodes, grad_nodes, [_lowered_alias(gm, n) for n in tangent_names],
+                      recompute)
+    return ShardedModule(model, runner, traced, mesh, lowered, split, outputs, tangents,
+                         returns == "outputs")
+
+
+def _lowered_alias(gm: torch.fx.GraphModule, name: str) -> torch.fx.Node:
+    """The lowered node of the traced `aten.alias` node `name` (an output or gradient mark)."""
+    from .lower import META_KEY
+
+    found = [n for n in gm.graph.nodes if n.op == "call_function"
+             and n.target is torch.ops.aten.alias.default
+             and n.meta.get(META_KEY, {}).get("node") == name]
+    if not found:
+        raise PlanError(f"node {name}: the lowered step has no alias for it")
+    return found[-1]

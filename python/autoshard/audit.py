@@ -118,14 +118,16 @@ class CommAudit:
     def __enter__(self) -> "CommAudit":
         # The audited steps run the lowered graph node by node, so that each collective is
         # attributed to the plan edge its node was lowered from (node.meta["autoshard"]).
-        self._saved_step = self.step.run_step_with(_EdgeInterpreter(self.step.step_graph, self).run)
+        split = self.step.split
+        self._saved_step = self.step.run_graphs_with(_EdgeInterpreter(split.forward, self).run,
+                                                     _EdgeInterpreter(split.backward, self).run)
         self._mode = _Recorder(self)
         self._mode.__enter__()
         return self
 
     def __exit__(self, *exc) -> bool:
         self._mode.__exit__(*exc)
-        self.step.run_step_with(self._saved_step)
+        self.step.run_graphs_with(*self._saved_step)
         return False
 
     # --- summaries --------------------------------------------------------------------------
@@ -192,6 +194,9 @@ def plan_edges(graph: dict, placements: dict) -> list[dict]:
             return [x.strip() for x in s[1:-1].split(",")][k]
         return s
 
+    # A node the backward re-executes (placements "recompute") pays its input edges again,
+    # except those from parameters (the backward's own gather serves both: planner/recompute.h).
+    recompute = set(placements.get("recompute", []))
     edges = []
     for n in graph["nodes"]:
         if n.get("kind") != "op":
@@ -202,8 +207,10 @@ def plan_edges(graph: dict, placements: dict) -> list[dict]:
             meta = nodes[src]["outputs"][k]
             frm, to = out_spec(src, k), ins[slot]
             if frm != to:
-                edges.append({"edge": f"{n['name']}:{slot}", "shape": meta["shape"],
-                              "dtype": meta["dtype"], "from": frm, "to": to})
+                again = n["name"] in recompute and nodes[src].get("kind") != "parameter"
+                for _ in range(2 if again else 1):
+                    edges.append({"edge": f"{n['name']}:{slot}", "shape": meta["shape"],
+                                  "dtype": meta["dtype"], "from": frm, "to": to})
     for gp in graph.get("grad_pairs", []):
         src, k = _ref_name(gp["grad"])
         meta = nodes[src]["outputs"][k]
@@ -246,7 +253,7 @@ def planned_collectives(binary: str, graph: dict, placements: dict, mesh_shape: 
         if cpu:
             steps = [("all_gather", d, b * mesh_shape[d]) if k == "all_to_all" else (k, d, b)
                      for k, d, b in steps]
-        per_edge[e["edge"]] = sorted(steps, key=str)
+        per_edge[e["edge"]] = sorted(per_edge.get(e["edge"], []) + steps, key=str)
         for kind, dim, b in steps:
             totals[(kind, dim)][0] += 1
             totals[(kind, dim)][1] += b

@@ -161,6 +161,9 @@ def lower_step(runner: Any, traced: Any, mesh: DeviceMesh,
     """
     from torch.fx.experimental.proxy_tensor import make_fx
 
+    from .dtensor_rules import ensure_registered
+
+    ensure_registered()
     names = traced.placeholder_names
     kinds = traced.placeholder_kinds
     specs = []

@@ -45,6 +45,7 @@ std::string write_placements_json(const Plan& plan, const Graph& g, const Mesh& 
     pl[g.node(i).name] = e;
   }
   j["placements"] = pl;
+  if (!plan.recomputed_nodes.empty()) j["recompute"] = plan.recomputed_nodes;
   return j.dump(1) + "\n";
 }
 

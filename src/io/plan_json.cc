@@ -62,6 +62,7 @@ nlohmann::ordered_json plan_summary_json(const Plan& plan, const Graph& g, const
       layers.push_back({{"layer", layer}, {"recompute", mode}});
     j["recompute_us"] = plan.recompute_us;
     j["layers"] = layers;
+    j["recomputed_nodes"] = plan.recomputed_nodes;
   }
   return j;
 }

@@ -511,6 +511,7 @@ Plan Decoder::plan(const pb::Plan& x, const Graph& g, const Mesh& mesh) const {
   plan.checked = x.checked();
   plan.has_solution = x.has_solution();
   plan.recompute_us = x.recompute_us();
+  for (const std::string& n : x.recomputed_nodes()) plan.recomputed_nodes.push_back(n);
   for (const pb::LayerRecompute& l : x.layer_recompute()) plan.layer_recompute.emplace_back(l.layer(), l.mode());
   return plan;
 }

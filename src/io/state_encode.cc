@@ -289,6 +289,7 @@ void put_plan(const Graph& g, const Mesh& mesh, const Plan& plan, pb::Plan* out)
   out->set_checked(plan.checked);
   out->set_has_solution(plan.has_solution);
   out->set_recompute_us(plan.recompute_us);
+  for (const std::string& n : plan.recomputed_nodes) out->add_recomputed_nodes(n);
   for (const auto& [layer, mode] : plan.layer_recompute) {
     pb::LayerRecompute* x = out->add_layer_recompute();
     x->set_layer(layer);

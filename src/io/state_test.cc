@@ -87,6 +87,7 @@ void expect_same_plan(const Plan& a, const Plan& b) {
   EXPECT_EQ(a.checked, b.checked);
   EXPECT_EQ(a.has_solution, b.has_solution);
   EXPECT_EQ(a.layer_recompute, b.layer_recompute);
+  EXPECT_EQ(a.recomputed_nodes, b.recomputed_nodes);
 }
 
 void expect_same_problem(const BuiltProblem& a, const BuiltProblem& b) {

@@ -53,6 +53,9 @@ struct Plan {
   /// spent recomputing, and per layer its module prefix and "none" | "selective" | "full".
   double recompute_us = 0;
   std::vector<std::pair<std::string, std::string>> layer_recompute;
+  /// The graph's forward ops that the backward re-executes (graph order): what a runtime
+  /// must recompute to run the plan as planned (placements.json "recompute").
+  std::vector<std::string> recomputed_nodes;
 
   bool has_solution = false;  ///< a placement was found (optimal, feasible or timed out)
 };

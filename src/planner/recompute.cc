@@ -375,6 +375,24 @@ std::vector<std::pair<std::string, std::string>> layer_recompute(
   return out;
 }
 
+std::vector<std::string> recomputed_nodes(const Graph& g, const BuiltProblem& bp,
+                                          const std::vector<StrategyIdx>& choice) {
+  std::vector<NodeIdx> nodes;
+  for (const auto& a : bp.recompute_aux) {
+    if (a.role != BuiltProblem::RecomputeAux::kGap) continue;
+    const auto& r = bp.recompute_regions.at(static_cast<size_t>(a.region));
+    const RecomputePolicy m = r.modes.at(static_cast<size_t>(choice.at(static_cast<size_t>(r.decision))));
+    const NodeIdx v = bp.graph_node.at(static_cast<size_t>(a.owner));
+    if (executes(m, saved_by_selective(g.node(v).op))) nodes.push_back(v);
+  }
+  std::sort(nodes.begin(), nodes.end());
+  nodes.erase(std::unique(nodes.begin(), nodes.end()), nodes.end());
+  std::vector<std::string> names;
+  names.reserve(nodes.size());
+  for (NodeIdx v : nodes) names.push_back(g.node(v).name);
+  return names;
+}
+
 RecomputeCost recompute_cost(const BuiltProblem& bp, const std::vector<StrategyIdx>& choice) {
   RecomputeCost c;
   for (const auto& a : bp.recompute_aux)

@@ -58,6 +58,12 @@ void add_recomputation(const Graph& g, const PlannerOptions& opt, BuiltProblem& 
 std::vector<std::pair<std::string, std::string>> layer_recompute(
     const BuiltProblem& bp, const std::vector<StrategyIdx>& choice);
 
+/// Names of the graph nodes the assignment re-executes in the backward (graph order): each
+/// forward op of a region whose chosen mode executes it (full: all; selective: all but the
+/// matmul and attention ops).
+std::vector<std::string> recomputed_nodes(const Graph& g, const BuiltProblem& bp,
+                                          const std::vector<StrategyIdx>& choice);
+
 /// The part of an assignment's cost that recomputation adds: gap node compute and the
 /// recomputation's redistributions (edges with origin slot kRecomputeSlot).
 struct RecomputeCost {

@@ -116,6 +116,11 @@ TEST(Recompute, MlpBlockCostAndPeakByHand) {
   EXPECT_EQ(full.layer_recompute[0].second, "full");
   EXPECT_EQ(sel.layer_recompute[0].second, "selective");
   EXPECT_EQ(keep.layer_recompute.size(), 0u);
+  // What a runtime re-executes: the region's forward ops (selective: not the matmuls).
+  const auto name = [&](NodeIdx i) { return g.node(i).name; };
+  EXPECT_EQ(full.recomputed_nodes, (std::vector<std::string>{name(4), name(5), name(6)}));
+  EXPECT_EQ(sel.recomputed_nodes, (std::vector<std::string>{name(5)}));
+  EXPECT_TRUE(keep.recomputed_nodes.empty());
 }
 
 TEST(Recompute, AutoRecomputesOnlyWhenMemoryBinds) {

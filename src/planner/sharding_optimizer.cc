@@ -245,6 +245,7 @@ Plan ShardingOptimizer::evaluate(const std::vector<StrategyIdx>& choice) {
   plan.compute_us += rc.compute_us;
   plan.recompute_us = rc.compute_us + rc.comm_us;
   plan.layer_recompute = layer_recompute(bp, choice);
+  plan.recomputed_nodes = recomputed_nodes(graph_, bp, choice);
   plan.objective_us = plan.compute_us + plan.comm_us;
   plan.peak_memory_bytes = peak_usage(p, choice, graph_.size() + 1);  // shadows live past the schedule
   plan.memory_limit_bytes = bp.memory_limit;

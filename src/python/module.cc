@@ -162,6 +162,8 @@ void bind_plan(py::module_& m) {
                     "Step time that activation recomputation adds (compute and its collectives).")
       .def_readonly("layer_recompute", &Plan::layer_recompute,
                     "Per repeated layer in forward order: (layer, 'none' | 'selective' | 'full').")
+      .def_readonly("recomputed_nodes", &Plan::recomputed_nodes,
+                    "Forward ops the backward re-executes (placements.json 'recompute').")
       .def_readonly("warnings", &Plan::warnings)
       .def_readonly("phase_seconds", &Plan::phase_seconds)
       .def("__repr__", [](const Plan& p) {

@@ -289,9 +289,11 @@ void register_nn_rules(RuleTable& t) {
   t["embedding_dense_backward"] = embedding_backward;
   for (const char* op : {"scaled_dot_product_attention", "_scaled_dot_product_efficient_attention",
                          "_scaled_dot_product_flash_attention",
+                         "_scaled_dot_product_flash_attention_for_cpu",
                          "_scaled_dot_product_cudnn_attention",
                          "_scaled_dot_product_efficient_attention_backward",
                          "_scaled_dot_product_flash_attention_backward",
+                         "_scaled_dot_product_flash_attention_for_cpu_backward",
                          "_scaled_dot_product_cudnn_attention_backward"})
     t[op] = sdpa;
   for (const char* op : {"nll_loss_forward", "nll_loss2d_forward", "nll_loss", "nll_loss2d",

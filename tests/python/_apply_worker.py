@@ -98,7 +98,7 @@ SLOW_COMPUTE = {"base": "h100", "name": "slow-compute", "peak_fp32_tflops": 1e-6
 
 
 def plan(binary: str, graph: dict, mesh: Sequence[int], dims: Sequence[str],
-         pins: Sequence[str], out_dir: str) -> dict:
+         pins: Sequence[str], out_dir: str, extra: Sequence[str] = ()) -> dict:
     """`autoshard plan --graph ... -o DIR` on SLOW_COMPUTE with DTensor's comm model (the
     model DTensor executes, see autoshard.audit) -> the placements.json object."""
     gpath = os.path.join(out_dir, "graph.json")
@@ -111,6 +111,7 @@ def plan(binary: str, graph: dict, mesh: Sequence[int], dims: Sequence[str],
            "--mesh-dims", ",".join(dims), "--comm-model", "dtensor", "--require-divisible", "-o", out_dir, "--time-limit", "20"]
     for p in pins:
         cmd += ["--pin", p]
+    cmd += list(extra)
     subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=120)
     with open(os.path.join(out_dir, "placements.json")) as f:
         return json.load(f)
@@ -196,7 +197,13 @@ def run_jobs(mesh, jobs: Sequence[dict], steps: int = 3, lr: float = 1e-2) -> li
         for n, p in step.named_parameters():
             res["param_err"][n] = rel_err(p.detach().full_tensor(), ref_params[n])
         res["mismatches"] = [vars(m) for m in step.mismatches]
+        if compiled:  # Dynamo really compiled the step (no silent fallback to eager)
+            from torch._dynamo.utils import counters
+
+            res["compiled_graphs"] = counters["stats"]["unique_graphs"]
         res["dtensor_free"] = lowered_is_local(step)
+        res["recomputed"] = step.split.recomputed
+        res["saved"] = step.split.n_saved
         results.append(res)
     return results
 

@@ -53,10 +53,13 @@ def _plans(binary, graphs, mesh, dims, tmp):
         if tp:
             specs["megatron"] = W.input_pins(graph, dp_in) + W.param_pins(
                 graph, lambda n, s: "R" + W.megatron(n, s))
+        elif key == "llama":  # data parallel, each layer recomputed (plan --recompute full)
+            specs["recompute"] = specs["dp"]
         for name, pins in specs.items():
             d = os.path.join(tmp, f"{key}-{name}")
             os.makedirs(d)
-            out[f"{key}/{name}"] = (key, W.plan(binary, graph, mesh, dims, pins, d))
+            extra = ["--recompute", "full"] if name == "recompute" else []
+            out[f"{key}/{name}"] = (key, W.plan(binary, graph, mesh, dims, pins, d, extra))
     return out
 
 
@@ -89,6 +92,12 @@ def _launch(world, mesh, dims, jobs, tmp):
             raise AssertionError(f"rank {r} failed:\n{res['error']}")
         results.append(res["results"])
     return results
+
+
+def jobs_recompute_listed(jobs, name) -> bool:
+    """The plan lists the nodes to recompute (placements.json "recompute")."""
+    job = next(j for j in jobs if j["name"] == name)
+    return bool(job["placements"].get("recompute"))
 
 
 @unittest.skipIf(torch is None, "PyTorch not installed")
@@ -148,6 +157,7 @@ class ApplyPlacement(unittest.TestCase):
                 self.assertEqual(res["mismatches"], [], f"{where}: DTensor chose otherwise")
                 self.assertTrue(res["dtensor_free"], f"{where}: a DTensor in the lowered graph")
                 if job.get("compile"):
+                    self.assertGreater(res["compiled_graphs"], 0, where)
                     continue
                 issued_edges = {k: [tuple(x) for x in v] for k, v in res["issued_edges"].items()
                                 if not k.startswith("loss")}
@@ -161,6 +171,12 @@ class ApplyPlacement(unittest.TestCase):
                     self.assertEqual(ps, pl[n]["output"], n)
                     sharded_params += "S(" in ps
         self.assertGreater(sharded_params, 0)  # the pinned plans really shard something
+        by_name = {r["name"]: r for r in per_rank[0]}
+        if "llama/recompute" in by_name:  # the plan's recomputation is honoured
+            self.assertTrue(jobs_recompute_listed(jobs, "llama/recompute"))
+            self.assertGreater(by_name["llama/recompute"]["recomputed"], 0)
+            self.assertLess(by_name["llama/recompute"]["saved"], by_name["llama/dp"]["saved"])
+            self.assertEqual(by_name["llama/dp"]["recomputed"], 0)
 
     def test_mesh_2x2_dp_tp(self):
         self.check(4, [2, 2], ["dp", "tp"])

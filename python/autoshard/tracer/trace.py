@@ -40,12 +40,61 @@ class TracedStep:
     output_nodes: list = dataclasses.field(default_factory=list)
     """With mark_outputs: the FX node names of the `alias` ops marking the model's output
     tensors (flattening order of `flatten_tensors`), for output constraints."""
+    tangent_nodes: list = dataclasses.field(default_factory=list)
+    """With mark_outputs: per output node, the `alias` node marking the gradient flowing into
+    it in the backward (None when the output gets none): where a planned module's backward
+    starts from the gradients of the user's own loss (autoshard.partition)."""
+    loss_tangent: str | None = None
+    """The `alias` node marking the loss's gradient (the backward's seed), where the planned
+    module's backward starts from the incoming gradient."""
 
 
 # --- recording module / phase / source while make_fx builds the graph ------------------------
 def _internal_files():
     here = os.path.dirname(os.path.abspath(__file__))
     return {os.path.join(here, f) for f in os.listdir(here) if f.endswith(".py")}
+
+
+class _FusedAttention(torch.overrides.TorchFunctionMode):
+    """Routes F.scaled_dot_product_attention to the fused flash kernel of `device`."""
+
+    def __init__(self, device: str):
+        super().__init__()
+        if device not in ("cpu", "cuda"):
+            raise ValueError(f"attention must be None, 'cpu' or 'cuda', got {device!r}")
+        self.device = device
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.nn.functional.scaled_dot_product_attention:
+            out = self._fused(*args, **kwargs)
+            if out is not None:
+                return out
+        return func(*args, **kwargs)
+
+    def _fused(self, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+               enable_gqa=False):
+        if attn_mask is not None or enable_gqa or q.shape[1] != k.shape[1] or q.dim() != 4:
+            return None  # the math path, as dispatched
+        if self.device == "cpu":
+            return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default(
+                q, k, v, dropout_p, is_causal, scale=scale)[0]
+        return torch.ops.aten._scaled_dot_product_flash_attention.default(
+            q, k, v, dropout_p, is_causal, False, scale=scale)[0]
+
+
+def _fused_attention(device: str | None):
+    import contextlib
+
+    return _FusedAttention(device) if device is not None else contextlib.nullcontext()
+
+
+def _grad_marker(rec, key):
+    """A tensor hook passing the gradient through `aten.alias`, recorded as rec.grad_marks[key]."""
+    def hook(grad):
+        rec.marking_grad = key
+        return torch.ops.aten.alias.default(grad)
+    return hook
 
 
 class _Recorder:
@@ -65,6 +114,8 @@ class _Recorder:
         self._file_ok: dict[str, bool] = {}
         self.marking = False           # the next call_function node marks a model output
         self.marked: list[str] = []
+        self.marking_grad = None       # the next call_function node marks a gradient: key
+        self.grad_marks: dict = {}     # key (output index or "loss") -> node name
 
     # Module stack via hooks.  The post-hook also labels the autograd nodes the module created
     # (walking grad_fn edges from its outputs back to its inputs), so that backward ops can be
@@ -152,6 +203,9 @@ class _Recorder:
             if rec.marking and node.op == "call_function":
                 rec.marked.append(node.name)
                 rec.marking = False
+            if rec.marking_grad is not None and node.op == "call_function":
+                rec.grad_marks[rec.marking_grad] = node.name
+                rec.marking_grad = None
             return node
 
         torch.fx.Graph.create_node = create_node
@@ -261,7 +315,7 @@ def _meta_like(t: torch.Tensor, dtype=None) -> torch.Tensor:
 def trace_training_step(model: torch.nn.Module, example_inputs, loss_fn=None, targets=None,
                         *, train: bool = True, decompose: str | None = None,
                         param_dtype=None, mark_outputs: bool = False,
-                        tracer: str = "dispatch") -> TracedStep:
+                        tracer: str = "dispatch", attention: str | None = None) -> TracedStep:
     """Traces forward + loss + backward of `model` at ATen level on the meta device.
 
     example_inputs: a tensor, a tuple/list of positional model arguments, or a dict of keyword
@@ -279,6 +333,12 @@ def trace_training_step(model: torch.nn.Module, example_inputs, loss_fn=None, ta
         execution, fast) or "make_fx" (torch.fx.experimental.proxy_tensor.make_fx in "real"
         mode on the meta tensors: the same graph, ~10x slower on PyTorch 2.x).  With
         decompose, make_fx is used (it applies the table under the Python dispatcher).
+    attention: None (scaled_dot_product_attention as dispatched on meta: the math
+        decomposition, s x s scores materialised) or a device type, "cpu" or "cuda": record
+        the fused flash-attention kernel that device runs
+        (`_scaled_dot_product_flash_attention_for_cpu` / `_scaled_dot_product_flash_attention`,
+        with their backward), for calls it supports (no mask, no GQA broadcast); the graph
+        then runs on that device as PyTorch's own dispatch would run it (autoshard.apply).
     The model itself is not modified (its tensors are replaced by meta tensors for the trace
     through functional_call); with train, model.train() is in force during the trace only.
     """
@@ -288,13 +348,13 @@ def trace_training_step(model: torch.nn.Module, example_inputs, loss_fn=None, ta
         model.train()
     try:
         return _trace(model, example_inputs, loss_fn, targets, decompose, param_dtype,
-                      mark_outputs, tracer)
+                      mark_outputs, tracer, attention)
     finally:
         model.train(was_training)
 
 
 def _trace(model, example_inputs, loss_fn, targets, decompose, param_dtype, mark_outputs,
-           tracer):
+           tracer, attention=None):
     if tracer not in ("dispatch", "make_fx"):
         raise ValueError(f"tracer must be 'dispatch' or 'make_fx', got {tracer!r}")
     table = _compat.decomposition_table(decompose)
@@ -338,11 +398,16 @@ def _trace(model, example_inputs, loss_fn, targets, decompose, param_dtype, mark
         if mark_outputs:
             def mark(t):
                 rec.marking = True
-                return torch.ops.aten.alias.default(t)
+                a = torch.ops.aten.alias.default(t)
+                if a.requires_grad:
+                    a.register_hook(_grad_marker(rec, len(rec.marked) - 1))
+                return a
             out = map_tensors(mark, out)
         loss = loss_fn(out, *ta, **tk)
         if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
             raise ValueError("loss_fn must return a one-element tensor")
+        if loss.requires_grad:
+            loss.register_hook(_grad_marker(rec, "loss"))
         rec.phase = "backward"
         rec._label_backward(loss)
         wrt = [wrt_src[n] for n in trainable]
@@ -350,7 +415,7 @@ def _trace(model, example_inputs, loss_fn, targets, decompose, param_dtype, mark
         unused[:] = [n for n, g in zip(trainable, grads) if g is None]
         return [loss] + [g for g in grads if g is not None]
 
-    with rec:
+    with rec, _fused_attention(attention):
         if tracer == "dispatch" and table is None:
             from .dispatch_trace import dispatch_trace
             gm = dispatch_trace(step, flat, table)
@@ -362,4 +427,6 @@ def _trace(model, example_inputs, loss_fn, targets, decompose, param_dtype, mark
     names = pnames + bnames + input_names + target_names
     return TracedStep(gm=gm, flat_args=flat, placeholder_kinds=kinds, placeholder_names=names,
                       grad_params=[n for n in trainable if n not in unused],
-                      missing_grads=list(unused), output_nodes=list(rec.marked))
+                      missing_grads=list(unused), output_nodes=list(rec.marked),
+                      tangent_nodes=[rec.grad_marks.get(i) for i in range(len(rec.marked))],
+                      loss_tangent=rec.grad_marks.get("loss"))

@@ -1,0 +1,230 @@
+"""The planned module: the model's parameters as DTensors, its call the lowered, split step.
+
+`ShardedModule` holds every parameter and buffer as a DTensor at its planned placements (with
+the model's own names, so `state_dict`, optimizers and `torch.distributed.checkpoint` see the
+model they know).  Its call runs the forward graph of the lowered step (autoshard.lower, split
+by autoshard.partition) on the local shards; `backward()` runs the backward graph.  Either it
+returns the loss (a step traced with a loss function), or the model's outputs as DTensors at
+their planned placements (a step traced without one, as AutoParallel does): then any loss of
+them back-propagates, its gradient entering the backward graph where the tracer marked the
+outputs' gradients.
+"""
+from __future__ import annotations
+
+import copy
+from typing import Any, Callable, Optional, Sequence
+
+import torch
+import torch.fx
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.tensor import DTensor
+
+from .partition import SplitStep
+
+
+def _step_function(holder: dict) -> type:
+    """An autograd Function over plain tensors: forward runs the forward graph and saves what
+    the backward graph reads; backward runs the backward graph.  One class per module, so that
+    Dynamo sees the graphs it calls as constants (`torch.compile(module)` compiles them)."""
+
+    class _Step(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, *flat):  # type: ignore[override]
+            n_out = holder["n_outputs"]
+            res = holder["forward"](*flat)
+            ctx.save_for_backward(*res[n_out:])
+            ctx.n_flat = len(flat)
+            outs = tuple(res[:n_out])
+            return outs[0] if n_out == 1 else outs
+
+        @staticmethod
+        def backward(ctx, *grad_outputs):  # type: ignore[override]
+            grads = holder["backward"](ctx.saved_tensors, grad_outputs)
+            return (*grads, *([None] * (ctx.n_flat - len(grads))))
+
+    return _Step
+
+
+class ShardedModule(torch.nn.Module):
+    """The model's parameters as DTensors at their planned placements; calling it runs the
+    planned step on this rank.
+
+    `module(*inputs, *targets)` (full tensors, the same on every rank, in trace order)
+    returns the loss -- a plain tensor, the same on every rank -- or, for a step traced
+    without a loss function, the model's outputs as DTensors.  `loss.backward()` fills every
+    `p.grad` with a DTensor laid out like `p`.
+
+    `module.compile(**kw)` compiles the two graphs with `torch.compile` (inductor by default).
+    `torch.compile(module)` compiles the whole call instead: the forward is plain tensor code
+    (input chunks, `to_local`, one autograd Function over the graphs).
+    """
+
+    def __init__(self, model: torch.nn.Module, runner: Any, traced: Any, mesh: DeviceMesh,
+                 lowered: Any, split: SplitStep, outputs: Sequence[tuple],
+                 tangents: Sequence[list], outputs_mode: bool):
+        super().__init__()
+        self._runner = runner
+        self._traced = traced
+        self._lowered = lowered
+        self._split = split
+        #: outputs: (global shape, placements) of what the call returns; tangents: per
+        #: output, (shape, placements its gradient arrives at, placements the plan gave it)
+        self._outputs_mode = outputs_mode
+        self._outputs = list(outputs)
+        self._tangent_specs = [(shape, pl, planned)
+                               for (shape, pl), planned in zip(outputs, tangents)]
+        self.mesh = mesh
+        #: What runs the graphs (the graphs, their compiled forms, or the audit's interpreter):
+        #: plain dict entries, so that the graphs do not become submodules.
+        self.__dict__["_holder"] = {"forward": split.forward, "n_outputs": split.n_outputs,
+                                    "backward": self._run_backward,
+                                    "backward_graph": split.backward}
+        self._step_cls = _step_function(self.__dict__["_holder"])
+        self._compiled = False
+        kinds, names = traced.placeholder_kinds, traced.placeholder_names
+        self._param_names = [n for k, n in zip(kinds, names) if k == "parameter"]
+        self._buffer_names = [n for k, n in zip(kinds, names) if k == "buffer"]
+        self._input_names = [n for k, n in zip(kinds, names) if k == "input"]
+        self._input_placements = [runner.placements_of(n).outputs[0] for n in self._input_names]
+        _adopt(self, model, runner, mesh, self._param_names, self._buffer_names)
+
+    @property
+    def mismatches(self) -> list:
+        """Ops whose DTensor output placement differed from the plan while lowering
+        (redistributed to the planned one; empty when the plan is exact)."""
+        return self._runner.mismatches
+
+    @property
+    def step_graph(self) -> torch.fx.GraphModule:
+        """The lowered per-rank joint graph (local ops and functional collectives)."""
+        return self._lowered.gm
+
+    @property
+    def split(self) -> SplitStep:
+        """The forward and backward graphs the module runs."""
+        return self._split
+
+    def run_graphs_with(self, forward: Callable, backward: Callable) -> tuple:
+        """Runs the forward and backward graphs with these callables (called like the graphs)
+        from now on; returns the previous pair (the audit runs them node by node this way)."""
+        h = self.__dict__["_holder"]
+        previous = (h["forward"], h["backward_graph"])
+        h["forward"], h["backward_graph"] = forward, backward
+        return previous
+
+    def compile(self, *args: Any, **kwargs: Any) -> None:  # type: ignore[override]
+        """Compiles the forward and backward graphs with torch.compile (same arguments)."""
+        if not self._compiled:
+            self.run_graphs_with(torch.compile(self._split.forward, *args, **kwargs),
+                                 torch.compile(self._split.backward, *args, **kwargs))
+            self._compiled = True
+
+    def _run_backward(self, saved: Sequence[torch.Tensor], grad_outputs: Sequence) -> list:
+        """The backward graph -> one local gradient per parameter.  The incoming gradients
+        (the loss's seed, or the model outputs' gradients) enter as the graph's tangents, at
+        the placements the plan gave the traced gradient nodes."""
+        backward = self.__dict__["_holder"]["backward_graph"]
+        tangents = [self._tangent(g, spec) for g, spec in zip(grad_outputs, self._tangent_specs)]
+        return list(backward(*saved, *tangents))
+
+    def _tangent(self, g: Optional[torch.Tensor], spec: tuple) -> torch.Tensor:
+        shape, arrives, planned = spec
+        if g is None:
+            return torch.zeros(_local_shape(shape, self.mesh, planned))
+        if tuple(arrives) == tuple(planned):
+            return g
+        from .apply import redistribute
+
+        d = DTensor.from_local(g, self.mesh, arrives, run_check=False, shape=torch.Size(shape),
+                               stride=_stride(shape))
+        return redistribute(d, self.mesh, planned).to_local()
+
+    def local_inputs(self, *inputs: torch.Tensor) -> list:
+        """Full (global) input tensors -> this rank's local shards (no communication)."""
+        if len(inputs) != len(self._input_names):
+            raise TypeError(f"expected {len(self._input_names)} tensors "
+                            f"({', '.join(self._input_names)}), got {len(inputs)}")
+        coord = self.mesh.get_coordinate()
+        return [local_chunk(t, self.mesh, pl, coord)
+                for t, pl in zip(inputs, self._input_placements)]
+
+    def forward(self, *inputs: torch.Tensor) -> Any:
+        """inputs: the model's inputs then the loss targets, full tensors, in trace order."""
+        flat_in = self.local_inputs(*inputs)
+        params = dict(self.named_parameters())
+        buffers = dict(self.named_buffers())
+        # to_local() is differentiable: the local gradient comes back as a DTensor laid out
+        # like the parameter (the plan's gradient placement is the parameter's).
+        ps = [params[n].to_local() for n in self._param_names]
+        bs = [buffers[n].to_local() for n in self._buffer_names]
+        out = self._step_cls.apply(*ps, *bs, *flat_in)
+        if not self._outputs_mode:
+            return out
+        outs = (out,) if len(self._outputs) == 1 else out
+        wrapped = tuple(DTensor.from_local(o, self.mesh, pl, run_check=False,
+                                           shape=torch.Size(shape), stride=_stride(shape))
+                        for o, (shape, pl) in zip(outs, self._outputs))
+        return wrapped[0] if len(wrapped) == 1 else wrapped
+
+
+def _stride(shape: Sequence[int]) -> tuple:
+    stride, acc = [], 1
+    for s in reversed(list(shape)):
+        stride.append(acc)
+        acc *= max(int(s), 1)
+    return tuple(reversed(stride))
+
+
+def _local_shape(shape: Sequence[int], mesh: DeviceMesh, placements: Sequence) -> list:
+    from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+
+    return list(compute_local_shape_and_global_offset(list(shape), mesh, list(placements))[0])
+
+
+def local_chunk(t: torch.Tensor, mesh: DeviceMesh, placements: list, coord) -> torch.Tensor:
+    """This rank's piece of a full tensor under `placements` (DTensor's chunking: mesh dims
+    left to right, torch.chunk sizes, empty pieces past the end)."""
+    if any(p.is_partial() for p in placements):
+        raise ValueError(f"an input planned as partial ({placements})")
+    for i, p in enumerate(placements):
+        if p.is_shard():
+            dim = p.dim if p.dim >= 0 else p.dim + t.dim()
+            pieces = torch.chunk(t, mesh.size(i), dim)
+            t = pieces[coord[i]] if coord[i] < len(pieces) else t.narrow(dim, 0, 0)
+    return t
+
+
+def _adopt(module: torch.nn.Module, model: torch.nn.Module, runner: Any, mesh: DeviceMesh,
+           param_names: Sequence[str], buffer_names: Sequence[str]) -> None:
+    """Gives `module` a copy of `model`'s submodules with every parameter and buffer replaced
+    by a DTensor at its planned placements (cut locally from the full tensor: every rank must
+    hold the same initial weights)."""
+    from .apply import _local_slice
+
+    holder = copy.deepcopy(model)
+    params = dict(holder.named_parameters())
+    buffers = dict(holder.named_buffers())
+    for n in param_names:
+        p = params[n]
+        dt = _local_slice(p.detach(), mesh, runner.placements_of(n).outputs[0])
+        _set_tensor(holder, n, torch.nn.Parameter(dt, requires_grad=p.requires_grad))
+    for n in buffer_names:
+        dt = _local_slice(buffers[n].detach(), mesh, runner.placements_of(n).outputs[0])
+        _set_tensor(holder, n, dt, buffer=True)
+    for cname, child in holder.named_children():
+        module.add_module(cname, child)
+    for pname, p in holder.named_parameters(recurse=False):
+        module.register_parameter(pname, p)
+    for bname, b in holder.named_buffers(recurse=False):
+        module.register_buffer(bname, b,
+                               persistent=bname not in holder._non_persistent_buffers_set)
+
+
+def _set_tensor(root: torch.nn.Module, name: str, value, buffer: bool = False) -> None:
+    mod_path, _, leaf = name.rpartition(".")
+    mod = root.get_submodule(mod_path) if mod_path else root
+    if buffer:
+        persistent = leaf not in getattr(mod, "_non_persistent_buffers_set", set())
+        mod.register_buffer(leaf, value, persistent=persistent)
+    else:
+        mod.register_parameter(leaf, value)

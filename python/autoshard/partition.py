@@ -1,0 +1,208 @@
+"""Splitting the lowered joint step into a forward graph and a backward graph.
+
+    split = partition(gm, outputs=[loss_node], grads=[...], tangents=[], recompute={"mul_3"})
+    outs_and_saved = split.forward(*primals)
+    grads = split.backward(*saved, *tangents)
+
+The lowered step (autoshard.lower) is one joint graph: forward, loss and backward.  Running it
+whole inside the module's forward computes the gradients before the user asks for them; split,
+the module's call runs the forward graph and keeps what the backward reads ("saved"), and
+`backward()` runs the backward graph -- what autograd, and `torch.compile`, expect of a
+module.  Node phases come from the lowering's stamps (node.meta["autoshard"]["phase"]); a node
+that reads a backward value is backward.
+
+Activation recomputation (the plan's `recompute` list of graph nodes, planner/recompute.h):
+a forward value that the backward reads and that a recomputed node produced is not saved;
+the backward graph re-executes its chain of recomputed producers (with their collectives)
+just before its first backward use, from the saved values of non-recomputed ones.
+
+Tangents: nodes of the joint graph whose value is the gradient flowing into a model output
+(the tracer marks them with `aten.alias`); in the backward graph they become placeholders, so
+the backward starts from the gradient the user's loss gives instead of the traced seed.
+"""
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import torch
+import torch.fx
+
+from .lower import META_KEY
+
+
+@dataclass
+class SplitStep:
+    """forward(*primals) -> (*outputs, *saved); backward(*saved, *tangents) -> grads."""
+
+    forward: torch.fx.GraphModule
+    backward: torch.fx.GraphModule
+    n_outputs: int
+    n_saved: int
+    saved_names: list
+    recomputed: int  # nodes the backward re-executes
+
+
+def _phases(gm: torch.fx.GraphModule, tangents: set) -> dict:
+    """node -> True when it belongs to the backward."""
+    backward: dict = {}
+    for node in gm.graph.nodes:
+        if node.op in ("placeholder", "get_attr", "output"):
+            backward[node] = False
+            continue
+        stamp = node.meta.get(META_KEY, {})
+        backward[node] = (node in tangents or stamp.get("phase") == "backward"
+                          or any(backward[i] for i in node.all_input_nodes))
+    return backward
+
+
+def partition(gm: torch.fx.GraphModule, outputs: Sequence[torch.fx.Node],
+              grads: Sequence[Optional[torch.fx.Node]], tangents: Sequence[torch.fx.Node] = (),
+              recompute: frozenset = frozenset()) -> SplitStep:
+    """Splits `gm` (the lowered joint step; its placeholders are the primals).
+
+    outputs: forward values the module's call returns (the loss, or the model's outputs).
+    grads: per parameter, the node of its gradient (None: no gradient).
+    tangents: nodes replaced by backward placeholders, in order.
+    recompute: names of the planned graph nodes the plan recomputes in the backward.
+    """
+    tangent_set = set(tangents)
+    is_bwd = _phases(gm, tangent_set)
+    for n in outputs:
+        if is_bwd[n]:
+            raise ValueError(f"node {n.name}: a forward output computed in the backward")
+
+    def recomputable(n: torch.fx.Node) -> bool:
+        return (n.op == "call_function" and not is_bwd[n]
+                and n.meta.get(META_KEY, {}).get("node") in recompute)
+
+    bwd = torch.fx.Graph()
+    bmap: dict = {}
+    saved: list = []
+    recomputed = 0
+    # Saved values first: placeholders in the order of first use by the backward.
+    first_uses: list = []
+    seen: set = set()
+
+    def collect(n: torch.fx.Node) -> None:
+        """Forward values the backward needs, through recomputable chains."""
+        todo = [n]
+        while todo:
+            x = todo.pop()
+            if x in seen:
+                continue
+            seen.add(x)
+            if recomputable(x):
+                todo.extend(reversed(x.all_input_nodes))
+            elif x.op != "get_attr":
+                first_uses.append(x)
+
+    for node in gm.graph.nodes:
+        if is_bwd.get(node) and node not in tangent_set:
+            for inp in node.all_input_nodes:
+                if not is_bwd[inp]:
+                    collect(inp)
+    for g in grads:
+        if g is not None and not is_bwd[g]:
+            collect(g)
+    for x in first_uses:
+        bmap[x] = bwd.placeholder(f"saved_{x.name}")
+        bmap[x].meta = dict(x.meta)
+        saved.append(x)
+    for t in tangents:
+        bmap[t] = bwd.placeholder(f"tangent_{t.name}")
+        bmap[t].meta = dict(t.meta)
+
+    def value(x: torch.fx.Node) -> torch.fx.Node:
+        nonlocal recomputed
+        if x in bmap:
+            return bmap[x]
+        stack = [x]
+        while stack:  # re-executes x's recomputable chain, producers first
+            y = stack[-1]
+            missing = [i for i in y.all_input_nodes if i not in bmap]
+            if missing:
+                stack.extend(missing)
+                continue
+            stack.pop()
+            if y in bmap:
+                continue
+            if not (recomputable(y) or y.op == "get_attr"):
+                raise ValueError(f"node {y.name}: the backward reads it but it is neither "
+                                 f"saved nor recomputable")
+            bmap[y] = bwd.node_copy(y, lambda a: bmap[a])
+            recomputed += y.op == "call_function"
+        return bmap[x]
+
+    for node in gm.graph.nodes:
+        if not is_bwd.get(node) or node in tangent_set:
+            continue
+        for inp in node.all_input_nodes:
+            value(inp)
+        bmap[node] = bwd.node_copy(node, lambda a: bmap[a])
+    bwd.output(tuple(value(g) if g is not None else None for g in grads))
+    if recomputed:
+        # A recomputed op that reads a parameter gathers it again; the backward gathers the
+        # same weight for its own use: one gather serves both, as the planner charges it.
+        _dedupe(bwd, {bmap[x] for x in saved if x.op == "placeholder"})
+
+    fwd = torch.fx.Graph()
+    fmap: dict = {}
+    for node in gm.graph.nodes:
+        if node.op == "output" or is_bwd[node]:
+            continue
+        fmap[node] = fwd.node_copy(node, lambda a: fmap[a])
+    fwd.output(tuple(fmap[n] for n in [*outputs, *saved]))
+    fwd_gm = _module(gm, fwd)
+    bwd_gm = _module(gm, bwd)
+    return SplitStep(forward=fwd_gm, backward=bwd_gm, n_outputs=len(outputs),
+                     n_saved=len(saved), saved_names=[x.name for x in saved],
+                     recomputed=recomputed)
+
+
+def _freeze(value):
+    if isinstance(value, (list, tuple)):
+        return tuple(_freeze(v) for v in value)
+    if isinstance(value, dict):
+        return tuple(sorted((k, _freeze(v)) for k, v in value.items()))
+    return value
+
+
+def _dedupe(graph: torch.fx.Graph, roots: set) -> int:
+    """Common-subexpression elimination of pure ATen and functional-collective nodes (no
+    mutation, no randomness) computed from `roots` alone (the parameters): the later of two
+    identical nodes reads the earlier one."""
+    seen: dict = {}
+    removed = 0
+    from_roots = set(roots)
+    for node in list(graph.nodes):
+        target = node.target
+        schema = getattr(target, "_schema", None)
+        if node.op != "call_function" or not node.all_input_nodes \
+                or not all(i in from_roots for i in node.all_input_nodes):
+            continue
+        if target is not operator.getitem and (
+                schema is None or schema.is_mutable or node.is_impure()
+                or torch.Tag.nondeterministic_seeded in target.tags):
+            continue
+        try:
+            key = (target, _freeze(node.args), _freeze(node.kwargs))
+            hash(key)
+        except TypeError:
+            continue
+        if key in seen:
+            node.replace_all_uses_with(seen[key])
+            graph.erase_node(node)
+            removed += 1
+        else:
+            seen[key] = node
+            from_roots.add(node)
+    return removed
+
+
+def _module(root: torch.fx.GraphModule, graph: torch.fx.Graph) -> torch.fx.GraphModule:
+    graph.eliminate_dead_code()
+    gm = torch.fx.GraphModule(root, graph)
+    gm.recompile()
+    return gm
