@@ -216,9 +216,12 @@ class AutoParallel:
             example, targets = example
         param_dtype = getattr(self.mp_policy, "param_dtype", None)
         loss = meta_captures(self.loss_fn) if self.loss_fn is not None else output_loss
+        # With a DeviceMesh the step will run on its device: trace the attention kernel that
+        # device runs (its fused flash attention), so that the plan is the step apply runs.
+        attention = getattr(self.device_mesh, "device_type", None)
         self.traced = trace_training_step(self.model, example, loss, targets,
                                           decompose=self.decompose, param_dtype=param_dtype,
-                                          mark_outputs=True)
+                                          mark_outputs=True, attention=attention)
         self._output_nodes = list(self.traced.output_nodes)
         self.graph_dict = to_graph_dict(self.traced, self.name)
         if self.loss_fn is not None:
@@ -314,8 +317,11 @@ class AutoParallel:
         doc = self.placements_document(sharding_placement)
         from . import apply as _apply
 
+        # Without a loss function the module returns the model's outputs (as AutoParallel's
+        # does) and any loss of them back-propagates; with one, it returns the loss.
+        returns = "outputs" if self.loss_fn is None else "loss"
         return _apply.apply_placement(self.model, doc, self.device_mesh, traced=self.traced,
-                                      graph=self.graph_dict)
+                                      graph=self.graph_dict, returns=returns)
 
 
 def _out_shardings_list(out_shardings: Any) -> list:

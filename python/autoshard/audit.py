@@ -182,6 +182,24 @@ def _ref_name(ref) -> tuple[str, int]:
     return (ref, 0) if isinstance(ref, str) else (ref["node"], int(ref.get("output", 0)))
 
 
+def seed_only_nodes(graph: dict) -> set:
+    """The graph's gradient marks ("tangents") and the nodes that feed only them: the traced
+    seed of the backward, which the lowered module replaces by the incoming gradients and so
+    never runs (autoshard.partition)."""
+    dead = set(graph.get("tangents", []))
+    if not dead:
+        return dead
+    consumers: dict = defaultdict(set)
+    for n in graph["nodes"]:
+        for ref in n.get("inputs", []):
+            consumers[_ref_name(ref)[0]].add(n["name"])
+    for n in reversed(graph["nodes"]):
+        users = consumers.get(n["name"])
+        if n.get("kind") == "op" and users and users <= dead:
+            dead.add(n["name"])
+    return dead
+
+
 def plan_edges(graph: dict, placements: dict) -> list[dict]:
     """The plan's redistribution edges whose specs differ: {"edge", "shape", "dtype", "from",
     "to"}.  `placements` is the placements.json object (or its "placements" map)."""
@@ -197,9 +215,10 @@ def plan_edges(graph: dict, placements: dict) -> list[dict]:
     # A node the backward re-executes (placements "recompute") pays its input edges again,
     # except those from parameters (the backward's own gather serves both: planner/recompute.h).
     recompute = set(placements.get("recompute", []))
+    dead = seed_only_nodes(graph)
     edges = []
     for n in graph["nodes"]:
-        if n.get("kind") != "op":
+        if n.get("kind") != "op" or n["name"] in dead:
             continue
         ins = pl[n["name"]]["inputs"]
         for slot, ref in enumerate(n.get("inputs", [])):

@@ -17,7 +17,7 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 import torch.fx
 from torch.distributed.device_mesh import DeviceMesh
-from torch.distributed.tensor import DTensor
+from torch.distributed.tensor import DTensor, Replicate
 
 from .partition import SplitStep
 
@@ -71,8 +71,10 @@ class ShardedModule(torch.nn.Module):
         #: output, (shape, placements its gradient arrives at, placements the plan gave it)
         self._outputs_mode = outputs_mode
         self._outputs = list(outputs)
-        self._tangent_specs = [(shape, pl, planned)
-                               for (shape, pl), planned in zip(outputs, tangents)]
+        # The gradient of a partial sum is the same on every rank: a Partial output's gradient
+        # arrives replicated (DTensor.from_local's backward keeps it so).
+        self._tangent_specs = [(shape, [Replicate() if p.is_partial() else p for p in pl],
+                                planned) for (shape, pl), planned in zip(outputs, tangents)]
         self.mesh = mesh
         #: What runs the graphs (the graphs, their compiled forms, or the audit's interpreter):
         #: plain dict entries, so that the graphs do not become submodules.

@@ -146,6 +146,16 @@ def partition(gm: torch.fx.GraphModule, outputs: Sequence[torch.fx.Node],
         # A recomputed op that reads a parameter gathers it again; the backward gathers the
         # same weight for its own use: one gather serves both, as the planner charges it.
         _dedupe(bwd, {bmap[x] for x in saved if x.op == "placeholder"})
+    # What only the traced seed read (the loss's ones, the outputs' summed gradients) is dead
+    # once the tangents replace the seed: not saved.
+    bwd.eliminate_dead_code(is_impure_node=_impure)
+    kept = []
+    for x in saved:
+        if bmap[x].users:
+            kept.append(x)
+        else:
+            bwd.erase_node(bmap[x])
+    saved = kept
 
     fwd = torch.fx.Graph()
     fmap: dict = {}
@@ -201,8 +211,16 @@ def _dedupe(graph: torch.fx.Graph, roots: set) -> int:
     return removed
 
 
+def _impure(node: torch.fx.Node) -> bool:
+    """Dead-code elimination keeps mutations; a functional collective whose result nobody
+    waits for is dead (every rank drops the same one: they stay matched)."""
+    if getattr(node.target, "namespace", "") == "_c10d_functional":
+        return False
+    return node.is_impure()
+
+
 def _module(root: torch.fx.GraphModule, graph: torch.fx.Graph) -> torch.fx.GraphModule:
-    graph.eliminate_dead_code()
+    graph.eliminate_dead_code(is_impure_node=_impure)
     gm = torch.fx.GraphModule(root, graph)
     gm.recompile()
     return gm

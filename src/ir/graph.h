@@ -95,6 +95,10 @@ class Graph {
   std::vector<Node> nodes;
   std::vector<GradPair> grad_pairs;
   std::optional<TensorRef> loss;  ///< the scalar loss, if the graph is a training step.
+  /// Nodes marking gradients that a runtime feeds from outside ("tangents" in the graph
+  /// JSON): the loss's seed and, for a step traced without a loss, the model outputs'
+  /// gradients.  What only feeds them does not run (autoshard.partition); kept for the audit.
+  std::vector<NodeIdx> tangents;
 
   NodeIdx size() const { return static_cast<NodeIdx>(nodes.size()); }
   const Node& node(NodeIdx i) const { return nodes.at(static_cast<size_t>(i)); }

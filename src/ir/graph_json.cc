@@ -277,7 +277,7 @@ Node Reader::node(const Graph& g, const json& v, const Path& p, NodeIdx index) c
 Graph Reader::graph(const json& j) {
   Path root;
   expect_object(j, root);
-  check_keys(j, root, {"format", "version", "name", "nodes", "grad_pairs", "loss"});
+  check_keys(j, root, {"format", "version", "name", "nodes", "grad_pairs", "loss", "tangents"});
   std::string format = string(field(j, root, "format"), root.at("format"));
   if (format != kGraphFormatName)
     fail(root.at("format"), fmt::format("not an autoshard graph: format '{}', expected '{}'",
@@ -342,6 +342,12 @@ Graph Reader::graph(const json& j) {
   }
   if (const json* loss = optional_field(j, "loss"); loss && !loss->is_null())
     g.loss = ref(g, *loss, root.at("loss"), g.size());
+  if (const json* tangents = optional_field(j, "tangents")) {
+    const Path pt = root.at("tangents");
+    if (!tangents->is_array()) fail(pt, "expected an array of node names");
+    for (size_t k = 0; k < tangents->size(); ++k)
+      g.tangents.push_back(ref(g, (*tangents)[k], pt.at(k), g.size()).node);
+  }
 
   if (std::string err = g.validate(); !err.empty())
     throw std::runtime_error(one_line(fmt::format("{}: invalid graph: {}", origin_, err)));
@@ -444,6 +450,11 @@ std::string write_graph_json(const Graph& g) {
       out += "\n ]";
     }
     if (g.loss) out += fmt::format(",\n \"loss\": {}", ref_json(g, *g.loss).dump());
+    if (!g.tangents.empty()) {
+      ojson t = ojson::array();
+      for (NodeIdx i : g.tangents) t.push_back(g.node(i).name);
+      out += fmt::format(",\n \"tangents\": {}", t.dump());
+    }
     out += "}\n";
     return out;
   } catch (const nlohmann::json::exception& e) {

@@ -102,6 +102,7 @@ void expect_same(const Graph& a, const Graph& b) {
     EXPECT_EQ(a.grad_pairs[k].grad, b.grad_pairs[k].grad);
   }
   EXPECT_EQ(a.loss, b.loss);
+  EXPECT_EQ(a.tangents, b.tangents);
 }
 
 TEST(GraphJson, RoundTrip) {
@@ -116,6 +117,22 @@ TEST(GraphJson, RoundTrip) {
   EXPECT_TRUE(std::holds_alternative<bool>(ln.attrs.at("keepdim")));
   EXPECT_TRUE(std::holds_alternative<std::vector<int64_t>>(ln.attrs.at("empty")));
   EXPECT_EQ(ln.attr_double("neg_inf", 0), -std::numeric_limits<double>::infinity());
+}
+
+TEST(GraphJson, TangentsRoundTripAndNameNodes) {
+  Graph g = hand_made();
+  g.tangents = {*g.find("ln")};
+  const std::string text = write_graph_json(g);
+  EXPECT_NE(text.find("\"tangents\": [\"ln\"]"), std::string::npos);
+  expect_same(g, read_graph_json(text, "mem.json"));
+  std::string bad = text;
+  bad.replace(bad.find("[\"ln\"]"), 6, "[\"zz\"]");
+  try {
+    read_graph_json(bad, "bad.json");
+    FAIL() << "an unknown tangent node was accepted";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown node 'zz'"), std::string::npos) << e.what();
+  }
 }
 
 TEST(GraphJson, NaNAttributeRoundTrips) {

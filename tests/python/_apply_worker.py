@@ -46,15 +46,37 @@ def make_llama():
     return model, (tokens,), (labels,), cross_entropy_loss
 
 
-MODELS = {"mlp": make_mlp, "llama": make_llama}
+def squared_sum(out: torch.Tensor) -> torch.Tensor:
+    """The user's loss of the model's outputs (DTensors on the planned side)."""
+    return (out ** 2).sum()
+
+
+def make_mlp_outputs():
+    """The MLP traced without a loss, as AutoParallel traces: the module returns its outputs
+    and the test's own loss of them (squared_sum) back-propagates."""
+    model, inputs, _, _ = make_mlp()
+    return model, inputs, (), squared_sum
+
+
+MODELS = {"mlp": make_mlp, "llama": make_llama, "mlp_out": make_mlp_outputs}
+
+
+def returns_outputs(key: str) -> bool:
+    return key.endswith("_out")
 
 
 def trace(key: str):
     from autoshard.apply import trace_for_apply
     from autoshard.tracer.export import to_graph_dict
+    from autoshard.tracer.trace import trace_training_step
 
     model, inputs, targets, loss_fn = MODELS[key]()
-    traced = trace_for_apply(model, inputs, loss_fn, targets)
+    if returns_outputs(key):
+        # AutoParallel's trace: no loss function, the outputs summed (autoshard.api.output_loss)
+        traced = trace_training_step(copy.deepcopy(model), inputs, lambda out: out.float().sum(),
+                                     None, mark_outputs=True, attention="cpu")
+    else:
+        traced = trace_for_apply(model, inputs, loss_fn, targets)
     return traced, to_graph_dict(traced)
 
 
@@ -162,7 +184,13 @@ def run_jobs(mesh, jobs: Sequence[dict], steps: int = 3, lr: float = 1e-2) -> li
         traced, graph = traced_cache[key]
         model, inputs, targets, loss_fn = MODELS[key]()
         ref_losses, ref_grads, ref_params = _reference(model, inputs, targets, loss_fn, steps, lr)
-        step = apply_placement(model, job["placements"], mesh, traced=traced, graph=graph)
+        outputs = returns_outputs(key)
+        step = apply_placement(model, job["placements"], mesh, traced=traced, graph=graph,
+                               returns="outputs" if outputs else "loss")
+
+        def call(fn):
+            out = fn(*inputs, *targets)
+            return loss_fn(out).full_tensor() if outputs else out
         planned = {n: placements_str(t.placements) for n, t in step.named_parameters()
                    if isinstance(t, DTensor)}
         opt = torch.optim.AdamW(step.parameters(), lr=lr)
@@ -172,8 +200,8 @@ def run_jobs(mesh, jobs: Sequence[dict], steps: int = 3, lr: float = 1e-2) -> li
                      "placements": planned}
         for i in range(steps):
             if i == 0:
-                if compiled:  # the same graph, audited in the job's eager twin
-                    loss = run(*inputs, *targets)
+                if compiled or outputs:  # audited in the job's eager twin / user collectives
+                    loss = call(run)
                     loss.backward()
                 else:
                     with CommAudit(step) as audit:
@@ -187,7 +215,7 @@ def run_jobs(mesh, jobs: Sequence[dict], steps: int = 3, lr: float = 1e-2) -> li
                 for n, p in step.named_parameters():
                     res["grad_err"][n] = rel_err(p.grad.full_tensor(), ref_grads[n])
             else:
-                loss = run(*inputs, *targets)
+                loss = call(run)
                 loss.backward()
             full = loss.full_tensor() if isinstance(loss, DTensor) else loss
             res["loss_err"] = max(res["loss_err"], abs(full.item() - ref_losses[i]) /

@@ -159,6 +159,8 @@ class ApplyPlacement(unittest.TestCase):
                 if job.get("compile"):
                     self.assertGreater(res["compiled_graphs"], 0, where)
                     continue
+                if W.returns_outputs(job["model"]):  # the user's loss adds its own collectives
+                    continue
                 issued_edges = {k: [tuple(x) for x in v] for k, v in res["issued_edges"].items()
                                 if not k.startswith("loss")}
                 planned_e = {k: v for k, v in planned_edges.items() if v}

@@ -374,8 +374,16 @@ def to_graph_dict(traced: TracedStep, name: str = "model", *, keep_dead: bool = 
         gname = g if isinstance(g, str) else g["node"]
         if by_name[gname].get("kind") == "op":
             by_name[gname]["module"] = by_name[p]["module"]
-    return {"format": FORMAT, "version": VERSION, "name": name, "nodes": nodes_out,
-            "grad_pairs": grad_pairs, "loss": loss_ref}
+    out = {"format": FORMAT, "version": VERSION, "name": name, "nodes": nodes_out,
+           "grad_pairs": grad_pairs, "loss": loss_ref}
+    # Gradient marks (TracedStep.loss_tangent, tangent_nodes): where a runtime feeds gradients.
+    fx_by_name = {n.name: n for n in graph.nodes}
+    marks = [traced.loss_tangent, *traced.tangent_nodes]
+    tangents = [out_name[fx_by_name[m]] for m in marks
+                if m is not None and fx_by_name.get(m) in out_name]
+    if tangents:
+        out["tangents"] = tangents
+    return out
 
 
 def _resolve_consts(value, consts):
@@ -409,14 +417,18 @@ def _backward_module(fx_node, mod_of, phase_of) -> str:
 
 def write_graph_json(graph: dict, path: str) -> None:
     """Writes the graph with one node per line (diff-friendly, still plain JSON)."""
-    head = {k: v for k, v in graph.items() if k not in ("nodes", "grad_pairs", "loss")}
+    head = {k: v for k, v in graph.items()
+            if k not in ("nodes", "grad_pairs", "loss", "tangents")}
     parts = ["{" + json.dumps(head, allow_nan=False)[1:-1] + ',\n "nodes": [\n']
     parts.append(",\n".join("  " + json.dumps(n, allow_nan=False, separators=(",", ":"))
                             for n in graph["nodes"]))
     parts.append('\n ],\n "grad_pairs": [\n')
     parts.append(",\n".join("  " + json.dumps(g, separators=(",", ":"))
                             for g in graph["grad_pairs"]))
-    parts.append('\n ],\n "loss": ' + json.dumps(graph["loss"]) + "\n}\n")
+    parts.append('\n ],\n "loss": ' + json.dumps(graph["loss"]))
+    if graph.get("tangents"):
+        parts.append(',\n "tangents": ' + json.dumps(graph["tangents"]))
+    parts.append("\n}\n")
     d = os.path.dirname(os.path.abspath(path))
     os.makedirs(d, exist_ok=True)
     with open(path, "w", encoding="utf-8") as f:
