@@ -81,13 +81,16 @@ def _measure(fwd_bwd, opt_step, steps: int, grads_bytes) -> dict:
     opt_step()
     first = time.perf_counter() - t0
     grads = grads_bytes()
-    times = []
+    times, opt_times = [], []
     for _ in range(steps - 1):
         t0 = time.perf_counter()
         fwd_bwd()
+        t1 = time.perf_counter()
         opt_step()
         times.append(time.perf_counter() - t0)
+        opt_times.append(time.perf_counter() - t1)
     return {"first_step_s": first, "step_s": statistics.median(times) if times else first,
+            "opt_s": statistics.median(opt_times) if opt_times else 0.0,
             "peak_growth": growth, "grad_bytes": grads}
 
 
@@ -112,6 +115,30 @@ def eager_worker(rank: int, args, out_dir: str) -> None:
         return sum(p.grad.numel() * p.grad.element_size() for p in model.parameters())
 
     _write(out_dir, rank, _measure(fwd_bwd, _optimizer_step(opt), args.steps, grad_bytes))
+
+
+def ddp_worker(rank: int, args, out_dir: str) -> None:
+    """PyTorch's own data parallelism (DistributedDataParallel on gloo), the rank's share of
+    the batch: what the lowered DDP plan is measured against besides plain eager."""
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{args.port}", rank=rank,
+                            world_size=args.world)
+    model, tokens, labels, loss_fn = _model(args, args.batch // args.world)
+    ddp = DistributedDataParallel(model)
+    opt = torch.optim.AdamW(ddp.parameters(), lr=1e-3)
+
+    def fwd_bwd() -> None:
+        loss_fn(ddp(tokens), labels).backward()
+
+    def grad_bytes() -> int:
+        return sum(p.grad.numel() * p.grad.element_size() for p in model.parameters())
+
+    _write(out_dir, rank, _measure(fwd_bwd, _optimizer_step(opt), args.steps, grad_bytes))
+    dist.destroy_process_group()
 
 
 def plan_worker(rank: int, args, out_dir: str, placements: dict, compiled: bool) -> None:
@@ -189,7 +216,7 @@ def _plan(args) -> tuple[dict, dict]:
         write_graph_json(to_graph_dict(traced), gpath)
         cmd = [args.cli, "plan", "--graph", gpath, "--mesh", args.mesh, "--mesh-dims", args.dims,
                "--comm-model", "dtensor", "--require-divisible", "--algo", args.algo,
-               "--memory-limit", "0", "-o", d, "--json"]
+               "--memory-limit", "0", "--recompute", args.recompute, "-o", d, "--json"]
         out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
         with open(os.path.join(d, "placements.json")) as f:
             return json.load(f), json.loads(out)
@@ -206,6 +233,7 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--compile", action="store_true")
+    ap.add_argument("--recompute", default="none", help="plan --recompute (none|selective|full)")
     args = ap.parse_args()
     os.environ["MALLOC_MMAP_THRESHOLD_"] = str(64 * 1024)  # inherited by the spawned ranks
     os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -218,7 +246,10 @@ def main() -> int:
         raise SystemExit(f"apply_bench: --batch {args.batch} is not divisible by {args.world} ranks")
     placements, plan = _plan(args)
     eager = _phase(eager_worker, args)
-    phases = [("lowered", _phase(plan_worker, args, (placements, False)))]
+    phases = []
+    if args.algo == "ddp" and args.world > 1:
+        phases.append(("torch DDP", _phase(ddp_worker, args)))
+    phases.append(("lowered", _phase(plan_worker, args, (placements, False))))
     if args.compile:
         phases.append(("compiled", _phase(plan_worker, args, (placements, True))))
     _report(args, plan, eager, phases)
@@ -228,14 +259,16 @@ def main() -> int:
 def _report(args, plan: dict, eager: list, phases: list) -> None:
     mib = 2.0 ** 20
     print(f"# llama {args.layers} layers, dim 256, seq {args.seq}, global batch {args.batch}, "
-          f"fp32; mesh {args.mesh} ({args.dims}), plan --algo {args.algo}; per rank, "
+          f"fp32; mesh {args.mesh} ({args.dims}), plan --algo {args.algo} --recompute "
+          f"{args.recompute}; per rank, "
           f"median of {args.world} ranks")
     e_step = statistics.median(r["step_s"] for r in eager)
     e_grow = statistics.median(r["peak_growth"] for r in eager)
-    print(f"| run | step s | vs eager | first step s | peak growth MiB | vs eager | "
-          f"activation peak MiB | planner's activation peak MiB | lower s |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print(f"| run | step s | vs eager | of it optimizer s | first step s | peak growth MiB | "
+          f"vs eager | activation peak MiB | planner's activation peak MiB | lower s |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     print(f"| eager, batch {args.batch // args.world} | {e_step:.3f} | 1.00x | "
+          f"{statistics.median(r['opt_s'] for r in eager):.3f} | "
           f"{statistics.median(r['first_step_s'] for r in eager):.3f} | {e_grow / mib:.1f} | "
           f"1.00x | {statistics.median(r['peak_growth'] - r['grad_bytes'] for r in eager) / mib:.1f}"
           f" | | |")
@@ -244,12 +277,15 @@ def _report(args, plan: dict, eager: list, phases: list) -> None:
         step = statistics.median(r["step_s"] for r in res)
         grow = statistics.median(r["peak_growth"] for r in res)
         act = statistics.median(r["peak_growth"] - r["grad_bytes"] for r in res)
-        planned_act = peak - 16 * max(r["param_elements"] for r in res)
+        planned = lower = ""
+        if "param_elements" in res[0]:  # an applied plan: the planner's figure beside it
+            planned_act = peak - 16 * max(r["param_elements"] for r in res)
+            planned = f"{planned_act / mib:.1f} ({(act - planned_act) / planned_act:+.1%})"
+            lower = f"{statistics.median(r['lower_s'] for r in res):.1f}"
         print(f"| {name} | {step:.3f} | {step / e_step:.2f}x | "
+              f"{statistics.median(r['opt_s'] for r in res):.3f} | "
               f"{statistics.median(r['first_step_s'] for r in res):.3f} | {grow / mib:.1f} | "
-              f"{grow / e_grow:.2f}x | {act / mib:.1f} | {planned_act / mib:.1f} "
-              f"({(act - planned_act) / planned_act:+.1%}) | "
-              f"{statistics.median(r['lower_s'] for r in res):.1f} |")
+              f"{grow / e_grow:.2f}x | {act / mib:.1f} | {planned} | {lower} |")
 
 
 if __name__ == "__main__":

@@ -16,6 +16,9 @@ a forward value that the backward reads and that a recomputed node produced is n
 the backward graph re-executes its chain of recomputed producers (with their collectives)
 just before its first backward use, from the saved values of non-recomputed ones.
 
+Overlap: each gradient's reduction is issued as soon as the gradient exists, and waited for
+only at the end (overlap_gradient_reductions).
+
 Tangents: nodes of the joint graph whose value is the gradient flowing into a model output
 (the tracer marks them with `aten.alias`); in the backward graph they become placeholders, so
 the backward starts from the gradient the user's loss gives instead of the traced seed.
@@ -29,7 +32,7 @@ from typing import Optional, Sequence
 import torch
 import torch.fx
 
-from .lower import META_KEY
+from .lower import META_KEY, collective_kind
 
 
 @dataclass
@@ -42,6 +45,7 @@ class SplitStep:
     n_saved: int
     saved_names: list
     recomputed: int  # nodes the backward re-executes
+    overlapped: int = 0  # gradient reductions issued early (overlap_gradient_reductions)
 
 
 def _phases(gm: torch.fx.GraphModule, tangents: set) -> dict:
@@ -156,6 +160,7 @@ def partition(gm: torch.fx.GraphModule, outputs: Sequence[torch.fx.Node],
         else:
             bwd.erase_node(bmap[x])
     saved = kept
+    overlapped = overlap_gradient_reductions(bwd)
 
     fwd = torch.fx.Graph()
     fmap: dict = {}
@@ -168,7 +173,42 @@ def partition(gm: torch.fx.GraphModule, outputs: Sequence[torch.fx.Node],
     bwd_gm = _module(gm, bwd)
     return SplitStep(forward=fwd_gm, backward=bwd_gm, n_outputs=len(outputs),
                      n_saved=len(saved), saved_names=[x.name for x in saved],
-                     recomputed=recomputed)
+                     recomputed=recomputed, overlapped=overlapped)
+
+
+def _is_wait(node: torch.fx.Node) -> bool:
+    return node.op == "call_function" and getattr(node.target, "__name__", "").startswith(
+        "wait_tensor")
+
+
+def overlap_gradient_reductions(graph: torch.fx.Graph) -> int:
+    """Issues each gradient's reduction as soon as the gradient exists, and waits for it only
+    where its result is read (the graph's end): the collective runs on the process group's
+    own thread while the rest of the backward computes (what DDP and FSDP do per bucket).
+    Every rank applies the same moves to the same graph, so collectives stay matched.
+    Returns the number of collectives moved."""
+    position = {n: i for i, n in enumerate(graph.nodes)}
+    home: dict = {}   # a moved node -> the node it now follows (with those moved before it)
+    tail: dict = {}   # that node -> the last node moved behind it
+    moved = 0
+    for node in list(graph.nodes):
+        edge = node.meta.get(META_KEY, {}).get("edge", "")
+        if node.op != "call_function" or not edge.startswith("grad:") or _is_wait(node):
+            continue
+        if not node.all_input_nodes:
+            continue
+        anchor = max((home.get(n, n) for n in node.all_input_nodes), key=position.get)
+        after = tail.get(anchor, anchor)
+        if after.next is not node:
+            after.append(node)
+            moved += collective_kind(node) is not None
+        home[node] = anchor
+        tail[anchor] = node
+    position = {n: i for i, n in enumerate(graph.nodes)}
+    for node in list(graph.nodes):
+        if _is_wait(node) and node.users:
+            min(node.users, key=position.get).prepend(node)
+    return moved
 
 
 def _freeze(value):

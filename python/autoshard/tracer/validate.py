@@ -11,7 +11,7 @@ import sys
 DTYPES = {"f32", "bf16", "f16", "f8", "i64", "i32", "bool"}
 KINDS = {"input", "parameter", "buffer", "op", "output"}
 PHASES = {"forward", "backward", "optimizer"}
-TOP_KEYS = {"format", "version", "name", "nodes", "grad_pairs", "loss"}
+TOP_KEYS = {"format", "version", "name", "nodes", "grad_pairs", "loss", "tangents"}
 NODE_KEYS = {"name", "kind", "op", "phase", "inputs", "attrs", "outputs", "module", "source"}
 OUTPUT_KEYS = {"shape", "dtype", "none"}
 
@@ -120,6 +120,12 @@ def validate_graph(g: dict) -> list[str]:
                         f"shape {shapes[p][0]}")
     if g.get("loss") is not None:
         check_ref(g["loss"], "loss")
+    tangents = g.get("tangents", [])
+    if not isinstance(tangents, list):
+        errs.append("tangents: expected an array of node names")
+    else:
+        for i, t in enumerate(tangents):
+            check_ref(t, f"tangents/{i}")
     return errs
 
 
