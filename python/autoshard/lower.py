@@ -141,7 +141,8 @@ def _local_example(shape: Sequence[int], dtype: torch.dtype, placements: Sequenc
     return torch.empty(local_shape, dtype=dtype, device=mesh.device_type)
 
 
-def _contiguous_stride(shape: Sequence[int]) -> tuple:
+def contiguous_stride(shape: Sequence[int]) -> tuple:
+    """Strides of a contiguous tensor of `shape`."""
     stride, acc = [], 1
     for s in reversed(list(shape)):
         stride.append(acc)
@@ -190,7 +191,7 @@ def lower_step(runner: Any, traced: Any, mesh: DeviceMesh,
 
     def step(*local: torch.Tensor) -> list:
         wrapped = [DTensor.from_local(t, mesh, pl, run_check=False, shape=torch.Size(shape),
-                                      stride=_contiguous_stride(shape))
+                                      stride=contiguous_stride(shape))
                    for t, (_, shape, _, pl) in zip(local, specs)]
         outs = runner.run(wrapped)
         loss, grads = outs[0], outs[1:]

@@ -19,6 +19,7 @@ import torch.fx
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor, Replicate
 
+from .lower import contiguous_stride
 from .partition import SplitStep
 
 
@@ -138,7 +139,7 @@ class ShardedModule(torch.nn.Module):
         from .apply import redistribute
 
         d = DTensor.from_local(g, self.mesh, arrives, run_check=False, shape=torch.Size(shape),
-                               stride=_stride(shape))
+                               stride=contiguous_stride(shape))
         return redistribute(d, self.mesh, planned).to_local()
 
     def local_inputs(self, *inputs: torch.Tensor) -> list:
@@ -164,17 +165,9 @@ class ShardedModule(torch.nn.Module):
             return out
         outs = (out,) if len(self._outputs) == 1 else out
         wrapped = tuple(DTensor.from_local(o, self.mesh, pl, run_check=False,
-                                           shape=torch.Size(shape), stride=_stride(shape))
+                                           shape=torch.Size(shape), stride=contiguous_stride(shape))
                         for o, (shape, pl) in zip(outs, self._outputs))
         return wrapped[0] if len(wrapped) == 1 else wrapped
-
-
-def _stride(shape: Sequence[int]) -> tuple:
-    stride, acc = [], 1
-    for s in reversed(list(shape)):
-        stride.append(acc)
-        acc *= max(int(s), 1)
-    return tuple(reversed(stride))
 
 
 def _local_shape(shape: Sequence[int], mesh: DeviceMesh, placements: Sequence) -> list:

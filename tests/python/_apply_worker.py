@@ -247,9 +247,10 @@ def lowered_is_local(step) -> bool:
     return True
 
 
-def worker(rank: int, world: int, port: int, mesh_shape: Sequence[int], dims: Sequence[str],
-           jobs: Sequence[dict], out_dir: str) -> None:
-    """One rank: gloo on 127.0.0.1, a CPU DeviceMesh; writes out_dir/rank<r>.json."""
+def rank_main(rank: int, world: int, port: int, mesh_shape: Sequence[int], dims: Sequence[str],
+              out_dir: str, run) -> None:
+    """One rank: gloo on 127.0.0.1, a CPU DeviceMesh, `run(mesh)`'s results (or the
+    traceback) written atomically to out_dir/rank<r>.json."""
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
 
@@ -259,7 +260,7 @@ def worker(rank: int, world: int, port: int, mesh_shape: Sequence[int], dims: Se
         dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                                 world_size=world)
         mesh = init_device_mesh("cpu", tuple(mesh_shape), mesh_dim_names=tuple(dims))
-        result = {"ok": True, "results": run_jobs(mesh, jobs)}
+        result = {"ok": True, "results": run(mesh)}
     except Exception:  # reported to the parent, which fails the test with the traceback
         result = {"ok": False, "error": traceback.format_exc()}
     finally:
@@ -268,3 +269,41 @@ def worker(rank: int, world: int, port: int, mesh_shape: Sequence[int], dims: Se
         os.replace(f.name, os.path.join(out_dir, f"rank{rank}.json"))
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+def launch(world: int, mesh: Sequence[int], dims: Sequence[str], run, out_dir: str,
+           timeout_s: float) -> list:
+    """Spawns `world` ranks running `run(mesh)` (a picklable callable), waits at most
+    timeout_s, kills leftovers; -> per-rank results (AssertionError with the rank's
+    traceback when one failed or gave none)."""
+    import time
+
+    import torch.multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    port = free_port()
+    procs = [ctx.Process(target=rank_main, args=(r, world, port, mesh, dims, out_dir, run),
+                         daemon=True) for r in range(world)]
+    for p in procs:
+        p.start()
+    deadline = time.monotonic() + timeout_s
+    try:
+        for p in procs:
+            p.join(max(0.0, deadline - time.monotonic()))
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+                p.join(5)
+    results = []
+    for r in range(world):
+        path = os.path.join(out_dir, f"rank{r}.json")
+        if not os.path.exists(path):
+            raise AssertionError(f"rank {r} gave no result within {timeout_s} s "
+                                 f"(exit code {procs[r].exitcode})")
+        with open(path) as f:
+            res = json.load(f)
+        if not res["ok"]:
+            raise AssertionError(f"rank {r} failed:\n{res['error']}")
+        results.append(res["results"])
+    return results

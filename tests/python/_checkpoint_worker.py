@@ -1,6 +1,6 @@
 """The per-rank worker of test_checkpoint.py (importable by spawned processes).
 
-One launch runs every case on its mesh and writes out_dir/rank<r>.json:
+One launch (_apply_worker.launch) runs every case on its mesh:
   resume:  a plan-A module trains 2 AdamW steps, is saved, trains 2 more (the uninterrupted
            run); a plan-B module (other initial weights, a fresh AdamW) loads the checkpoint
            and trains 2 steps; so does the plan-A module, reloaded.
@@ -11,12 +11,9 @@ One launch runs every case on its mesh and writes out_dir/rank<r>.json:
 from __future__ import annotations
 
 import copy
-import json
 import os
-import tempfile
 import time
-import traceback
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 
@@ -171,26 +168,3 @@ def _partial_module(mesh, partial: bool = True) -> torch.nn.Module:
     m.weight = torch.nn.Parameter(DTensor.from_local(torch.zeros(4, 4), mesh, ps,
                                                      run_check=False))
     return m
-
-
-def worker(rank: int, world: int, port: int, mesh_shape: Sequence[int], dims: Sequence[str],
-           job: dict, out_dir: str) -> None:
-    """One rank: gloo on 127.0.0.1, a CPU DeviceMesh; writes out_dir/rank<r>.json."""
-    import torch.distributed as dist
-    from torch.distributed.device_mesh import init_device_mesh
-
-    torch.set_num_threads(1)
-    result: Any
-    try:
-        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                                world_size=world)
-        mesh = init_device_mesh("cpu", tuple(mesh_shape), mesh_dim_names=tuple(dims))
-        result = {"ok": True, "results": run_cases(mesh, job, os.path.join(out_dir, "ckpt"))}
-    except Exception:  # reported to the parent, which fails the test with the traceback
-        result = {"ok": False, "error": traceback.format_exc()}
-    finally:
-        with tempfile.NamedTemporaryFile("w", dir=out_dir, delete=False) as f:
-            json.dump(result, f)
-        os.replace(f.name, os.path.join(out_dir, f"rank{rank}.json"))
-        if dist.is_initialized():
-            dist.destroy_process_group()

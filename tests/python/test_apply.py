@@ -10,18 +10,16 @@ the single-process eager step: loss and every gradient within 1e-5 relative (max
 match autoshard's schedule for the plan's edges exactly (count and bytes per collective type
 and mesh dim), and DTensor must have produced every planned output placement itself.
 """
-import json
+import functools
 import os
 import shutil
 import tempfile
-import time
 import unittest
 
 from _paths import PYTHON_DIR  # noqa: F401  (sets sys.path)
 
 try:
     import torch
-    import torch.multiprocessing as mp
     import _apply_worker as W
     import _dtensor_ref
     from autoshard.audit import planned_collectives
@@ -61,37 +59,6 @@ def _plans(binary, graphs, mesh, dims, tmp):
             extra = ["--recompute", "full"] if name == "recompute" else []
             out[f"{key}/{name}"] = (key, W.plan(binary, graph, mesh, dims, pins, d, extra))
     return out
-
-
-def _launch(world, mesh, dims, jobs, tmp):
-    """Spawns `world` ranks, waits at most TIMEOUT_S, kills leftovers; -> per-rank results."""
-    ctx = mp.get_context("spawn")
-    port = W.free_port()
-    procs = [ctx.Process(target=W.worker, args=(r, world, port, mesh, dims, jobs, tmp),
-                         daemon=True) for r in range(world)]
-    for p in procs:
-        p.start()
-    deadline = time.monotonic() + TIMEOUT_S
-    try:
-        for p in procs:
-            p.join(max(0.0, deadline - time.monotonic()))
-    finally:
-        for p in procs:
-            if p.is_alive():
-                p.kill()
-                p.join(5)
-    results = []
-    for r in range(world):
-        path = os.path.join(tmp, f"rank{r}.json")
-        if not os.path.exists(path):
-            raise AssertionError(f"rank {r} gave no result within {TIMEOUT_S} s "
-                                 f"(exit code {procs[r].exitcode})")
-        with open(path) as f:
-            res = json.load(f)
-        if not res["ok"]:
-            raise AssertionError(f"rank {r} failed:\n{res['error']}")
-        results.append(res["results"])
-    return results
 
 
 def jobs_recompute_listed(jobs, name) -> bool:
@@ -137,7 +104,8 @@ class ApplyPlacement(unittest.TestCase):
             twin = COMPILED["x".join(map(str, mesh))]
             jobs += [{**j, "name": j["name"] + "/compiled", "compile": True}
                      for j in jobs if j["name"] == twin]
-            per_rank = _launch(world, mesh, dims, jobs, tmp)
+            per_rank = W.launch(world, mesh, dims, functools.partial(W.run_jobs, jobs=jobs),
+                                tmp, TIMEOUT_S)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         sharded_params = 0

@@ -15,11 +15,10 @@ dp, plan B Megatron TP over tp), each plan pinned with `autoshard plan --pin`.  
     another model) raise CheckpointError naming the key.
 Without the autoshard binary only the single-process tests run.
 """
-import json
+import functools
 import os
 import shutil
 import tempfile
-import time
 
 import pytest
 
@@ -64,38 +63,6 @@ def _plans(binary: str, key: str, mesh, dims, tmp: str) -> tuple[dict, dict]:
     return out[0], out[1]
 
 
-def _launch(world: int, mesh, dims, job: dict, tmp: str) -> list[dict]:
-    import torch.multiprocessing as mp
-
-    ctx = mp.get_context("spawn")
-    port = W.free_port()
-    procs = [ctx.Process(target=CW.worker, args=(r, world, port, mesh, dims, job, tmp),
-                         daemon=True) for r in range(world)]
-    for p in procs:
-        p.start()
-    deadline = time.monotonic() + TIMEOUT_S
-    try:
-        for p in procs:
-            p.join(max(0.0, deadline - time.monotonic()))
-    finally:
-        for p in procs:
-            if p.is_alive():
-                p.kill()
-                p.join(5)
-    results = []
-    for r in range(world):
-        path = os.path.join(tmp, f"rank{r}.json")
-        if not os.path.exists(path):
-            raise AssertionError(f"rank {r} gave no result within {TIMEOUT_S} s "
-                                 f"(exit code {procs[r].exitcode})")
-        with open(path) as f:
-            res = json.load(f)
-        if not res["ok"]:
-            raise AssertionError(f"rank {r} failed:\n{res['error']}")
-        results.append(res["results"])
-    return results
-
-
 @pytest.fixture(scope="module", params=sorted(MESHES))
 def ranks(request):
     """Per-rank results of one launch on the mesh named by the parameter."""
@@ -109,7 +76,8 @@ def ranks(request):
         _, mlp_plan = (plan_a, plan_b) if model == "mlp" else _plans(binary, "mlp", mesh, dims, tmp)
         job = {"model": model, "plan_a": plan_a, "plan_b": plan_b,
                "full_model": "mlp", "full_plan": mlp_plan}
-        yield _launch(world, mesh, dims, job, tmp)
+        run = functools.partial(CW.run_cases, job=job, ckpt_dir=os.path.join(tmp, "ckpt"))
+        yield W.launch(world, mesh, dims, run, tmp, TIMEOUT_S)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
