@@ -8,6 +8,8 @@
     opt = ShardingOptimizer.load("out/plan.ap")          # AutoParallel's method names
 
     module = autoshard.auto_parallel(model, device_mesh, inputs, out_shardings)
+    module = autoshard.apply_placement(model, "out/placements.json", device_mesh,
+                                       example_inputs=(tokens,), loss_fn=loss, targets=(labels,))
 
 Importing this package imports neither torch nor the C++ extension: the names below are
 resolved on first use, so `autoshard.tracer.validate` and the core work without torch.
@@ -16,14 +18,17 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-__all__ = ["AutoParallel", "auto_parallel", "Mesh", "ShardingOptimizer", "Placement",
-           "plan_graph", "__version__"]
+__all__ = ["AutoParallel", "auto_parallel", "apply_placement", "Mesh", "ShardingOptimizer",
+           "Placement", "plan_graph", "__version__"]
 
 
 def __getattr__(name: str):
     if name in ("AutoParallel", "auto_parallel"):
         from . import api
         return getattr(api, name)
+    if name == "apply_placement":  # the planned module (autoshard.apply)
+        from .apply import apply_placement
+        return apply_placement
     if name == "ShardingOptimizer":  # AutoParallel's names on the C++ optimizer
         from .optimizer import ShardingOptimizer
         return ShardingOptimizer

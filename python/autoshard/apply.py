@@ -340,7 +340,13 @@ class StepRunner:
             if kwargs.get("device") == torch.device("meta"):
                 kwargs["device"] = device
             with (self.edge_hook(name, "op") if self.edge_hook else _null()):
-                res = node.target(*args, **kwargs)  # collectives here are DTensor's own choice
+                try:
+                    res = node.target(*args, **kwargs)  # collectives: DTensor's own choice
+                except (RuntimeError, NotImplementedError) as e:  # e.g. an uneven shard
+                    first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+                    raise PlanError(f"node {name} ({node.target}): cannot run at the planned "
+                                    f"placements {[placements_str(p) for p in plan.inputs]}: "
+                                    f"{first}") from e
             if isinstance(res, (tuple, list)):
                 outs = list(plan.outputs) + [None] * (len(res) - len(plan.outputs))
                 res = type(res)(self._wrap(r, o, name, k) for k, (r, o) in enumerate(zip(res, outs)))

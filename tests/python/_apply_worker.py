@@ -58,7 +58,17 @@ def make_mlp_outputs():
     return model, inputs, (), squared_sum
 
 
-MODELS = {"mlp": make_mlp, "llama": make_llama, "mlp_out": make_mlp_outputs}
+def make_odd_mlp():
+    """Widths that 2 ranks cannot split evenly (15 features, batch 6): uneven shards."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 15), nn.ReLU(), nn.Linear(15, 8))
+    g = torch.Generator().manual_seed(1)
+    x, y = torch.randn(6, 16, generator=g), torch.randn(6, 8, generator=g)
+    return model, (x,), (y,), squared_error
+
+
+MODELS = {"mlp": make_mlp, "llama": make_llama, "mlp_out": make_mlp_outputs,
+          "mlp_odd": make_odd_mlp}
 
 
 def returns_outputs(key: str) -> bool:
@@ -120,7 +130,8 @@ SLOW_COMPUTE = {"base": "h100", "name": "slow-compute", "peak_fp32_tflops": 1e-6
 
 
 def plan(binary: str, graph: dict, mesh: Sequence[int], dims: Sequence[str],
-         pins: Sequence[str], out_dir: str, extra: Sequence[str] = ()) -> dict:
+         pins: Sequence[str], out_dir: str, extra: Sequence[str] = (),
+         divisible: bool = True) -> dict:
     """`autoshard plan --graph ... -o DIR` on SLOW_COMPUTE with DTensor's comm model (the
     model DTensor executes, see autoshard.audit) -> the placements.json object."""
     gpath = os.path.join(out_dir, "graph.json")
@@ -130,7 +141,10 @@ def plan(binary: str, graph: dict, mesh: Sequence[int], dims: Sequence[str],
     with open(hpath, "w") as f:
         json.dump(SLOW_COMPUTE, f)
     cmd = [binary, "plan", "--graph", gpath, "--hardware", hpath, "--mesh", "x".join(map(str, mesh)),
-           "--mesh-dims", ",".join(dims), "--comm-model", "dtensor", "--require-divisible", "-o", out_dir, "--time-limit", "20"]
+           "--mesh-dims", ",".join(dims), "--comm-model", "dtensor", "-o", out_dir,
+           "--time-limit", "20"]
+    if divisible:
+        cmd.append("--require-divisible")
     for p in pins:
         cmd += ["--pin", p]
     cmd += list(extra)
