@@ -19,7 +19,7 @@
 
 namespace autoshard {
 
-std::vector<std::pair<int64_t, int64_t>> live_intervals(const Graph& g) {
+std::vector<std::pair<int64_t, int64_t>> live_intervals(const Graph& g, bool views_alias) {
   const int64_t n = g.size();
   std::vector<std::pair<int64_t, int64_t>> iv(static_cast<size_t>(n));
   for (NodeIdx i = 0; i < g.size(); ++i) {
@@ -36,7 +36,7 @@ std::vector<std::pair<int64_t, int64_t>> live_intervals(const Graph& g) {
   for (NodeIdx i = 0; i < g.size(); ++i) {
     const Node& x = g.node(i);
     base[static_cast<size_t>(i)] = i;
-    if (x.kind == NodeKind::kOp && is_alias_op(x.op) && !x.inputs.empty())
+    if (views_alias && x.kind == NodeKind::kOp && is_alias_op(x.op) && !x.inputs.empty())
       base[static_cast<size_t>(i)] = base[static_cast<size_t>(x.inputs[0].node)];
   }
   for (NodeIdx i = 0; i < g.size(); ++i) {
@@ -249,7 +249,9 @@ BuiltProblem build_problem(const Graph& g, const Mesh& mesh, const PlannerOption
   StrategyOptions sopt;
   sopt.require_divisible = opt.require_divisible;
   std::set<std::string> fallback;
-  const auto intervals = live_intervals(g);
+  // Views alias their base only without recomputation (see live_intervals).
+  const bool views_alias = opt.recompute == RecomputePolicy::kNone;
+  const auto intervals = live_intervals(g, views_alias);
   const bool param_state_on_params = !bp.has_optimizer;
   // Refuse a problem beyond kMaxStrategiesTotal at once instead of spending minutes and
   // gigabytes on it (4-D meshes: a matmul alone has thousands of strategies).
@@ -340,7 +342,7 @@ BuiltProblem build_problem(const Graph& g, const Mesh& mesh, const PlannerOption
       int64_t bytes = 0;
       if (x.kind == NodeKind::kParameter && param_state_on_params)
         bytes = parameter_state_bytes(s.outputs.at(0), mesh, opt.optimizer);
-      else if (x.kind == NodeKind::kOp && is_alias_op(x.op))
+      else if (views_alias && x.kind == NodeKind::kOp && is_alias_op(x.op))
         bytes = 0;  // a view: its base holds the bytes (live_intervals)
       else
         for (const ShardingSpec& o : s.outputs) bytes += o.local_bytes(mesh);

@@ -92,8 +92,10 @@ Problem materialize_edges(const BuiltProblem& bp);
 /// Total cost of a full assignment using the shared matrices.
 Cost evaluate_cost(const BuiltProblem& bp, const std::vector<StrategyIdx>& choice);
 
-/// Schedule interval [start, end) of every graph node's outputs (see build_problem); a view
-/// (is_alias_op) extends its base's interval to its own uses.
-std::vector<std::pair<int64_t, int64_t>> live_intervals(const Graph& g);
+/// Schedule interval [start, end) of every graph node's outputs (see build_problem).  With
+/// `views_alias`, a view (is_alias_op) extends its base's interval to its own uses and holds no
+/// bytes of its own; build_problem asks for it unless recomputation is modelled, whose
+/// regions (recompute.h) count each tensor's own uses and would keep a recomputed base alive.
+std::vector<std::pair<int64_t, int64_t>> live_intervals(const Graph& g, bool views_alias = true);
 
 }  // namespace autoshard
