@@ -349,6 +349,10 @@ void add_recomputation(const Graph& g, const PlannerOptions& opt, BuiltProblem& 
   }
 }
 
+bool recompute_executes(RecomputePolicy m, const std::string& op) {
+  return executes(m, saved_by_selective(op));
+}
+
 std::vector<std::pair<std::string, std::string>> layer_recompute(
     const BuiltProblem& bp, const std::vector<StrategyIdx>& choice) {
   std::vector<std::pair<std::string, std::string>> out;

@@ -64,6 +64,10 @@ std::vector<std::pair<std::string, std::string>> layer_recompute(
 std::vector<std::string> recomputed_nodes(const Graph& g, const BuiltProblem& bp,
                                           const std::vector<StrategyIdx>& choice);
 
+/// Whether mode `m` re-executes a region's forward op `op` (full: all; selective: all but the
+/// matmul and attention ops; keep: none).  For readers of an assignment (the step simulation).
+bool recompute_executes(RecomputePolicy m, const std::string& op);
+
 /// The part of an assignment's cost that recomputation adds: gap node compute and the
 /// recomputation's redistributions (edges with origin slot kRecomputeSlot).
 struct RecomputeCost {

@@ -5,11 +5,15 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <limits>
 #include <map>
+#include <set>
 #include <stdexcept>
+#include <tuple>
 
 #include "cost/compute.h"
 #include "cost/redistribute.h"
+#include "planner/recompute.h"
 #include "planner/sharding_optimizer.h"
 
 namespace autoshard {
@@ -81,6 +85,7 @@ struct CommJob {
   };
   std::vector<Step> steps;
   bool prefetchable = false;
+  bool recompute = false;  ///< a recomputation's redistribution (edge slot kRecomputeSlot)
   double start_us = -1;  ///< first collective start (set when issued)
   double end_us = -1;    ///< last collective end
 };
@@ -113,6 +118,117 @@ std::vector<CommJob::Step> comm_steps(const ShardingSpec& from, const ShardingSp
   }
   for (CommJob::Step& s : steps) s.us *= total / sum;
   return steps;
+}
+
+/// Aux nodes of recomputation grouped by region.
+std::vector<std::vector<const BuiltProblem::RecomputeAux*>> aux_by_region(const BuiltProblem& bp) {
+  std::vector<std::vector<const BuiltProblem::RecomputeAux*>> out(bp.recompute_regions.size());
+  for (const auto& a : bp.recompute_aux) out.at(static_cast<size_t>(a.region)).push_back(&a);
+  return out;
+}
+
+/// The full assignment of the recomputation's problem nodes (decisions, aux; -1 elsewhere).  A
+/// plan carries graph node strategies only, so each region's mode is read back from
+/// plan.recomputed_nodes: the first mode re-executing exactly those of its ops.  Modes that
+/// re-execute the same ops build the same aux usages, so the pick does not matter.
+std::vector<StrategyIdx> recompute_choice(const Graph& g, const BuiltProblem& bp, const Plan& plan) {
+  std::vector<StrategyIdx> choice(bp.problem.nodes.size(), -1);
+  const std::set<std::string> redone(plan.recomputed_nodes.begin(), plan.recomputed_nodes.end());
+  const auto by_region = aux_by_region(bp);
+  auto matches = [&](size_t r, RecomputePolicy m) {
+    for (const auto* a : by_region[r]) {
+      if (a->role != BuiltProblem::RecomputeAux::kGap) continue;
+      const Node& x = g.node(bp.graph_node[static_cast<size_t>(a->owner)]);
+      if (recompute_executes(m, x.op) != (redone.count(x.name) > 0)) return false;
+    }
+    return true;
+  };
+  for (size_t r = 0; r < bp.recompute_regions.size(); ++r) {
+    const auto& reg = bp.recompute_regions[r];
+    StrategyIdx k = 0;
+    while (k < static_cast<StrategyIdx>(reg.modes.size()) && !matches(r, reg.modes[static_cast<size_t>(k)])) ++k;
+    if (k == static_cast<StrategyIdx>(reg.modes.size()))
+      throw std::runtime_error(fmt::format("simulate_step: the plan's recomputed nodes fit no mode of {}.{}",
+                                           reg.layer, reg.region));
+    choice[static_cast<size_t>(reg.decision)] = k;
+  }
+  for (const auto& a : bp.recompute_aux) {
+    const auto& np = plan.nodes.at(static_cast<size_t>(bp.graph_node[static_cast<size_t>(a.owner)]));
+    if (!np) throw std::runtime_error("simulate_step: a recomputed node has no placement");
+    const StrategyIdx m = choice[static_cast<size_t>(bp.recompute_regions[static_cast<size_t>(a.region)].decision)];
+    choice[static_cast<size_t>(a.node)] = m * bp.problem.nodes[static_cast<size_t>(a.owner)].num_strategies() + np->strategy;
+  }
+  return choice;
+}
+
+/// Point b of each region (recompute.h): where the backward first reads a tensor the region
+/// saved, so where the recomputation runs.  Its aux nodes carry it (a tail starts at b, a keep
+/// ends at b + 1, a gap that frees ends at b); a region with none of them (its only
+/// re-executed ops are read by nothing the backward waits for) falls back to the first
+/// backward reader of its re-executed ops.
+std::vector<int64_t> region_points(const Graph& g, const BuiltProblem& bp) {
+  constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
+  std::vector<int64_t> first_bwd(static_cast<size_t>(g.size()), kNever);
+  for (NodeIdx i = 0; i < g.size(); ++i)
+    if (g.node(i).kind == NodeKind::kOp && g.node(i).phase == Phase::kBackward)
+      for (const TensorRef& r : g.node(i).inputs)
+        first_bwd[static_cast<size_t>(r.node)] = std::min<int64_t>(first_bwd[static_cast<size_t>(r.node)], i);
+  std::vector<int64_t> at(bp.recompute_regions.size(), kNever), fallback = at;
+  for (const auto& a : bp.recompute_aux) {
+    const ProblemNode& pn = bp.problem.nodes[static_cast<size_t>(a.node)];
+    int64_t& b = at[static_cast<size_t>(a.region)];
+    if (a.role == BuiltProblem::RecomputeAux::kTail) b = std::min(b, pn.start);
+    if (a.role == BuiltProblem::RecomputeAux::kKeep) b = std::min(b, pn.end - 1);
+    if (a.role == BuiltProblem::RecomputeAux::kGap && pn.start < pn.end) b = std::min(b, pn.end);
+    const NodeIdx v = bp.graph_node[static_cast<size_t>(a.owner)];
+    fallback[static_cast<size_t>(a.region)] =
+        std::min(fallback[static_cast<size_t>(a.region)], first_bwd[static_cast<size_t>(v)]);
+  }
+  for (size_t r = 0; r < at.size(); ++r) {
+    if (at[r] == kNever) at[r] = fallback[r];
+    if (at[r] == kNever) at[r] = g.size();  // read by nothing: at the end of the step
+  }
+  return at;
+}
+
+/// What the plan re-executes, as the simulator replays it.
+struct RecomputeSchedule {
+  std::vector<StrategyIdx> choice;  ///< recompute_choice (empty without recomputation)
+  std::vector<double> us;           ///< per graph node: recomputation time; < 0: not re-executed
+  std::map<NodeIdx, std::vector<NodeIdx>> before;  ///< point b -> re-executed ops, graph order
+};
+
+RecomputeSchedule recompute_schedule(const Graph& g, const BuiltProblem& bp, const Plan& plan) {
+  RecomputeSchedule rs;
+  rs.us.assign(static_cast<size_t>(g.size()), -1.0);
+  if (bp.recompute_aux.empty()) return rs;
+  rs.choice = recompute_choice(g, bp, plan);
+  const std::vector<int64_t> points = region_points(g, bp);
+  for (const auto& a : bp.recompute_aux) {
+    if (a.role != BuiltProblem::RecomputeAux::kGap) continue;
+    const auto& reg = bp.recompute_regions[static_cast<size_t>(a.region)];
+    const NodeIdx v = bp.graph_node[static_cast<size_t>(a.owner)];
+    const RecomputePolicy m = reg.modes[static_cast<size_t>(rs.choice[static_cast<size_t>(reg.decision)])];
+    if (!recompute_executes(m, g.node(v).op)) continue;
+    // The gap node charges the recomputation: the owner's compute under its strategy.
+    const ProblemNode& gap = bp.problem.nodes[static_cast<size_t>(a.node)];
+    rs.us[static_cast<size_t>(v)] = gap.costs[static_cast<size_t>(rs.choice[static_cast<size_t>(a.node)])];
+    rs.before[static_cast<NodeIdx>(points[static_cast<size_t>(a.region)])].push_back(v);
+  }
+  for (auto& [b, ops] : rs.before) {
+    std::sort(ops.begin(), ops.end());
+    ops.erase(std::unique(ops.begin(), ops.end()), ops.end());
+  }
+  return rs;
+}
+
+/// Input slot of a recomputation edge: its origin keeps the producer only, so the k-th such
+/// edge of (consumer, producer) is the k-th input slot of the consumer reading that producer
+/// (recompute.cc adds them in the order of the tensor-use edges they repeat).
+int32_t recompute_slot(const Node& consumer, const TensorRef& producer, int32_t ordinal) {
+  for (int32_t s = 0; s < static_cast<int32_t>(consumer.inputs.size()); ++s)
+    if (consumer.inputs[static_cast<size_t>(s)] == producer && ordinal-- == 0) return s;
+  throw std::runtime_error(fmt::format("simulate_step: '{}' has no such recomputed input", consumer.name));
 }
 
 }  // namespace
@@ -154,6 +270,10 @@ StepSimulation simulate_step(ShardingOptimizer& opt, const Plan& plan, const Sim
     sim.num_layers = seg + 1;
   }
 
+  const RecomputeSchedule rs = recompute_schedule(g, bp, plan);
+  std::vector<std::vector<int32_t>> recompute_in(n);  // recomputation's jobs by consumer
+  std::map<std::tuple<NodeIdx, NodeIdx, int32_t>, int32_t> recompute_seen;  // -> ordinal
+
   // Redistributions.
   std::vector<CommJob> jobs;
   std::vector<std::vector<int32_t>> issued_after(n);                      // by producer op
@@ -162,15 +282,23 @@ StepSimulation simulate_step(ShardingOptimizer& opt, const Plan& plan, const Sim
   std::map<std::pair<NodeIdx, int32_t>, int32_t> job_of_slot;
   for (size_t k = 0; k < bp.edges.size(); ++k) {
     const auto& origin = bp.edge_origin[k];
-    // Tensor uses (slot >= 0) and gradient agreements (-1); other origins (parameter-memory
-    // shadow ties, recomputation) are not tensors moved by this step's schedule.
-    if (origin.slot < -1) continue;
+    // Tensor uses (slot >= 0), gradient agreements (-1) and the redistributions of ops the
+    // plan re-executes; other origins (parameter-memory shadow ties, recomputation ties) move
+    // no tensor.
+    const bool recompute = origin.slot == kRecomputeSlot;
+    if (recompute && rs.us[static_cast<size_t>(origin.consumer)] < 0) continue;
+    if (origin.slot < -1 && !recompute) continue;
     const NodeIdx pu = origin.producer.node;
     const NodePlan& up = node_plan(pu);
     const ShardingSpec& from = up.chosen.outputs.at(static_cast<size_t>(origin.producer.output));
     ShardingSpec to;
-    if (origin.slot >= 0) {
-      to = node_plan(origin.consumer).chosen.inputs.at(static_cast<size_t>(origin.slot));
+    int32_t slot = origin.slot;
+    if (recompute) {
+      const auto key = std::make_tuple(origin.consumer, origin.producer.node, origin.producer.output);
+      slot = recompute_slot(g.node(origin.consumer), origin.producer, recompute_seen[key]++);
+    }
+    if (slot >= 0) {
+      to = node_plan(origin.consumer).chosen.inputs.at(static_cast<size_t>(slot));
     } else {
       to = node_plan(origin.consumer).chosen.outputs.at(0);
       to.meta = g.meta(origin.producer);
@@ -181,10 +309,16 @@ StepSimulation simulate_step(ShardingOptimizer& opt, const Plan& plan, const Sim
     job.edge = static_cast<int32_t>(k);
     job.producer = pu;
     job.consumer = origin.consumer;
-    job.slot = origin.slot;
+    job.slot = slot;
     job.buffer_bytes = to.local_bytes(mesh);
     job.prefetchable = g.node(pu).kind != NodeKind::kOp;
+    job.recompute = recompute;
     const int32_t id = static_cast<int32_t>(jobs.size());
+    if (recompute) {  // issued by the recomputation (below)
+      recompute_in[static_cast<size_t>(origin.consumer)].push_back(id);
+      jobs.push_back(std::move(job));
+      continue;
+    }
     if (origin.slot >= 0) job_of_slot[{origin.consumer, origin.slot}] = id;
     const int32_t cl = layer[static_cast<size_t>(origin.consumer)];
     if (!job.prefetchable)
@@ -223,6 +357,7 @@ StepSimulation simulate_step(ShardingOptimizer& opt, const Plan& plan, const Sim
       e.collective = st.kind;
       e.bytes = st.bytes;
       e.prefetched = prefetched;
+      e.recomputed = job.recompute;
       sim.streams[static_cast<size_t>(stream)].push_back(e);
       sim.comm_us += st.us;
     }
@@ -231,12 +366,57 @@ StepSimulation simulate_step(ShardingOptimizer& opt, const Plan& plan, const Sim
 
   for (int32_t id : released_first) issue(id, 0.0, true);
   std::vector<double> node_start(n, 0.0), node_end(n, 0.0);
+  std::vector<double> redone_end(n, -1.0);  // end of a node's recomputation
+  std::map<NodeIdx, double> block_start;     // point b -> start of the recomputation there
   double cursor = 0;
+  /// One compute-stream event from `ready` (the inputs' arrival) for `dur`.
+  auto compute = [&](NodeIdx i, double ready, double dur, bool recomputed) {
+    const double start = std::max(cursor, ready);
+    cursor = start + dur;
+    sim.compute_us += dur;
+    if (dur > 0) {
+      SimEvent e;
+      e.stream = 0;
+      e.start_us = start;
+      e.end_us = cursor;
+      e.node = i;
+      e.recomputed = recomputed;
+      sim.streams[0].push_back(e);
+    }
+    return start;
+  };
+  /// The recomputation at point b: each re-executed op in graph order, after its inputs --
+  /// its recomputed producers, or its redistributions issued once their source is there (the
+  /// saved tensor at once, a recomputed one when it is recomputed).
+  auto recompute_before = [&](NodeIdx b) {
+    auto it = rs.before.find(b);
+    if (it == rs.before.end()) return;
+    block_start[b] = cursor;
+    const double begin = cursor;
+    for (NodeIdx v : it->second) {
+      const Node& x = g.node(v);
+      for (int32_t id : recompute_in[static_cast<size_t>(v)]) {
+        const double src = redone_end[static_cast<size_t>(jobs[static_cast<size_t>(id)].producer)];
+        issue(id, std::max(begin, src), false);
+      }
+      double ready = 0;
+      for (int32_t s = 0; s < static_cast<int32_t>(x.inputs.size()); ++s) {
+        const NodeIdx u = x.inputs[static_cast<size_t>(s)].node;
+        double arrive = std::max(node_end[static_cast<size_t>(u)], redone_end[static_cast<size_t>(u)]);
+        for (int32_t id : recompute_in[static_cast<size_t>(v)])
+          if (jobs[static_cast<size_t>(id)].slot == s) arrive = jobs[static_cast<size_t>(id)].end_us;
+        ready = std::max(ready, arrive);
+      }
+      compute(v, ready, rs.us[static_cast<size_t>(v)], true);
+      redone_end[static_cast<size_t>(v)] = cursor;
+    }
+  };
   int32_t layers_started = -1;
   for (NodeIdx i = 0; i < g.size(); ++i) {
     const Node& x = g.node(i);
     const size_t iu = static_cast<size_t>(i);
     if (x.kind != NodeKind::kOp) {
+      if (x.kind == NodeKind::kOutput) recompute_before(i);
       node_start[iu] = node_end[iu] = x.kind == NodeKind::kOutput ? cursor : 0.0;
       continue;
     }
@@ -247,28 +427,19 @@ StepSimulation simulate_step(ShardingOptimizer& opt, const Plan& plan, const Sim
         issue(id, cursor, ahead);
       }
     }
-    double start = cursor;
+    recompute_before(i);
+    double ready = 0;
     for (int32_t s = 0; s < static_cast<int32_t>(x.inputs.size()); ++s) {
       auto it = job_of_slot.find({i, s});
       double arrive = it != job_of_slot.end() ? jobs[static_cast<size_t>(it->second)].end_us
                                               : node_end[static_cast<size_t>(x.inputs[static_cast<size_t>(s)].node)];
-      start = std::max(start, arrive);
+      ready = std::max(ready, arrive);
     }
-    const double dur = node_plan(i).compute_us;
-    node_start[iu] = start;
-    node_end[iu] = start + dur;
-    cursor = node_end[iu];
-    sim.compute_us += dur;
-    if (dur > 0) {
-      SimEvent e;
-      e.stream = 0;
-      e.start_us = start;
-      e.end_us = start + dur;
-      e.node = i;
-      sim.streams[0].push_back(e);
-    }
+    node_start[iu] = compute(i, ready, node_plan(i).compute_us, false);
+    node_end[iu] = cursor;
     for (int32_t id : issued_after[iu]) issue(id, cursor, false);
   }
+  recompute_before(g.size());  // a region whose point is past the schedule
   sim.step_us = cursor;
   for (double f : stream_free) sim.step_us = std::max(sim.step_us, f);
   sim.exposed_comm_us = std::max(0.0, sim.step_us - sim.compute_us);
@@ -282,9 +453,12 @@ StepSimulation simulate_step(ShardingOptimizer& opt, const Plan& plan, const Sim
     std::vector<int64_t> delta(n + 2, 0);
     for (PNodeIdx v = 0; v < bp.problem.num_nodes(); ++v) {
       const NodeIdx gi = bp.graph_node[static_cast<size_t>(v)];
-      if (bp.pnode[static_cast<size_t>(gi)] != v) continue;  // shadow of a memory constraint
+      // The recomputation's nodes (rs.choice) carry its lifetimes: a freed activation's
+      // tail from b, the gap while it is still kept, the inputs kept until b.
+      const StrategyIdx aux = rs.choice.empty() ? -1 : rs.choice[static_cast<size_t>(v)];
+      if (aux < 0 && bp.pnode[static_cast<size_t>(gi)] != v) continue;  // shadow of a memory constraint
       const ProblemNode& pn = bp.problem.nodes[static_cast<size_t>(v)];
-      const int64_t u = pn.usages[static_cast<size_t>(node_plan(gi).strategy)];
+      const int64_t u = pn.usages[static_cast<size_t>(aux >= 0 ? aux : node_plan(gi).strategy)];
       const int64_t s = std::clamp<int64_t>(pn.start, 0, static_cast<int64_t>(n));
       const int64_t e = std::clamp<int64_t>(pn.end, 0, static_cast<int64_t>(n));
       if (e <= s) continue;
@@ -300,11 +474,16 @@ StepSimulation simulate_step(ShardingOptimizer& opt, const Plan& plan, const Sim
     int64_t base = 0;
     for (size_t t = 0; t < n; ++t) {
       int64_t next = base + delta[t];
-      if (next != base || t == 0) changes.push_back({node_start[t], 1, next});
+      // Time point b starts with the recomputation that runs before its op.
+      auto b = block_start.find(static_cast<NodeIdx>(t));
+      const double at = b != block_start.end() ? b->second : node_start[t];
+      if (next != base || t == 0) changes.push_back({at, 1, next});
       base = next;
     }
     for (const CommJob& job : jobs) {
-      const double until = g.node(job.consumer).kind == NodeKind::kOp
+      if (job.start_us < 0) continue;  // a recomputation's job that never ran
+      const double until = job.recompute ? redone_end[static_cast<size_t>(job.consumer)]
+                           : g.node(job.consumer).kind == NodeKind::kOp
                                ? node_end[static_cast<size_t>(job.consumer)]
                                : sim.step_us;
       changes.push_back({job.start_us, 0, job.buffer_bytes});

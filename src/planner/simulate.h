@@ -38,9 +38,19 @@
 /// prefetched buffer).  Events (stream, node, edge, times) are enough for the report and the
 /// Chrome trace to name them.
 ///
-/// Not modelled: activation recomputation (PlannerOptions::recompute; its extra compute and
-/// memory nodes are left out), kernel-level contention between a stream's collective and
-/// compute, and collectives of different mesh dims sharing links.
+/// Activation recomputation (PlannerOptions::recompute, planner/recompute.h) is replayed as
+/// planned: the forward ops the plan re-executes run again on the compute stream, in graph
+/// order, right before the region's point b (the backward's first read of a tensor the region
+/// saved), each for the compute its gap node charges; the recomputation's redistributions
+/// (edge origin slot kRecomputeSlot) go on the comm streams like any other, issued at b (or
+/// once a recomputed producer is done), and the re-executed op waits for them.  The memory
+/// timeline takes the recomputation's lifetimes from its gap, tail and keep nodes (time point
+/// b maps to the start of the recomputation), so with no redistribution buffers its peak is
+/// the plan's.  Each region's mode is read back from Plan::recomputed_nodes.
+///
+/// Not modelled: kernel-level contention between a stream's collective and compute, and
+/// collectives of different mesh dims sharing links.  Backward redistributions of a
+/// recomputed tensor keep their place after its forward producer.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -76,6 +86,9 @@ struct SimEvent {
   Collective collective = Collective::kAllGather;
   double bytes = 0;
   bool prefetched = false;  ///< issued ahead of its consumer's layer (placeholder producer)
+  /// Compute: the backward's re-execution of a forward op.  Communication: that re-execution's
+  /// redistribution (edge origin slot kRecomputeSlot).
+  bool recomputed = false;
 };
 
 struct MemoryPoint {

@@ -4,14 +4,17 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <vector>
 
+#include "cost/compute.h"
 #include "cost/redistribute.h"
 #include "mesh/hardware.h"
 #include "models/builder.h"
 #include "models/models.h"
+#include "planner/recompute.h"
 #include "planner/sharding_optimizer.h"
 
 namespace autoshard {
@@ -227,6 +230,160 @@ TEST(Simulate, BuiltInModelIsConsistent) {
     for (size_t k = 1; k < s.size(); ++k) EXPECT_GE(s[k].start_us, s[k - 1].end_us - 1e-9);
   for (size_t k = 1; k < sim.memory.size(); ++k)
     EXPECT_GE(sim.memory[k].time_us, sim.memory[k - 1].time_us);
+}
+
+/// The llama3-1b step of BuiltInModelIsConsistent under `recompute` (seq 256, 2 layers, 2x4).
+void check_built_in_model(RecomputePolicy recompute) {
+  ModelOptions mo;
+  mo.batch = 2;
+  mo.seq = 256;
+  mo.layers = 2;
+  Graph g = build_model("llama3-1b", mo);
+  PlannerOptions po;
+  po.time_limit_s = 20;
+  po.recompute = recompute;
+  ShardingOptimizer opt(g, Mesh({2, 4}, {"dp", "tp"}, *hardware_preset("h100")), po);
+  Plan plan = opt.get_solution();
+  ASSERT_TRUE(plan.has_solution);
+  StepSimulation sim = simulate_step(opt, plan);
+  // The plan's compute and comm include the recomputation's: so does the simulation.
+  EXPECT_NEAR(sim.compute_us, plan.compute_us, 1e-6 * plan.compute_us);
+  EXPECT_NEAR(sim.comm_us, plan.comm_us, 1e-6 * std::max(1.0, plan.comm_us));
+  EXPECT_GE(sim.step_us, sim.compute_us * (1 - 1e-12));
+  EXPECT_LE(sim.step_us, plan.objective_us * (1 + 1e-9));
+  EXPECT_GE(sim.peak_memory_bytes, plan.peak_memory_bytes);
+  int recomputed = 0;
+  for (const SimEvent& e : sim.streams[0]) recomputed += e.recomputed;
+  EXPECT_EQ(recomputed > 0, !plan.recomputed_nodes.empty());
+  for (const auto& s : sim.streams)
+    for (size_t k = 1; k < s.size(); ++k) EXPECT_GE(s[k].start_us, s[k - 1].end_us - 1e-9);
+}
+
+TEST(Simulate, BuiltInModelWithRecomputationIsConsistent) {
+  check_built_in_model(RecomputePolicy::kSelective);
+  check_built_in_model(RecomputePolicy::kFull);
+}
+
+// ---- recomputation on recompute_test.cc's hand-computed block ------------------------------
+
+constexpr int64_t kB = 64, kH = 64, kF = 16;
+
+/// x -> a = mm(x, w1) -> r = relu(a) -> y = mm(r, w2) -> mse loss, and its backward, all in
+/// layers.0.mlp (one region).  Node 12 (t(r), for gw2) is the backward's first read of r: the
+/// recomputation's point b.
+Graph recompute_block() {
+  GraphBuilder b("mlp_block");
+  TensorRef x = b.input("x", {{kB, kH}, kDt});
+  TensorRef target = b.input("target", {{kB, kH}, kDt});
+  TensorRef w1 = b.parameter("layers.0.mlp.w1.weight", "layers.0.mlp.w1", {{kH, kF}, kDt});
+  TensorRef w2 = b.parameter("layers.0.mlp.w2.weight", "layers.0.mlp.w2", {{kF, kH}, kDt});
+  b.set_phase(Phase::kForward);
+  b.set_module("layers.0.mlp.w1");
+  TensorRef a = b.mm(x, w1);
+  b.set_module("layers.0.mlp");
+  TensorRef r = b.unary("relu", a);
+  b.set_module("layers.0.mlp.w2");
+  TensorRef y = b.mm(r, w2);
+  b.set_module("loss");
+  TensorRef loss = b.op1("mse_loss", {y, target}, Attrs{{"reduction", int64_t{1}}}, TensorMeta{{}, kDt});
+  b.set_phase(Phase::kBackward);
+  TensorRef g = b.op1("mse_loss_backward", {b.unary("ones_like", loss), y, target},
+                      Attrs{{"reduction", int64_t{1}}}, b.meta(y));
+  b.set_module("layers.0.mlp.w2");
+  TensorRef gr = b.mm(g, b.t(w2));
+  TensorRef gw2 = b.mm(b.t(r), g);
+  b.set_module("layers.0.mlp");
+  TensorRef ga = b.pointwise_backward("threshold_backward", gr, r, Attrs{{"threshold", 0.0}});
+  b.set_module("layers.0.mlp.w1");
+  TensorRef gw1 = b.mm(b.t(x), ga);
+  Graph& gr_ = b.graph();
+  Node out;
+  out.name = "output";
+  out.kind = NodeKind::kOutput;
+  out.phase = Phase::kBackward;
+  out.inputs = {loss, gw1, gw2};
+  gr_.grad_pairs.push_back({w1.node, gw1});
+  gr_.grad_pairs.push_back({w2.node, gw2});
+  gr_.loss = loss;
+  gr_.add(std::move(out));
+  return b.finish();
+}
+
+double op_compute_us(const Graph& g, NodeIdx i) {
+  const Node& n = g.node(i);
+  std::vector<TensorMeta> in;
+  for (const TensorRef& r : n.inputs) in.push_back(g.meta(r));
+  return compute_time_us(n, in, n.outputs, *hardware_preset("h100"));
+}
+
+struct Simulated {
+  Plan plan;
+  StepSimulation sim;
+};
+
+Simulated simulate_block(const Graph& g, RecomputePolicy p) {
+  PlannerOptions o;
+  o.memory_limit_bytes = 0;
+  o.recompute = p;
+  ShardingOptimizer opt(g, Mesh({1}, {"d"}, *hardware_preset("h100")), o);
+  Plan plan = opt.get_solution();
+  EXPECT_TRUE(plan.has_solution);
+  StepSimulation sim = simulate_step(opt, plan);
+  return {std::move(plan), std::move(sim)};
+}
+
+/// The compute stream's recomputed ops, in order.
+std::vector<NodeIdx> recomputed_ops(const StepSimulation& sim) {
+  std::vector<NodeIdx> out;
+  for (const SimEvent& e : sim.streams[0])
+    if (e.recomputed) out.push_back(e.node);
+  return out;
+}
+
+TEST(Simulate, RecomputationRunsBeforeTheBackwardReadsItsRegion) {
+  const Graph g = recompute_block();
+  ASSERT_EQ(g.size(), 18);
+  ASSERT_EQ(g.node(4).op, "mm");
+  ASSERT_EQ(g.node(5).op, "relu");
+  ASSERT_EQ(g.node(6).op, "mm");
+  ASSERT_EQ(g.node(12).op, "t");
+  ASSERT_EQ(g.node(12).inputs.at(0).node, 5);
+  const Simulated keep = simulate_block(g, RecomputePolicy::kNone);
+  const Simulated sel = simulate_block(g, RecomputePolicy::kSelective);
+  const Simulated full = simulate_block(g, RecomputePolicy::kFull);
+  const double c_mm1 = op_compute_us(g, 4), c_relu = op_compute_us(g, 5), c_mm2 = op_compute_us(g, 6);
+  // One device: no collectives, the step is the compute stream, the keep step plus the
+  // re-executed ops (selective: relu; full: mm, relu, mm).
+  for (const Simulated* s : {&keep, &sel, &full}) {
+    EXPECT_EQ(s->sim.comm_us, 0);
+    EXPECT_DOUBLE_EQ(s->sim.step_us, s->sim.compute_us);
+    EXPECT_NEAR(s->sim.compute_us, s->plan.compute_us, 1e-9);
+  }
+  EXPECT_NEAR(sel.sim.compute_us, keep.sim.compute_us + c_relu, 1e-9);
+  EXPECT_NEAR(full.sim.compute_us, keep.sim.compute_us + c_mm1 + c_relu + c_mm2, 1e-9);
+  EXPECT_TRUE(recomputed_ops(keep.sim).empty());
+  EXPECT_EQ(recomputed_ops(sel.sim), (std::vector<NodeIdx>{5}));
+  EXPECT_EQ(recomputed_ops(full.sim), (std::vector<NodeIdx>{4, 5, 6}));
+  // In the backward, right before node 12: after every op before it, before every op after.
+  const auto& stream = full.sim.streams[0];
+  const auto first = std::find_if(stream.begin(), stream.end(), [](const SimEvent& x) { return x.recomputed; });
+  ASSERT_NE(first, stream.end());
+  for (const SimEvent& e : stream) {
+    if (e.recomputed) continue;
+    if (e.node < 12) {
+      EXPECT_LE(e.end_us, first->start_us);
+    } else {
+      EXPECT_GE(e.start_us, first->start_us + c_mm1 + c_relu + c_mm2 - 1e-9);
+    }
+  }
+  // Memory: recompute_test.cc's hand-computed peaks (parameters with gradients and Adam
+  // state; at t = 9: x, target, r, y, ones, g; full frees r, selective keeps a for relu).
+  const int64_t params = 2 * kH * kF * 16;
+  EXPECT_EQ(keep.sim.peak_memory_bytes, params + 4 * 8192 + 2048 + 2);
+  EXPECT_EQ(sel.sim.peak_memory_bytes, params + 4 * 8192 + 2048 + 2);
+  EXPECT_EQ(full.sim.peak_memory_bytes, params + 4 * 8192 + 2);
+  for (const Simulated* s : {&keep, &sel, &full})
+    EXPECT_EQ(s->sim.peak_memory_bytes, s->plan.peak_memory_bytes);
 }
 
 }  // namespace
