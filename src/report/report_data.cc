@@ -535,7 +535,9 @@ nlohmann::ordered_json report_data(ShardingOptimizer& opt, const Plan& plan, con
   // Node table: [index, name, op, module, phase, output placement, input placements,
   // compute us, input comm us, simulated start us].
   std::vector<double> start(static_cast<size_t>(g.size()), -1);
-  for (const SimEvent& e : sim.streams.at(0)) start[static_cast<size_t>(e.node)] = e.start_us;
+  // A recomputed op runs twice; its start is the forward one.
+  for (const SimEvent& e : sim.streams.at(0))
+    if (!e.recomputed) start[static_cast<size_t>(e.node)] = e.start_us;
   Json rows = Json::array();
   for (NodeIdx i = 0; i < g.size(); ++i) {
     const auto& np = plan.nodes[static_cast<size_t>(i)];

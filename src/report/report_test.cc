@@ -3,6 +3,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <map>
+#include <set>
 #include <string>
 
 #include "mesh/hardware.h"
@@ -22,7 +24,8 @@ struct Planned {
   Plan plan;
 };
 
-Planned plan_model(const std::string& model, int64_t layers) {
+Planned plan_model(const std::string& model, int64_t layers,
+                   RecomputePolicy recompute = RecomputePolicy::kNone) {
   ModelOptions mo;
   mo.layers = layers;
   if (model != "mlp") {
@@ -31,6 +34,7 @@ Planned plan_model(const std::string& model, int64_t layers) {
   }
   PlannerOptions po;
   po.time_limit_s = 20;
+  po.recompute = recompute;
   ShardingOptimizer opt(build_model(model, mo), Mesh({2, 2}, {"dp", "tp"}, *hardware_preset("h100")), po);
   Plan plan = opt.get_solution();
   return {std::move(opt), std::move(plan)};
@@ -107,6 +111,29 @@ TEST(Report, SelfContainedDeterministicAndComplete) {
   EXPECT_EQ(d["breakdown"]["phase"].size(), 3u);  // forward, backward, optimizer
   EXPECT_EQ(d["timeline"]["streams"].size(), 3u);  // compute + 2 mesh dims
   EXPECT_FALSE(d["memory"]["points"].empty());
+}
+
+// Recomputed ops appear twice on the compute track, the second time as "recompute"; the
+// report's node table keeps their forward start.
+TEST(Trace, RecomputedOpsAreLabelled) {
+  Planned p = plan_model("llama3-8b", 1, RecomputePolicy::kFull);
+  ASSERT_TRUE(p.plan.has_solution);
+  ASSERT_FALSE(p.plan.recomputed_nodes.empty());
+  const nlohmann::json t = nlohmann::json::parse(chrome_trace_json(p.opt, p.plan));
+  const std::set<std::string> listed(p.plan.recomputed_nodes.begin(),
+                                     p.plan.recomputed_nodes.end());
+  std::map<std::string, int> seen;  // node -> compute events (ops with no time have none)
+  for (const auto& e : t["traceEvents"])
+    if (e["ph"] == "X" && e["tid"] == 0) ++seen[e["args"]["node"].get<std::string>()];
+  size_t recomputed = 0;
+  for (const auto& e : t["traceEvents"]) {
+    if (e["ph"] != "X" || e["tid"] != 0 || e["cat"] != "recompute") continue;
+    const std::string node = e["args"]["node"].get<std::string>();
+    EXPECT_TRUE(listed.count(node)) << node;
+    EXPECT_EQ(seen[node], 2) << node;  // its forward run and its recomputation
+    ++recomputed;
+  }
+  EXPECT_GT(recomputed, 0u);
 }
 
 TEST(Trace, OneTrackPerStreamWithEveryEvent) {

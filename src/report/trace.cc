@@ -44,7 +44,7 @@ std::string chrome_trace_json(ShardingOptimizer& opt, const Plan& plan, const St
       Json ev;
       if (e.stream == 0) {
         ev["name"] = std::string(aten_packet(n.op));
-        ev["cat"] = std::string(phase_name(n.phase));
+        ev["cat"] = e.recomputed ? std::string("recompute") : std::string(phase_name(n.phase));
         if (np) {
           args["output"] = output_spec_string(np->chosen);
           Json ins = Json::array();
