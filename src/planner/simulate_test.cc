@@ -15,6 +15,7 @@
 #include "models/builder.h"
 #include "models/models.h"
 #include "planner/recompute.h"
+#include "planner/recompute_block.h"
 #include "planner/sharding_optimizer.h"
 
 namespace autoshard {
@@ -207,32 +208,9 @@ TEST(Simulate, NoCommunicationMeansTheAdditiveTimeAndThePlansPeak) {
   EXPECT_LT(sim.mfu, 1);
 }
 
-TEST(Simulate, BuiltInModelIsConsistent) {
-  ModelOptions mo;
-  mo.batch = 2;
-  mo.seq = 256;
-  mo.layers = 2;
-  Graph g = build_model("llama3-1b", mo);
-  PlannerOptions po;
-  po.time_limit_s = 20;
-  ShardingOptimizer opt(g, Mesh({2, 4}, {"dp", "tp"}, *hardware_preset("h100")), po);
-  Plan plan = opt.get_solution();
-  ASSERT_TRUE(plan.has_solution);
-  StepSimulation sim = simulate_step(opt, plan);
-  // Overlap can only help: the step lies between its compute and the additive sum.
-  EXPECT_NEAR(sim.compute_us, plan.compute_us, 1e-6 * plan.compute_us);
-  EXPECT_NEAR(sim.comm_us, plan.comm_us, 1e-6 * std::max(1.0, plan.comm_us));
-  EXPECT_GE(sim.step_us, sim.compute_us * (1 - 1e-12));
-  EXPECT_LE(sim.step_us, plan.objective_us * (1 + 1e-9));
-  EXPECT_GE(sim.peak_memory_bytes, plan.peak_memory_bytes);
-  EXPECT_GT(sim.num_layers, 4);  // embedding, 2 layers forward and backward, head...
-  for (const auto& s : sim.streams)
-    for (size_t k = 1; k < s.size(); ++k) EXPECT_GE(s[k].start_us, s[k - 1].end_us - 1e-9);
-  for (size_t k = 1; k < sim.memory.size(); ++k)
-    EXPECT_GE(sim.memory[k].time_us, sim.memory[k - 1].time_us);
-}
-
-/// The llama3-1b step of BuiltInModelIsConsistent under `recompute` (seq 256, 2 layers, 2x4).
+/// A llama3-1b step (seq 256, 2 layers, 2x4) under `recompute`: the simulation agrees with the
+/// plan's compute and comm (recomputation's included), overlap can only help (the step lies
+/// between its compute and the additive sum), and streams and memory run forward in time.
 void check_built_in_model(RecomputePolicy recompute) {
   ModelOptions mo;
   mo.batch = 2;
@@ -255,9 +233,14 @@ void check_built_in_model(RecomputePolicy recompute) {
   int recomputed = 0;
   for (const SimEvent& e : sim.streams[0]) recomputed += e.recomputed;
   EXPECT_EQ(recomputed > 0, !plan.recomputed_nodes.empty());
+  EXPECT_GT(sim.num_layers, 4);  // embedding, 2 layers forward and backward, head...
   for (const auto& s : sim.streams)
     for (size_t k = 1; k < s.size(); ++k) EXPECT_GE(s[k].start_us, s[k - 1].end_us - 1e-9);
+  for (size_t k = 1; k < sim.memory.size(); ++k)
+    EXPECT_GE(sim.memory[k].time_us, sim.memory[k - 1].time_us);
 }
+
+TEST(Simulate, BuiltInModelIsConsistent) { check_built_in_model(RecomputePolicy::kNone); }
 
 TEST(Simulate, BuiltInModelWithRecomputationIsConsistent) {
   check_built_in_model(RecomputePolicy::kSelective);
@@ -265,56 +248,6 @@ TEST(Simulate, BuiltInModelWithRecomputationIsConsistent) {
 }
 
 // ---- recomputation on recompute_test.cc's hand-computed block ------------------------------
-
-constexpr int64_t kB = 64, kH = 64, kF = 16;
-
-/// x -> a = mm(x, w1) -> r = relu(a) -> y = mm(r, w2) -> mse loss, and its backward, all in
-/// layers.0.mlp (one region).  Node 12 (t(r), for gw2) is the backward's first read of r: the
-/// recomputation's point b.
-Graph recompute_block() {
-  GraphBuilder b("mlp_block");
-  TensorRef x = b.input("x", {{kB, kH}, kDt});
-  TensorRef target = b.input("target", {{kB, kH}, kDt});
-  TensorRef w1 = b.parameter("layers.0.mlp.w1.weight", "layers.0.mlp.w1", {{kH, kF}, kDt});
-  TensorRef w2 = b.parameter("layers.0.mlp.w2.weight", "layers.0.mlp.w2", {{kF, kH}, kDt});
-  b.set_phase(Phase::kForward);
-  b.set_module("layers.0.mlp.w1");
-  TensorRef a = b.mm(x, w1);
-  b.set_module("layers.0.mlp");
-  TensorRef r = b.unary("relu", a);
-  b.set_module("layers.0.mlp.w2");
-  TensorRef y = b.mm(r, w2);
-  b.set_module("loss");
-  TensorRef loss = b.op1("mse_loss", {y, target}, Attrs{{"reduction", int64_t{1}}}, TensorMeta{{}, kDt});
-  b.set_phase(Phase::kBackward);
-  TensorRef g = b.op1("mse_loss_backward", {b.unary("ones_like", loss), y, target},
-                      Attrs{{"reduction", int64_t{1}}}, b.meta(y));
-  b.set_module("layers.0.mlp.w2");
-  TensorRef gr = b.mm(g, b.t(w2));
-  TensorRef gw2 = b.mm(b.t(r), g);
-  b.set_module("layers.0.mlp");
-  TensorRef ga = b.pointwise_backward("threshold_backward", gr, r, Attrs{{"threshold", 0.0}});
-  b.set_module("layers.0.mlp.w1");
-  TensorRef gw1 = b.mm(b.t(x), ga);
-  Graph& gr_ = b.graph();
-  Node out;
-  out.name = "output";
-  out.kind = NodeKind::kOutput;
-  out.phase = Phase::kBackward;
-  out.inputs = {loss, gw1, gw2};
-  gr_.grad_pairs.push_back({w1.node, gw1});
-  gr_.grad_pairs.push_back({w2.node, gw2});
-  gr_.loss = loss;
-  gr_.add(std::move(out));
-  return b.finish();
-}
-
-double op_compute_us(const Graph& g, NodeIdx i) {
-  const Node& n = g.node(i);
-  std::vector<TensorMeta> in;
-  for (const TensorRef& r : n.inputs) in.push_back(g.meta(r));
-  return compute_time_us(n, in, n.outputs, *hardware_preset("h100"));
-}
 
 struct Simulated {
   Plan plan;
@@ -341,7 +274,7 @@ std::vector<NodeIdx> recomputed_ops(const StepSimulation& sim) {
 }
 
 TEST(Simulate, RecomputationRunsBeforeTheBackwardReadsItsRegion) {
-  const Graph g = recompute_block();
+  const Graph g = testing::mlp_block();
   ASSERT_EQ(g.size(), 18);
   ASSERT_EQ(g.node(4).op, "mm");
   ASSERT_EQ(g.node(5).op, "relu");
@@ -351,7 +284,7 @@ TEST(Simulate, RecomputationRunsBeforeTheBackwardReadsItsRegion) {
   const Simulated keep = simulate_block(g, RecomputePolicy::kNone);
   const Simulated sel = simulate_block(g, RecomputePolicy::kSelective);
   const Simulated full = simulate_block(g, RecomputePolicy::kFull);
-  const double c_mm1 = op_compute_us(g, 4), c_relu = op_compute_us(g, 5), c_mm2 = op_compute_us(g, 6);
+  const double c_mm1 = testing::compute_of(g, 4), c_relu = testing::compute_of(g, 5), c_mm2 = testing::compute_of(g, 6);
   // One device: no collectives, the step is the compute stream, the keep step plus the
   // re-executed ops (selective: relu; full: mm, relu, mm).
   for (const Simulated* s : {&keep, &sel, &full}) {
@@ -378,7 +311,7 @@ TEST(Simulate, RecomputationRunsBeforeTheBackwardReadsItsRegion) {
   }
   // Memory: recompute_test.cc's hand-computed peaks (parameters with gradients and Adam
   // state; at t = 9: x, target, r, y, ones, g; full frees r, selective keeps a for relu).
-  const int64_t params = 2 * kH * kF * 16;
+  const int64_t params = 2 * testing::kBlockH * testing::kBlockF * 16;
   EXPECT_EQ(keep.sim.peak_memory_bytes, params + 4 * 8192 + 2048 + 2);
   EXPECT_EQ(sel.sim.peak_memory_bytes, params + 4 * 8192 + 2048 + 2);
   EXPECT_EQ(full.sim.peak_memory_bytes, params + 4 * 8192 + 2);
