@@ -101,44 +101,32 @@ def _optimizer_step(opt):
     return step
 
 
-def eager_worker(rank: int, args, out_dir: str) -> None:
+def eager_worker(rank: int, args, out_dir: str, ddp: bool = False) -> None:
+    """Plain PyTorch on the rank's share of the batch; with `ddp`, under PyTorch's own data
+    parallelism (DistributedDataParallel on gloo), what a DDP plan is measured against too."""
     import torch
+    import torch.distributed as dist
 
     torch.set_num_threads(1)
     model, tokens, labels, loss_fn = _model(args, args.batch // args.world)
+    run = model
+    if ddp:
+        from torch.nn.parallel import DistributedDataParallel
+
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{args.port}", rank=rank,
+                                world_size=args.world)
+        run = DistributedDataParallel(model)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
 
     def fwd_bwd() -> None:
-        loss_fn(model(tokens), labels).backward()
+        loss_fn(run(tokens), labels).backward()
 
     def grad_bytes() -> int:
         return sum(p.grad.numel() * p.grad.element_size() for p in model.parameters())
 
     _write(out_dir, rank, _measure(fwd_bwd, _optimizer_step(opt), args.steps, grad_bytes))
-
-
-def ddp_worker(rank: int, args, out_dir: str) -> None:
-    """PyTorch's own data parallelism (DistributedDataParallel on gloo), the rank's share of
-    the batch: what the lowered DDP plan is measured against besides plain eager."""
-    import torch
-    import torch.distributed as dist
-    from torch.nn.parallel import DistributedDataParallel
-
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{args.port}", rank=rank,
-                            world_size=args.world)
-    model, tokens, labels, loss_fn = _model(args, args.batch // args.world)
-    ddp = DistributedDataParallel(model)
-    opt = torch.optim.AdamW(ddp.parameters(), lr=1e-3)
-
-    def fwd_bwd() -> None:
-        loss_fn(ddp(tokens), labels).backward()
-
-    def grad_bytes() -> int:
-        return sum(p.grad.numel() * p.grad.element_size() for p in model.parameters())
-
-    _write(out_dir, rank, _measure(fwd_bwd, _optimizer_step(opt), args.steps, grad_bytes))
-    dist.destroy_process_group()
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def plan_worker(rank: int, args, out_dir: str, placements: dict, compiled: bool) -> None:
@@ -248,7 +236,7 @@ def main() -> int:
     eager = _phase(eager_worker, args)
     phases = []
     if args.algo == "ddp" and args.world > 1:
-        phases.append(("torch DDP", _phase(ddp_worker, args)))
+        phases.append(("torch DDP", _phase(eager_worker, args, (True,))))
     phases.append(("lowered", _phase(plan_worker, args, (placements, False))))
     if args.compile:
         phases.append(("compiled", _phase(plan_worker, args, (placements, True))))

@@ -115,28 +115,29 @@ class NodePlan:
     inputs: list             # per tensor input (graph JSON order): placements list
 
 
-def read_placements(placements: PlacementsArg) -> dict:
+def read_placements(placements: PlacementsArg) -> tuple[dict, str]:
     """A placements.json path (AutoParallel's schema plus autoshard's fields), or the loaded
-    document or its "placements" map, as a dict."""
-    if isinstance(placements, (str, os.PathLike)):
-        origin = f"{os.fspath(placements)}: "
-        with open(placements) as f:
-            try:
-                doc = json.load(f)
-            except json.JSONDecodeError as e:
-                raise PlanError(f"{origin}invalid JSON at byte {e.pos}") from None
-        if not isinstance(doc, dict):
-            raise PlanError(f"{origin}not a JSON object")
-        doc["__origin__"] = origin
-        return doc
-    return dict(placements)
+    document or its "placements" map -> (the document as a dict, "PATH: " for messages)."""
+    if not isinstance(placements, (str, os.PathLike)):
+        return dict(placements), ""
+    origin = f"{os.fspath(placements)}: "
+    with open(placements) as f:
+        try:
+            doc = json.load(f)
+        except json.JSONDecodeError as e:
+            raise PlanError(f"{origin}invalid JSON at byte {e.pos}") from None
+    if not isinstance(doc, dict):
+        raise PlanError(f"{origin}not a JSON object")
+    return doc, origin
 
 
-def load_placements(placements: PlacementsArg, mesh: DeviceMesh) -> dict[str, NodePlan]:
+def load_placements(placements: PlacementsArg, mesh: DeviceMesh,
+                    origin: str = "") -> dict[str, NodePlan]:
     """Reads AutoParallel-schema placements (a path, the loaded JSON, or its "placements" map)
-    and checks the mesh shape and dim names against `mesh`."""
-    placements = read_placements(placements)
-    origin = placements.pop("__origin__", "")
+    and checks the mesh shape and dim names against `mesh`.  origin: how messages name a
+    document already read (read_placements)."""
+    if isinstance(placements, (str, os.PathLike)):
+        placements, origin = read_placements(placements)
     doc = dict(placements)
     if "placements" in doc:
         shape = doc.get("mesh_shape")
@@ -377,10 +378,12 @@ class _null:
 
 def _local_slice(t: torch.Tensor, mesh: DeviceMesh, placements: list) -> DTensor:
     """A full tensor (same on every rank) -> DTensor at `placements`, without communication."""
-    d = DTensor.from_local(t, mesh, [Replicate()] * mesh.ndim, run_check=False)
-    if any(p.is_partial() for p in placements):
-        raise PlanError(f"an input planned as partial ({placements_str(placements)})")
-    return redistribute(d, mesh, placements) if any(p.is_shard() for p in placements) else d
+    from .lower import contiguous_stride
+    from .module import local_chunk
+
+    return DTensor.from_local(local_chunk(t, mesh, placements, mesh.get_coordinate()), mesh,
+                              placements, run_check=False, shape=t.shape,
+                              stride=contiguous_stride(t.shape))
 
 
 def trace_for_apply(model: torch.nn.Module, example_inputs, loss_fn=None, targets=None, *,
@@ -435,8 +438,8 @@ def apply_placement(model: torch.nn.Module, placements: PlacementsArg, mesh: Dev
         from autoshard.tracer.export import to_graph_dict
 
         graph = to_graph_dict(traced)
-    doc = read_placements(placements)
-    plan = load_placements(doc, mesh)
+    doc, origin = read_placements(placements)
+    plan = load_placements(doc, mesh, origin)
     names = graph_names(traced.gm, graph, traced.placeholder_names)
     exported = {n["name"] for n in graph["nodes"] if n.get("kind") != "output"}
     missing = sorted(exported - set(plan))

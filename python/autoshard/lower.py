@@ -1,6 +1,6 @@
 """Lowering a plan to a per-rank graph: local-tensor ATen ops and explicit collectives.
 
-    lowered = lower_step(traced, graph, plan, names, mesh)
+    lowered = lower_step(runner, traced, mesh, phases)   # runner: apply.StepRunner
     outs = lowered.gm(*local_params, *local_buffers, *local_inputs)   # [loss, grads...]
 
 The traced training step (forward, loss, backward: one joint ATen graph, the graph the planner
@@ -23,8 +23,7 @@ belongs to (`edge`: "consumer:slot", "grad:<param>:-1", "<node>:output"), and th
 from __future__ import annotations
 
 import contextlib
-import operator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Optional, Sequence
 
 import torch
@@ -52,31 +51,13 @@ class LoweredStep:
     """One rank's training step as a graph of local ops and collectives.
 
     gm: called with the local tensors of (parameters, buffers, inputs) in the traced step's
-        placeholder order; returns [loss] + one gradient per entry of `param_names` (None
-        where the loss does not depend on the parameter), each gradient local to the
-        parameter's planned placements.
+        placeholder order; returns [loss] + one gradient per parameter (None where the loss
+        does not depend on it), each local to the parameter's planned placements.
+    loss_placements: the loss's (replicated on every mesh dim).
     """
 
     gm: torch.fx.GraphModule
-    param_names: list
     loss_placements: list
-    grad_placements: dict = field(default_factory=dict)
-
-    def collectives(self) -> list:
-        """(kind, group name, bytes per device, edge) of every collective in the graph, in
-        program order; bytes in the audit's convention (autoshard.audit)."""
-        out = []
-        for node in self.gm.graph.nodes:
-            kind = collective_kind(node)
-            if kind is None:
-                continue
-            group = _group_arg(node)
-            val = node.args[0].meta.get("val")
-            nbytes = float(val.numel() * val.element_size()) if val is not None else 0.0
-            if kind == "all_gather":
-                nbytes *= int(node.args[1])
-            out.append((kind, group, nbytes, node.meta.get(META_KEY, {}).get("edge", "")))
-        return out
 
 
 def collective_kind(node: torch.fx.Node) -> Optional[str]:
@@ -87,13 +68,6 @@ def collective_kind(node: torch.fx.Node) -> Optional[str]:
     if getattr(target, "namespace", "") != "_c10d_functional":
         return None
     return COLLECTIVES.get(target.__name__.split(".")[0])
-
-
-def _group_arg(node: torch.fx.Node) -> str:
-    base = node.target.__name__.split(".")[0]
-    index = {"all_gather_into_tensor": 2, "reduce_scatter_tensor": 3, "all_reduce": 2,
-             "all_to_all_single": 3}[base]
-    return str(node.args[index])
 
 
 # --- stamping the nodes make_fx creates -----------------------------------------------------
@@ -217,32 +191,6 @@ def lower_step(runner: Any, traced: Any, mesh: DeviceMesh,
             gm = make_fx(step, tracing_mode="fake")(*examples)
     finally:
         runner.edge_hook = saved_hook
-    _name_placeholders(gm, names)
     gm.graph.eliminate_dead_code()
     gm.recompile()
-    return LoweredStep(gm=gm, param_names=param_names, loss_placements=replicate,
-                       grad_placements={n: pl for n, _, _, pl in specs if n in param_names})
-
-
-def _name_placeholders(gm: torch.fx.GraphModule, names: Sequence[str]) -> None:
-    """Placeholders take the names of what they hold (readable generated code)."""
-    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    for node, name in zip(placeholders, names):
-        node.meta.setdefault(META_KEY, {})["node"] = name
-
-
-def graph_stats(gm: torch.fx.GraphModule) -> dict:
-    """Counts of the lowered graph's nodes: ops, collectives by kind, and DTensor leftovers
-    (there must be none: the graph runs on plain tensors)."""
-    ops = coll = 0
-    kinds: dict = {}
-    for node in gm.graph.nodes:
-        if node.op != "call_function" or node.target is operator.getitem:
-            continue
-        kind = collective_kind(node)
-        if kind is None:
-            ops += 1
-        else:
-            coll += 1
-            kinds[kind] = kinds.get(kind, 0) + 1
-    return {"ops": ops, "collectives": coll, "by_kind": kinds}
+    return LoweredStep(gm=gm, loss_placements=replicate)

@@ -180,7 +180,7 @@ def local_chunk(t: torch.Tensor, mesh: DeviceMesh, placements: list, coord) -> t
     """This rank's piece of a full tensor under `placements` (DTensor's chunking: mesh dims
     left to right, torch.chunk sizes, empty pieces past the end)."""
     if any(p.is_partial() for p in placements):
-        raise ValueError(f"an input planned as partial ({placements})")
+        raise ValueError(f"a full tensor cannot be cut to Partial placements ({placements})")
     for i, p in enumerate(placements):
         if p.is_shard():
             dim = p.dim if p.dim >= 0 else p.dim + t.dim()
