@@ -35,8 +35,10 @@ TIMEOUT_S = 300  # per launch (generous for a loaded CI machine); workers are ki
 
 
 #: Plans also run compiled (torch.compile, inductor on CPU): one per mesh, since each rank's
-#: inductor compile of a LLaMA step takes a minute of a loaded 2-core machine.
+#: inductor compile of a LLaMA step takes a minute of a loaded 2-core machine;
+#: AUTOSHARD_COMPILE_ALL=1 compiles every plan (minutes more; docs/benchmarks.md).
 COMPILED = {"2": "llama/optimum", "2x2": "llama/megatron"}
+COMPILE_ALL = os.environ.get("AUTOSHARD_COMPILE_ALL") == "1"
 
 
 def _plans(binary, graphs, mesh, dims, tmp):
@@ -121,7 +123,7 @@ class ApplyPlacement(unittest.TestCase):
             jobs = [{"name": n, "model": k, "placements": p} for n, (k, p) in plans.items()]
             twin = COMPILED["x".join(map(str, mesh))]
             jobs += [{**j, "name": j["name"] + "/compiled", "compile": True}
-                     for j in jobs if j["name"] == twin]
+                     for j in jobs if COMPILE_ALL or j["name"] == twin]
             per_rank = W.launch(world, mesh, dims, functools.partial(W.run_jobs, jobs=jobs),
                                 tmp, TIMEOUT_S)
         finally:
