@@ -39,6 +39,8 @@ TIMEOUT_S = 300  # per launch (generous for a loaded CI machine); workers are ki
 #: AUTOSHARD_COMPILE_ALL=1 compiles every plan (minutes more; docs/benchmarks.md).
 COMPILED = {"2": "llama/optimum", "2x2": "llama/megatron"}
 COMPILE_ALL = os.environ.get("AUTOSHARD_COMPILE_ALL") == "1"
+if COMPILE_ALL:
+    TIMEOUT_S = 3600
 
 
 def _plans(binary, graphs, mesh, dims, tmp):
