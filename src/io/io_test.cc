@@ -32,6 +32,7 @@ struct Fixture {
   }
   static PlannerOptions options() {
     PlannerOptions o;
+    o.objective = Objective::kAdditive;  // these tests pin the additive formulation
     o.memory_limit_bytes = 0;
     return o;
   }

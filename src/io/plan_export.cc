@@ -128,11 +128,15 @@ nlohmann::ordered_json plan_to_json(ShardingOptimizer& opt, const Plan& plan) {
   }
   j["nodes"] = std::move(nodes);
   nlohmann::ordered_json s;
-  s["total"] = number_or_null(plan.objective_us);
+  // AutoParallel's total is the sum of its parts: the additive cost.
+  s["total"] = number_or_null(plan.additive_us);
   s["comm"] = number_or_null(plan.comm_us);
   s["compute"] = number_or_null(plan.compute_us);
   s["transition"] = 0.0;
   s["objective_us"] = number_or_null(plan.objective_us);
+  s["objective"] = plan.overlap_aware ? "overlap" : "additive";
+  s["additive_us"] = number_or_null(plan.additive_us);
+  s["overlapped_us"] = number_or_null(plan.overlapped_us);
   s["lower_bound_us"] = number_or_null(plan.lower_bound_us);
   s["gap"] = number_or_null(plan.gap);
   s["status"] = std::string(solve_status_name(plan.status));

@@ -39,6 +39,7 @@ ShardingOptimizer make_opt(bool mesh_2x2, int64_t memory_limit = 0) {
   Mesh mesh = mesh_2x2 ? Mesh({2, 2}, {"dp", "tp"}, *hardware_preset("h100"))
                        : Mesh({2}, {"d"}, *hardware_preset("h100"));
   PlannerOptions o;
+  o.objective = Objective::kAdditive;  // these tests pin the additive formulation
   o.memory_limit_bytes = memory_limit;
   o.cluster = false;
   return ShardingOptimizer(build_model("mlp", mo), mesh, o);
@@ -112,6 +113,7 @@ TEST(PlanJson, ClusterIdsOnTiedLayers) {
   mo.layers = 3;
   ShardingOptimizer opt(build_model("mlp", mo), Mesh({2}, {"d"}, *hardware_preset("h100")), [] {
     PlannerOptions o;
+    o.objective = Objective::kAdditive;  // these tests pin the additive formulation
     o.memory_limit_bytes = 0;
     return o;
   }());

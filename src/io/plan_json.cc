@@ -20,6 +20,10 @@ nlohmann::ordered_json plan_summary_json(const Plan& plan, const Graph& g, const
   j["status"] = solve_status_name(plan.status);
   j["has_solution"] = plan.has_solution;
   j["objective_us"] = number_or_null(plan.objective_us);
+  j["objective"] = plan.overlap_aware ? "overlap" : "additive";
+  j["additive_us"] = number_or_null(plan.additive_us);
+  j["overlapped_us"] = number_or_null(plan.overlapped_us);
+  j["objective_solves"] = plan.objective_solves;
   j["lower_bound_us"] = number_or_null(plan.lower_bound_us);
   j["gap"] = number_or_null(plan.gap);
   j["compute_us"] = number_or_null(plan.compute_us);

@@ -176,6 +176,8 @@ class Decoder {
     o.overlap = x.overlap();
     o.overlap_discount = x.overlap_discount();
     if (!(o.overlap_discount >= 0 && o.overlap_discount <= 1)) fail("options.overlap_discount", "expected a value in [0, 1]");
+    if (x.objective() > 1) fail("options.objective", fmt::format("unknown objective {}", x.objective()));
+    o.objective = x.objective() == 1 ? Objective::kOverlap : Objective::kAdditive;
     return o;
   }
 
@@ -512,6 +514,10 @@ Plan Decoder::plan(const pb::Plan& x, const Graph& g, const Mesh& mesh) const {
   plan.has_solution = x.has_solution();
   plan.recompute_us = x.recompute_us();
   for (const std::string& n : x.recomputed_nodes()) plan.recomputed_nodes.push_back(n);
+  plan.additive_us = x.has_additive_us() ? x.additive_us() : plan.objective_us;
+  plan.overlapped_us = x.overlapped_us();
+  plan.objective_solves = x.objective_solves();
+  plan.overlap_aware = x.overlap_aware();
   for (const pb::LayerRecompute& l : x.layer_recompute()) plan.layer_recompute.emplace_back(l.layer(), l.mode());
   return plan;
 }

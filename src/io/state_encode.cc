@@ -120,6 +120,7 @@ void put_options(const PlannerOptions& o, pb::Options* out) {
   out->set_recompute(static_cast<uint32_t>(o.recompute));
   out->set_overlap(o.overlap);
   out->set_overlap_discount(o.overlap_discount);
+  out->set_objective(o.objective == Objective::kOverlap ? 1 : 0);
 }
 
 void put_placements(const std::vector<Placement>& p, google::protobuf::RepeatedField<uint32_t>* out) {
@@ -290,6 +291,10 @@ void put_plan(const Graph& g, const Mesh& mesh, const Plan& plan, pb::Plan* out)
   out->set_has_solution(plan.has_solution);
   out->set_recompute_us(plan.recompute_us);
   for (const std::string& n : plan.recomputed_nodes) out->add_recomputed_nodes(n);
+  out->set_additive_us(plan.additive_us);
+  out->set_overlapped_us(plan.overlapped_us);
+  out->set_objective_solves(plan.objective_solves);
+  out->set_overlap_aware(plan.overlap_aware);
   for (const auto& [layer, mode] : plan.layer_recompute) {
     pb::LayerRecompute* x = out->add_layer_recompute();
     x->set_layer(layer);

@@ -258,9 +258,13 @@ ClusteredProblem identity_cluster(const BuiltProblem& bp) {
 }
 
 ClusteredProblem cluster_problem(const Graph& g, const BuiltProblem& bp) {
+  return cluster_problem(bp, find_layer_ties(g, bp));
+}
+
+ClusteredProblem cluster_problem(const BuiltProblem& bp,
+                                 const std::vector<std::pair<NodeIdx, NodeIdx>>& ties) {
   const Problem& p = bp.problem;
   UnionFind uf(static_cast<size_t>(p.num_nodes()));
-  const auto ties = find_layer_ties(g, bp);
   for (auto [a, b] : ties) {
     PNodeIdx u = bp.pnode[static_cast<size_t>(a)], v = bp.pnode[static_cast<size_t>(b)];
     if (u < 0 || v < 0) continue;

@@ -35,6 +35,10 @@ struct ClusteredProblem {
 };
 
 ClusteredProblem cluster_problem(const Graph& g, const BuiltProblem& bp);
+/// The same with the ties found beforehand (they depend on the graph and the strategy lists,
+/// not on costs: a problem whose costs were rescaled ties the same way).
+ClusteredProblem cluster_problem(const BuiltProblem& bp,
+                                 const std::vector<std::pair<NodeIdx, NodeIdx>>& ties);
 /// No ties: the problem as built.
 ClusteredProblem identity_cluster(const BuiltProblem& bp);
 

@@ -29,6 +29,7 @@ struct Tied {
   ClusteredProblem cp;
   Tied() {
     PlannerOptions o;
+    o.objective = Objective::kAdditive;  // these tests pin the additive formulation
     o.memory_limit_bytes = 0;
     bp = build_problem(g, mesh, o, {});
     cp = cluster_problem(g, bp);
@@ -113,6 +114,8 @@ TEST(ExactTied, PlannerProvesTheTiedOptimumUnderMemory) {
   ASSERT_EQ(mip.status, SolveStatus::kOptimal);
 
   PlannerOptions o;
+
+  o.objective = Objective::kAdditive;  // these tests pin the additive formulation
   o.memory_limit_bytes = limit;
   o.time_limit_s = 30;
   ShardingOptimizer opt(t.g, t.mesh, o);

@@ -105,6 +105,7 @@ TEST(MeshSearchLarge, CutoffStopsA3DMeshThatCannotWin) {
   Graph g = build_model("llama3-8b", ModelOptions{});
   Mesh mesh({2, 4, 8}, {"d0", "d1", "tp"}, h100());
   PlannerOptions po;
+  po.objective = Objective::kAdditive;  // these tests pin the additive formulation
   po.time_limit_s = 60;
   po.cutoff_us = 100'000;
   ShardingOptimizer so(g, mesh, po);
@@ -139,6 +140,7 @@ TEST(MeshSearchLarge, CutoffUnderBindingMemoryLeavesOnlyTheBound) {
   Graph g = build_model("llama3-8b", mo);
   Mesh mesh({2, 2}, {"dp", "tp"}, h100());
   PlannerOptions po;
+  po.objective = Objective::kAdditive;  // these tests pin the additive formulation
   po.memory_limit_bytes = 0;
   po.time_limit_s = 20;
   const Plan free = ShardingOptimizer(g, mesh, po).get_solution();

@@ -17,6 +17,11 @@ namespace autoshard {
 /// kAuto: the solver picks one of the three per layer class and region.
 enum class RecomputePolicy : uint8_t { kNone, kSelective, kFull, kAuto };
 
+/// What the solver minimises.  kOverlap (default): the step time with the communication the
+/// schedule hides behind compute discounted (planner/overlap.h), with a proven bound;
+/// kAdditive: compute plus every redistribution (Alpa's objective).
+enum class Objective : uint8_t { kOverlap, kAdditive };
+
 struct PlannerOptions {
   CommModel comm_model = CommModel::kNccl;
   /// Per-device memory budget in bytes; -1 means the hardware's memory, 0 means no limit.
@@ -38,8 +43,12 @@ struct PlannerOptions {
   /// Prefetch discount: redistributions of parameters (gathers FSDP prefetches behind the
   /// previous layer's compute) cost overlap_discount x their time in the objective.  The step
   /// simulation (planner/simulate.h) measures what it buys; docs/benchmarks.md "Step simulation".
+  /// It is a variant of the additive objective: with it, `objective` is treated as kAdditive.
   bool overlap = false;
   double overlap_discount = 0.5;
+  Objective objective = Objective::kOverlap;
+  /// The objective in force (the prefetch discount implies the additive objective).
+  Objective effective_objective() const { return overlap ? Objective::kAdditive : objective; }
   /// Activation recomputation (see RecomputePolicy).
   RecomputePolicy recompute = RecomputePolicy::kNone;
   /// Memory of parameter state when the graph has no optimizer step of its own.

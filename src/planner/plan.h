@@ -24,7 +24,17 @@ struct NodePlan {
 struct Plan {
   std::vector<std::optional<NodePlan>> nodes;  ///< per graph node; nullopt for output nodes
   SolveStatus status = SolveStatus::kInfeasible;
-  double objective_us = 0;     ///< estimated step time (compute + communication)
+  /// Estimated step time: the objective the plan was chosen for (PlannerOptions::objective):
+  /// with the overlap-aware objective additive_us - overlapped_us, else additive_us.
+  double objective_us = 0;
+  double additive_us = 0;      ///< compute + every redistribution (nothing overlapped)
+  /// Communication the overlap model hides behind compute (planner/overlap.h); 0 when additive.
+  double overlapped_us = 0;
+  /// Solves the overlap-aware objective's dual took (planner/overlap_solve.h); 0: one solve of
+  /// the additive objective.
+  int32_t objective_solves = 0;
+  /// objective_us is the overlap-aware step time (the options' objective when evaluated).
+  bool overlap_aware = false;
   double lower_bound_us = 0;
   double gap = 0;
   double compute_us = 0;

@@ -172,6 +172,7 @@ TEST(PlannerGolden, MlpModelParallelIsMegatronAlternation) {
   Graph g = mlp_graph(L, B, H);
   Mesh mesh = mesh_1d(4);
   PlannerOptions po;
+  po.objective = Objective::kAdditive;  // these tests pin the additive formulation
   // Alternating layers do not take identical decisions: tying layer i to layer i + 1 (what
   // the repeated-layer detection does, with a period of one layer) forbids the alternation
   // (tied optimum: all layers column-parallel, 279.9 us instead of 251.6 us).  Known
@@ -234,7 +235,9 @@ TEST(PlannerGolden, LlamaBlockIsFsdpOnDpAndMegatronOnTp) {
   mo.vocab = 32000;
   Graph g = build_model("llama3-8b", mo);
   Mesh mesh({2, 4}, {"dp", "tp"}, h100());
-  ShardingOptimizer opt(g, mesh);
+  PlannerOptions additive;
+  additive.objective = Objective::kAdditive;  // the golden answer of the additive formulation
+  ShardingOptimizer opt(g, mesh, additive);
   Plan p = opt.get_solution();
   ASSERT_TRUE(p.has_solution);
   EXPECT_EQ(p.status, SolveStatus::kOptimal);
@@ -289,6 +292,7 @@ struct MemoryCase {
   Mesh mesh = mesh_1d(8);
   PlannerOptions options() const {
     PlannerOptions po;
+    po.objective = Objective::kAdditive;  // these tests pin the additive formulation
     po.cluster = false;
     po.memory_limit_bytes = 0;
     return po;
@@ -368,6 +372,7 @@ TEST(PlannerGolden, OptimumBeatsHandWrittenPlans) {
   Graph g = mlp_graph(2, 8192, 4096);
   Mesh mesh({2, 4}, {"dp", "tp"}, h100());
   PlannerOptions po;
+  po.objective = Objective::kAdditive;  // these tests pin the additive formulation
   po.cluster = false;
   ShardingOptimizer opt(g, mesh, po);
   opt.add_input_constraints({parse_placements("S(0)R"), parse_placements("S(0)R")});
@@ -417,6 +422,7 @@ TEST(PlannerGolden, TiedAndUntiedLayersGiveTheSameOptimum) {
   // One mesh dim keeps the untied problem (1155 nodes) quick to solve exactly.
   Mesh mesh = mesh_1d(4);
   PlannerOptions po;
+  po.objective = Objective::kAdditive;  // these tests pin the additive formulation
   po.cluster = true;
   Plan tied = ShardingOptimizer(g, mesh, po).get_solution();
   po.cluster = false;
@@ -447,6 +453,7 @@ struct ApiCase {
   Mesh mesh = mesh_1d(8);
   PlannerOptions options() const {
     PlannerOptions po;
+    po.objective = Objective::kAdditive;  // these tests pin the additive formulation
     po.memory_limit_bytes = 0;
     return po;
   }

@@ -24,6 +24,7 @@ using testing::mlp_block;
 
 Plan plan_with(const Graph& g, RecomputePolicy p) {
   PlannerOptions o;
+  o.objective = Objective::kAdditive;  // these tests pin the additive formulation
   o.memory_limit_bytes = 0;
   o.recompute = p;
   ShardingOptimizer opt(g, one_device(), o);
@@ -73,6 +74,7 @@ TEST(Recompute, AutoRecomputesOnlyWhenMemoryBinds) {
   const Graph g = mlp_block();
   const int64_t params = 2 * testing::kBlockH * testing::kBlockF * 16;
   PlannerOptions o;
+  o.objective = Objective::kAdditive;  // these tests pin the additive formulation
   o.recompute = RecomputePolicy::kAuto;
   o.memory_limit_bytes = 0;
   {
@@ -115,6 +117,7 @@ Graph two_layer_llama() {
 TEST(RecomputeLarge, SmallLlamaFitsOnlyWithRecomputation) {
   const Graph g = two_layer_llama();
   PlannerOptions o;
+  o.objective = Objective::kAdditive;  // these tests pin the additive formulation
   o.memory_limit_bytes = 0;
   o.time_limit_s = 30;
   const Mesh mesh({2}, {"dp"}, *hardware_preset("h100"));
@@ -172,6 +175,7 @@ TEST(RecomputeLarge, AutoStartsFromKeepingEverything) {
   const Graph g = two_layer_llama();
   const Mesh mesh({2}, {"dp"}, *hardware_preset("h100"));
   PlannerOptions o;
+  o.objective = Objective::kAdditive;  // these tests pin the additive formulation
   o.time_limit_s = 12;
   o.memory_limit_bytes = 0;
   const Plan free_plan = ShardingOptimizer(g, mesh, o).get_solution();

@@ -11,7 +11,7 @@
 
 #include "planner/clock.h"
 #include "planner/cluster.h"
-#include "planner/exact_tied.h"
+#include "planner/overlap_solve.h"
 #include "planner/solution_file.h"
 #include "planner/recompute.h"
 
@@ -19,69 +19,11 @@ namespace autoshard {
 
 namespace {
 
-/// Time for the minimal-peak search once the memory floor has proven a budget infeasible: it
-/// only improves the upper bound stated beside the proven lower bound.
-constexpr double kMinPeakSeconds = 4.0;
-/// Share of the memory-limited solve's time for the exact tied model's search (exact_tied.h).
-constexpr double kExactTiedShare = 0.8;
-/// With --recompute auto under a binding limit: share of the exact tied model's time for the
-/// recompute-none solve that warm-starts the auto one.
-constexpr double kKeepFirstShare = 0.25;
-
 int64_t alpa_variables(const BuiltProblem& bp) {
   int64_t n = 0;
   for (const ProblemNode& x : bp.problem.nodes) n += static_cast<int64_t>(x.costs.size());
   for (const BuiltProblem::Edge& e : bp.edges) n += static_cast<int64_t>(e.costs->size());
   return n;
-}
-
-/// Largest usage any assignment could reach at any time point: if it fits, the memory limit
-/// cannot bind and the solver may drop it (an exact simplification).
-int64_t peak_upper_bound(const Problem& p) {
-  std::vector<int64_t> usage;
-  usage.reserve(p.nodes.size());
-  for (const ProblemNode& n : p.nodes) usage.push_back(*std::max_element(n.usages.begin(), n.usages.end()));
-  return peak_of_usages(p, usage);
-}
-
-/// The memory-limited solve on the exact tied model (exact_tied.h), with kExactTiedShare of the
-/// seconds `remaining()` leaves.  keep_first (--recompute auto): a recompute-none solve of the
-/// same model (forbid_recomputation) first takes kKeepFirstShare of them; its plan is a plan of
-/// the auto model and starts that search, so auto never ends above none (llama3-70b 4x8: the
-/// auto search alone ended at 1065.3 ms, keeping everything gives 1052.9 ms;
-/// docs/benchmarks.md, "Round 6").  Throws std::invalid_argument when there is no exact model.
-SolveResult solve_exact_tied_model(const BuiltProblem& bp, const ClusteredProblem& cp, bool keep_first,
-                                   SolverOptions eo, const std::function<double()>& remaining,
-                                   const std::function<void(const std::string&)>& say) {
-  const ExactTiedProblem et = exact_memory_tied_problem(bp.problem, cp);
-  // Most of the time: what is left serves the over-estimating model's solve, which proves
-  // infeasibility (or finds nothing either) when this finds no plan.
-  eo.time_limit_s = remaining() * kExactTiedShare;
-  SolveResult kept;
-  if (keep_first) {
-    ExactTiedProblem keep = et;
-    if (forbid_recomputation(bp, cp.class_of, keep.problem)) {
-      SolverOptions ko = eo;
-      ko.time_limit_s = eo.time_limit_s * kKeepFirstShare;
-      kept = solve_exact_tied(keep, ko);
-      if (!kept.choice.empty()) {
-        say(fmt::format("recompute auto: keeping every activation gives {:.1f} us", kept.objective));
-        eo.warm_start = et.extend(kept.choice);
-      }
-      eo.time_limit_s = remaining() * kExactTiedShare;
-    }
-  }
-  SolveResult r = solve_exact_tied(et, eo);
-  if (!kept.choice.empty() && (r.choice.empty() || kept.objective < r.objective)) {
-    // The warm start did not survive the auto model's reductions: keep's plan stands, under
-    // the auto model's bound.
-    r.choice = kept.choice;
-    r.objective = kept.objective;
-    r.peak_usage = kept.peak_usage;
-    r.lower_bound = std::min(r.lower_bound, r.objective);
-    r.status = SolveStatus::kFeasible;
-  }
-  return r;
 }
 
 }  // namespace
@@ -246,7 +188,14 @@ Plan ShardingOptimizer::evaluate(const std::vector<StrategyIdx>& choice) {
   plan.recompute_us = rc.compute_us + rc.comm_us;
   plan.layer_recompute = layer_recompute(bp, choice);
   plan.recomputed_nodes = recomputed_nodes(graph_, bp, choice);
-  plan.objective_us = plan.compute_us + plan.comm_us;
+  plan.additive_us = plan.compute_us + plan.comm_us;
+  plan.objective_us = plan.additive_us;
+  if (options_.effective_objective() == Objective::kOverlap) {
+    const OverlapModel model = build_overlap_model(graph_, bp);
+    plan.overlapped_us = overlap_terms(model, bp, choice).overlapped_total_us;
+    plan.objective_us -= plan.overlapped_us;
+    plan.overlap_aware = true;
+  }
   plan.peak_memory_bytes = peak_usage(p, choice, graph_.size() + 1);  // shadows live past the schedule
   plan.memory_limit_bytes = bp.memory_limit;
   plan.graph_nodes = graph_.size();
@@ -291,183 +240,111 @@ Plan ShardingOptimizer::get_solution() {
   const BuiltProblem& bp = problem();
   double t_build = seconds_since(t0);
 
-  auto t1 = std::chrono::steady_clock::now();
-  bool has_shadows = std::any_of(constraints_.begin(), constraints_.end(), [](const Constraint& c) {
+  const bool has_shadows = std::any_of(constraints_.begin(), constraints_.end(), [](const Constraint& c) {
     return c.kind == Constraint::Kind::kParameterMemory;
   });
-  bool memory_may_bind = bp.problem.usage_limit >= 0 &&
-                         (has_shadows || peak_upper_bound(bp.problem) > bp.problem.usage_limit);
-  const auto deadline = t0 + std::chrono::duration<double>(options_.time_limit_s);
-  auto remaining = [&] {
-    return std::max(0.5, std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count());
-  };
-  SolverOptions so;
-  so.progress = options_.progress;
-  auto say = [&](const std::string& m) {
-    if (options_.progress) options_.progress(m);
-  };
-  so.mip_gap = options_.mip_gap;
-  so.threads = options_.threads;
-  so.cutoff = options_.cutoff_us;
+  TiedSolveInput in{graph_, bp, options_, has_shadows, nullptr, warm_start_,
+                    t0 + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                             std::chrono::duration<double>(options_.time_limit_s))};
+  const OverlapModel model = options_.effective_objective() == Objective::kOverlap
+                                 ? build_overlap_model(graph_, bp)
+                                 : OverlapModel{};
+  const Solved s = model.empty() ? solve_additive(in) : solve_overlap_objective(in, model);
+  Plan plan = plan_of(s, bp);
+  plan.phase_seconds.insert(plan.phase_seconds.begin(), {"build", t_build});
+  if (plan.has_solution && options_.run_checks) check_plan(plan, s, bp);
+  plan.warnings.insert(plan.warnings.end(), file_warnings.begin(), file_warnings.end());
+  solution_ = plan;
+  solution_choice_ = s.choice;
+  if (!options_.ilp_solution_file.empty() && plan.has_solution)
+    save_solution_file(*this, plan, solution_choice_, options_.ilp_solution_file);
+  return plan;
+}
 
-  // Memory is handled by relaxation first: solve without the usage limit (every reduction
-  // applies); if the optimum fits, it is also optimal for the limited problem.  Otherwise
-  // solve again with memory, keeping the relaxed optimum as a lower bound.  Parameter-memory
-  // constraints live in the usage limit, so they are never relaxed.
-  ClusteredProblem cp = options_.cluster ? cluster_problem(graph_, bp) : identity_cluster(bp);
-  double t_cluster = seconds_since(t1);
-  // The memory floor: every node at its least usage.  When even that exceeds the limit, no plan
-  // fits and the floor is a proven lower bound on the smallest peak, found without a solve.
-  // Parameter-memory shadows scale usages, so the floor means nothing with them.
-  int64_t peak_floor = -1;
-  std::vector<StrategyIdx> least;
-  if (bp.problem.usage_limit >= 0 && !has_shadows) {
-    least = least_usage_choice(bp.problem);
-    peak_floor = peak_usage(bp.problem, least);
-  }
-  SolveResult r;
-  if (peak_floor > bp.problem.usage_limit) {
-    say(fmt::format("no plan fits: every node at its least memory still peaks at {} bytes",
-                    peak_floor));
-    r.status = SolveStatus::kInfeasible;
-    r.method = "memory floor";
-    r.objective = kInfCost;
-    r.lower_bound = kInfCost;
-    r.gap = 0;
-    if (evaluate_cost(bp, least) < kInfCost) {
-      r.min_peak_usage = peak_floor;  // the floor is reached: proven minimum
-      r.min_peak_proven = true;
-    } else {
-      // Edges forbid the least-usage layout: the tied problem's minimal-peak search gives an
-      // upper bound (its memory model never under-estimates), within a few seconds.
-      SolverOptions mo = so;
-      mo.time_limit_s = std::min(remaining(), kMinPeakSeconds);
-      mo.warm_start.clear();
-      const SolveResult m = solve(cp.problem, mo);
-      r.min_peak_usage = m.min_peak_usage;
-      r.min_peak_proven = m.min_peak_proven && cp.memory_exact;
-      r.phase_seconds = m.phase_seconds;
-    }
-  } else {
-    Problem relaxed_problem = cp.problem;
-    if (!has_shadows) {
-      relaxed_problem.usage_limit = -1;
-      keep_all_activations(bp, cp.class_of, relaxed_problem);  // exact without memory
-    }
-    // When memory may bind, the relaxed solve gets half of the time: the second solve needs room.
-    so.time_limit_s = memory_may_bind && !has_shadows ? remaining() / 2 : remaining();
-    if (!warm_start_.empty() && static_cast<PNodeIdx>(warm_start_.size()) == bp.problem.num_nodes())
-      so.warm_start = cp.restrict(warm_start_);
-    say(fmt::format("built {} nodes, {} edges; tied into {} nodes", bp.problem.num_nodes(),
-                    bp.edges.size(), cp.problem.num_nodes()));
-    SolverOptions relaxed_so = so;
-    if (!has_shadows) lower_kept_choice(bp, cp.class_of, relaxed_so.warm_start);
-    r = solve(relaxed_problem, relaxed_so);
-    if (!has_shadows) lift_kept_choice(bp, cp.class_of, cp.problem, r.choice);
-    bool relaxed = memory_may_bind && !has_shadows;
-    if (relaxed && !r.choice.empty() &&
-        peak_usage(bp.problem, cp.expand(r.choice)) <= bp.problem.usage_limit)
-      relaxed = false;  // the relaxed optimum fits: done
-    if (relaxed && r.lower_bound >= options_.cutoff_us) {
-      // Even without memory nothing beats the cutoff: stop.  The memory-free choice does not
-      // fit, so there is no plan, only the bound.
-      relaxed = false;
-      r.choice.clear();
-      r.objective = kInfCost;
-      r.status = SolveStatus::kTimedOut;
-    }
-    if (relaxed) {
-      say(fmt::format("the memory-free optimum ({}) does not fit: solving with the memory limit",
-                      r.choice.empty() ? std::string("none") : fmt::format("{:.1f} us", r.objective)));
-      Cost relaxed_bound = r.choice.empty() ? -kInfCost : r.lower_bound;
-      so.time_limit_s = remaining();
-      auto phases = r.phase_seconds;
-      // Where the tied memory model over-estimates, the memory-limited solve works on its exact
-      // model instead (exact_tied.h): plans that the over-estimate would reject stay open
-      // (llama3-8b 2x8 at 20 GiB: 2 % faster) and the solve's bounds hold for every tied plan.
-      bool exact = cp.memory_exact, solved = false;
-      if (!exact) {
-        try {
-          r = solve_exact_tied_model(bp, cp, options_.recompute == RecomputePolicy::kAuto, so, remaining, say);
-          solved = exact = !r.choice.empty();
-        } catch (const std::invalid_argument& e) {
-          say(std::string("no exact tied memory model: ") + e.what());
-        }
-      }
-      if (!solved) {
-        so.time_limit_s = remaining();
-        r = solve(cp.problem, so);
-      }
-      if (r.status == SolveStatus::kInfeasible && !cp.memory_exact) {
-        // The tied memory model over-estimates: only the untied problem can prove infeasibility.
-        auto t2 = std::chrono::steady_clock::now();
-        cp = identity_cluster(bp);
-        t_cluster += seconds_since(t2);
-        so.time_limit_s = remaining();
-        so.warm_start.clear();
-        r = solve(cp.problem, so);
-      }
-      for (auto it = phases.rbegin(); it != phases.rend(); ++it)
-        r.phase_seconds.insert(r.phase_seconds.begin(), {"relaxed " + it->first, it->second});
-      if (!r.choice.empty()) {
-        if (!exact && r.status == SolveStatus::kOptimal)
-          r.status = SolveStatus::kFeasible;  // optimal only for the over-estimated memory
-        if (relaxed_bound > r.lower_bound || !exact) r.lower_bound = relaxed_bound;
-        r.gap = (r.objective - r.lower_bound) / std::max(std::abs(r.objective), 1e-9);
-        if (r.gap <= std::max(options_.mip_gap, kProofTolerance)) r.status = SolveStatus::kOptimal;
-      }
-    }
-  }
+ShardingOptimizer::Solved ShardingOptimizer::solve_additive(const TiedSolveInput& in) {
+  Solved s;
+  s.tied = solve_tied(in);
+  const SolveResult& r = s.tied.r;
+  if (!r.choice.empty()) s.choice = s.tied.cp.expand(r.choice);
+  s.status = r.status;
+  s.objective_us = r.objective;
+  s.lower_bound_us = r.lower_bound;
+  s.gap = r.gap;
+  s.phase_seconds = r.phase_seconds;
+  return s;
+}
 
+ShardingOptimizer::Solved ShardingOptimizer::solve_overlap_objective(const TiedSolveInput& in,
+                                                                     const OverlapModel& model) {
+  OverlapSolve o = solve_overlap(in, model);
+  Solved s;
+  s.tied = std::move(o.last);
+  s.choice = std::move(o.choice);
+  s.status = o.status;
+  s.objective_us = o.objective_us;
+  s.lower_bound_us = o.lower_bound_us;
+  s.gap = s.choice.empty() ? kInfCost
+                           : (o.objective_us - o.lower_bound_us) / std::max(std::abs(o.objective_us), 1e-9);
+  s.phase_seconds = std::move(o.phase_seconds);
+  s.objective_solves = o.solves;
+  return s;
+}
+
+Plan ShardingOptimizer::plan_of(const Solved& s, const BuiltProblem& bp) {
+  const SolveResult& r = s.tied.r;
+  const ClusteredProblem& cp = s.tied.cp;
   Plan plan;
-  if (!r.choice.empty()) {
-    plan = evaluate(cp.expand(r.choice));
+  if (!s.choice.empty()) {
+    plan = evaluate(s.choice);
   } else {
     plan.nodes.resize(static_cast<size_t>(graph_.size()));
     plan.objective_us = kInfCost;  // no plan: no step time (JSON null, not 0)
+    plan.additive_us = kInfCost;
     plan.memory_limit_bytes = bp.memory_limit;
     plan.graph_nodes = graph_.size();
     plan.problem_nodes = bp.problem.num_nodes();
     plan.problem_edges = static_cast<int32_t>(bp.edges.size());
     plan.alpa_variables = alpa_variables(bp);
   }
-  plan.status = r.status;
-  plan.lower_bound_us = r.lower_bound;
-  plan.gap = plan.has_solution ? r.gap : kInfCost;
+  plan.status = s.status;
+  plan.lower_bound_us = s.lower_bound_us;
+  plan.gap = plan.has_solution ? s.gap : kInfCost;
+  plan.objective_solves = s.objective_solves;
   plan.min_peak_memory_bytes = r.min_peak_usage;
   if (!plan.has_solution && r.status == SolveStatus::kInfeasible) {
     // Proven: the floor, or the solver's minimum when its memory model was exact (the tied
     // model over-estimates, so its minimum only bounds from above).
     const bool exact_min = r.min_peak_proven && r.min_peak_usage >= 0 && cp.memory_exact;
-    plan.min_peak_lower_bound_bytes = exact_min ? std::max(peak_floor, r.min_peak_usage) : peak_floor;
+    plan.min_peak_lower_bound_bytes =
+        exact_min ? std::max(s.tied.peak_floor, r.min_peak_usage) : s.tied.peak_floor;
   }
   plan.clustered_nodes = cp.problem.num_nodes();
   plan.layer_clusters = cp.num_classes_tied;
   plan.reduced_nodes = r.reduced_nodes;
   plan.reduced_edges = r.reduced_edges;
   plan.mip_variables = r.mip_variables;
-  plan.phase_seconds.push_back({"build", t_build});
-  plan.phase_seconds.push_back({"cluster", t_cluster});
-  for (const auto& ph : r.phase_seconds) plan.phase_seconds.push_back({"solve." + ph.first, ph.second});
-  if (plan.has_solution && options_.run_checks) {
-    // Independent check: recompute the objective from the full problem and compare with what
-    // the solver reported on the clustered one; check memory against the limit.
-    std::vector<StrategyIdx> full = cp.expand(r.choice);
-    Cost again = evaluate_cost(bp, full);
-    double tol = 1e-6 * std::max(1.0, std::abs(again));
-    if (std::abs(again - r.objective) > tol || std::abs(again - plan.objective_us) > tol)
-      throw std::runtime_error(fmt::format(
-          "check failed: solver objective {} but the plan costs {}", r.objective, again));
-    if (bp.problem.usage_limit >= 0 && peak_usage(bp.problem, full) > bp.problem.usage_limit)
-      throw std::runtime_error("check failed: the plan exceeds the memory limit");
-    plan.checked = true;
-  }
-  plan.warnings.insert(plan.warnings.end(), file_warnings.begin(), file_warnings.end());
-  solution_ = plan;
-  solution_choice_ = r.choice.empty() ? std::vector<StrategyIdx>{} : cp.expand(r.choice);
-  if (!options_.ilp_solution_file.empty() && plan.has_solution)
-    save_solution_file(*this, plan, solution_choice_, options_.ilp_solution_file);
+  plan.phase_seconds.push_back({"cluster", s.tied.cluster_seconds});
+  for (const auto& ph : s.phase_seconds) plan.phase_seconds.push_back({"solve." + ph.first, ph.second});
   return plan;
+}
+
+void ShardingOptimizer::check_plan(Plan& plan, const Solved& s, const BuiltProblem& bp) {
+  // Independent check: the step time again from the full problem (evaluate() computes it
+  // without the solver's tied or rescaled problems) against what the solve reported; memory
+  // against the limit.
+  const double tol = 1e-6 * std::max(1.0, std::abs(plan.objective_us));
+  if (std::abs(s.objective_us - plan.objective_us) > tol)
+    throw std::runtime_error(fmt::format("check failed: solver objective {} but the plan costs {}",
+                                         s.objective_us, plan.objective_us));
+  if (s.objective_solves == 0) {
+    const Cost again = evaluate_cost(bp, s.choice);
+    if (std::abs(again - plan.additive_us) > tol)
+      throw std::runtime_error(fmt::format("check failed: the plan's additive cost {} is {} again",
+                                           plan.additive_us, again));
+  }
+  if (bp.problem.usage_limit >= 0 && peak_usage(bp.problem, s.choice) > bp.problem.usage_limit)
+    throw std::runtime_error("check failed: the plan exceeds the memory limit");
+  plan.checked = true;
 }
 
 std::vector<StrategyIdx> ShardingOptimizer::match_strategies(

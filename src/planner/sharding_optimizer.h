@@ -14,7 +14,9 @@
 #include "planner/constraints.h"
 #include "planner/options.h"
 #include "planner/plan.h"
+#include "planner/overlap.h"
 #include "planner/problem_builder.h"
+#include "planner/tied_solve.h"
 
 namespace autoshard {
 
@@ -93,6 +95,21 @@ class ShardingOptimizer {
       const std::vector<std::optional<Strategy>>& wanted);
 
  private:
+  /// What one objective's solve found: the full assignment and the proof.
+  struct Solved {
+    TiedSolve tied;                       ///< the (last) tied solve, for statistics
+    std::vector<StrategyIdx> choice;      ///< full assignment; empty if none
+    SolveStatus status = SolveStatus::kInfeasible;
+    double objective_us = kInfCost;
+    double lower_bound_us = -kInfCost;
+    double gap = kInfCost;
+    std::vector<std::pair<std::string, double>> phase_seconds;
+    int32_t objective_solves = 0;         ///< solves of the overlap dual; 0: additive
+  };
+  Solved solve_additive(const TiedSolveInput& in);
+  Solved solve_overlap_objective(const TiedSolveInput& in, const OverlapModel& model);
+  Plan plan_of(const Solved& s, const BuiltProblem& bp);
+  void check_plan(Plan& plan, const Solved& s, const BuiltProblem& bp);
   std::string unique_name(const std::string& base) const;
 
   Graph graph_;

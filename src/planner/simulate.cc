@@ -18,21 +18,6 @@
 
 namespace autoshard {
 
-std::string layer_key(const std::string& module_path) {
-  size_t begin = 0;
-  while (begin <= module_path.size()) {
-    size_t dot = module_path.find('.', begin);
-    size_t end = dot == std::string::npos ? module_path.size() : dot;
-    bool numeric = end > begin && std::all_of(module_path.begin() + static_cast<std::ptrdiff_t>(begin),
-                                              module_path.begin() + static_cast<std::ptrdiff_t>(end),
-                                              [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
-    if (numeric) return module_path.substr(0, end);
-    if (dot == std::string::npos) break;
-    begin = dot + 1;
-  }
-  return module_path.substr(0, module_path.find('.'));
-}
-
 double model_flops(const Graph& g) {
   double total = 0;
   std::vector<TensorMeta> ins;
@@ -247,28 +232,13 @@ StepSimulation simulate_step(ShardingOptimizer& opt, const Plan& plan, const Sim
   };
 
   StepSimulation sim;
-  sim.additive_us = plan.objective_us;
+  sim.additive_us = plan.additive_us;
   sim.stream_names.push_back("compute");
   for (MeshDimIdx d = 0; d < mesh.ndim(); ++d) sim.stream_names.push_back("comm " + mesh.dim(d).name);
   sim.streams.resize(sim.stream_names.size());
 
   // Layers (prefetch unit) of the op nodes.
-  std::vector<int32_t> layer(n, -1);
-  {
-    std::string current;
-    int32_t seg = -1;
-    for (NodeIdx i = 0; i < g.size(); ++i) {
-      const Node& x = g.node(i);
-      if (x.kind != NodeKind::kOp) continue;
-      std::string key = layer_key(x.module_path);
-      if (seg < 0 || (!key.empty() && key != current)) {
-        ++seg;
-        current = key;
-      }
-      layer[static_cast<size_t>(i)] = seg;
-    }
-    sim.num_layers = seg + 1;
-  }
+  const std::vector<int32_t> layer = layer_segments(g, &sim.num_layers);
 
   const RecomputeSchedule rs = recompute_schedule(g, bp, plan);
   std::vector<std::vector<int32_t>> recompute_in(n);  // recomputation's jobs by consumer

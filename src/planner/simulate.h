@@ -57,6 +57,7 @@
 
 #include "cost/collective.h"
 #include "ir/graph.h"
+#include "planner/overlap.h"
 #include "planner/plan.h"
 
 namespace autoshard {
@@ -101,7 +102,7 @@ struct StepSimulation {
   double compute_us = 0;       ///< busy time of the compute stream
   double comm_us = 0;          ///< sum of all collective times (all streams)
   double exposed_comm_us = 0;  ///< step_us - compute_us: time compute waits for communication
-  double additive_us = 0;      ///< the plan's objective (what the solver minimised)
+  double additive_us = 0;      ///< the plan's additive cost (compute + every redistribution)
   int32_t num_layers = 0;      ///< layer runs found (the prefetch unit)
   std::vector<std::string> stream_names;      ///< "compute", "comm dp", ...
   std::vector<std::vector<SimEvent>> streams;  ///< per stream, in start order
@@ -123,8 +124,5 @@ double model_flops(const Graph& g);
 DType dominant_flops_dtype(const Graph& g);
 /// flops / (devices x peak FLOPS x step time); 0 when step_us <= 0.
 double mfu(double flops, int64_t devices, double peak_flops_per_s, double step_us);
-
-/// Layer key of a module path ("layers.3.attention.wq" -> "layers.3", "output" -> "output").
-std::string layer_key(const std::string& module_path);
 
 }  // namespace autoshard

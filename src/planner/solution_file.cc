@@ -154,6 +154,7 @@ std::string hash_options(const PlannerOptions& o) {
   h.u64(static_cast<uint64_t>(o.recompute));
   h.u64(o.overlap ? 1 : 0);
   h.f64(o.overlap_discount);
+  h.u64(o.objective == Objective::kOverlap ? 1 : 0);
   return h.hex();
 }
 

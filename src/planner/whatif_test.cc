@@ -27,6 +27,7 @@ ShardingOptimizer make_opt() {
   mo.layers = 2;
   Mesh mesh({2, 2}, {"dp", "tp"}, *hardware_preset("h100"));
   PlannerOptions o;
+  o.objective = Objective::kAdditive;  // these tests pin the additive formulation
   o.memory_limit_bytes = 0;
   return ShardingOptimizer(build_model("mlp", mo), mesh, o);
 }

@@ -133,6 +133,16 @@ void bind_options(py::module_& m) {
           [](PlannerOptions& o, const std::string& s) { o.recompute = parse_recompute_policy_or_throw(s, "recompute"); },
           "Activation recomputation per layer region: none, selective, full, or auto (the solver "
           "decides per region).")
+      .def_property(
+          "objective",
+          [](const PlannerOptions& o) { return o.objective == Objective::kOverlap ? "overlap" : "additive"; },
+          [](PlannerOptions& o, const std::string& s) {
+            if (s == "overlap") o.objective = Objective::kOverlap;
+            else if (s == "additive") o.objective = Objective::kAdditive;
+            else throw std::invalid_argument(fmt::format("objective: expected overlap or additive, got '{}'", s));
+          },
+          "What the solver minimises: overlap (the step time with the communication compute hides, "
+          "proven bound) or additive (compute + every redistribution).")
       .def_readwrite("time_limit_s", &PlannerOptions::time_limit_s)
       .def_readwrite("mip_gap", &PlannerOptions::mip_gap)
       .def_readwrite("threads", &PlannerOptions::threads)
@@ -149,6 +159,10 @@ void bind_plan(py::module_& m) {
       .def_property_readonly("status", [](const Plan& p) { return std::string(solve_status_name(p.status)); })
       .def_readonly("has_solution", &Plan::has_solution)
       .def_readonly("objective_us", &Plan::objective_us)
+      .def_readonly("additive_us", &Plan::additive_us, "Compute + every redistribution.")
+      .def_readonly("overlapped_us", &Plan::overlapped_us,
+                    "Communication the overlap-aware objective hides behind compute.")
+      .def_readonly("overlap_aware", &Plan::overlap_aware)
       .def_readonly("lower_bound_us", &Plan::lower_bound_us)
       .def_readonly("gap", &Plan::gap)
       .def_readonly("compute_us", &Plan::compute_us)

@@ -178,7 +178,9 @@ function renderHeader() {
     h.comm_model + ", " + h.graph_nodes + " graph nodes";
   const c = $("cards");
   card(c, "simulated step", fmtUs(s.step_us), "sim-step", { us: s.step_us });
-  card(c, "additive objective", fmtUs(h.objective_us), "additive", { us: h.objective_us });
+  if (h.objective === "overlap")
+    card(c, "overlap-aware objective", fmtUs(h.objective_us), "objective", { us: h.objective_us });
+  card(c, "additive objective", fmtUs(h.additive_us), "additive", { us: h.additive_us });
   card(c, "compute", fmtUs(s.compute_us), "compute", { us: s.compute_us });
   card(c, "communication", fmtUs(s.comm_us), "comm", { us: s.comm_us });
   card(c, "exposed comm", fmtUs(s.exposed_comm_us), "exposed", { us: s.exposed_comm_us });

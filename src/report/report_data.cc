@@ -493,6 +493,8 @@ nlohmann::ordered_json report_data(ShardingOptimizer& opt, const Plan& plan, con
                  {"comm_model", comm_model_name(opt.options().comm_model)},
                  {"status", solve_status_name(plan.status)},
                  {"objective_us", num(plan.objective_us)},
+                 {"objective", plan.overlap_aware ? "overlap" : "additive"},
+                 {"additive_us", num(plan.additive_us)},
                  {"lower_bound_us", num(plan.lower_bound_us)},
                  {"gap", num(plan.gap)},
                  {"compute_us", num(plan.compute_us)},

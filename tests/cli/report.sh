@@ -23,7 +23,7 @@ d = json.loads(m.group(1))
 assert [p[0] for p in d["parameters"]] == [p["name"] for p in plan["parameters"]]
 assert abs(d["simulation"]["step_us"] - plan["simulation"]["step_us"]) <= 1e-3 + 1e-9 * plan["simulation"]["step_us"]
 # Overlap only hides time: between the compute and the additive objective.
-assert plan["simulation"]["compute_us"] * (1 - 1e-9) <= plan["simulation"]["step_us"] <= plan["objective_us"] * (1 + 1e-9)
+assert plan["simulation"]["compute_us"] * (1 - 1e-9) <= plan["simulation"]["step_us"] <= plan["additive_us"] * (1 + 1e-9)
 assert 0 < plan["simulation"]["mfu"] < 1
 assert any("svg" in g for g in d["graph"]["groups"]), "no block drawn"
 assert not re.search(r'(src|href)="https?:', html), "external resource"

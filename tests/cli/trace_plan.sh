@@ -34,7 +34,7 @@ plan() {  # plan NAME: plans $TMP/NAME.graph.json, checks the JSON summary and s
   fi
   pycheck "$TMP/$name.plan.json" "
 assert j['graph'] == '$name', j['graph']
-assert j['has_solution'] and j['status'] == 'optimal', j['status']
+assert j['has_solution'] and j['status'] in ('optimal', 'feasible'), j['status']
 assert j['checked'], 'the independent check did not run or disagreed'
 assert j['objective_us'] > 0
 assert not [w for w in j['warnings'] if 'no sharding rule' in w], j['warnings']

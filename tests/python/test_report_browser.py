@@ -111,7 +111,7 @@ def test_figures_equal_the_json(page: Any, planned: dict) -> None:
     step = float(page.get_attribute("#sim-step", "data-us"))
     assert step == pytest.approx(j["simulation"]["step_us"], rel=1e-6, abs=1e-3)
     additive = float(page.get_attribute("#additive", "data-us"))
-    assert additive == pytest.approx(j["objective_us"], rel=1e-6, abs=1e-3)
+    assert additive == pytest.approx(j["additive_us"], rel=1e-6, abs=1e-3)
     assert page.inner_text("#status").startswith(j["status"])
     # One row per parameter, in the JSON's order, with its placement.
     rows = page.eval_on_selector_all(

@@ -1,0 +1,181 @@
+// The overlap-aware objective (overlap.h, overlap_solve.h): on a chain where its model is exact
+// it equals the simulated step; its Lagrangian costs are what the formula says; the dual loop's
+// plan and bound bracket the true optimum, found by enumerating every assignment.
+#include "planner/overlap.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "cost/redistribute.h"
+#include "mesh/hardware.h"
+#include "models/builder.h"
+#include "planner/overlap_solve.h"
+#include "planner/sharding_optimizer.h"
+#include "planner/simulate.h"
+
+namespace autoshard {
+namespace {
+
+constexpr int64_t kWidth = 4096;
+const DType kBf16 = DType::kBF16;
+
+Mesh two_devices() { return Mesh({2}, {"dp"}, *hardware_preset("h100")); }
+
+/// x [rows, kWidth] -> mm with w_l in "layers.l", for l < layers (forward only).
+Graph chain(int64_t rows, int layers) {
+  GraphBuilder b("chain");
+  TensorRef h = b.input("x", {{rows, kWidth}, kBf16});
+  std::vector<TensorRef> w;
+  for (int l = 0; l < layers; ++l)
+    w.push_back(b.parameter("w" + std::to_string(l), "layers." + std::to_string(l), {{kWidth, kWidth}, kBf16}));
+  for (int l = 0; l < layers; ++l) {
+    b.set_module("layers." + std::to_string(l));
+    h = b.mm(h, w[static_cast<size_t>(l)]);
+  }
+  Graph g = b.finish();
+  Node out;
+  out.name = "output";
+  out.kind = NodeKind::kOutput;
+  out.inputs.push_back(h);
+  g.add(std::move(out));
+  return g;
+}
+
+/// FSDP on the chain: every weight stored S(0) and gathered for its matmul; activations
+/// replicated (no other communication).
+std::vector<StrategyIdx> fsdp_choice(ShardingOptimizer& opt) {
+  const Graph& g = opt.graph();
+  std::vector<std::optional<Strategy>> wanted(static_cast<size_t>(g.size()));
+  auto spec = [](const char* p) { return ShardingSpec{parse_placements(p), {}}; };
+  for (NodeIdx i = 0; i < g.size(); ++i) {
+    const Node& n = g.node(i);
+    Strategy s;
+    if (n.kind == NodeKind::kOutput) continue;
+    if (n.kind == NodeKind::kParameter) {
+      s.outputs = {spec("S(0)")};
+    } else if (n.kind == NodeKind::kInput) {
+      s.outputs = {spec("R")};
+    } else {
+      s.outputs = {spec("R")};
+      s.inputs = {spec("R"), spec("R")};
+    }
+    wanted[static_cast<size_t>(i)] = s;
+  }
+  return opt.match_strategies(wanted);
+}
+
+/// The chain's step by hand: the first gather exposed, each later one hidden behind the
+/// previous layer's matmul up to its length, the last matmul after them.
+double chain_step_by_hand(const Plan& plan, const Graph& g, const Mesh& mesh, int layers) {
+  const TensorMeta w{{kWidth, kWidth}, kBf16};
+  const double gather = redistribute_cost_us({parse_placements("S(0)"), w}, {parse_placements("R"), w}, mesh);
+  std::vector<double> mm;
+  for (NodeIdx i = 0; i < g.size(); ++i)
+    if (g.node(i).kind == NodeKind::kOp) mm.push_back(plan.nodes[static_cast<size_t>(i)]->compute_us);
+  double t = gather;
+  for (int l = 0; l + 1 < layers; ++l) t += std::max(mm[static_cast<size_t>(l)], gather);
+  return t + mm.back();
+}
+
+class OverlapChain : public ::testing::TestWithParam<int64_t> {};
+
+TEST_P(OverlapChain, ObjectiveEqualsTheSimulatedStep) {
+  const int layers = 3;
+  ShardingOptimizer opt(chain(GetParam(), layers), two_devices());
+  const Plan plan = opt.evaluate(fsdp_choice(opt));
+  ASSERT_TRUE(plan.overlap_aware);
+  ASSERT_GT(plan.comm_us, 0);
+  const double by_hand = chain_step_by_hand(plan, opt.graph(), opt.mesh(), layers);
+  EXPECT_NEAR(plan.objective_us, by_hand, 1e-9 * by_hand);
+  EXPECT_NEAR(simulate_step(opt, plan).step_us, plan.objective_us, 1e-9 * by_hand);
+  EXPECT_LT(plan.objective_us, plan.additive_us);
+  EXPECT_NEAR(plan.additive_us - plan.overlapped_us, plan.objective_us, 1e-9 * by_hand);
+}
+
+// 4096 rows: each matmul (~200 us) hides the next gather (~40 us); 256 rows: it cannot.
+INSTANTIATE_TEST_SUITE_P(ComputeBoundAndCommBound, OverlapChain, ::testing::Values(4096, 256));
+
+TEST(OverlapModel, GroupsAreWindowsWithTheNextLayersGathers) {
+  ShardingOptimizer opt(chain(256, 3), two_devices());
+  const BuiltProblem& bp = opt.problem();
+  const OverlapModel m = build_overlap_model(opt.graph(), bp);
+  // Windows layers.0 and layers.1 (layers.2 hides nothing: no later layer); one key.
+  ASSERT_EQ(m.groups.size(), 2u);
+  ASSERT_EQ(m.keys, std::vector<std::string>{"forward layers.*"});
+  for (const OverlapGroup& gr : m.groups) {
+    EXPECT_EQ(gr.window.size(), 1u);
+    ASSERT_EQ(gr.hidden.size(), 1u);
+    EXPECT_EQ(opt.graph().node(bp.edge_origin[static_cast<size_t>(gr.hidden[0])].producer.node).kind,
+              NodeKind::kParameter);
+  }
+}
+
+TEST(OverlapModel, ScaledCostsAreTheLagrangian) {
+  ShardingOptimizer opt(chain(1024, 3), two_devices());
+  const BuiltProblem& bp = opt.problem();
+  const OverlapModel m = build_overlap_model(opt.graph(), bp);
+  BuiltProblem scaled = bp;
+  const double mu = 0.3;
+  scale_overlap_costs(m, bp, {mu}, scaled);
+  const std::vector<StrategyIdx> x = fsdp_choice(opt);
+  const OverlapTerms t = overlap_terms(m, bp, x);
+  const double want = evaluate_cost(bp, x) - mu * t.hidden_us[0] - (1 - mu) * t.window_us[0];
+  EXPECT_NEAR(evaluate_cost(scaled, x), want, 1e-9 * want);
+  EXPECT_GT(t.hidden_us[0], 0);
+  EXPECT_GT(t.window_us[0], 0);
+}
+
+/// Smallest T over every assignment of the (small) problem.
+double brute_force_min(ShardingOptimizer& opt) {
+  const BuiltProblem& bp = opt.problem();
+  const OverlapModel m = build_overlap_model(opt.graph(), bp);
+  std::vector<StrategyIdx> x(static_cast<size_t>(bp.problem.num_nodes()), 0);
+  double best = kInfCost;
+  std::function<void(size_t)> walk = [&](size_t v) {
+    if (v == x.size()) {
+      const double a = evaluate_cost(bp, x);
+      if (a < kInfCost) best = std::min(best, a - overlap_terms(m, bp, x).overlapped_total_us);
+      return;
+    }
+    for (StrategyIdx q = 0; q < bp.problem.nodes[v].num_strategies(); ++q) {
+      x[v] = q;
+      walk(v + 1);
+    }
+  };
+  walk(0);
+  return best;
+}
+
+TEST(OverlapSolve, PlanAndBoundBracketTheEnumeratedOptimum) {
+  for (int64_t rows : {256, 4096}) {
+    PlannerOptions po;
+    po.memory_limit_bytes = 0;
+    ShardingOptimizer opt(chain(rows, 2), two_devices(), po);
+    const double optimum = brute_force_min(opt);
+    const Plan plan = opt.get_solution();
+    ASSERT_TRUE(plan.has_solution);
+    EXPECT_TRUE(plan.checked);
+    EXPECT_GT(plan.objective_solves, 0);
+    EXPECT_LE(plan.lower_bound_us, optimum * (1 + 1e-9)) << rows;
+    EXPECT_GE(plan.objective_us, optimum * (1 - 1e-9)) << rows;
+    if (plan.status == SolveStatus::kOptimal) {
+      EXPECT_NEAR(plan.objective_us, optimum, 1e-6 * optimum);
+    }
+    // Never worse than the additive optimum's step time.
+    PlannerOptions additive = po;
+    additive.objective = Objective::kAdditive;
+    ShardingOptimizer add(chain(rows, 2), two_devices(), additive);
+    const Plan pa = add.get_solution();
+    EXPECT_LE(plan.objective_us, opt.evaluate(add.solution_choice()).objective_us * (1 + 1e-9)) << rows;
+    EXPECT_EQ(pa.overlapped_us, 0);
+  }
+}
+
+}  // namespace
+}  // namespace autoshard

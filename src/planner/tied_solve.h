@@ -1,0 +1,49 @@
+#pragma once
+/// One solve of a built problem, as the planner does it: tie repeated layers (cluster.h), solve
+/// without the memory limit first (every reduction applies) and, only when that optimum does
+/// not fit, again under the limit (on the exact tied memory model where the tie
+/// over-estimates, exact_tied.h); prove infeasibility from the memory floor when even the
+/// least-memory layout does not fit.  ShardingOptimizer::get_solution runs it once for the
+/// additive objective and once per multiplier for the overlap-aware one (overlap_solve.h).
+#include <chrono>
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "ir/graph.h"
+#include "planner/cluster.h"
+#include "planner/options.h"
+#include "planner/problem_builder.h"
+#include "solver/solver.h"
+
+namespace autoshard {
+
+struct TiedSolveInput {
+  const Graph& graph;
+  const BuiltProblem& bp;
+  const PlannerOptions& options;
+  /// Parameter-memory constraints live in the usage limit: never relaxed.
+  bool has_shadows = false;
+  /// The layer ties of `graph` (find_layer_ties), found once for repeated solves; nullptr:
+  /// find them.
+  const std::vector<std::pair<NodeIdx, NodeIdx>>* ties = nullptr;
+  /// A full assignment to start from, or empty.
+  std::vector<StrategyIdx> warm_start;
+  std::chrono::steady_clock::time_point deadline;
+  /// Stop after the memory-free solve (where the limit is relaxed, i.e. without parameter-memory
+  /// constraints): its bound holds under the limit too; TiedSolve::fits says whether its plan
+  /// fits.  Deterministic where a memory-limited search might stop at the deadline.
+  bool relaxed_only = false;
+};
+
+struct TiedSolve {
+  SolveResult r;          ///< on cp.problem (choice is tied: cp.expand() gives the full one)
+  ClusteredProblem cp;
+  int64_t peak_floor = -1;  ///< peak of the least-memory layout when a limit applies, else -1
+  double cluster_seconds = 0;
+  bool fits = true;  ///< false: relaxed_only stopped with a plan over the memory limit
+};
+
+TiedSolve solve_tied(const TiedSolveInput& in);
+
+}  // namespace autoshard
