@@ -111,6 +111,19 @@ def main() -> int:
     ap.add_argument("--no-bounds", action="store_true",
                     help="skip the runs at the two bounds of the power-capped peak")
     a = ap.parse_args()
+    if not (os.path.isfile(a.bin) and os.access(a.bin, os.X_OK)):
+        print(f"fidelity.py: {a.bin}: not an executable autoshard binary (--bin)", file=sys.stderr)
+        return 1
+    try:
+        table(a.bin, not a.no_bounds)
+    except (RuntimeError, json.JSONDecodeError, KeyError) as e:
+        print(f"fidelity.py: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def table(binary: str, with_bounds: bool) -> None:
+    """Plans and simulates every row and prints the Markdown table and the commands."""
     with tempfile.TemporaryDirectory() as tmp:
         bounds = {}
         for tag, bf16, fp32 in (("835.5", 835.5, 60.0), ("989", 989.0, 67.0)):
@@ -123,12 +136,12 @@ def main() -> int:
               "| exposed comm | sim / published | at peak 835.5 .. 989 | peak GiB: plan / sim / published |")
         print("|---|---|---|---:|---|---:|---:|---:|---|---|")
         for r in rows():
-            s = simulate(a.bin, r.args)
+            s = simulate(binary, r.args)
             ratio = s["step_ms"] / r.step_ms
             band = "-"
-            if r.bounds and not a.no_bounds:
-                lo = simulate(a.bin, with_peak(r.args, bounds["835.5"]))["step_ms"] / r.step_ms
-                hi = simulate(a.bin, with_peak(r.args, bounds["989"]))["step_ms"] / r.step_ms
+            if r.bounds and with_bounds:
+                lo = simulate(binary, with_peak(r.args, bounds["835.5"]))["step_ms"] / r.step_ms
+                hi = simulate(binary, with_peak(r.args, bounds["989"]))["step_ms"] / r.step_ms
                 band = f"{lo:.3f} .. {hi:.3f}"
             published_mem = "-" if r.published_mem_gib is None else f"{r.published_mem_gib}"
             mem = f"{s['plan_peak_gib']:.1f} / {s['sim_peak_gib']:.1f} / {published_mem}"
@@ -140,7 +153,6 @@ def main() -> int:
         print("commands (each with --json --threads 1):")
         for r in rows():
             print("  autoshard plan " + " ".join(r.args))
-    return 0
 
 
 if __name__ == "__main__":
