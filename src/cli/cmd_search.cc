@@ -152,7 +152,7 @@ void register_search(CLI::App& app) {
   add_graph_options(sub, a->src, "llama3-8b");
   sub->add_option("--gpus", a->gpus, "number of GPUs")->capture_default_str();
   sub->add_option("--gpus-per-node", a->gpus_per_node, "GPUs per node (default: the hardware's)");
-  sub->add_option("--hardware", a->hardware, "hardware preset (a100, h100, h200, b200) or a hardware JSON file")
+  sub->add_option("--hardware", a->hardware, "hardware preset (a100, h100, h100-500w, h200, b200) or a hardware JSON file")
       ->capture_default_str();
   sub->add_option("--backend", a->backend, "communication backend: nccl or gloo")->capture_default_str();
   sub->add_option("--comm-model", a->comm_model, "nccl (measured bandwidths) or dtensor")->capture_default_str();

@@ -43,7 +43,7 @@ void add_mesh_options(CLI::App* app, MeshSource& src, const std::string& default
   app->add_option("--mesh", src.shape, "device mesh shape, e.g. 2x8 or 8")->capture_default_str();
   app->add_option("--mesh-dims", src.dims, "mesh dim names, e.g. dp,tp")->capture_default_str();
   app->add_option("--hardware", src.hardware,
-                  "hardware preset (a100, h100, h200, b200) or a hardware JSON file")
+                  "hardware preset (a100, h100, h100-500w, h200, b200) or a hardware JSON file")
       ->capture_default_str();
   app->add_option("--backend", src.backend, "communication backend: nccl or gloo")
       ->capture_default_str();

@@ -129,6 +129,16 @@ TEST(ComputeTime, RooflineBranches) {
   EXPECT_NEAR(compute_time_us(op("add.Tensor"), {a, a}, {a}, hw), 70.527, 0.01);
   // Launch floor.
   EXPECT_DOUBLE_EQ(compute_time_us(op("add.Tensor"), {t({4}), t({4})}, {t({4})}, hw), 7.0);
+  // The power-capped H100 (mesh/hardware.h "h100-500w"): a compute-bound matmul slows by the
+  // peak ratio 989/912, a memory-bound add by the HBM ratio 3350/2400.
+  const Hardware full = *hardware_preset("h100");
+  const Hardware capped = *hardware_preset("h100-500w");
+  EXPECT_NEAR(compute_time_us(op("mm"), {a, a}, {a}, capped) /
+                  compute_time_us(op("mm"), {a, a}, {a}, full),
+              989.0 / 912.0, 1e-12);
+  EXPECT_NEAR(compute_time_us(op("add.Tensor"), {a, a}, {a}, capped) /
+                  compute_time_us(op("add.Tensor"), {a, a}, {a}, full),
+              3350.0 / 2400.0, 1e-12);
   // Gathers read the indexed rows, not the table.
   const TensorMeta table = t({128256, 4096});
   const TensorMeta idx = t({8, 4096}, DType::kI64);

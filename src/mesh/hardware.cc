@@ -49,6 +49,24 @@ std::vector<Hardware> presets() {
   h100.inter_busbw_gbps = 47;
   v.push_back(h100);
 
+  // Meta's Grand Teton H100 hosts, where torchtitan's published benchmarks ran
+  // (pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md, "Hardware"; the same text
+  // in benchmarks/asyncTP_llama3_h100_2025-06_torchtitan.md): SXM H100 with 96 GB HBM2e at
+  // 2.4 TB/s, NVLink within the host, 400 Gb/s RDMA per GPU, run at the default 500 W power
+  // limit instead of the 700 W TDP.  The power cap lowers the sustained tensor-core clock; the
+  // same file's footnote 2 bounds the real peak "between SXM and NVL" without knowing it: H100
+  // SXM 989 and H100 NVL 835.5 dense BF16 TFLOPS (NVIDIA H100 datasheet, 1671 with sparsity),
+  // FP32 67 and 60.  The preset takes the midpoint of each bound (912, 63.5); the fabric figures
+  // are H100's (NVLink4 switch, one 400 Gb/s NIC per GPU).  docs/benchmarks.md "Fidelity"
+  // gives the simulated step at both bounds.
+  Hardware h100_500w = h100;
+  h100_500w.name = "h100-500w";
+  h100_500w.peak_bf16_tflops = 912;
+  h100_500w.peak_fp32_tflops = 63.5;
+  h100_500w.hbm_gbps = 2400;
+  h100_500w.memory_bytes = 96 * kGB;
+  v.push_back(h100_500w);
+
   Hardware h200 = h100;
   h200.name = "h200";
   h200.hbm_gbps = 4800;

@@ -32,7 +32,8 @@ struct Hardware {
   double peak_flops(DType t) const;
 };
 
-/// Preset names: "a100" (A100-80GB SXM), "h100", "h200", "b200".  Case-insensitive,
+/// Preset names: "a100" (A100-80GB SXM), "h100", "h100-500w" (the 96 GB HBM2e H100 at a 500 W
+/// power limit of torchtitan's published runs), "h200", "b200".  Case-insensitive,
 /// "a100-80gb" and "h100-sxm" style aliases accepted.
 std::optional<Hardware> hardware_preset(std::string_view name);
 std::vector<std::string> hardware_preset_names();

@@ -151,7 +151,8 @@ TEST(Mesh, ConstructorErrors) {
 
 // Figures from ../shared/reference/cost-model.md §3 (dense peaks) and §2 (measured busbw).
 TEST(Hardware, Presets) {
-  EXPECT_EQ(hardware_preset_names(), (std::vector<std::string>{"a100", "h100", "h200", "b200"}));
+  EXPECT_EQ(hardware_preset_names(),
+            (std::vector<std::string>{"a100", "h100", "h100-500w", "h200", "b200"}));
   constexpr int64_t kGB = 1000LL * 1000 * 1000;
   Hardware a = *hardware_preset("a100");
   EXPECT_DOUBLE_EQ(a.peak_bf16_tflops, 312);
@@ -189,6 +190,28 @@ TEST(Hardware, Presets) {
     EXPECT_DOUBLE_EQ(x.base_latency_us, 6.6);
     EXPECT_GT(x.intra_busbw_gbps, x.inter_busbw_gbps);
   }
+}
+
+// torchtitan's Grand Teton hosts (benchmarks/llama3_h100_202412_torchtitan.md): 96 GB HBM2e at
+// 2.4 TB/s, 500 W power limit; the peak is the midpoint of the SXM (989) and NVL (835.5) bounds
+// that file's footnote gives.  Everything else is H100's.
+TEST(Hardware, H100PowerCapped) {
+  constexpr int64_t kGB = 1000LL * 1000 * 1000;
+  const Hardware h = *hardware_preset("h100");
+  const Hardware c = *hardware_preset("H100-500W");
+  EXPECT_EQ(c.name, "h100-500w");
+  EXPECT_DOUBLE_EQ(c.peak_bf16_tflops, 912);
+  EXPECT_GT(c.peak_bf16_tflops, 835.5);
+  EXPECT_LT(c.peak_bf16_tflops, h.peak_bf16_tflops);
+  EXPECT_DOUBLE_EQ(c.peak_fp32_tflops, 63.5);
+  EXPECT_DOUBLE_EQ(c.hbm_gbps, 2400);
+  EXPECT_EQ(c.memory_bytes, 96 * kGB);
+  EXPECT_DOUBLE_EQ(c.nvlink_gbps, h.nvlink_gbps);
+  EXPECT_DOUBLE_EQ(c.intra_busbw_gbps, h.intra_busbw_gbps);
+  EXPECT_DOUBLE_EQ(c.inter_busbw_gbps, h.inter_busbw_gbps);
+  EXPECT_DOUBLE_EQ(c.efficiency, h.efficiency);
+  // A base for hardware JSON like any preset.
+  EXPECT_DOUBLE_EQ(parse_hardware_json(R"({"base": "h100-500w"})", "hw.json").hbm_gbps, 2400);
 }
 
 TEST(Hardware, PresetAliases) {

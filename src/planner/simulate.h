@@ -20,7 +20,8 @@
 /// - data dependencies: a redistribution is issued when its producer has finished; a stream
 ///   runs what was issued on it in issue order (FIFO, as one NCCL communicator does); an op
 ///   starts when the compute stream is free and all its inputs have arrived;
-/// - prefetch: a redistribution whose producer is a placeholder (parameter, buffer, input) has
+/// - prefetch: a redistribution whose producer is a placeholder (parameter, buffer, input), or a
+///   view op of placeholders only (the `t` of a weight that a linear layer's matmul reads), has
 ///   no producer to wait for; it is issued when the compute stream reaches the layer
 ///   `prefetch_layers` before its consumer's layer (FSDP's default of one layer ahead).  Layers
 ///   are runs of ops in schedule order sharing a layer key: the module path up to its first

@@ -124,6 +124,37 @@ TEST(Simulate, PrefetchedParameterGatherHidesBehindThePreviousLayer) {
   EXPECT_FALSE(late.streams[1][0].prefetched);
 }
 
+// A weight read through a view (the `t` a linear layer's matmul reads) is still the weight:
+// its gather is prefetched one layer ahead, not issued when the view op is reached.
+TEST(Simulate, GatherOfAWeightViewIsPrefetched) {
+  GraphBuilder b("view");
+  TensorRef x = b.input("x", {{kN, kN}, kDt});
+  TensorRef w0 = b.parameter("w0", "layers.0", {{kN, kN}, kDt});
+  TensorRef w1 = b.parameter("w1", "layers.1", {{kN, kN}, kDt});
+  b.set_module("layers.0");
+  TensorRef a = b.mm(x, w0);
+  b.set_module("layers.1");
+  TensorRef y = b.mm(a, b.t(w1));
+  Graph g = b.finish();
+  add_output(g, y);
+  ShardingOptimizer opt(g, mesh_1d());
+  // w1 stored sharded (FSDP); its transpose is sharded on dim 1 and gathered for mm_1.
+  Plan plan = plan_with(opt, {{"x", {"R"}}, {"w0", {"R"}}, {"w1", {"S(0)"}}, {"t", {"S(1)", "S(0)"}},
+                              {"mm", {"R", "R", "R"}}, {"mm_1", {"R", "R", "R"}}});
+  const double comm = gather_us("S(1)", {{kN, kN}, kDt}, opt.mesh());
+  ASSERT_GT(comm, 0);
+  ASSERT_DOUBLE_EQ(plan.comm_us, comm);
+  ASSERT_GT(plan.nodes[static_cast<size_t>(*g.find("mm"))]->compute_us, comm);
+  StepSimulation sim = simulate_step(opt, plan);
+  ASSERT_EQ(sim.streams[1].size(), 1u);
+  EXPECT_EQ(sim.streams[1][0].start_us, 0);  // with layer 0, not after the view in layer 1
+  EXPECT_TRUE(sim.streams[1][0].prefetched);
+  EXPECT_DOUBLE_EQ(sim.step_us, plan.compute_us);  // hidden behind layer 0
+  // Without prefetch it waits for layer 1 and is exposed, as a placeholder's gather is.
+  StepSimulation late = simulate_step(opt, plan, SimulationOptions{0});
+  EXPECT_DOUBLE_EQ(late.step_us, plan.compute_us + comm);
+}
+
 TEST(Simulate, ActivationRedistributionOnTheCriticalPathIsExposed) {
   Graph g = two_layer_chain();
   ShardingOptimizer opt(g, mesh_1d());
