@@ -45,6 +45,11 @@ std::string layer_key(const std::string& module_path);
 /// layers again as new segments); -1 for non-op nodes.  `num_segments` receives the count.
 std::vector<int32_t> layer_segments(const Graph& g, int32_t* num_segments = nullptr);
 
+/// Per graph node: 1 for an op that views placeholders only (the `t` of a weight its matmul
+/// reads).  A redistribution from one moves the placeholder's data, so the simulator prefetches
+/// it like the placeholder's own (FSDP gathers the weight, not its transpose).
+std::vector<char> placeholder_views(const Graph& g);
+
 /// One window and the communication that can hide behind it.
 struct OverlapGroup {
   int32_t key = 0;                   ///< index into OverlapModel::keys (shared multiplier)

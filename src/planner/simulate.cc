@@ -240,20 +240,7 @@ StepSimulation simulate_step(ShardingOptimizer& opt, const Plan& plan, const Sim
   // Layers (prefetch unit) of the op nodes.
   const std::vector<int32_t> layer = layer_segments(g, &sim.num_layers);
 
-  // Views of placeholders (the `t` of a weight that its matmul reads): a redistribution from
-  // one moves the placeholder's data, so it is prefetched like the placeholder's own (FSDP
-  // gathers the weight, not its transpose); issued after the view op instead, a forward
-  // consumer's gather waited for its layer, and a backward consumer's ran in the forward and
-  // held its buffer through the rest of the forward.
-  std::vector<char> placeholder_view(n, 0);
-  for (NodeIdx i = 0; i < g.size(); ++i) {
-    const Node& x = g.node(i);
-    if (x.kind != NodeKind::kOp || !is_view_op(x.op) || x.inputs.empty()) continue;
-    bool all = true;
-    for (const TensorRef& r : x.inputs)
-      all = all && (g.node(r.node).kind != NodeKind::kOp || placeholder_view[static_cast<size_t>(r.node)]);
-    placeholder_view[static_cast<size_t>(i)] = all;
-  }
+  const std::vector<char> placeholder_view = placeholder_views(g);
 
   const RecomputeSchedule rs = recompute_schedule(g, bp, plan);
   std::vector<std::vector<int32_t>> recompute_in(n);  // recomputation's jobs by consumer
