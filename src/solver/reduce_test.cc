@@ -58,6 +58,7 @@ ReduceOptions only(bool elim, bool dom, bool dec, bool merge = false) {
   o.dominance = dom;
   o.decompose = dec;
   o.merge = merge;
+  o.overflow = false;
   return o;
 }
 
@@ -70,6 +71,11 @@ TEST_P(ReduceRandom, MatchesBruteForce) {
       {"dominance", only(false, true, false)},
       {"eliminate", only(true, false, false)},
       {"merge", only(false, false, false, true)},
+      {"overflow", [] {
+         ReduceOptions o = only(false, false, false);
+         o.overflow = true;
+         return o;
+       }()},
       {"all", ReduceOptions{}},
       {"all, chains always", [] {
          ReduceOptions o;
@@ -88,7 +94,7 @@ TEST_P(ReduceRandom, MatchesBruteForce) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Rules, ReduceRandom, ::testing::Range(0, 7));
+INSTANTIATE_TEST_SUITE_P(Rules, ReduceRandom, ::testing::Range(0, 8));
 
 TEST(Reduce, TreeWithoutLimitReducesToNothing) {
   // A star with a chain: no usage limit, so everything is memory-free and eliminated.
@@ -120,6 +126,30 @@ TEST(Reduce, BindingMemoryKeepsVaryingUsageNodes) {
   auto br = brute_force(rp.problem, rp.base);
   EXPECT_DOUBLE_EQ(br.cost + rp.constant_cost, 10);  // node 1 must take strategy 1
   EXPECT_EQ(rp.map_back(br.choice)[1], 1);
+}
+
+TEST(Reduce, OverflowingStrategiesAreRemoved) {
+  // A parameter memory row: three nodes using 1, 2 or 4 at one time point, cheaper the more
+  // they use.  Limit 3 leaves no room above the minima: each node keeps only its smallest
+  // usage and is folded.  Limit 4 leaves room 1: usage 2 stays, usage 4 goes.
+  auto row = [](int64_t limit) {
+    Problem p;
+    for (int i = 0; i < 3; ++i) p.nodes.push_back({"", {3.0, 1.0, 0.0}, {1, 2, 4}, 0, 1});
+    p.usage_limit = limit;
+    return p;
+  };
+  ReduceOptions o = only(false, false, false);
+  o.overflow = true;
+  ReducedProblem tight = reduce(row(3), o);
+  ASSERT_FALSE(tight.infeasible);
+  EXPECT_EQ(tight.problem.num_nodes(), 0);
+  EXPECT_DOUBLE_EQ(tight.constant_cost, 9);
+  EXPECT_EQ(tight.map_back({}), (std::vector<StrategyIdx>{0, 0, 0}));
+  ReducedProblem room = reduce(row(4), o);
+  ASSERT_EQ(room.problem.num_nodes(), 3);
+  for (const ProblemNode& n : room.problem.nodes) EXPECT_EQ(n.costs, (std::vector<Cost>{3.0, 1.0}));
+  o.overflow = false;
+  EXPECT_EQ(reduce(row(3), o).problem.num_nodes(), 3);
 }
 
 TEST(Reduce, ParallelAndReversedEdgesAreSummed) {

@@ -23,6 +23,7 @@ import torch
 import torch.fx
 
 from . import _compat
+from .dispatch_trace import OUT_META, OUT_SEQUENCE, output_metas
 from .trace import _META_KEY, TracedStep
 
 FORMAT = "autoshard-graph"
@@ -36,6 +37,23 @@ class ExportError(ValueError):
 
 
 # --- output metadata -----------------------------------------------------------------------
+def _node_metas(traced: TracedStep):
+    """(node -> metas, tuple nodes) as the tracer recorded them (dispatch_trace.OUT_META), or
+    from re-running the graph when some node has none (make_fx)."""
+    results: dict = {}
+    sequences: set = set()
+    for node in traced.gm.graph.nodes:
+        if node.op == "output":
+            break
+        m = node.meta.get(OUT_META)
+        if m is None:
+            return _run_meta(traced)
+        results[node] = m
+        if node.meta.get(OUT_SEQUENCE):
+            sequences.add(node)
+    return results, sequences
+
+
 def _run_meta(traced: TracedStep):
     """Runs the graph on the meta tensors it was traced with -> (node -> metas, tuple nodes).
 
@@ -81,19 +99,7 @@ def _getattr_path(obj, target: str):
     return obj
 
 
-def _metas(val):
-    """Result -> list of (shape, dtype) / None per output, or ("nontensor", val).
-
-    Non-tensor members of a tuple (e.g. the int max_q / max_k that 2.x's
-    _scaled_dot_product_flash_attention returns) count as not-produced outputs, so output
-    indices keep matching the schema; their getitems become constants (see _constant)."""
-    if isinstance(val, torch.Tensor):
-        return [(list(val.shape), val.dtype)]
-    if isinstance(val, (tuple, list)) and any(isinstance(v, torch.Tensor) for v in val):
-        return [(list(v.shape), v.dtype) if isinstance(v, torch.Tensor) else None for v in val]
-    if isinstance(val, (tuple, list)) and all(v is None for v in val) and val:
-        return [None for _ in val]
-    return ("nontensor", val)
+_metas = output_metas
 
 
 def _constant(m):
@@ -236,7 +242,7 @@ def _is_inplace(target) -> bool:
 def to_graph_dict(traced: TracedStep, name: str = "model", *, keep_dead: bool = False) -> dict:
     """Builds the graph JSON object from a traced step (dead nodes dropped unless keep_dead)."""
     graph = traced.gm.graph
-    metas, sequences = _run_meta(traced)
+    metas, sequences = _node_metas(traced)
     dead = set() if keep_dead else _dead_nodes(graph)
     nodes_out: list[dict] = []
     out_name: dict = {}      # fx node -> autoshard name
