@@ -79,7 +79,9 @@ struct ReducedProblem : ReductionMap {
   Problem problem;               ///< what is left; usage_limit as in the original
   std::vector<BaseUsage> base;   ///< constant usage of removed nodes and piece minima
   Cost constant_cost = 0;        ///< cost of removed nodes and edges
-  bool infeasible = false;       ///< some node has no allowed strategy left
+  /// Some node has no allowed strategy left: forbidden choices, or (with overflow) the usage
+  /// limit, rule out every assignment.
+  bool infeasible = false;
 };
 
 struct ReduceOptions {

@@ -291,6 +291,11 @@ class Rules {
       }
       if (!any) continue;
       changed = true;
+      // A node of several pieces (merged) may overflow in one piece with each strategy.
+      if (std::none_of(keep.begin(), keep.end(), [](char c) { return c != 0; })) {
+        r_.infeasible = true;
+        return true;
+      }
       remove_strategies(v, keep);  // its new minima join the base: the table stays a lower bound
     }
     return changed;
