@@ -204,6 +204,12 @@ class AutoParallel:
 
     def build(self) -> ShardingOptimizer:
         """Traces the training step and creates the optimizer (done by `with`)."""
+        from .tracer.trace import gc_paused
+
+        with gc_paused():  # tracing, export and hand-off make ~10^5 long-lived objects
+            return self._build()
+
+    def _build(self) -> ShardingOptimizer:
         from .tracer.export import to_graph_dict
         from .tracer.meta_init import meta_device
         from .tracer.trace import trace_training_step
