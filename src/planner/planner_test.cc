@@ -520,6 +520,7 @@ TEST(PlannerApi, ParameterMemoryConstraintIsProvenUnderADeviceLimit) {
   PlannerOptions o;
   o.memory_limit_bytes = int64_t{20} << 30;
   o.time_limit_s = 30;
+  o.objective = Objective::kAdditive;  // the memory handling's proof, not the overlap dual's
   ShardingOptimizer opt(g, mesh, o);
   opt.add_parameter_memory_constraint(0, 1.0 / 16);
   Plan p = opt.get_solution();
