@@ -1,11 +1,15 @@
 #!/usr/bin/env python3
-"""Python front end figures: tracing time/CPU of an example model, and optimize_placement from
-Python against `autoshard plan` on the same graph file (docs/benchmarks.md, section Python).
+"""Python front end figures: tracing time/CPU of an example model, optimize_placement from
+Python against `autoshard plan` on the same graph file, and the whole AutoParallel workflow
+from Python (trace, export, graph hand-off, plan) against the CLI planning the built-in model
+of the same architecture (docs/benchmarks.md, section Python).
 
-    AUTOSHARD_CORE=build-python/_core*.so PYTHONPATH=python build/venv/bin/python \
-        bench/python_bench.py --cli build-python/autoshard [--model llama3_8b --batch 8 --seq 2048]
+    AUTOSHARD_CORE=build/_core*.so PYTHONPATH=python build/venv/bin/python \
+        bench/python_bench.py --cli build/autoshard [--model llama3_8b --batch 8 --seq 2048 \
+        --mesh 8x8 --builtin llama3-8b]
 
-Prints a table: phase, wall seconds, CPU seconds.  Peak memory of the trace: run
+Prints a table: phase, wall seconds, CPU seconds (the CLI's: its user + system time).  On a
+shared machine CPU seconds are the steadier figure.  Peak memory of the trace: run
 `/usr/bin/time -v python/autoshard-trace ...` (Maximum resident set size).
 """
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -25,6 +30,15 @@ def timed(fn):
     return out, time.perf_counter() - w, time.process_time() - c
 
 
+def run_cli(cmd: list[str]):
+    """(completed process, wall s, CPU s of the child: user + system)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    r, w, _ = timed(lambda: subprocess.run(cmd, check=True, capture_output=True, text=True))
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return r, w, cpu
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="llama3_8b", help="factory in autoshard.tracer.examples.llama")
@@ -33,10 +47,12 @@ def main() -> int:
     ap.add_argument("--mesh", default="2x8")
     ap.add_argument("--dims", default="dp,tp")
     ap.add_argument("--cli", required=True, help="the autoshard binary")
+    ap.add_argument("--builtin", default="llama3-8b",
+                    help="the CLI's built-in model of the same architecture (--model)")
     a = ap.parse_args()
     import torch  # noqa: F401  (import time is not part of the figures)
 
-    from autoshard import core
+    from autoshard import AutoParallel, core
     from autoshard.tracer import examples  # noqa: F401
     from autoshard.tracer.examples import llama
     from autoshard.tracer.export import to_graph_dict, write_graph_json
@@ -58,14 +74,31 @@ def main() -> int:
         opt, w, c = timed(lambda: core.plan_graph(path, mesh))
         rows.append(("optimize_placement (Python, load+plan)", w, c))
         cmd = [a.cli, "plan", "--graph", path, "--mesh", a.mesh, "--mesh-dims", a.dims, "--json"]
-        r, w, _ = timed(lambda: subprocess.run(cmd, check=True, capture_output=True, text=True))
-        rows.append(("autoshard plan --graph (CLI process)", w, float("nan")))
+        r, w, c = run_cli(cmd)
+        rows.append(("autoshard plan --graph (CLI process)", w, c))
         cli = json.loads(r.stdout)
         same = abs(cli["objective_us"] - opt.solution.objective_us) <= 1e-9 * cli["objective_us"]
+    # The AutoParallel workflow end to end, on a fresh model (nothing cached by the runs above
+    # but PyTorch's own lazy imports), against the CLI on its built-in model.
+    m, i, l, t = factory(batch=a.batch, seq=a.seq)
+
+    def autoparallel():
+        with AutoParallel(m, lambda: (i, t), mesh, loss_fn=l) as autop:
+            return autop.optimize_placement(), autop.sharding_optimizer.solution
+    (_, plan), w_py, c_py = timed(autoparallel)
+    rows.append(("AutoParallel: trace+export+hand-off+plan", w_py, c_py))
+    cmd = [a.cli, "plan", "--model", a.builtin, "--batch", str(a.batch), "--seq", str(a.seq),
+           "--mesh", a.mesh, "--mesh-dims", a.dims, "--json"]
+    r, w_cli, c_cli = run_cli(cmd)
+    rows.append((f"autoshard plan --model {a.builtin} (CLI)", w_cli, c_cli))
+    rows.append(("ratio Python / CLI", w_py / w_cli, c_py / c_cli))
+    builtin = json.loads(r.stdout)
     print(f"{'phase':<42} {'wall s':>8} {'cpu s':>8}")
     for name, w, c in rows:
         print(f"{name:<42} {w:>8.2f} {c:>8.2f}")
-    print(f"nodes {len(graph['nodes'])}; same objective as the CLI: {same}")
+    print(f"nodes {len(graph['nodes'])}; same objective as the CLI: {same}; AutoParallel plan "
+          f"{plan.status} {plan.objective_us / 1e3:.1f} ms, built-in {builtin['status']} "
+          f"{builtin['objective_us'] / 1e3:.1f} ms")
     return 0 if same else 1
 
 

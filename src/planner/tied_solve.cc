@@ -33,6 +33,26 @@ int64_t peak_upper_bound(const Problem& p) {
   return peak_of_usages(p, usage);
 }
 
+/// The device-memory relaxation of a problem with parameter-memory constraints: every node but
+/// their shadows (problem_builder.cc: copies of the parameter nodes at private time points,
+/// tied by slot -2 edges from a parameter) uses nothing, so the only memory rows left are the
+/// parameter-memory ones, which are the user's constraints and never relaxed.  A relaxed
+/// optimum that fits the device limit is optimal.  Before, a parameter-memory constraint kept
+/// every device-memory row in the first solve (with the tied layers' over-estimated usages):
+/// AutoParallel's LLaMA-3 8B on 8x8 took 60 s in the MIP although its optimum uses 18 of 75
+/// GiB (docs/benchmarks.md, "Traced graphs").
+void relax_device_memory(const Graph& g, const BuiltProblem& bp, const std::vector<PNodeIdx>& class_of,
+                         Problem& p) {
+  std::vector<char> shadow(p.nodes.size(), 0);
+  for (size_t k = 0; k < bp.edges.size(); ++k) {
+    const BuiltProblem::EdgeOrigin& o = bp.edge_origin[k];
+    if (o.slot == -2 && g.node(o.consumer).kind == NodeKind::kParameter)
+      shadow[static_cast<size_t>(class_of[static_cast<size_t>(bp.edges[k].v)])] = 1;
+  }
+  for (size_t v = 0; v < p.nodes.size(); ++v)
+    if (!shadow[v]) std::fill(p.nodes[v].usages.begin(), p.nodes[v].usages.end(), 0);
+}
+
 /// The memory-limited solve on the exact tied model (exact_tied.h), with kExactTiedShare of the
 /// seconds `remaining()` leaves.  keep_first (--recompute auto): a recompute-none solve of the
 /// same model (forbid_recomputation) first takes kKeepFirstShare of them; its plan is a plan of
@@ -95,10 +115,11 @@ TiedSolve solve_tied(const TiedSolveInput& in) {
   so.threads = options_.threads;
   so.cutoff = options_.cutoff_us;
 
-  // Memory is handled by relaxation first: solve without the usage limit (every reduction
-  // applies); if the optimum fits, it is also optimal for the limited problem.  Otherwise
-  // solve again with memory, keeping the relaxed optimum as a lower bound.  Parameter-memory
-  // constraints live in the usage limit, so they are never relaxed.
+  // Memory is handled by relaxation first: solve without the device's usage limit (every
+  // reduction applies); if the optimum fits, it is also optimal for the limited problem.
+  // Otherwise solve again with memory, keeping the relaxed optimum as a lower bound.
+  // Parameter-memory constraints live in the usage limit (their shadows' rows), so they are
+  // never relaxed: relax_device_memory keeps them alone.
   TiedSolve out;
   ClusteredProblem& cp = out.cp;
   cp = !options_.cluster ? identity_cluster(bp)
@@ -140,21 +161,20 @@ TiedSolve solve_tied(const TiedSolveInput& in) {
     }
   } else {
     Problem relaxed_problem = cp.problem;
-    if (!has_shadows) {
-      relaxed_problem.usage_limit = -1;
-      keep_all_activations(bp, cp.class_of, relaxed_problem);  // exact without memory
-    }
+    if (has_shadows) relax_device_memory(in.graph, bp, cp.class_of, relaxed_problem);
+    else relaxed_problem.usage_limit = -1;
+    keep_all_activations(bp, cp.class_of, relaxed_problem);  // exact without device memory
     // When memory may bind, the relaxed solve gets half of the time: the second solve needs room.
-    so.time_limit_s = memory_may_bind && !has_shadows ? remaining() / 2 : remaining();
+    so.time_limit_s = memory_may_bind ? remaining() / 2 : remaining();
     if (!in.warm_start.empty() && static_cast<PNodeIdx>(in.warm_start.size()) == bp.problem.num_nodes())
       so.warm_start = cp.restrict(in.warm_start);
     say(fmt::format("built {} nodes, {} edges; tied into {} nodes", bp.problem.num_nodes(),
                     bp.edges.size(), cp.problem.num_nodes()));
     SolverOptions relaxed_so = so;
-    if (!has_shadows) lower_kept_choice(bp, cp.class_of, relaxed_so.warm_start);
+    lower_kept_choice(bp, cp.class_of, relaxed_so.warm_start);
     r = solve(relaxed_problem, relaxed_so);
-    if (!has_shadows) lift_kept_choice(bp, cp.class_of, cp.problem, r.choice);
-    bool relaxed = memory_may_bind && !has_shadows;
+    lift_kept_choice(bp, cp.class_of, cp.problem, r.choice);
+    bool relaxed = memory_may_bind;
     if (relaxed && !r.choice.empty() &&
         peak_usage(bp.problem, cp.expand(r.choice)) <= bp.problem.usage_limit)
       relaxed = false;  // the relaxed optimum fits: done

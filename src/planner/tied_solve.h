@@ -30,9 +30,9 @@ struct TiedSolveInput {
   /// A full assignment to start from, or empty.
   std::vector<StrategyIdx> warm_start;
   std::chrono::steady_clock::time_point deadline;
-  /// Stop after the memory-free solve (where the limit is relaxed, i.e. without parameter-memory
-  /// constraints): its bound holds under the limit too; TiedSolve::fits says whether its plan
-  /// fits.  Deterministic where a memory-limited search might stop at the deadline.
+  /// Stop after the memory-free solve (the device limit relaxed; parameter-memory rows, when
+  /// there are any, kept): its bound holds under the limit too; TiedSolve::fits says whether
+  /// its plan fits.  Deterministic where a memory-limited search might stop at the deadline.
   bool relaxed_only = false;
 };
 

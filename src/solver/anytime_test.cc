@@ -270,7 +270,7 @@ namespace {
 /// is the optimum comes back as the answer even when the search has no time.
 TEST(Anytime, WarmStartIsTheFirstIncumbent) {
   int warmed = 0;
-  for (uint32_t seed = 1; seed <= 200; ++seed) {
+  for (uint32_t seed = 1; seed <= 400; ++seed) {
     const Problem p = testing::random_problem(seed);
     const auto brute = testing::brute_force(p);
     if (!brute.feasible) continue;

@@ -14,6 +14,9 @@
 /// memory included; reduce_test.cc checks every rule against brute force on random problems):
 ///  - forbidden strategies: a strategy with cost +inf, or whose row in some incident edge is
 ///    all +inf, is removed (a node left without strategies proves the problem infeasible);
+///  - overflowing strategies: a strategy whose usage above its piece's minimum exceeds the
+///    room the base leaves under the limit in some segment of the piece is removed (the base
+///    holds every other node's minimum, so that strategy overflows whatever they choose);
 ///  - parallel edges are summed into one edge;
 ///  - an edge whose matrix is a(p) + b(q) (all finite) is split into node costs and removed
 ///    (this also removes all-zero edges);
@@ -76,7 +79,9 @@ struct ReducedProblem : ReductionMap {
   Problem problem;               ///< what is left; usage_limit as in the original
   std::vector<BaseUsage> base;   ///< constant usage of removed nodes and piece minima
   Cost constant_cost = 0;        ///< cost of removed nodes and edges
-  bool infeasible = false;       ///< some node has no allowed strategy left
+  /// Some node has no allowed strategy left: forbidden choices, or (with overflow) the usage
+  /// limit, rule out every assignment.
+  bool infeasible = false;
 };
 
 struct ReduceOptions {
@@ -84,6 +89,9 @@ struct ReduceOptions {
   bool dominance = true;
   bool decompose = true;   ///< split additive edges into node costs
   bool merge = true;       ///< merge nodes that are functions of a neighbour
+  /// Remove overflowing strategies (see above).  Off for the minimal-peak search, which runs
+  /// the reductions with a limit of 0 to keep every varying usage.
+  bool overflow = true;
   /// Degree-2 eliminations are skipped when they would create an edge with more entries than
   /// the two edges they remove plus this slack (keeps the MIP small), unless an edge u - w
   /// already exists.  reduce_to_groups() ignores it (the anytime search gains from any

@@ -1,6 +1,7 @@
 #include "solver/reducer.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <deque>
 #include <limits>
@@ -32,6 +33,7 @@ class Rules {
   void run() {
     init();
     drop_safe_pieces();  // memory-free nodes are known before the first rule
+    remove_overflowing();
     for (PNodeIdx v = 0; v < p_.num_nodes(); ++v) enqueue(v);
     for (int round = 0; round < kMaxRounds && !r_.infeasible; ++round) {
       ++r_.rounds;
@@ -43,7 +45,9 @@ class Rules {
         process(v);
       }
       if (r_.infeasible || !queue_.empty()) break;  // done, or out of time
-      if (!drop_safe_pieces()) break;
+      // The base only grows as rules fire: more pieces become safe, more strategies overflow.
+      const bool dropped = drop_safe_pieces();
+      if (!remove_overflowing() && !dropped) break;
     }
     compute_binding();
     r_.base.assign(r_.binding.size(), 0);
@@ -244,6 +248,55 @@ class Rules {
         return true;
       });
       if (n.pieces.size() != before) changed = true, enqueue(v);
+    }
+    return changed;
+  }
+
+  /// Removes every strategy that overflows on its own: total usage in a segment is at least
+  /// base + the piece's usage above its minimum, so a strategy whose piece usage exceeds
+  /// limit - base in one of its segments is infeasible whatever the other nodes choose.  A
+  /// parameter memory constraint (problem_builder.cc: one row of "shadow" usages at a private
+  /// time point) at its default bound 1/devices leaves no room at all: this pins every
+  /// parameter to its smallest local size, the row stops binding, and the search is again
+  /// memory-free (AutoParallel's LLaMA-3 8B on 8x8: 60 s -> under a second).  Returns true if
+  /// any strategy was removed.
+  bool remove_overflowing() {
+    if (!opt_.overflow || p_.usage_limit < 0 || base_diff_.size() < 2) return false;
+    const size_t segments = base_diff_.size() - 1;
+    // Base per segment and a sparse table of its maxima over runs of 2^w segments.
+    std::vector<std::vector<int64_t>> top(1, std::vector<int64_t>(segments));
+    int64_t acc = 0;
+    for (size_t s = 0; s < segments; ++s) top[0][s] = acc += base_diff_[s];
+    for (size_t w = 1; (size_t{1} << w) <= segments; ++w) {
+      const std::vector<int64_t>& prev = top[w - 1];
+      std::vector<int64_t> row(segments - (size_t{1} << w) + 1);
+      for (size_t s = 0; s < row.size(); ++s) row[s] = std::max(prev[s], prev[s + (size_t{1} << (w - 1))]);
+      top.push_back(std::move(row));
+    }
+    auto base_max = [&](int32_t lo, int32_t hi) {
+      const size_t w = static_cast<size_t>(std::bit_width(sz(hi - lo))) - 1;
+      return std::max(top[w][sz(lo)], top[w][sz(hi) - (size_t{1} << w)]);
+    };
+    bool changed = false;
+    for (PNodeIdx v = 0; v < p_.num_nodes(); ++v) {
+      WNode& n = node(v);
+      if (!n.alive || n.pieces.empty()) continue;
+      std::vector<char> keep(sz(n.k()), 1);
+      bool any = false;
+      for (const WPiece& pc : n.pieces) {
+        const int64_t room = p_.usage_limit - base_max(pc.lo, pc.hi);
+        if (room < 0) continue;  // the base alone overflows: solve() reports the memory bound
+        for (size_t q = 0; q < pc.u.size(); ++q)
+          if (pc.u[q] > room) keep[q] = 0, any = true;
+      }
+      if (!any) continue;
+      changed = true;
+      // A node of several pieces (merged) may overflow in one piece with each strategy.
+      if (std::none_of(keep.begin(), keep.end(), [](char c) { return c != 0; })) {
+        r_.infeasible = true;
+        return true;
+      }
+      remove_strategies(v, keep);  // its new minima join the base: the table stays a lower bound
     }
     return changed;
   }

@@ -74,6 +74,7 @@ void solve_min_peak(const Problem& p, const SolverOptions& opt, Clock::time_poin
   // eliminate nodes whose usage is constant (exact for the peak).
   q.usage_limit = 0;
   ReduceOptions ro;
+  ro.overflow = false;  // with limit 0 every strategy would overflow
   ro.deadline = Clock::now() + (deadline - Clock::now()) / 3;
   ReducedProblem rq = reduce(q, ro);
   if (rq.infeasible) return;  // forbidden choices alone make it infeasible

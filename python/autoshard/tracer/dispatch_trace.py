@@ -18,6 +18,9 @@ OpOverloads, `operator.getitem` nodes for the members of tuple/list results, `ge
 nodes for tensors that no recorded op produced (constants), and one output node.  In-place
 ops rebind their tensor to the new node, as in make_fx.  tests/python/test_trace.py checks
 that both tracers export the same graph.
+
+Every node also gets its output metadata as the op produced it, `node.meta[OUT_META]` (see
+`output_metas`), so that the exporter does not run the graph a second time to learn shapes.
 """
 from __future__ import annotations
 
@@ -26,6 +29,25 @@ import operator
 import torch
 import torch.fx
 from torch.utils._python_dispatch import TorchDispatchMode
+
+
+OUT_META = "autoshard_out"  #: node.meta key of the recorded output metadata
+OUT_SEQUENCE = "autoshard_seq"  #: node.meta key, True on ops that returned a tuple or list
+
+
+def output_metas(val):
+    """An op's result -> list of (shape, dtype) / None per output, or ("nontensor", val).
+
+    Non-tensor members of a tuple (e.g. the int max_q / max_k that 2.x's
+    _scaled_dot_product_flash_attention returns) count as not-produced outputs, so output
+    indices keep matching the schema."""
+    if isinstance(val, torch.Tensor):
+        return [(list(val.shape), val.dtype)]
+    if isinstance(val, (tuple, list)) and any(isinstance(v, torch.Tensor) for v in val):
+        return [(list(v.shape), v.dtype) if isinstance(v, torch.Tensor) else None for v in val]
+    if isinstance(val, (tuple, list)) and all(v is None for v in val) and val:
+        return [None for _ in val]
+    return ("nontensor", val)
 
 
 _CACHEABLE: dict = {}
@@ -70,6 +92,7 @@ class _Recording(TorchDispatchMode):
     def bind(self, t: torch.Tensor, node: torch.fx.Node) -> None:
         self.env[id(t)] = node
         self.keep.append(t)
+        node.meta[OUT_META] = [(list(t.shape), t.dtype)]
 
     def _arg(self, a):
         if isinstance(a, torch.Tensor):
@@ -94,17 +117,17 @@ class _Recording(TorchDispatchMode):
             if r is not NotImplemented:
                 return r
         out = self._run(func, args, kwargs)
-        node = self.graph.create_node(
-            "call_function", func, tuple(self._arg(a) for a in args),
-            {k: self._arg(v) for k, v in kwargs.items()},
-            name=func.overloadpacket.__name__)
+        node = _call_node(self.graph, func, tuple(self._arg(a) for a in args),
+                          {k: self._arg(v) for k, v in kwargs.items()},
+                          func.overloadpacket.__name__)
+        node.meta[OUT_META] = output_metas(out)
+        node.meta[OUT_SEQUENCE] = isinstance(out, (tuple, list))
         if isinstance(out, torch.Tensor):
             self.bind(out, node)
         elif isinstance(out, (tuple, list)):
             for i, t in enumerate(out):
                 if isinstance(t, torch.Tensor):
-                    self.bind(t, self.graph.create_node("call_function", operator.getitem,
-                                                        (node, i)))
+                    self.bind(t, _call_node(self.graph, operator.getitem, (node, i), {}))
         return out
 
 
@@ -129,6 +152,21 @@ class _Recording(TorchDispatchMode):
         elif isinstance(out, tuple) and all(isinstance(t, torch.Tensor) for t in out):
             self.memo[key] = tuple((tuple(t.shape), t.stride(), t.dtype) for t in out)
         return out
+
+
+def _call_node(graph: torch.fx.Graph, target, args: tuple, kwargs: dict,
+               name: str | None = None) -> torch.fx.Node:
+    """graph.create_node("call_function", ...) without its scan of the arguments: recent
+    PyTorch walks every call's args and kwargs through pytree looking for raw SymInts (a
+    warning for symbolic tracing), a quarter of this tracer's time on LLaMA-3 8B; shapes are
+    concrete here.  The node is created without arguments, then given them (Node.args and
+    Node.kwargs setters: the same users bookkeeping)."""
+    node = graph.create_node("call_function", target, None, None, name=name)
+    if args:
+        node.args = args
+    if kwargs:
+        node.kwargs = kwargs
+    return node
 
 
 def _tensor_args(args):

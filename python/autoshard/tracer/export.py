@@ -23,7 +23,8 @@ import torch
 import torch.fx
 
 from . import _compat
-from .trace import _META_KEY, TracedStep
+from .dispatch_trace import OUT_META, OUT_SEQUENCE, output_metas
+from .trace import _META_KEY, TracedStep, gc_paused
 
 FORMAT = "autoshard-graph"
 VERSION = 1
@@ -36,6 +37,23 @@ class ExportError(ValueError):
 
 
 # --- output metadata -----------------------------------------------------------------------
+def _node_metas(traced: TracedStep):
+    """(node -> metas, tuple nodes) as the tracer recorded them (dispatch_trace.OUT_META), or
+    from re-running the graph when some node has none (make_fx)."""
+    results: dict = {}
+    sequences: set = set()
+    for node in traced.gm.graph.nodes:
+        if node.op == "output":
+            break
+        m = node.meta.get(OUT_META)
+        if m is None:
+            return _run_meta(traced)
+        results[node] = m
+        if node.meta.get(OUT_SEQUENCE):
+            sequences.add(node)
+    return results, sequences
+
+
 def _run_meta(traced: TracedStep):
     """Runs the graph on the meta tensors it was traced with -> (node -> metas, tuple nodes).
 
@@ -81,19 +99,7 @@ def _getattr_path(obj, target: str):
     return obj
 
 
-def _metas(val):
-    """Result -> list of (shape, dtype) / None per output, or ("nontensor", val).
-
-    Non-tensor members of a tuple (e.g. the int max_q / max_k that 2.x's
-    _scaled_dot_product_flash_attention returns) count as not-produced outputs, so output
-    indices keep matching the schema; their getitems become constants (see _constant)."""
-    if isinstance(val, torch.Tensor):
-        return [(list(val.shape), val.dtype)]
-    if isinstance(val, (tuple, list)) and any(isinstance(v, torch.Tensor) for v in val):
-        return [(list(v.shape), v.dtype) if isinstance(v, torch.Tensor) else None for v in val]
-    if isinstance(val, (tuple, list)) and all(v is None for v in val) and val:
-        return [None for _ in val]
-    return ("nontensor", val)
+_metas = output_metas
 
 
 def _constant(m):
@@ -186,22 +192,37 @@ def op_name(target) -> str:
     return name
 
 
+_SCHEMA_ARGS: dict = {}
+
+
+def _schema_args(target):
+    """(name, kwarg_only, has_default, default) per schema argument of an op, cached per op:
+    reading a schema from C++ costs more than the whole rest of one node's export."""
+    hit = _SCHEMA_ARGS.get(target)
+    if hit is None:
+        hit = tuple((a.name, a.kwarg_only, _has_default(a),
+                     a.default_value if _has_default(a) else None)
+                    for a in target._schema.arguments)
+        _SCHEMA_ARGS[target] = hit
+    return hit
+
+
 def _bind(node) -> list:
     """(arg name, value) pairs in schema order; positional beyond the schema get arg{i}.
 
     Arguments the call left out take their schema default (so `add.Tensor` always has
     `alpha`, `gelu` always has `approximate`), sparing consumers a table of ATen defaults."""
-    schema = getattr(node.target, "_schema", None)
-    if schema is None:
+    if getattr(node.target, "_schema", None) is None:
         return [(f"arg{i}", a) for i, a in enumerate(node.args)] + list(node.kwargs.items())
+    args, kwargs = node.args, node.kwargs
     pairs = []
-    for i, arg in enumerate(schema.arguments):
-        if i < len(node.args) and not arg.kwarg_only:
-            pairs.append((arg.name, node.args[i]))
-        elif arg.name in node.kwargs:
-            pairs.append((arg.name, node.kwargs[arg.name]))
-        elif _has_default(arg):
-            pairs.append((arg.name, arg.default_value))
+    for i, (name, kwarg_only, has_default, default) in enumerate(_schema_args(node.target)):
+        if i < len(args) and not kwarg_only:
+            pairs.append((name, args[i]))
+        elif name in kwargs:
+            pairs.append((name, kwargs[name]))
+        elif has_default:
+            pairs.append((name, default))
     return pairs
 
 
@@ -235,8 +256,13 @@ def _is_inplace(target) -> bool:
 
 def to_graph_dict(traced: TracedStep, name: str = "model", *, keep_dead: bool = False) -> dict:
     """Builds the graph JSON object from a traced step (dead nodes dropped unless keep_dead)."""
+    with gc_paused():
+        return _to_graph_dict(traced, name, keep_dead)
+
+
+def _to_graph_dict(traced: TracedStep, name: str, keep_dead: bool) -> dict:
     graph = traced.gm.graph
-    metas, sequences = _run_meta(traced)
+    metas, sequences = _node_metas(traced)
     dead = set() if keep_dead else _dead_nodes(graph)
     nodes_out: list[dict] = []
     out_name: dict = {}      # fx node -> autoshard name
