@@ -4,10 +4,12 @@ small configs, meta weights) traced and planned on a 2x4 (dp, tp) mesh through
 autoshard.AutoParallel; prints one Markdown table row per model (docs/zoo.md).
 
     AUTOSHARD_CORE=$(ls build/_core*.so) build/venv/bin/python bench/zoo_bench.py [NAME...]
-        [--time-limit S] [--threads N] [--json FILE]
+        [--time-limit S] [--threads N] [--param-memory] [--json FILE]
 
 Columns: graph nodes (all kinds) and op nodes of the traced step; trace s (model call, loss
-and backward recorded + graph export); plan s (problem build + solve + checks); fallbacks:
+and backward recorded + graph export); plan s (problem build + solve + checks); params/device:
+the plan's parameter bytes per device over the unsharded bytes (--param-memory asks for at most
+1/8, AutoParallel's add_parameter_memory_constraint() default); fallbacks:
 the ops planned replicated for want of a sharding rule (the zoo wants none); status: the
 solver's status, or the first line of the error.  Exit status 1 when any model fails or
 falls back.
@@ -32,6 +34,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("names", nargs="*", help="zoo entries to run (default: all)")
     ap.add_argument("--time-limit", type=float, default=60.0, help="solver limit per model, s")
     ap.add_argument("--threads", type=int, default=1, help="solver threads")
+    ap.add_argument("--param-memory", action="store_true",
+                    help="plan under add_parameter_memory_constraint() (params 1/8 per device)")
     ap.add_argument("--json", help="also write the results to this file")
     args = ap.parse_args(argv)
 
@@ -49,16 +53,18 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"transformers {transformers.__version__}, mesh 2x4 (dp, tp), batch {Z.BATCH}, "
           f"seq {Z.SEQ}, {Z.LAYERS} layers, hidden {Z.HIDDEN}\n")
-    print("| model | family | class | nodes | op nodes | trace s | plan s | fallbacks | status |")
-    print("|---|---|---|---:|---:|---:|---:|---|---|")
+    print("| model | family | class | nodes | op nodes | trace s | plan s | params/device "
+          "| fallbacks | status |")
+    print("|---|---|---|---:|---:|---:|---:|---:|---|---|")
     results = []
     for e in entries:
-        r = Z.plan_entry(e, time_limit_s=args.time_limit, threads=args.threads)
+        r = Z.plan_entry(e, time_limit_s=args.time_limit, threads=args.threads,
+                         param_memory=args.param_memory)
         results.append(r)
         status = r.error or r.status
         fb = ", ".join(r.fallback_ops) if r.fallback_ops else "0"
         print(f"| {r.name} | {r.family} | {e.model_class} | {r.graph_nodes} | {r.op_nodes} | "
-              f"{r.trace_s:.2f} | {r.plan_s:.2f} | {fb} | {status.replace('|', '/')} |",
+              f"{r.trace_s:.2f} | {r.plan_s:.2f} | 1/{1 / r.param_fraction:.2g} | {fb} | {status.replace('|', '/')} |",
               flush=True)
     ok = sum(r.ok for r in results)
     print(f"\n{ok}/{len(results)} planned with full coverage "
