@@ -63,8 +63,9 @@ def main(argv: list[str] | None = None) -> int:
         results.append(r)
         status = r.error or r.status
         fb = ", ".join(r.fallback_ops) if r.fallback_ops else "0"
+        params = "-" if r.error else f"1/{1 / r.param_fraction:.2g}"
         print(f"| {r.name} | {r.family} | {e.model_class} | {r.graph_nodes} | {r.op_nodes} | "
-              f"{r.trace_s:.2f} | {r.plan_s:.2f} | 1/{1 / r.param_fraction:.2g} | {fb} | {status.replace('|', '/')} |",
+              f"{r.trace_s:.2f} | {r.plan_s:.2f} | {params} | {fb} | {status.replace('|', '/')} |",
               flush=True)
     ok = sum(r.ok for r in results)
     print(f"\n{ok}/{len(results)} planned with full coverage "
