@@ -2,9 +2,10 @@
 the meta device, traced and planned through autoshard's Python API (AutoParallel).
 
 Each entry gives a name, a family, the model class, a config builder (small: 2 layers, hidden
-64, 4 heads, vocabulary 256 -- every sharded dimension divides the 2x4 mesh) and an input
-builder (batch 8, sequence 32, or 8 images of 32x32).  Shared by tests/python/test_zoo.py
-(a quick subset) and bench/zoo_bench.py (all of them, table in docs/zoo.md).
+64, 4 heads, vocabulary 256: the main dimensions divide the 2x4 mesh) and an input builder
+(batch 8, sequence 32, or 8 images of 32x32); weights are bfloat16.  Shared by
+tests/python/test_zoo.py (a quick subset) and bench/zoo_bench.py (all of them, table in
+docs/zoo.md).
 
 `plan_entry(entry)` is the whole check: trace one training step (forward, the default loss:
 the sum of every floating output, backward) and plan it on a 2x4 (dp, tp) mesh; it returns
@@ -144,7 +145,8 @@ ZOO: list[ZooEntry] = [
     ZooEntry("phi3", DECODER, "Phi3ForCausalLM", _cfg("Phi3Config", **_LLAMA_LIKE, **_IDS), _text),
     ZooEntry("falcon", DECODER, "FalconForCausalLM",
              _cfg("FalconConfig", vocab_size=VOCAB, hidden_size=HIDDEN,
-                  num_hidden_layers=LAYERS, num_attention_heads=HEADS, new_decoder_architecture=True,
+                  num_hidden_layers=LAYERS, num_attention_heads=HEADS,
+                  new_decoder_architecture=True,
                   num_kv_heads=KV_HEADS, alibi=False), _text),
     ZooEntry("gpt_neox", DECODER, "GPTNeoXForCausalLM",
              _cfg("GPTNeoXConfig", **_BERT_LIKE), _text),
@@ -160,7 +162,8 @@ ZOO: list[ZooEntry] = [
     ZooEntry("gptj", DECODER, "GPTJForCausalLM",
              _cfg("GPTJConfig", vocab_size=VOCAB, n_embd=HIDDEN, n_layer=LAYERS, n_head=HEADS,
                   rotary_dim=HIDDEN // HEADS // 2, n_positions=2 * SEQ), _text),
-    ZooEntry("olmo2", DECODER, "Olmo2ForCausalLM", _cfg("Olmo2Config", **_LLAMA_LIKE, **_IDS), _text),
+    ZooEntry("olmo2", DECODER, "Olmo2ForCausalLM", _cfg("Olmo2Config", **_LLAMA_LIKE, **_IDS),
+             _text),
     ZooEntry("gpt_bigcode", DECODER, "GPTBigCodeForCausalLM",
              _cfg("GPTBigCodeConfig", vocab_size=VOCAB, n_embd=HIDDEN, n_layer=LAYERS,
                   n_head=HEADS, n_positions=2 * SEQ), _text),
@@ -211,7 +214,8 @@ ZOO: list[ZooEntry] = [
     ZooEntry("deberta", ENCODER, "DebertaForMaskedLM", _cfg("DebertaConfig", **_BERT_LIKE),
              _text_mask),
     ZooEntry("mobilebert", ENCODER, "MobileBertForMaskedLM",
-             _cfg("MobileBertConfig", vocab_size=VOCAB, hidden_size=HIDDEN, embedding_size=HIDDEN // 2,
+             _cfg("MobileBertConfig", vocab_size=VOCAB, hidden_size=HIDDEN,
+                  embedding_size=HIDDEN // 2,
                   intermediate_size=FFN, num_hidden_layers=LAYERS, num_attention_heads=HEADS,
                   intra_bottleneck_size=HIDDEN // 2, true_hidden_size=HIDDEN // 2,
                   max_position_embeddings=2 * SEQ), _text_mask),
@@ -304,7 +308,8 @@ ZOO: list[ZooEntry] = [
                   q_lora_rank=32, kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=8,
                   v_head_dim=16, max_position_embeddings=2 * SEQ, **_IDS), _text),
     ZooEntry("gpt_oss", MOE, "GptOssForCausalLM",
-             _cfg("GptOssConfig", num_local_experts=4, num_experts_per_tok=2, head_dim=HIDDEN // HEADS,
+             _cfg("GptOssConfig", num_local_experts=4, num_experts_per_tok=2,
+                  head_dim=HIDDEN // HEADS,
                   sliding_window=SEQ // 2, **_LLAMA_LIKE, **_IDS), _text),
 ]
 
