@@ -12,7 +12,7 @@ start=$SECONDS
 stage() { echo "== $1 (at $(((SECONDS - start) / 60)) min $(((SECONDS - start) % 60)) s)"; }
 scripts/deps.sh --test
 jobs=$(nproc)
-stage "Python venv (torch 2.13.0, pytest, pybind11, playwright)"
+stage "Python venv (torch 2.13.0, pytest, pybind11, playwright, transformers)"
 py=$(scripts/venv.sh)
 if command -v ccache >/dev/null; then export CMAKE_CXX_COMPILER_LAUNCHER=ccache; fi
 # shellcheck source=scripts/generator.sh

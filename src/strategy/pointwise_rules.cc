@@ -98,6 +98,10 @@ void register_pointwise_rules(RuleTable& t) {
         "hardsigmoid_backward", "log_sigmoid_forward", "log_sigmoid_backward", "sgn", "logit",
         "logit_backward", "logical_xor", "bitwise_xor", "frac", "signbit", "isfinite"})
     t[op] = rule(Linear::kNone);
+  // In-place random fills (uniform_, exponential_, ...; bernoulli_ above): the output follows
+  // self's sharding, no Partial, as DTensor's _random_ops.py registers them.
+  for (const char* op : {"uniform", "normal", "exponential", "log_normal", "geometric"})
+    t[op] = rule(Linear::kNone);
 }
 
 }  // namespace autoshard

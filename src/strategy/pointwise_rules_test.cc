@@ -107,5 +107,15 @@ TEST(Pointwise, DropoutTwoOutputs) {
             (V{"R, R <- R", "S(0), S(0) <- S(0)", "S(1), S(1) <- S(1)"}));
 }
 
+TEST(Pointwise, InplaceRandomFillsFollowSelf) {
+  // PhiMoE's router jitter samples with uniform_ / exponential_ (DTensor: _random_ops.py).
+  Graph g;
+  auto a = input(g, {4, 8});
+  for (const char* op : {"uniform_", "exponential_", "normal_", "bernoulli_.float"}) {
+    NodeIdx n = g.add_op(std::string("n_") + op, op, {a}, T({4, 8}));
+    EXPECT_EQ(names(g, n, mesh1()), (V{"R <- R", "S(0) <- S(0)", "S(1) <- S(1)"})) << op;
+  }
+}
+
 }  // namespace
 }  // namespace autoshard

@@ -97,7 +97,10 @@ def dtensor_candidates(node: torch.fx.Node, mesh, values: dict) -> set:
         out_meta = sp._propagate_tensor_meta_non_cached(schema)
         sschema = sp._wrap_with_op_strategy(schema)
         fn = _expand_single_dim_strategy_to_mesh(mesh, sschema, info, out_meta)
-        out |= _collect(fn(op, sschema.args_meta, sschema.kwargs_meta))
+        try:
+            out |= _collect(fn(op, sschema.args_meta, sschema.kwargs_meta))
+        except RuntimeError:  # e.g. an in-place op refuses a Partial input: no candidate
+            continue
     return out
 
 

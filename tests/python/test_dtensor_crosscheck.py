@@ -88,6 +88,7 @@ class _Zoo(torch.nn.Module if torch is not None else object):
         h = torch.relu(h) * h + h                                # pointwise
         h = self.ln(h)                                           # native_layer_norm
         h = torch.softmax(h, dim=-1)                             # _softmax
+        h = h * torch.empty_like(h).uniform_() + torch.empty_like(h).exponential_()  # random
         b = torch.bmm(h.view(2, 4, 8), self.bw)                  # view + bmm
         b = b.transpose(1, 2).reshape(2, 16).unsqueeze(0)        # view ops
         e = self.emb(tok)                                        # embedding
@@ -97,7 +98,8 @@ class _Zoo(torch.nn.Module if torch is not None else object):
 #: Ops compared (base names of the traced graph's forward ops).
 CHECKED_OPS = {"mm", "bmm", "addmm", "add.Tensor", "mul.Tensor", "relu", "sum.dim_IntList",
                "mean.dim", "mean", "sum", "_softmax", "native_layer_norm", "embedding", "view",
-               "t", "transpose.int", "unsqueeze", "_unsafe_view", "clone"}
+               "t", "transpose.int", "unsqueeze", "_unsafe_view", "clone", "uniform_",
+               "exponential_"}
 
 #: DTensor 2.13 candidates autoshard does not enumerate, by design (documented differences):
 #: - "partial-non-sum": P(avg), P(max), P(min) passed through ops; autoshard passes only

@@ -5,6 +5,8 @@ releases keep working as long as the public APIs stay.
 """
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 # --- functional_call: torch.func (2.x) or torch.nn.utils.stateless (1.12-1.13, deprecated later)
@@ -32,6 +34,25 @@ def decomposition_table(decompose: str | None) -> dict | None:
     except ImportError as e:  # pragma: no cover - torch < 2.1
         raise RuntimeError("decompose='core_aten' needs PyTorch >= 2.1") from e
     return core_aten_decompositions()
+
+
+@contextlib.contextmanager
+def compiling():
+    """Inside, `torch.compiler.is_compiling()` is True, as torch.export's non-strict tracing
+    sets it: libraries then take their graph-friendly paths instead of data-dependent checks
+    that read tensor values (Hugging Face's masks test `mask.all()` unless compiling), which a
+    meta tensor cannot answer ("Tensor.item() cannot be called on meta tensors").  The flag
+    is torch.compiler's private `_is_compiling_flag` (PyTorch >= 2.3); without it, a no-op."""
+    comp = getattr(torch, "compiler", None)
+    if comp is None or not hasattr(comp, "_is_compiling_flag"):
+        yield
+        return
+    old = comp._is_compiling_flag
+    comp._is_compiling_flag = True
+    try:
+        yield
+    finally:
+        comp._is_compiling_flag = old
 
 
 def has_device_context() -> bool:

@@ -436,7 +436,7 @@ def _trace(model, example_inputs, loss_fn, targets, decompose, param_dtype, mark
         unused[:] = [n for n, g in zip(trainable, grads) if g is None]
         return [loss] + [g for g in grads if g is not None]
 
-    with rec, _fused_attention(attention):
+    with rec, _fused_attention(attention), _compat.compiling():
         if tracer == "dispatch" and table is None:
             from .dispatch_trace import dispatch_trace
             gm = dispatch_trace(step, flat, table)
