@@ -20,7 +20,9 @@ def make_moe():
     cfg = MoEConfig(dim=16, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=16, vocab_size=64,
                     max_seq_len=8, n_experts=4, top_k=2, expert_dim=16, shared_dim=16)
     model = MoETransformer(cfg)
-    g = torch.Generator().manual_seed(1)
+    # Data seed 4: no gradient element within 1e3 x of AdamW's eps (1e-8), where the update
+    # g / (|g| + eps) turns a last-bit difference of g into a visible parameter difference.
+    g = torch.Generator().manual_seed(4)
     tokens = torch.randint(0, 64, (4, 8), generator=g)
     labels = torch.randint(0, 64, (4, 8), generator=g)
     return model, (tokens,), (labels,), cross_entropy_loss
