@@ -76,13 +76,13 @@ def test_hf_moe_traces_and_plans_with_full_coverage(core, family):
 
 
 def _moe_graph(tmp: str) -> str:
-    """The MoE example (8 experts, top-2, 2 layers) traced on meta -> graph JSON path."""
+    """The MoE example (8 experts, top-2, 2 layers, small) traced on meta -> graph JSON path."""
     from autoshard.tracer.examples.moe import moe
     from autoshard.tracer.export import to_graph_dict
     from autoshard.tracer.trace import trace_training_step
 
-    model, inputs, loss_fn, targets = moe(batch=8, seq=64, dim=128, heads=4, kv_heads=2,
-                                          experts=8, expert_dim=128, shared_dim=128, vocab=512)
+    model, inputs, loss_fn, targets = moe(batch=8, seq=32, dim=64, heads=4, kv_heads=2,
+                                          experts=8, expert_dim=64, shared_dim=64, vocab=256)
     traced = trace_training_step(model, inputs, loss_fn, targets)
     path = os.path.join(tmp, "moe.graph.json")
     with open(path, "w") as f:
@@ -98,7 +98,7 @@ def test_ep_recipe_splits_experts_and_moves_tokens_by_all_to_all(cli_bin):
         gpath = _moe_graph(tmp)
         out = os.path.join(tmp, "ep")
         subprocess.run([cli_bin, "plan", "--graph", gpath, "--mesh", "2x4", "--mesh-dims",
-                        "dp,ep", "--algo", "ep", "--time-limit", "30", "-o", out],
+                        "dp,ep", "--algo", "ep", "--time-limit", "10", "-o", out],
                        check=True, capture_output=True, text=True, timeout=300)
         with open(os.path.join(out, "placements.json")) as f:
             placements = json.load(f)
@@ -118,7 +118,7 @@ def test_ep_recipe_splits_experts_and_moves_tokens_by_all_to_all(cli_bin):
         assert a2a.get(("all_to_all", 1), [0])[0] >= 2 * 2 * 2, totals
         # --compare runs the recipe beside the others
         res = subprocess.run([cli_bin, "plan", "--graph", gpath, "--mesh", "2x4", "--mesh-dims",
-                              "dp,ep", "--compare", "--time-limit", "20"],
+                              "dp,ep", "--compare", "--time-limit", "2"],
                              check=True, capture_output=True, text=True, timeout=600).stdout
         assert "\nep " in res or res.startswith("ep "), res
     finally:
@@ -162,7 +162,13 @@ def test_ep_plan_applies_with_single_process_numerics(cli_bin):
         for n, e in res["param_err"].items():
             assert e <= TOL, f"{where}: {n} after 3 AdamW steps"
         assert res["grad_placements_ok"], where
-        assert res["mismatches"] == [], f"{where}: DTensor chose otherwise"
+        # DTensor creates new_zeros (topk's backward) replicated unless its input has the
+        # output's shape (new_factory_strategy); where the plan split it, the apply slices
+        # DTensor's zeros locally: no communication (the issued collectives below equal the
+        # plan's), so that difference is allowed and no other.
+        other = [m for m in res["mismatches"]
+                 if not (m["node"].startswith("new_") and m["got"].strip("R") == "")]
+        assert other == [], f"{where}: DTensor chose otherwise"
         assert res["dtensor_free"], where
         assert res["issued"] == planned, f"{where}: collectives per type"
         issued_e = {k: [tuple(x) for x in v] for k, v in res["issued_edges"].items()
