@@ -312,6 +312,10 @@ class StepRunner:
                 break
             if node.op == "get_attr":
                 v = getattr(self.gm, node.target)
+                if isinstance(v, torch.Tensor) and v.is_meta and v.numel() == 0:
+                    # an empty constant holds no data (e.g. a Hugging Face KV cache's initial
+                    # keys): the same empty tensor on the step's device
+                    v = torch.empty(v.shape, dtype=v.dtype, device=device)
                 if isinstance(v, torch.Tensor) and v.is_meta:
                     raise PlanError(f"node {node.name}: a tensor constant traced on meta")
                 if isinstance(v, torch.Tensor) and node in self.names:

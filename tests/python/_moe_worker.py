@@ -28,7 +28,31 @@ def make_moe():
     return model, (tokens,), (labels,), cross_entropy_loss
 
 
-MODELS = {"moe": make_moe}
+def hf_loss(out, labels):
+    """Token cross entropy of a Hugging Face causal LM's logits."""
+    return torch.nn.functional.cross_entropy(out.logits.flatten(0, 1).float(), labels.flatten())
+
+
+def make_mixtral():
+    """A tiny Hugging Face Mixtral (2 layers, 4 experts, top-2; its experts' default
+    grouped_mm path: sort, histc, cumsum, `_grouped_mm` over rows sorted by expert), seeded."""
+    import transformers
+
+    torch.manual_seed(0)
+    cfg = transformers.MixtralConfig(vocab_size=64, hidden_size=16, intermediate_size=16,
+                                     num_hidden_layers=2, num_attention_heads=4,
+                                     num_key_value_heads=2, max_position_embeddings=16,
+                                     num_local_experts=4, num_experts_per_tok=2,
+                                     initializer_range=0.2)  # gradients well above AdamW's eps
+    model = transformers.MixtralForCausalLM(cfg)
+    model.config._experts_implementation = "batched_mm"
+    g = torch.Generator().manual_seed(4)
+    tokens = torch.randint(0, 64, (4, 8), generator=g)
+    labels = torch.randint(0, 64, (4, 8), generator=g)
+    return model, (tokens,), (labels,), hf_loss
+
+
+MODELS = {"moe": make_moe, "mixtral": make_mixtral}
 
 
 def trace(key: str):

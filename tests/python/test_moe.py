@@ -8,8 +8,9 @@
 - The capacity-padded MoE example (autoshard.tracer.examples.moe: stacked expert weights,
   torch._grouped_mm over [E, B*C, D]) plans with `--algo ep`: expert weights split on their
   expert dim over `ep`, the dispatch and combine planned as all-to-alls; `--compare` lists ep.
-- The ep plan applied on 2 gloo ranks: loss, gradients and parameters after three AdamW steps
-  within 1e-5 of one process, and the collectives DTensor issued equal to the plan's.
+- The ep plan, and a Hugging Face Mixtral under FSDP pins, applied on 2 gloo ranks: loss,
+  gradients and parameters after three AdamW steps within 1e-5 of one process, and the
+  collectives DTensor issued equal to the plan's.
 """
 from __future__ import annotations
 
@@ -133,29 +134,17 @@ def test_ep_recipe_not_applicable_without_batched_experts(cli_bin, llama2l_graph
     assert "ep: the graph has no stacked expert weights" in res.stderr, res.stderr
 
 
-def test_ep_plan_applies_with_single_process_numerics(cli_bin):
-    """The ep recipe (experts split, FSDP for the rest) on 2 gloo ranks, dim "ep"."""
+def _check_job(job, per_rank, graph, cli_bin, mesh):
+    """test_apply's checks of one job on every rank."""
     from autoshard.audit import planned_collectives
 
-    mesh, dims = [2], ["ep"]
-    tmp = tempfile.mkdtemp(prefix="autoshard-moe-apply-")
-    try:
-        _, graph = M.trace("moe")
-        d = os.path.join(tmp, "moe-ep")
-        os.makedirs(d)
-        placements = W.plan(cli_bin, graph, mesh, dims, [], d, ["--algo", "ep"])
-        jobs = [{"name": "moe/ep", "model": "moe", "placements": placements}]
-        per_rank = W.launch(2, mesh, dims, functools.partial(M.run_moe_jobs, jobs=jobs), tmp, 300)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    placements = job["placements"]
     planned, planned_edges = planned_collectives(cli_bin, graph, placements, mesh, cpu=True)
-    planned_gpu, _ = planned_collectives(cli_bin, graph, placements, mesh)
-    assert planned_gpu.get(("all_to_all", 0), [0])[0] > 0, planned_gpu  # tokens by all-to-all
     planned = {f"{k[0]}|{k[1]}": v for k, v in planned.items()}
     pl = placements["placements"]
     for rank, results in enumerate(per_rank):
-        res = results[0]
-        where = f"moe/ep rank {rank}"
+        res = next(r for r in results if r["name"] == job["name"])
+        where = f"{job['name']} rank {rank}"
         assert res["loss_err"] <= TOL, where
         for n, e in res["grad_err"].items():
             assert e <= TOL, f"{where}: grad of {n}"
@@ -176,7 +165,55 @@ def test_ep_plan_applies_with_single_process_numerics(cli_bin):
         assert issued_e == {k: v for k, v in planned_edges.items() if v}, where
         for n, ps in res["placements"].items():
             assert ps == pl[n]["output"], n
-        assert res["placements"]["layers.0.moe.w1"] == "S(0)"
+
+
+def test_moe_plans_apply_with_single_process_numerics(cli_bin):
+    """On 2 gloo ranks: the MoE example under the ep recipe (experts split, FSDP for the rest)
+    and, with transformers installed, a tiny Hugging Face Mixtral (its batched_mm experts:
+    `gate_up_proj[expert_ids]` gathered per routed token, then bmm) under FSDP pins.
+
+    Mixtral's default grouped_mm path is planned (test above) but not applied here: traced on
+    meta it records `histc` on int32 (Hugging Face picks the histc dtype by device type, and
+    meta takes the CUDA branch), which the CPU kernel refuses."""
+    from autoshard.audit import planned_collectives
+
+    mesh, dims = [2], ["ep"]
+    keys = ["moe"]
+    try:
+        import transformers  # noqa: F401
+        keys.append("mixtral")
+    except ImportError:
+        pass
+    graphs = {k: M.trace(k)[1] for k in keys}
+    tmp = tempfile.mkdtemp(prefix="autoshard-moe-apply-")
+    try:
+        jobs = []
+        d = os.path.join(tmp, "moe-ep")
+        os.makedirs(d)
+        jobs.append({"name": "moe/ep", "model": "moe",
+                     "placements": W.plan(cli_bin, graphs["moe"], mesh, dims, [], d,
+                                          ["--algo", "ep"])})
+        if "mixtral" in graphs:
+            g = graphs["mixtral"]
+            pins = W.input_pins(g, "S(0)") + W.param_pins(
+                g, lambda n, s: "S(0)" if s[0] % 2 == 0 else "R")
+            d = os.path.join(tmp, "mixtral-fsdp")
+            os.makedirs(d)
+            jobs.append({"name": "mixtral/fsdp", "model": "mixtral",
+                         "placements": W.plan(cli_bin, g, mesh, dims, pins, d)})
+        per_rank = W.launch(2, mesh, dims, functools.partial(M.run_moe_jobs, jobs=jobs), tmp, 300)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    for job in jobs:
+        _check_job(job, per_rank, graphs[job["model"]], cli_bin, mesh)
+    ep = jobs[0]
+    planned_gpu, _ = planned_collectives(cli_bin, graphs["moe"], ep["placements"], mesh)
+    assert planned_gpu.get(("all_to_all", 0), [0])[0] > 0, planned_gpu  # tokens by all-to-all
+    res = next(r for r in per_rank[0] if r["name"] == "moe/ep")
+    assert res["placements"]["layers.0.moe.w1"] == "S(0)"  # the experts split
+    if len(jobs) > 1:
+        res = next(r for r in per_rank[0] if r["name"] == "mixtral/fsdp")
+        assert res["placements"]["model.layers.0.mlp.experts.gate_up_proj"] == "S(0)"
 
 
 class _GroupedExperts(torch.nn.Module):
