@@ -216,23 +216,39 @@ def test_moe_plans_apply_with_single_process_numerics(cli_bin):
         assert res["placements"]["model.layers.0.mlp.experts.gate_up_proj"] == "S(0)"
 
 
-class _GroupedExperts(torch.nn.Module):
-    """The two `_grouped_mm` forms: jagged rows (2-D x 3-D with offs; its backward adds 2-D x
-    2-D) and capacity-padded (3-D x 3-D)."""
+class _Routing(torch.nn.Module):
+    """The ops MoE layers use: the two `_grouped_mm` forms (jagged rows, 2-D x 3-D with offs,
+    whose backward adds 2-D x 2-D; capacity-padded 3-D x 3-D) and the routing ops (topk, sort,
+    histc, cumsum, gather, scatter_add, index_add)."""
 
     def __init__(self):
         super().__init__()
         self.w = torch.nn.Parameter(torch.randn(4, 8, 12))
         self.v = torch.nn.Parameter(torch.randn(4, 12, 8))
+        self.router = torch.nn.Parameter(torch.randn(8, 4))
 
     def forward(self, rows, offs, slots):
         jagged = torch._grouped_mm(rows, self.w, offs=offs)          # [16, 12]
         padded = torch._grouped_mm(slots, self.w)                    # [4, 8, 12]
-        return jagged.sum() + torch._grouped_mm(padded, self.v).sum()
+        probs = torch.softmax(rows @ self.router, dim=-1)            # [16, 4]
+        top, idx = torch.topk(probs, 2, dim=-1)
+        ids, perm = torch.sort(idx.flatten())
+        counts = torch.histc(ids.float(), bins=4, min=0, max=3)
+        pos = torch.cumsum(counts, dim=0)
+        picked = torch.gather(probs, 1, idx)
+        spread = torch.zeros_like(probs).scatter_add(1, idx, top)
+        acc = torch.zeros_like(jagged).index_add(0, perm % 16, jagged[perm % 16])
+        return (jagged.sum() + torch._grouped_mm(padded, self.v).sum() + pos.sum()
+                + picked.sum() + spread.sum() + acc.sum())
 
 
-def test_grouped_mm_rules_include_dtensors(cli_bin):
-    """Every DTensor 2.13 candidate of `_grouped_mm` (forward and backward nodes, meshes 2 and
+#: The ops the cross-check compares (graph op names).  index_add is traced too, but DTensor
+#: 2.13 has no strategy for it (it runs replicated there).
+_CHECKED = ("_grouped_mm", "topk", "sort", "histc", "cumsum", "gather", "scatter_add")
+
+
+def test_moe_rules_include_dtensors(cli_bin):
+    """Every DTensor 2.13 candidate of the MoE ops (forward and backward nodes, meshes 2 and
     2x2) is one of autoshard's strategies, up to test_dtensor_crosscheck's documented
     differences."""
     import _dtensor_ref as ref
@@ -244,11 +260,11 @@ def test_grouped_mm_rules_include_dtensors(cli_bin):
     from autoshard.tracer.trace import trace_training_step
 
     offs = torch.tensor([4, 8, 12, 16], dtype=torch.int32)
-    traced = trace_training_step(_GroupedExperts(), (torch.randn(16, 8), offs, torch.randn(4, 8, 8)))
+    traced = trace_training_step(_Routing(), (torch.randn(16, 8), offs, torch.randn(4, 8, 8)))
     graph = to_graph_dict(traced)
     names = graph_names(traced.gm, graph, traced.placeholder_names)
     values = _strategy_ref.node_values(traced.gm, traced.flat_args)
-    checked, unexplained, forms = 0, [], set()
+    checked, unexplained, forms, seen = 0, [], set(), set()
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "g.json")
         with open(path, "w") as f:
@@ -260,12 +276,17 @@ def test_grouped_mm_rules_include_dtensors(cli_bin):
                 check=True, capture_output=True, text=True, timeout=60).stdout)
             for node, name in names.items():
                 entry = ours.get(name)
-                if entry is None or not entry["op"].startswith("_grouped_mm"):
+                if entry is None or entry["op"].split(".")[0] not in _CHECKED:
                     continue
+                if not _strategy_ref.has_dtensor_strategy(node.target):
+                    continue
+                seen.add(entry["op"].split(".")[0])
                 args = [values[a] for a in node.args if isinstance(a, torch.fx.Node)]
-                forms.add(tuple(a.dim() for a in args[:2]))
+                if entry["op"].startswith("_grouped_mm"):
+                    forms.add(tuple(a.dim() for a in args[:2]))
                 mine = {(tuple(s["outputs"]), tuple(s["inputs"])) for s in entry["strategies"]}
-                metas = [values[node]] + args
+                res = values[node]
+                metas = (list(res) if isinstance(res, (tuple, list)) else [res]) + args
                 for cand in _strategy_ref.dtensor_candidates(node, mesh, values):
                     outs, ins = cand
                     key = (tuple(o for o in outs if o is not None),
@@ -275,5 +296,6 @@ def test_grouped_mm_rules_include_dtensors(cli_bin):
                     elif not _known_difference(cand, metas, shape):
                         unexplained.append((shape, name, cand))
     assert {(2, 3), (2, 2), (3, 3)} <= forms, forms
-    assert checked > 20, checked
+    assert seen == set(_CHECKED), seen
+    assert checked > 50, checked
     assert unexplained == [], unexplained
