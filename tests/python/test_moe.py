@@ -216,6 +216,27 @@ def test_moe_plans_apply_with_single_process_numerics(cli_bin):
         assert res["placements"]["model.layers.0.mlp.experts.gate_up_proj"] == "S(0)"
 
 
+@pytest.mark.skipif(os.environ.get("AUTOSHARD_MOE_2X2") != "1",
+                    reason="4 ranks, ~1 min on 2 cores: AUTOSHARD_MOE_2X2=1 runs it")
+def test_ep_plan_applies_on_2x2_dp_ep(cli_bin):
+    """The ep recipe on 4 gloo ranks, mesh 2x2 (dp, ep): experts S(0) over ep and FSDP-split
+    over dp, dense weights FSDP over both, the same numerics and collectives checks."""
+    mesh, dims = [2, 2], ["dp", "ep"]
+    _, graph = M.trace("moe")
+    tmp = tempfile.mkdtemp(prefix="autoshard-moe-2x2-")
+    try:
+        d = os.path.join(tmp, "moe-ep")
+        os.makedirs(d)
+        job = {"name": "moe/ep", "model": "moe",
+               "placements": W.plan(cli_bin, graph, mesh, dims, [], d, ["--algo", "ep"])}
+        per_rank = W.launch(4, mesh, dims, functools.partial(M.run_moe_jobs, jobs=[job]), tmp, 600)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    _check_job(job, per_rank, graph, cli_bin, mesh)
+    res = next(r for r in per_rank[0] if r["name"] == "moe/ep")
+    assert res["placements"]["layers.0.moe.w1"] == "S(1)S(0)"
+
+
 class _Routing(torch.nn.Module):
     """The ops MoE layers use: the two `_grouped_mm` forms (jagged rows, 2-D x 3-D with offs,
     whose backward adds 2-D x 2-D; capacity-padded 3-D x 3-D) and the routing ops (topk, sort,
