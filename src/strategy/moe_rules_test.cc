@@ -69,8 +69,12 @@ TEST(MoeRules, BincountAndHistcCountPartially) {
   NodeIdx bc = op(g, "bincount", {ids}, {T({8}, DType::kI64)}, {{"minlength", int64_t{8}}});
   EXPECT_EQ(names(g, bc, mesh1()), (V{"R <- R", "P(sum) <- S(0)"}));
   auto f = input(g, {64});
-  NodeIdx hc = op(g, "histc", {f}, {T({8})}, {{"bins", int64_t{8}}});
+  NodeIdx hc = op(g, "histc", {f}, {T({8})},
+                  {{"bins", int64_t{8}}, {"min", 0.0}, {"max", 7.0}});
   EXPECT_TRUE(listed(names(g, hc, mesh1()), "P(sum) <- S(0)"));
+  // Without a bin range each shard would bin over its own data's range: replicated only.
+  NodeIdx hd = op(g, "histc", {f}, {T({8})}, {{"bins", int64_t{8}}});
+  EXPECT_EQ(names(g, hd, mesh1()), (V{"R <- R"}));
 }
 
 TEST(MoeRules, RoutingOpsHaveRules) {

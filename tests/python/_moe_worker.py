@@ -45,7 +45,6 @@ def make_mixtral():
                                      num_local_experts=4, num_experts_per_tok=2,
                                      initializer_range=0.2)  # gradients well above AdamW's eps
     model = transformers.MixtralForCausalLM(cfg)
-    model.config._experts_implementation = "batched_mm"
     g = torch.Generator().manual_seed(4)
     tokens = torch.randint(0, 64, (4, 8), generator=g)
     labels = torch.randint(0, 64, (4, 8), generator=g)

@@ -169,12 +169,8 @@ def _check_job(job, per_rank, graph, cli_bin, mesh):
 
 def test_moe_plans_apply_with_single_process_numerics(cli_bin):
     """On 2 gloo ranks: the MoE example under the ep recipe (experts split, FSDP for the rest)
-    and, with transformers installed, a tiny Hugging Face Mixtral (its batched_mm experts:
-    `gate_up_proj[expert_ids]` gathered per routed token, then bmm) under FSDP pins.
-
-    Mixtral's default grouped_mm path is planned (test above) but not applied here: traced on
-    meta it records `histc` on int32 (Hugging Face picks the histc dtype by device type, and
-    meta takes the CUDA branch), which the CPU kernel refuses."""
+    and, with transformers installed, a tiny Hugging Face Mixtral (its default grouped_mm
+    experts: sort, histc, `_grouped_mm` over rows sorted by expert) under FSDP pins."""
     from autoshard.audit import planned_collectives
 
     mesh, dims = [2], ["ep"]
