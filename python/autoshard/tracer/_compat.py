@@ -121,10 +121,11 @@ def _grouped_mm_needs_meta() -> bool:
 def ensure_meta_kernels() -> list[str]:
     """Registers shape-only Meta kernels for ops that lack one (or whose Meta kernel refuses
     what the CPU kernel runs); returns the ops registered."""
-    global _meta_lib
+    global _meta_lib, _grouped_mm_checked
     todo = [n for n in _MISSING_META if not _has_meta_kernel("aten::" + n)]
     kernels = dict(_MISSING_META)
-    if _meta_lib is None or "_grouped_mm" not in _registered:
+    if not _grouped_mm_checked:  # probed once per process
+        _grouped_mm_checked = True
         if _grouped_mm_needs_meta():
             todo.append("_grouped_mm")
             kernels["_grouped_mm"] = _meta_grouped_mm
@@ -137,13 +138,12 @@ def ensure_meta_kernels() -> list[str]:
         try:
             _meta_lib.impl(name, kernels[name])
             done.append(name)
-            _registered.add(name)
         except RuntimeError:  # already registered by someone else: fine
             pass
     return done
 
 
-_registered: set = set()
+_grouped_mm_checked = False
 
 
 # --- dtypes --------------------------------------------------------------------------------
