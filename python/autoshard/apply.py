@@ -312,6 +312,10 @@ class StepRunner:
                 break
             if node.op == "get_attr":
                 v = getattr(self.gm, node.target)
+                if isinstance(v, torch.Tensor) and v.is_meta and v.numel() == 0:
+                    # an empty constant holds no data (e.g. a Hugging Face KV cache's initial
+                    # keys): the same empty tensor on the step's device
+                    v = torch.empty(v.shape, dtype=v.dtype, device=device)
                 if isinstance(v, torch.Tensor) and v.is_meta:
                     raise PlanError(f"node {node.name}: a tensor constant traced on meta")
                 if isinstance(v, torch.Tensor) and node in self.names:
@@ -342,7 +346,7 @@ class StepRunner:
                 kwargs["device"] = device
             with (self.edge_hook(name, "op") if self.edge_hook else _null()):
                 try:
-                    res = node.target(*args, **kwargs)  # collectives: DTensor's own choice
+                    res = _call(node.target, args, kwargs, device)  # DTensor's collectives
                 except (RuntimeError, NotImplementedError) as e:  # e.g. an uneven shard
                     first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
                     raise PlanError(f"node {name} ({node.target}): cannot run at the planned "
@@ -355,6 +359,22 @@ class StepRunner:
                 res = self._wrap(res, plan.outputs[0], name, 0)
             env[node] = res
         return list(out)
+
+
+def _call(op: Any, args: list, kwargs: dict, device: torch.device) -> Any:
+    """op(*args, **kwargs).  `histc` of integers on a CPU counts their float values (the CPU
+    kernel has no integer histc; the counts are equal below 2**24) and returns the integer
+    dtype the graph recorded: Hugging Face's MoE experts choose the histc dtype by device type,
+    and a step traced on meta takes the CUDA branch."""
+    if (op is torch.ops.aten.histc.default and device.type == "cpu"
+            and isinstance(args[0], torch.Tensor) and not args[0].is_floating_point()):
+        dtype = args[0].dtype
+        out = op(args[0].float(), *args[1:], **kwargs)
+        if isinstance(out, DTensor):  # cast the local counts: a Partial stays Partial
+            return DTensor.from_local(out.to_local().to(dtype), out.device_mesh, out.placements,
+                                      run_check=False, shape=out.shape, stride=out.stride())
+        return out.to(dtype)
+    return op(*args, **kwargs)
 
 
 def redistribute(t: DTensor, mesh: DeviceMesh, placements: Sequence) -> DTensor:

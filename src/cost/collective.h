@@ -21,6 +21,15 @@
 ///   redistribute_cost charges Shard(i)->Shard(j) as allgather_cost + 1 us penalty), so
 ///   all_to_all here uses the all-gather formula; redistribute adds the penalty.
 /// Figures and sources: ../shared/reference/cost-model.md §1-2.
+///
+/// Mixture of Experts (docs/moe.md): expert parallelism moves tokens to their experts and back
+/// by the all-to-all of a capacity-padded dispatch tensor [E, B, C, D] between Shard(1) (the
+/// batch rows) and Shard(0) (the experts), each device sending (n-1)/n of its local shard.  The
+/// bytes are the tensor's static size, so every expert is charged its full capacity
+/// C = capacity_factor * seq * top_k / E per batch row: the cost of UNIFORM routing (each
+/// expert receives tokens * top_k / E, padded by the capacity factor) with every peer sent an
+/// equal share.  Skewed routing (a hot expert's device receives more and its link finishes
+/// last), dropped tokens and a dropless, jagged all-to-all of the exact counts are not modelled.
 #include <cstdint>
 #include <optional>
 #include <string_view>

@@ -18,6 +18,7 @@ enum class OpClass : uint8_t {
   kBmm,
   kBaddbmm,
   kMatmul,  ///< matmul / linear composites: 2 * out elements * k
+  kGroupedMm,  ///< _grouped_mm: Mixture-of-Experts expert matmuls (grouped_mm_flops)
   kConv,
   kConvTransposed,
   kConvBackward,
@@ -59,6 +60,7 @@ const std::unordered_map<std::string_view, OpClass>& op_table() {
     t.emplace("bmm", OpClass::kBmm);
     t.emplace("baddbmm", OpClass::kBaddbmm);
     t.emplace("matmul", OpClass::kMatmul);
+    t.emplace("_grouped_mm", OpClass::kGroupedMm);
     t.emplace("linear", OpClass::kMatmul);
     for (std::string_view op : {"convolution", "_convolution", "conv1d", "conv2d", "conv3d"})
       t.emplace(op, OpClass::kConv);
@@ -130,6 +132,21 @@ double matmul_flops(const TensorMeta* a, const TensorMeta* b, const std::vector<
   return 2.0 * (numel(*a) / k) * static_cast<double>(b->shape.back()) * k;
 }
 
+/// `_grouped_mm(a, b, offs)`: every output element is one dot product over its group's part of
+/// the contraction, so 2 * out elements * k, except 2-D x 2-D (the weight gradient, out
+/// [G, M, N]) whose G groups share the contraction a.shape[1] among them: 2 * M * N * K.
+/// The FLOPs do not depend on how the rows are routed: 2-D x 3-D multiplies each of its M rows
+/// (tokens x top_k, however they spread over the experts) by one expert; a capacity-padded
+/// 3-D x 3-D computes every slot, empty or not.
+double grouped_mm_flops(const TensorMeta* a, const TensorMeta* b,
+                        const std::vector<TensorMeta>& outs) {
+  if (!a || !b || outs.empty() || a->shape.empty()) return 0;
+  const TensorMeta& out = outs[0];
+  if (a->rank() == 2 && b->rank() == 2 && out.rank() == 3 && out.shape[0] > 0)
+    return 2.0 * numel(out) / static_cast<double>(out.shape[0]) * static_cast<double>(a->shape[1]);
+  return 2.0 * numel(out) * static_cast<double>(a->shape.back());
+}
+
 /// flop_counter's conv_flop_count: 2 * batch * prod(w) * prod(conv spatial).
 double conv_flops(const TensorMeta* x, const TensorMeta* w, const TensorMeta* out,
                   bool transposed) {
@@ -199,6 +216,8 @@ double op_flops(const Node& node, const std::vector<TensorMeta>& inputs,
     case OpClass::kAddmm:
     case OpClass::kBaddbmm:
       return matmul_flops(at(inputs, 1), at(inputs, 2), outputs);
+    case OpClass::kGroupedMm:
+      return grouped_mm_flops(at(inputs, 0), at(inputs, 1), outputs);
     case OpClass::kConv:
     case OpClass::kConvTransposed: {
       const bool transposed = classify(node.op) == OpClass::kConvTransposed ||

@@ -50,6 +50,22 @@ TEST(ComputeFlops, Matmuls) {
                    2.0 * 2 * 128 * 512 * 1024);
 }
 
+// Mixture-of-Experts grouped matmuls: 2 * out elements * k per routed row; the 2-D x 2-D
+// weight gradient shares its contraction among the groups.
+TEST(ComputeFlops, GroupedMm) {
+  // 2-D x 3-D: 1024 routed rows of 512 times one of 8 experts [512, 256].
+  EXPECT_DOUBLE_EQ(op_flops(op("_grouped_mm"), {t({1024, 512}), t({8, 512, 256}), t({8}, DType::kI32)},
+                            {t({1024, 256})}),
+                   2.0 * 1024 * 512 * 256);
+  // 2-D x 2-D -> [8, 512, 256]: the 1024 rows split among the 8 groups' contractions.
+  EXPECT_DOUBLE_EQ(op_flops(op("_grouped_mm"), {t({512, 1024}), t({1024, 256}), t({8}, DType::kI32)},
+                            {t({8, 512, 256})}),
+                   2.0 * 1024 * 512 * 256);
+  // 3-D x 3-D (capacity-padded): every slot of every expert.
+  EXPECT_DOUBLE_EQ(op_flops(op("_grouped_mm"), {t({8, 128, 512}), t({8, 512, 256})}, {t({8, 128, 256})}),
+                   2.0 * 8 * 128 * 512 * 256);
+}
+
 TEST(ComputeFlops, Attention) {
   const TensorMeta q = t({2, 16, 1024, 64});
   const double fwd = 4.0 * 2 * 16 * 1024 * 1024 * 64;  // 8.59e9

@@ -11,6 +11,7 @@
 #include "cost/compute.h"
 #include "ir/file_util.h"
 #include "planner/clock.h"
+#include "planner/experts.h"
 #include "planner/sharding_optimizer.h"
 
 namespace autoshard {
@@ -84,6 +85,7 @@ std::string_view recipe_name(Recipe r) {
     case Recipe::kMegatron: return "megatron";
     case Recipe::kFsdpTp: return "fsdp+tp";
     case Recipe::kHsdp: return "hsdp";
+    case Recipe::kEp: return "ep";
   }
   return "?";
 }
@@ -91,6 +93,7 @@ std::string_view recipe_name(Recipe r) {
 std::optional<Recipe> parse_recipe(std::string_view s) {
   for (Recipe r : kAll)
     if (s == recipe_name(r)) return r;
+  if (s == "ep" || s == "expert" || s == "ep+fsdp" || s == "fsdp+ep") return Recipe::kEp;
   if (s == "optimal" || s == "optimum") return Recipe::kAlpa;
   if (s == "zero3") return Recipe::kFsdp;
   if (s == "tp") return Recipe::kMegatron;
@@ -100,11 +103,18 @@ std::optional<Recipe> parse_recipe(std::string_view s) {
 
 const std::vector<Recipe>& all_recipes() { return kAll; }
 
+std::vector<Recipe> recipes_for(const Graph& g) {
+  std::vector<Recipe> r = kAll;
+  if (expert_analysis(g).n_params > 0) r.push_back(Recipe::kEp);
+  return r;
+}
+
 std::string recipe_help() {
   return "alpa (the optimum), ddp (parameters replicated, batch split on every dim), fsdp "
          "(ZeRO-3: parameters sharded on every dim, gathered for use), megatron (TP column/row "
          "on the tp dim, DP on the others), fsdp+tp (TP on tp, FSDP on the others), hsdp "
-         "(replicate over the outer dims, shard over the last)";
+         "(replicate over the outer dims, shard over the last), ep (Mixture of Experts: experts split "
+         "on the ep dim, tokens moved by all-to-all, FSDP for the rest)";
 }
 
 MeshDimIdx tensor_parallel_dim(const Mesh& mesh) {
@@ -233,6 +243,29 @@ RecipePins recipe_pins(Recipe r, const Graph& g, const Mesh& mesh, bool require_
         mesh.describe());
     return out;
   }
+  // Expert parallelism: the mesh dim the experts split over, and where the experts are.
+  const bool expert_parallel = r == Recipe::kEp;
+  ExpertAnalysis experts;
+  MeshDimIdx ep = -1;
+  if (expert_parallel) {
+    experts = expert_analysis(g);
+    ep = expert_parallel_dim(mesh);
+    if (ep < 0) ep = static_cast<MeshDimIdx>(mesh.ndim() - 1);
+    if (experts.n_params == 0) {
+      out.not_applicable =
+          "ep: the graph has no stacked expert weights (a rank-3 parameter read by a grouped or "
+          "batched matmul)";
+      return out;
+    }
+    if (experts.batched.empty()) {
+      out.not_applicable = fmt::format(
+          "ep: the {} expert matmuls group token rows jaggedly (2-D x 3-D _grouped_mm over "
+          "tokens sorted by expert): experts split only with a capacity-padded [E, C, D] "
+          "dispatch (docs/moe.md)",
+          experts.jagged);
+      return out;
+    }
+  }
   const std::vector<MeshDimIdx> data = batch_dims(r, mesh);
   int64_t data_ranks = 1;
   for (MeshDimIdx d : data) data_ranks *= mesh.size(d);
@@ -291,14 +324,28 @@ RecipePins recipe_pins(Recipe r, const Graph& g, const Mesh& mesh, bool require_
       }
     }
     std::vector<MeshDimIdx> shard_on;  // FSDP-style storage sharding
-    if (r == Recipe::kFsdp || r == Recipe::kFsdpTp) shard_on = data;
+    if (r == Recipe::kFsdp || r == Recipe::kFsdpTp || r == Recipe::kEp) shard_on = data;
     if (r == Recipe::kHsdp) shard_on = {static_cast<MeshDimIdx>(mesh.ndim() - 1)};
+    int32_t first_dim = 0;
+    if (expert_parallel && experts.expert_param[static_cast<size_t>(i)]) {
+      // The experts split over ep; FSDP shards the rest of the weight over the other dims.
+      p[static_cast<size_t>(ep)] = Placement::shard(0);
+      if (!valid(p, m, mesh, require_divisible)) {
+        out.not_applicable = fmt::format("ep: the {} experts of '{}' do not split over the {} "
+                                         "devices of mesh dim {}",
+                                         m.shape[0], n.name, mesh.size(ep), mesh.dim(ep).name);
+        out.constraints.clear();
+        return out;
+      }
+      shard_on.erase(std::remove(shard_on.begin(), shard_on.end(), ep), shard_on.end());
+      first_dim = 1;
+    }
     bool whole = false;
     for (MeshDimIdx d : shard_on) {
       // FSDP shards dim 0 (FSDP2's choice); a dim too small for the shards falls back to the
       // next dim, and a tensor too small for any to replication on that mesh dim.
       bool placed = false;
-      for (int32_t td = 0; td < m.rank() && !placed; ++td) {
+      for (int32_t td = first_dim; td < m.rank() && !placed; ++td) {
         p[static_cast<size_t>(d)] = Placement::shard(td);
         placed = valid(p, m, mesh, require_divisible);
       }
@@ -335,6 +382,25 @@ RecipePins recipe_pins(Recipe r, const Graph& g, const Mesh& mesh, bool require_
       p[static_cast<size_t>(tp)] = l.role == TpRole::kColumn
                                        ? Placement::shard(static_cast<int32_t>(n.out().rank() - 1))
                                        : Placement::partial();
+    if (!valid(p, n.out(), mesh, require_divisible)) continue;
+    Constraint c;
+    c.kind = Constraint::Kind::kPin;
+    c.node = n.name;
+    c.output = std::move(p);
+    c.name = "recipe-use:" + n.name;
+    out.use_constraints.push_back(std::move(c));
+  }
+  // The batched expert matmuls run on their experts' devices: output [E, M, N] split on E over
+  // ep (the tokens arrive by all-to-all) and on M (batch rows x capacity) over the others.
+  for (NodeIdx i : experts.batched) {
+    const Node& n = g.node(i);
+    std::vector<Placement> p = replicated(mesh);
+    p[static_cast<size_t>(ep)] = Placement::shard(0);
+    for (MeshDimIdx d : data) {
+      if (d == ep) continue;
+      p[static_cast<size_t>(d)] = Placement::shard(1);
+      if (!valid(p, n.out(), mesh, require_divisible)) p[static_cast<size_t>(d)] = Placement::replicate();
+    }
     if (!valid(p, n.out(), mesh, require_divisible)) continue;
     Constraint c;
     c.kind = Constraint::Kind::kPin;
@@ -423,7 +489,7 @@ std::vector<RecipeResult> compare_recipes(const Graph& g, const Mesh& mesh,
                                           const std::vector<Constraint>& constraints,
                                           std::vector<Recipe> recipes, int threads,
                                           const RecipeInspect& inspect) {
-  if (recipes.empty()) recipes = all_recipes();
+  if (recipes.empty()) recipes = recipes_for(g);
   std::vector<RecipeResult> results(recipes.size());
   if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   threads = std::min<int>(threads, static_cast<int>(recipes.size()));

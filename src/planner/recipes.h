@@ -15,6 +15,11 @@
 /// `tp` (or `tensor`, `mp`, `model`) for tensor parallelism and every other dim for data
 /// parallelism; FSDP + TP shards the parameters FSDP-style over the non-tp dims; HSDP
 /// replicates over the outer dims (across nodes) and shards over the last (within a node).
+/// EP (expert parallelism + FSDP, for Mixture-of-Experts graphs: planner/experts.h) splits
+/// the stacked expert weights on their expert dim over the dim named `ep` (or `expert`,
+/// `experts`; else the last dim), shards everything else FSDP-style over every dim, splits
+/// the batch over every dim and pins each batched expert matmul to its experts' devices, so
+/// tokens travel to their experts and back by all-to-all (priced in cost/collective.h).
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -30,14 +35,17 @@
 
 namespace autoshard {
 
-enum class Recipe : uint8_t { kAlpa, kDdp, kFsdp, kMegatron, kFsdpTp, kHsdp };
+enum class Recipe : uint8_t { kAlpa, kDdp, kFsdp, kMegatron, kFsdpTp, kHsdp, kEp };
 
-/// "alpa", "ddp", "fsdp", "megatron", "fsdp+tp", "hsdp".
+/// "alpa", "ddp", "fsdp", "megatron", "fsdp+tp", "hsdp", "ep".
 std::string_view recipe_name(Recipe r);
 /// Also accepts "fsdp_tp", "fsdp-tp", "zero3" (fsdp), "tp" (megatron), "optimal" (alpa).
 std::optional<Recipe> parse_recipe(std::string_view s);
-/// All recipes, alpa first.
+/// The dense recipes, alpa first (without kEp).
 const std::vector<Recipe>& all_recipes();
+/// The recipes `--compare` runs on `g`: all_recipes(), plus kEp when the graph has stacked
+/// expert weights (a Mixture of Experts).
+std::vector<Recipe> recipes_for(const Graph& g);
 /// One line per recipe for --help texts.
 std::string recipe_help();
 
@@ -133,7 +141,7 @@ RecipeResult plan_recipe_from(Recipe r, const Graph& g, const Mesh& mesh, const 
                               const std::vector<Constraint>& constraints,
                               const RecipeInspect& inspect, const Plan* start);
 
-/// plan_recipe for every recipe in `recipes` (all_recipes() when empty), `threads` at a time
+/// plan_recipe for every recipe in `recipes` (recipes_for(g) when empty), `threads` at a time
 /// (0: the machine's cores); results in the order of `recipes`.  The optimum (alpa) is solved
 /// last, warm-started from the best named recipe that fits, so that even a solve stopped by
 /// the time limit is never worse than a recipe.

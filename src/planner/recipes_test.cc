@@ -64,7 +64,8 @@ std::map<std::string, std::string> textbook(Recipe r, int layers) {
       case Recipe::kMegatron: want[name] = meg; break;
       case Recipe::kFsdpTp: want[name] = fsdptp; break;
       case Recipe::kHsdp: want[name] = hsdp; break;
-      case Recipe::kAlpa: break;
+      case Recipe::kAlpa:
+      case Recipe::kEp: break;
     }
   };
   for (int l = 0; l < layers; ++l) {
@@ -155,7 +156,8 @@ TEST(RecipesLarge, TextbookPlacementsAndTheOptimumIsNeverWorse) {
       case Recipe::kHsdp:
         EXPECT_EQ(describe_parallelism(g, mesh, *r.plan, wq), "dp: DP, tp: FSDP");
         break;
-      case Recipe::kAlpa: break;
+      case Recipe::kAlpa:
+      case Recipe::kEp: break;
     }
   }
 }

@@ -25,7 +25,8 @@
 /// - new_empty / new_zeros / new_ones / new_full / new_empty_strided: the input is only a
 ///   dtype/device template, so the output can be created replicated or split on any dim from
 ///   an input in any layout (no data moves).
-/// - histc: counting is additive, so a split input gives a Partial(sum) histogram.
+/// - histc: counting is additive, so a split input gives a Partial(sum) histogram, when the
+///   bin range is given (min < max); otherwise each shard would bin over its own data range.
 #include <algorithm>
 #include <initializer_list>
 #include <numeric>
@@ -344,6 +345,7 @@ RuleResult histc_rule(const OpContext& c) {
   if (c.n_in() < 1 || c.n_out() < 1) c.fail("histc: expected an input");
   RuleResult r;
   r.rows.push_back(c.replicated());
+  if (!(c.node.attr_double("min", 0) < c.node.attr_double("max", 0))) return r;
   for (int32_t d = 0; d < c.in[0].rank(); ++d) {
     Row row = c.replicated();
     row[c.out_slot(0)] = P;

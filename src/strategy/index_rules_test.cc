@@ -126,7 +126,8 @@ TEST(IndexRules, TopkSafeSoftmaxHistcAndHardsigmoidBackward) {
   EXPECT_EQ(names(g, tk, mesh1()), (V{"R, R <- R", "S(0), S(0) <- S(0)"}));
   NodeIdx sm = op(g, "_safe_softmax", {x}, {T({8, 16})}, {{"dim", int64_t{-1}}});
   EXPECT_EQ(names(g, sm, mesh1()), (V{"R <- R", "S(0) <- S(0)"}));
-  NodeIdx h = op(g, "histc", {x}, {T({10})}, {{"bins", int64_t{10}}});
+  NodeIdx h = op(g, "histc", {x}, {T({10})},
+                 {{"bins", int64_t{10}}, {"min", 0.0}, {"max", 1.0}});
   EXPECT_EQ(names(g, h, mesh1()), (V{"R <- R", "P(sum) <- S(0)", "P(sum) <- S(1)"}));
   for (const char* o : {"hardsigmoid_backward", "index.Tensor", "index_put", "scatter.src",
                         "roll", "constant_pad_nd", "as_strided", "topk", "index_select",

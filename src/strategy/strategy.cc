@@ -6,6 +6,7 @@
 #include <set>
 #include <stdexcept>
 
+#include "strategy/moe_rules.h"
 #include "strategy/rule.h"
 
 namespace autoshard {
@@ -115,6 +116,7 @@ const RuleTable& rule_table() {
     register_view_rules(t);
     register_nn_rules(t);
     register_index_rules(t);
+    register_moe_rules(t);
     return t;
   }();
   return table;

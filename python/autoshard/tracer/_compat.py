@@ -102,10 +102,54 @@ _MISSING_META = {
 }
 
 
+def _meta_grouped_mm(mat_a, mat_b, offs=None, bias=None, out_dtype=None):
+    """Output of `aten._grouped_mm` (the grouped expert matmul of Mixture-of-Experts layers)
+    for any floating dtype.  Shapes, by operand ranks (G groups, `offs` the G group ends along
+    the jagged dim): 2D (M, K) x 3D (G, K, N) -> (M, N), rows grouped; 3D (G, M, K) x 2D
+    (K, N) -> (M, N), columns grouped; 2D (M, K) x 2D (K, N) -> (G, M, N), the contraction
+    grouped (a weight gradient); 3D x 3D -> (G, M, N), a batched matmul."""
+    a2, b2 = mat_a.dim() == 2, mat_b.dim() == 2
+    if a2 and b2:
+        size = [offs.size(0), mat_a.size(0), mat_b.size(1)]
+    elif a2:
+        size = [mat_a.size(0), mat_b.size(-1)]
+    elif b2:
+        size = [mat_a.size(1), mat_b.size(1)]
+    else:
+        size = [mat_a.size(0), mat_a.size(1), mat_b.size(-1)]
+    return mat_a.new_empty(size, dtype=out_dtype or mat_a.dtype)
+
+
+def _grouped_mm_needs_meta() -> bool:
+    """True when the installed Meta kernel of `_grouped_mm` rejects float32 operands.
+
+    PyTorch's Meta kernel repeats the CUDA kernel's checks ("Expected inputs of BF16 type"),
+    while the CPU kernel (and Hugging Face's MoE experts, which call it for float32 models on
+    CPU) accepts float32: a float32 model could not be traced on meta."""
+    op = getattr(torch.ops.aten, "_grouped_mm", None)
+    if op is None:
+        return False
+    a = torch.empty(4, 8, device="meta")
+    b = torch.empty(2, 8, 8, device="meta")
+    offs = torch.empty(2, dtype=torch.int32, device="meta")
+    try:
+        op(a, b, offs)
+        return False
+    except RuntimeError:
+        return True
+
+
 def ensure_meta_kernels() -> list[str]:
-    """Registers shape-only Meta kernels for ops that lack one; returns the ops registered."""
-    global _meta_lib
+    """Registers shape-only Meta kernels for ops that lack one (or whose Meta kernel refuses
+    what the CPU kernel runs); returns the ops registered."""
+    global _meta_lib, _grouped_mm_checked
     todo = [n for n in _MISSING_META if not _has_meta_kernel("aten::" + n)]
+    kernels = dict(_MISSING_META)
+    if not _grouped_mm_checked:  # probed once per process
+        _grouped_mm_checked = True
+        if _grouped_mm_needs_meta():
+            todo.append("_grouped_mm")
+            kernels["_grouped_mm"] = _meta_grouped_mm
     if not todo:
         return []
     if _meta_lib is None:
@@ -113,11 +157,14 @@ def ensure_meta_kernels() -> list[str]:
     done = []
     for name in todo:
         try:
-            _meta_lib.impl(name, _MISSING_META[name])
+            _meta_lib.impl(name, kernels[name])
             done.append(name)
         except RuntimeError:  # already registered by someone else: fine
             pass
     return done
+
+
+_grouped_mm_checked = False
 
 
 # --- dtypes --------------------------------------------------------------------------------
