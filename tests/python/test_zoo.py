@@ -12,10 +12,6 @@ import zoo_models as Z  # noqa: E402
 # One fast, representative architecture per family (about 1 s each to trace and plan).
 QUICK = ["llama", "bert", "t5", "vit", "mixtral"]
 
-# Ops whose sharding rules land with the mixture-of-experts work (branch moe): until then
-# the MoE entries trace and plan but fall back on them.
-MOE_PENDING = {"_grouped_mm"}
-
 
 def test_zoo_list_covers_every_family():
     assert len(Z.ZOO) >= 20
@@ -63,8 +59,6 @@ def test_zoo_model_plans_with_full_coverage(core, name):
     assert res.error == "", res.error
     assert res.status in ("optimal", "feasible")
     assert res.op_nodes > 300  # forward, loss and backward of 2 layers
-    if entry.family == Z.MOE and res.fallback_ops and set(res.fallback_ops) <= MOE_PENDING:
-        pytest.xfail(f"{name}: no sharding rule yet for {res.fallback_ops} (MoE rules pending)")
     assert res.fallback_ops == []
 
 
