@@ -37,6 +37,7 @@ Mesh dp_mesh(int64_t n) { return Mesh({n}, {"dp"}, *hardware_preset("h100")); }
 
 Plan plan_policy(const Graph& g, const Mesh& m, RecomputePolicy p, int64_t limit) {
   PlannerOptions o;
+  o.objective = Objective::kAdditive;  // proofs and equalities below are the additive objective's
   o.recompute = p;
   o.memory_limit_bytes = limit;
   o.time_limit_s = 30;
@@ -88,6 +89,7 @@ TEST(RecomputeDefault, MemoryBoundProblemRecomputesAndFits) {
   EXPECT_FALSE(plan_policy(g, one, RecomputePolicy::kNone, limit).has_solution);  // one device: one layout
 
   PlannerOptions o;
+  o.objective = Objective::kAdditive;
   o.memory_limit_bytes = limit;
   o.time_limit_s = 30;
   std::vector<std::string> said;
