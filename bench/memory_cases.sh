@@ -9,7 +9,9 @@ as=${1:-build/autoshard}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cases=(
-  "llama3-8b 1x8 seq 8192 batch 8 (torchtitan)|--model llama3-8b --mesh 1x8 --seq 8192 --batch 8 --recompute auto"
+  "llama3-8b 1x8 seq 8192 batch 8 (torchtitan), default|--model llama3-8b --mesh 1x8 --seq 8192 --batch 8"
+  "llama3-8b 1x8 seq 8192 batch 8 (torchtitan), --recompute auto|--model llama3-8b --mesh 1x8 --seq 8192 --batch 8 --recompute auto"
+  "llama3-8b 1x8 seq 8192 batch 8 (torchtitan), --recompute none|--model llama3-8b --mesh 1x8 --seq 8192 --batch 8 --recompute none"
   "llama3-8b 2x8 at 20 GiB|--model llama3-8b --mesh 2x8 --memory-limit 20GiB"
   "llama3-70b 4x8|--model llama3-70b --mesh 4x8"
   "llama3-70b 2x8|--model llama3-70b --mesh 2x8"

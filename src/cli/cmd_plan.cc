@@ -17,6 +17,7 @@
 #include "io/simulation_json.h"
 #include "io/state.h"
 #include "ir/file_util.h"
+#include "planner/fit_advice.h"
 #include "planner/parallelism.h"
 #include "planner/recompute.h"
 #include "planner/sharding_optimizer.h"
@@ -49,7 +50,7 @@ struct PlanArgs {
   bool overlap = false;
   std::string objective = "overlap";
   bool verbose = false;
-  std::string recompute = "none";
+  std::string recompute = "if-needed";
   std::string algo = "alpa";  ///< --algo: the optimum or a named recipe (planner/recipes.h)
   bool compare = false;       ///< --compare: every recipe beside the optimum
   // State files (io/state.h).
@@ -91,7 +92,7 @@ std::string min_peak_text(const Plan& plan) {
 }
 
 void print_summary(const Plan& plan, const Graph& g, const Mesh& mesh,
-                   const StepSimulation* sim) {
+                   const StepSimulation* sim, const std::vector<std::string>& fit) {
   fmt::print("autoshard plan: {} on mesh {} of {} ({} devices)\n", g.name, mesh.describe(),
              mesh.hardware().name, mesh.num_devices());
   fmt::print("problem: {} graph nodes -> {} problem nodes, {} edges ({} variables in Alpa's form)\n",
@@ -105,6 +106,7 @@ void print_summary(const Plan& plan, const Graph& g, const Mesh& mesh,
   if (!plan.has_solution) {
     if (const std::string t = min_peak_text(plan); plan.status == SolveStatus::kInfeasible && !t.empty())
       fmt::print("no plan fits in {} per device: it {}\n", format_bytes(plan.memory_limit_bytes), t);
+    for (const std::string& s : fit) fmt::print("to fit, {}\n", s);
     return;
   }
   if (plan.overlap_aware)
@@ -259,14 +261,17 @@ int run_plan(const PlanArgs& a) {
     write_file_atomic(a.out_dir + "/report.html", render_report_html(so, plan, *sim));
     write_file_atomic(a.out_dir + "/trace.json", chrome_trace_json(so, plan, *sim));
   }
+  // An infeasible budget: what would make it fit (planner/fit_advice.h).
+  const std::vector<std::string> fit = fit_suggestions(so, plan);
   if (a.json) {
     auto j = plan_summary_json(plan, so.graph(), mesh);
     if (sim) j["simulation"] = simulation_summary_json(*sim);
+    if (!fit.empty()) j["fit_suggestions"] = fit;
     std::cout << j.dump(2) << "\n";
     // The text summary prints warnings inline; with --json they would be easy to miss.
     for (const std::string& w : plan.warnings) fmt::print(stderr, "autoshard: warning: {}\n", one_line(w));
   } else {
-    print_summary(plan, so.graph(), mesh, sim ? &*sim : nullptr);
+    print_summary(plan, so.graph(), mesh, sim ? &*sim : nullptr, fit);
   }
   if (a.show_nodes && plan.has_solution && !a.json) print_nodes(plan, so.graph());
   if (!plan.has_solution) {
@@ -318,8 +323,8 @@ void register_plan(CLI::App& app) {
                 "plan every recipe beside the optimum and print step time, memory and the optimum's saving");
   sub->add_flag("-v,--verbose", a->verbose, "print solver progress on stderr (default on a terminal)");
   sub->add_option("--recompute", a->recompute,
-                  "activation recomputation per layer region: none, selective, full, or auto (the "
-                  "solver decides)")
+                  "activation recomputation per layer region: none, selective, full, auto (the "
+                  "solver decides), or if-needed (none when the memory-free optimum fits, else auto)")
       ->capture_default_str();
   sub->add_flag("--show-nodes", a->show_nodes, "print every node's placement and costs (us)");
   sub->add_option("--replay", a->replay,

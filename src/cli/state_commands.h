@@ -14,7 +14,9 @@
 namespace autoshard::cli {
 
 /// The text summary `plan` prints (defined in cmd_plan.cc).
-void print_summary(const Plan& plan, const Graph& g, const Mesh& mesh, const StepSimulation* sim = nullptr);
+/// `fit`: remedies of an infeasible budget (planner/fit_advice.h), one "to fit, ..." line each.
+void print_summary(const Plan& plan, const Graph& g, const Mesh& mesh, const StepSimulation* sim = nullptr,
+                   const std::vector<std::string>& fit = {});
 /// The per-node table of --show-nodes (defined in cmd_plan.cc).
 void print_nodes(const Plan& plan, const Graph& g);
 

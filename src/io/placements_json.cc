@@ -8,6 +8,7 @@
 
 #include "io/state.h"
 #include "ir/file_util.h"
+#include "planner/recompute.h"
 #include "planner/sharding_optimizer.h"
 #include "planner/solution_file.h"
 
@@ -90,6 +91,7 @@ struct ParsedPlacements {
   std::vector<std::string> node_errors;
   std::string fingerprint;
   std::string writer_version;
+  std::vector<std::string> recompute;  ///< "recompute": graph nodes the backward re-executes
 };
 
 ParsedPlacements parse_placements_doc(std::string_view text, std::string_view origin,
@@ -124,6 +126,18 @@ ParsedPlacements parse_placements_doc(std::string_view text, std::string_view or
     r.fingerprint = j["graph_fingerprint"].get<std::string>();
   if (j.contains("autoshard_version") && j["autoshard_version"].is_string())
     r.writer_version = j["autoshard_version"].get<std::string>();
+  if (j.contains("recompute")) {
+    if (!j["recompute"].is_array()) throw fail("/recompute", "expected an array of node names");
+    for (size_t k = 0; k < j["recompute"].size(); ++k) {
+      const auto& x = j["recompute"][k];
+      const std::string where = fmt::format("/recompute/{}", k);
+      if (!x.is_string()) throw fail(where, "expected a node name");
+      if (!g.find(x.get<std::string>()))
+        r.node_errors.push_back(fmt::format("{}: no node named '{}' in the graph", where, excerpt(x.get<std::string>())));
+      else
+        r.recompute.push_back(x.get<std::string>());
+    }
+  }
   r.wanted.resize(static_cast<size_t>(g.size()));
   auto node_fail = [](std::string_view where, std::string_view why) {
     return NodeError{fmt::format("{}: {}", where, why)};
@@ -229,8 +243,22 @@ PlacementsMatch match_placements(ShardingOptimizer& opt, std::string_view text,
     m.warnings.push_back(fmt::format(
         "{}: saved for another graph (fingerprint {}, this graph {}); nodes are matched by name",
         origin, parsed.fingerprint, graph_fingerprint(g)));
+  // The default policy evaluates recomputing placements on the problem with recomputation.
+  if (!parsed.recompute.empty()) opt.set_recompute_escalated(true);
   m.choice = opt.match_strategies(parsed.wanted);
   const BuiltProblem& bp = opt.problem();
+  if (!parsed.recompute.empty()) {
+    if (bp.recompute_regions.empty())
+      m.warnings.push_back(fmt::format("{}: the placements recompute {} nodes; under --recompute {} they are "
+                                       "evaluated kept", origin, parsed.recompute.size(),
+                                       recompute_policy_name(opt.options().recompute)));
+    else
+      try {
+        set_recomputed_nodes(g, bp, parsed.recompute, m.choice);
+      } catch (const std::runtime_error& e) {
+        m.mismatches.push_back(fmt::format("/recompute: {}", e.what()));
+      }
+  }
   for (NodeIdx i = 0; i < g.size(); ++i) {
     const auto& w = parsed.wanted[static_cast<size_t>(i)];
     const PNodeIdx v = bp.pnode[static_cast<size_t>(i)];

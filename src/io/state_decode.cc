@@ -171,7 +171,7 @@ class Decoder {
     o.run_checks = x.run_checks();
     // preload_solution / ilp_solution_file stay off: a file must not choose where a later
     // solve writes (see state_encode.cc).
-    if (x.recompute() > static_cast<uint32_t>(RecomputePolicy::kAuto)) fail("options.recompute", fmt::format("unknown policy {}", x.recompute()));
+    if (x.recompute() > static_cast<uint32_t>(RecomputePolicy::kIfNeeded)) fail("options.recompute", fmt::format("unknown policy {}", x.recompute()));
     o.recompute = static_cast<RecomputePolicy>(x.recompute());
     o.overlap = x.overlap();
     o.overlap_discount = x.overlap_discount();
@@ -452,13 +452,12 @@ BuiltProblem Decoder::problem(const pb::BuiltProblem& x, const Graph& g, const M
     a.node = xa.node();
     a.owner = xa.owner();
     a.region = xa.region();
-    if (xa.role() > static_cast<uint32_t>(BuiltProblem::RecomputeAux::kTail)) fail(where + ".role", fmt::format("unknown role {}", xa.role()));
+    if (xa.role() > static_cast<uint32_t>(BuiltProblem::RecomputeAux::kKeep)) fail(where + ".role", fmt::format("unknown role {}", xa.role()));
     a.role = static_cast<BuiltProblem::RecomputeAux::Role>(xa.role());
     if (a.node < 0 || a.node >= N || a.owner < 0 || a.owner >= N) fail(where, "problem node out of range");
     if (a.region < 0 || a.region >= static_cast<int32_t>(bp.recompute_regions.size())) fail(where + ".region", fmt::format("region {} out of range", a.region));
-    size_t want = a.role == BuiltProblem::RecomputeAux::kGap
-                      ? bp.recompute_regions[static_cast<size_t>(a.region)].modes.size() * S(a.owner)
-                      : S(a.owner);
+    // Every role has one strategy per (mode of its region, owner strategy): recompute.cc add_aux.
+    const size_t want = bp.recompute_regions[static_cast<size_t>(a.region)].modes.size() * S(a.owner);
     if (S(a.node) != want) fail(where, fmt::format("{} strategies, expected {}", S(a.node), want));
     bp.recompute_aux.push_back(a);
   }

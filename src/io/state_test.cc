@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <random>
@@ -18,6 +19,7 @@
 #include "io/state_codec.h"
 #include "ir/file_util.h"
 #include "ir/graph_json.h"
+#include "mesh/hardware.h"
 #include "models/models.h"
 
 namespace autoshard {
@@ -172,6 +174,59 @@ TEST(State, RoundTripKeepsEverything) {
   EXPECT_EQ(state_bytes(back), bytes);
   // The loaded costs evaluate the stored assignment to the stored objective.
   EXPECT_TRUE(same_bits(back.evaluate(back.solution_choice()).objective_us, so.solution()->objective_us));
+}
+
+/// The default recomputation policy under a binding budget: the state keeps the problem built
+/// with recomputation, and loading it restores that the optimizer planned with it.
+TEST(State, DefaultPolicyThatRecomputedRoundTrips) {
+  ModelOptions mo;
+  mo.layers = 2;
+  mo.batch = 4;
+  mo.seq = 64;
+  mo.hidden = 64;
+  mo.heads = 4;
+  mo.kv_heads = 2;
+  mo.ffn = 128;
+  mo.vocab = 128;
+  const Graph g = build_model("llama3-8b", mo);
+  const Mesh one({1}, {"dp"}, *hardware_preset("h100"));
+  PlannerOptions o;
+  o.memory_limit_bytes = 0;
+  o.recompute = RecomputePolicy::kNone;
+  const int64_t keep = ShardingOptimizer(g, one, o).get_solution().peak_memory_bytes;
+  o.recompute = RecomputePolicy::kFull;
+  const int64_t full = ShardingOptimizer(g, one, o).get_solution().peak_memory_bytes;
+  o.recompute = RecomputePolicy::kIfNeeded;
+  o.memory_limit_bytes = (keep + full) / 2;
+  ShardingOptimizer so(g, one, o);
+  const Plan p = so.get_solution();
+  ASSERT_TRUE(p.has_solution);
+  ASSERT_TRUE(so.recompute_escalated());
+  const std::string bytes = state_bytes(so);
+  ShardingOptimizer back = state_from_bytes(bytes, "plan.ap");
+  EXPECT_EQ(back.options().recompute, RecomputePolicy::kIfNeeded);
+  EXPECT_TRUE(back.recompute_escalated());
+  EXPECT_EQ(back.built_policy(), RecomputePolicy::kAuto);
+  EXPECT_EQ(back.solution_choice(), so.solution_choice());
+  EXPECT_EQ(back.solution()->recomputed_nodes, p.recomputed_nodes);
+  EXPECT_TRUE(same_bits(back.evaluate(back.solution_choice()).objective_us, p.objective_us));
+  EXPECT_EQ(state_bytes(back), bytes);
+  // placements.json carries the recomputed nodes: evaluating it plans them again.
+  const std::string text = write_placements_json(p, g, one);
+  ShardingOptimizer fresh(g, one, o);
+  const Plan loaded = placements_plan(fresh, text, "p.json");
+  EXPECT_TRUE(fresh.recompute_escalated());
+  EXPECT_EQ(loaded.recomputed_nodes, p.recomputed_nodes);
+  EXPECT_TRUE(same_bits(loaded.objective_us, p.objective_us));
+  EXPECT_EQ(loaded.peak_memory_bytes, p.peak_memory_bytes);
+  // An explicit none cannot recompute: it says so and evaluates them kept.
+  o.recompute = RecomputePolicy::kNone;
+  ShardingOptimizer none(g, one, o);
+  const Plan kept = placements_plan(none, text, "p.json");
+  EXPECT_TRUE(kept.recomputed_nodes.empty());
+  EXPECT_NE(std::find_if(kept.warnings.begin(), kept.warnings.end(),
+                         [](const std::string& w) { return w.find("evaluated kept") != std::string::npos; }),
+            kept.warnings.end());
 }
 
 TEST(State, SharedMatricesAreStoredOnce) {

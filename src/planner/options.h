@@ -14,8 +14,11 @@ namespace autoshard {
 /// Activation recomputation policy (planner/recompute.h).  kNone: every activation the
 /// backward reads is kept; kSelective: per layer region, everything but matmul and attention
 /// outputs is recomputed in the backward; kFull: the region's whole forward is recomputed;
-/// kAuto: the solver picks one of the three per layer class and region.
-enum class RecomputePolicy : uint8_t { kNone, kSelective, kFull, kAuto };
+/// kAuto: the solver picks one of the three per layer class and region.  kIfNeeded (the
+/// default): plan as kNone when the memory-free optimum fits the budget (no recomputation
+/// node is built and the plan is kNone's), else as kAuto (ShardingOptimizer::get_solution).
+/// An explicit kNone never recomputes.
+enum class RecomputePolicy : uint8_t { kNone, kSelective, kFull, kAuto, kIfNeeded };
 
 /// What the solver minimises.  kOverlap (default): the step time with the communication the
 /// schedule hides behind compute discounted (planner/overlap.h), with a proven bound;
@@ -50,7 +53,7 @@ struct PlannerOptions {
   /// The objective in force (the prefetch discount implies the additive objective).
   Objective effective_objective() const { return overlap ? Objective::kAdditive : objective; }
   /// Activation recomputation (see RecomputePolicy).
-  RecomputePolicy recompute = RecomputePolicy::kNone;
+  RecomputePolicy recompute = RecomputePolicy::kIfNeeded;
   /// Memory of parameter state when the graph has no optimizer step of its own.
   OptimizerConfig optimizer;
   /// Verify the solution independently after solving (recompute cost and memory from scratch).

@@ -250,7 +250,8 @@ BuiltProblem build_problem(const Graph& g, const Mesh& mesh, const PlannerOption
   sopt.require_divisible = opt.require_divisible;
   std::set<std::string> fallback;
   // Views alias their base only without recomputation (see live_intervals).
-  const bool views_alias = opt.recompute == RecomputePolicy::kNone;
+  const bool views_alias =
+      opt.recompute == RecomputePolicy::kNone || opt.recompute == RecomputePolicy::kIfNeeded;
   const auto intervals = live_intervals(g, views_alias);
   const bool param_state_on_params = !bp.has_optimizer;
   // Refuse a problem beyond kMaxStrategiesTotal at once instead of spending minutes and

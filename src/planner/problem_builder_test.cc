@@ -68,7 +68,7 @@ void expect_matches_per_node_build(const Graph& g, const Mesh& mesh, const Plann
       if (x.kind == NodeKind::kParameter && !bp.has_optimizer)
         bytes = parameter_state_bytes(s.outputs.at(0), mesh, o.optimizer);
       else if (x.kind == NodeKind::kOp && is_alias_op(x.op) &&
-               o.recompute == RecomputePolicy::kNone)
+               (o.recompute == RecomputePolicy::kNone || o.recompute == RecomputePolicy::kIfNeeded))
         bytes = 0;
       else
         for (const ShardingSpec& out : s.outputs) bytes += out.local_bytes(mesh);

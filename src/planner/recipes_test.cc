@@ -185,6 +185,8 @@ TEST(RecipesLarge, OverBudgetRecipesStillShowTheirNeeds) {
   Graph g = small_llama();
   Mesh mesh({2, 4}, {"dp", "tp"}, h100());
   PlannerOptions po = no_limit();
+  // What the recipes need as they are: the default policy would recompute to fit the budget.
+  po.recompute = RecomputePolicy::kNone;
   RecipeResult fsdp = plan_recipe(Recipe::kFsdp, g, mesh, po);
   RecipeResult ddp = plan_recipe(Recipe::kDdp, g, mesh, po);
   ASSERT_TRUE(fsdp.plan && ddp.plan);

@@ -7,6 +7,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <set>
 #include <stdexcept>
 
 namespace autoshard {
@@ -17,6 +18,7 @@ std::string_view recompute_policy_name(RecomputePolicy p) {
     case RecomputePolicy::kSelective: return "selective";
     case RecomputePolicy::kFull: return "full";
     case RecomputePolicy::kAuto: return "auto";
+    case RecomputePolicy::kIfNeeded: return "if-needed";
   }
   return "?";
 }
@@ -26,12 +28,13 @@ std::optional<RecomputePolicy> parse_recompute_policy(std::string_view s) {
   if (s == "selective") return RecomputePolicy::kSelective;
   if (s == "full") return RecomputePolicy::kFull;
   if (s == "auto") return RecomputePolicy::kAuto;
+  if (s == "if-needed") return RecomputePolicy::kIfNeeded;
   return std::nullopt;
 }
 
 RecomputePolicy parse_recompute_policy_or_throw(std::string_view s, std::string_view option) {
   if (std::optional<RecomputePolicy> p = parse_recompute_policy(s)) return *p;
-  throw std::invalid_argument(fmt::format("{}: expected none, selective, full or auto, got '{}'", option, s));
+  throw std::invalid_argument(fmt::format("{}: expected none, selective, full, auto or if-needed, got '{}'", option, s));
 }
 
 namespace {
@@ -89,7 +92,9 @@ std::shared_ptr<const std::vector<Cost>> tie_matrix(size_t rows, size_t cols,
 }  // namespace
 
 void add_recomputation(const Graph& g, const PlannerOptions& opt, BuiltProblem& bp) {
-  if (opt.recompute == RecomputePolicy::kNone) return;
+  // kIfNeeded reaches the builder only as planned without recomputation (the optimizer builds
+  // with kAuto once memory binds).
+  if (opt.recompute == RecomputePolicy::kNone || opt.recompute == RecomputePolicy::kIfNeeded) return;
   std::vector<RecomputePolicy> modes;
   if (opt.recompute == RecomputePolicy::kAuto)
     modes = {RecomputePolicy::kNone, RecomputePolicy::kSelective, RecomputePolicy::kFull};
@@ -487,6 +492,35 @@ void lower_kept_choice(const BuiltProblem& bp, const std::vector<PNodeIdx>& clas
   const Collapsed c = collapsed_classes(bp, class_of);
   for (const auto& [k, keep] : c.decision) choice.at(static_cast<size_t>(k)) = 0;
   for (const auto& [k, oc] : c.aux) choice.at(static_cast<size_t>(k)) = 0;
+}
+
+void set_recomputed_nodes(const Graph& g, const BuiltProblem& bp, const std::vector<std::string>& names,
+                          std::vector<StrategyIdx>& choice) {
+  const std::set<std::string> redone(names.begin(), names.end());
+  std::vector<std::vector<const BuiltProblem::RecomputeAux*>> gaps(bp.recompute_regions.size());
+  for (const auto& a : bp.recompute_aux)
+    if (a.role == BuiltProblem::RecomputeAux::kGap) gaps.at(static_cast<size_t>(a.region)).push_back(&a);
+  for (size_t r = 0; r < bp.recompute_regions.size(); ++r) {
+    const auto& reg = bp.recompute_regions[r];
+    auto fits = [&](RecomputePolicy m) {
+      for (const auto* a : gaps[r]) {
+        const Node& x = g.node(bp.graph_node[static_cast<size_t>(a->owner)]);
+        if (executes(m, saved_by_selective(x.op)) != (redone.count(x.name) > 0)) return false;
+      }
+      return true;
+    };
+    size_t k = 0;
+    while (k < reg.modes.size() && !fits(reg.modes[k])) ++k;
+    if (k == reg.modes.size())
+      throw std::runtime_error(fmt::format("the recomputed nodes fit no mode of {}.{}", reg.layer, reg.region));
+    choice.at(static_cast<size_t>(reg.decision)) = static_cast<StrategyIdx>(k);
+  }
+  for (const auto& a : bp.recompute_aux) {
+    const StrategyIdx q = choice.at(static_cast<size_t>(a.owner));
+    if (q < 0) continue;
+    const StrategyIdx m = choice[static_cast<size_t>(bp.recompute_regions[static_cast<size_t>(a.region)].decision)];
+    choice[static_cast<size_t>(a.node)] = m * bp.problem.nodes[static_cast<size_t>(a.owner)].num_strategies() + q;
+  }
 }
 
 void complete_recompute_choice(const BuiltProblem& bp, std::vector<StrategyIdx>& choice) {

@@ -42,14 +42,16 @@
 
 namespace autoshard {
 
-/// "none", "selective", "full", "auto".
+/// "none", "selective", "full", "auto", "if-needed".
 std::string_view recompute_policy_name(RecomputePolicy p);
 std::optional<RecomputePolicy> parse_recompute_policy(std::string_view s);
-/// The same, or std::invalid_argument "OPTION: expected none, selective, full or auto, got 'S'"
+/// The same, or std::invalid_argument "OPTION: expected none, selective, full, auto or
+/// if-needed, got 'S'"
 /// (the CLI's --recompute and the Python binding's PlannerOptions.recompute).
 RecomputePolicy parse_recompute_policy_or_throw(std::string_view s, std::string_view option);
 
-/// Adds regions, decision, gap and tail nodes and their edges to `bp` (nothing for kNone).
+/// Adds regions, decision, gap and tail nodes and their edges to `bp` (nothing for kNone and
+/// kIfNeeded).
 /// Called by build_problem once nodes and tensor-use edges exist.
 void add_recomputation(const Graph& g, const PlannerOptions& opt, BuiltProblem& bp);
 
@@ -96,6 +98,13 @@ void lower_kept_choice(const BuiltProblem& bp, const std::vector<PNodeIdx>& clas
 /// shape of the recompute-auto one, so that its plans are plans of `p` as they are (the gap and
 /// tail nodes follow their decision through their ties).  Returns whether anything changed.
 bool forbid_recomputation(const BuiltProblem& bp, const std::vector<PNodeIdx>& class_of, Problem& p);
+
+/// Sets the decision and auxiliary entries of `choice` (graph nodes' strategies set) from the
+/// names of the nodes a plan re-executes (placements.json "recompute"): each region takes the
+/// first of its modes that re-executes exactly those of its ops.  Throws std::runtime_error
+/// naming a region no mode fits.
+void set_recomputed_nodes(const Graph& g, const BuiltProblem& bp, const std::vector<std::string>& names,
+                          std::vector<StrategyIdx>& choice);
 
 /// Fills decision, gap and tail entries of a full assignment that are -1 (e.g. from saved
 /// placements) with "keep" and the owner's strategy.

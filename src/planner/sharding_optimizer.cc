@@ -26,6 +26,22 @@ int64_t alpa_variables(const BuiltProblem& bp) {
   return n;
 }
 
+/// Fills the auxiliary entries (-1) of a choice whose graph nodes are set: recomputation nodes
+/// keep, parameter-memory shadows follow their parameter.
+void complete_aux_choice(const BuiltProblem& bp, std::vector<StrategyIdx>& choice) {
+  complete_recompute_choice(bp, choice);
+  for (PNodeIdx v = 0; v < bp.problem.num_nodes(); ++v)
+    if (choice[static_cast<size_t>(v)] < 0) {
+      NodeIdx gi = bp.graph_node[static_cast<size_t>(v)];
+      PNodeIdx main = bp.pnode[static_cast<size_t>(gi)];
+      if (main != v) choice[static_cast<size_t>(v)] = choice[static_cast<size_t>(main)];
+    }
+}
+
+/// Default policy, memory binding: share of the time left kept, while planning with
+/// recomputation, for the keep-everything solve on the problem without it.
+constexpr double kKeepShare = 0.5;
+
 }  // namespace
 
 ShardingOptimizer::ShardingOptimizer(Graph graph, Mesh mesh, PlannerOptions options)
@@ -61,6 +77,7 @@ void ShardingOptimizer::add_constraint(Constraint c) {
   }
   constraints_.push_back(std::move(c));
   built_.reset();
+  spare_built_.reset();
 }
 
 std::string ShardingOptimizer::pin(const std::string& node, const std::vector<Placement>& output,
@@ -140,13 +157,45 @@ bool ShardingOptimizer::remove_constraint(const std::string& name) {
   if (it == constraints_.end()) return false;
   constraints_.erase(it);
   built_.reset();
+  spare_built_.reset();
   return true;
 }
 
+RecomputePolicy ShardingOptimizer::built_policy() const {
+  if (options_.recompute != RecomputePolicy::kIfNeeded) return options_.recompute;
+  return recompute_escalated_ ? RecomputePolicy::kAuto : RecomputePolicy::kNone;
+}
+
 const BuiltProblem& ShardingOptimizer::problem() {
-  if (!built_)
-    built_ = std::make_unique<BuiltProblem>(build_problem(graph_, mesh_, options_, constraints_));
+  if (!built_) {
+    PlannerOptions o = options_;
+    o.recompute = built_policy();
+    built_ = std::make_unique<BuiltProblem>(build_problem(graph_, mesh_, o, constraints_));
+  }
   return *built_;
+}
+
+void ShardingOptimizer::set_recompute_escalated(bool on) {
+  if (options_.recompute != RecomputePolicy::kIfNeeded || on == recompute_escalated_) return;
+  // A warm start of the old problem, by graph node (the strategy lists do not depend on the
+  // policy); the new problem's recomputation nodes keep, shadows follow their parameter.
+  std::vector<StrategyIdx> by_node;
+  if (built_ && static_cast<PNodeIdx>(warm_start_.size()) == built_->problem.num_nodes()) {
+    by_node.assign(static_cast<size_t>(graph_.size()), -1);
+    for (NodeIdx i = 0; i < graph_.size(); ++i)
+      if (PNodeIdx v = built_->pnode[static_cast<size_t>(i)]; v >= 0)
+        by_node[static_cast<size_t>(i)] = warm_start_[static_cast<size_t>(v)];
+  }
+  recompute_escalated_ = on;
+  std::swap(built_, spare_built_);  // the other policy's problem, if built
+  if (by_node.empty()) return;
+  const BuiltProblem& bp = problem();
+  std::vector<StrategyIdx> choice(static_cast<size_t>(bp.problem.num_nodes()), -1);
+  for (NodeIdx i = 0; i < graph_.size(); ++i)
+    if (PNodeIdx v = bp.pnode[static_cast<size_t>(i)]; v >= 0) choice[static_cast<size_t>(v)] = by_node[static_cast<size_t>(i)];
+  complete_aux_choice(bp, choice);
+  for (StrategyIdx& c : choice) c = std::max<StrategyIdx>(c, 0);
+  warm_start_ = std::move(choice);
 }
 
 Plan ShardingOptimizer::evaluate(const std::vector<StrategyIdx>& choice) {
@@ -215,6 +264,10 @@ ShardingOptimizer ShardingOptimizer::from_parts(Graph graph, Mesh mesh, PlannerO
                                                 std::vector<StrategyIdx> choice) {
   ShardingOptimizer so(std::move(graph), std::move(mesh), std::move(options));
   for (Constraint& c : constraints) so.add_constraint(std::move(c));
+  // kIfNeeded: the saved problem (or plan) says whether memory made it recompute.
+  so.recompute_escalated_ = so.options_.recompute == RecomputePolicy::kIfNeeded &&
+                            (problem ? !problem->recompute_regions.empty()
+                                     : solution && !solution->layer_recompute.empty());
   if (problem) so.built_ = std::make_unique<BuiltProblem>(std::move(*problem));
   so.solution_ = std::move(solution);
   so.solution_choice_ = std::move(choice);
@@ -237,19 +290,57 @@ Plan ShardingOptimizer::get_solution() {
     }
   }
   auto t0 = std::chrono::steady_clock::now();
-  const BuiltProblem& bp = problem();
+  // The default policy starts without recomputation every time (a plan that fits that way
+  // has no recomputation node, whatever an earlier solve needed).
+  const bool if_needed = options_.recompute == RecomputePolicy::kIfNeeded;
+  if (if_needed) set_recompute_escalated(false);
+  (void)problem();
   double t_build = seconds_since(t0);
 
   const bool has_shadows = std::any_of(constraints_.begin(), constraints_.end(), [](const Constraint& c) {
     return c.kind == Constraint::Kind::kParameterMemory;
   });
-  TiedSolveInput in{graph_, bp, options_, has_shadows, nullptr, warm_start_,
-                    t0 + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                             std::chrono::duration<double>(options_.time_limit_s))};
-  const OverlapModel model = options_.effective_objective() == Objective::kOverlap
-                                 ? build_overlap_model(graph_, bp)
-                                 : OverlapModel{};
-  const Solved s = model.empty() ? solve_additive(in) : solve_overlap_objective(in, model);
+  const auto deadline = t0 + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                 std::chrono::duration<double>(options_.time_limit_s));
+  std::vector<std::pair<std::string, double>> first_phases;
+  bool keep_may_fit = false;
+  if (if_needed && !has_shadows) {
+    // Does memory bind without recomputation?  The memory-free solve says (its plan fits, or
+    // the floor proves that nothing does).
+    TiedSolveInput probe{graph_, problem(), options_, has_shadows, nullptr, warm_start_, deadline};
+    probe.relaxed_only = true;
+    const TiedSolve t = solve_tied(probe);
+    const int64_t limit = problem().problem.usage_limit;
+    const bool floor_fails = limit >= 0 && t.peak_floor > limit;
+    if (floor_fails || !t.fits) {
+      for (const auto& ph : t.r.phase_seconds) first_phases.push_back({"without recompute " + ph.first, ph.second});
+      keep_may_fit = !floor_fails;
+      auto t2 = std::chrono::steady_clock::now();
+      set_recompute_escalated(true);
+      const bool regions = !problem().recompute_regions.empty();
+      t_build += seconds_since(t2);
+      if (!regions) {
+        set_recompute_escalated(false);  // nothing to recompute in this graph
+        keep_may_fit = false;
+      } else if (options_.progress) {
+        options_.progress("memory binds without recomputation: planning with --recompute auto");
+      }
+    }
+  }
+  PlannerOptions built_options = options_;
+  built_options.recompute = built_policy();
+  auto solve_deadline = deadline;
+  if (keep_may_fit) {
+    // Leave kKeepShare of the time to keep-everything without recomputation.
+    const auto left = deadline - std::chrono::steady_clock::now();
+    solve_deadline -= std::chrono::duration_cast<std::chrono::steady_clock::duration>(left * kKeepShare);
+  }
+  TiedSolveInput in{graph_, problem(), built_options, has_shadows, nullptr, warm_start_, solve_deadline};
+  Solved s = solve_objective(in);
+  if (keep_may_fit) keep_everything_if_better(s, has_shadows, deadline);
+  s.phase_seconds.insert(s.phase_seconds.begin(), first_phases.begin(), first_phases.end());
+  spare_built_.reset();  // the plan's problem stays; the other policy's is not needed again
+  const BuiltProblem& bp = problem();
   Plan plan = plan_of(s, bp);
   plan.phase_seconds.insert(plan.phase_seconds.begin(), {"build", t_build});
   if (plan.has_solution && options_.run_checks) check_plan(plan, s, bp);
@@ -259,6 +350,42 @@ Plan ShardingOptimizer::get_solution() {
   if (!options_.ilp_solution_file.empty() && plan.has_solution)
     save_solution_file(*this, plan, solution_choice_, options_.ilp_solution_file);
   return plan;
+}
+
+ShardingOptimizer::Solved ShardingOptimizer::solve_objective(const TiedSolveInput& in) {
+  const OverlapModel model = options_.effective_objective() == Objective::kOverlap
+                                 ? build_overlap_model(graph_, in.bp)
+                                 : OverlapModel{};
+  return model.empty() ? solve_additive(in) : solve_overlap_objective(in, model);
+}
+
+void ShardingOptimizer::keep_everything_if_better(Solved& s, bool has_shadows,
+                                                  std::chrono::steady_clock::time_point deadline) {
+  // Keeping every activation, judged on the problem without recomputation, whose views share
+  // their base's memory (the recomputation model counts them apart: problem_builder.cc
+  // views_alias), so that its keep-everything plans include the auto model's.
+  set_recompute_escalated(false);
+  PlannerOptions o = options_;
+  o.recompute = RecomputePolicy::kNone;
+  // The additive cost is the objective: nothing above the plan in hand is wanted.
+  if (options_.effective_objective() == Objective::kAdditive && !s.choice.empty())
+    o.cutoff_us = std::min(o.cutoff_us, s.objective_us);
+  TiedSolveInput in{graph_, problem(), o, has_shadows, nullptr, warm_start_, deadline};
+  Solved k = solve_objective(in);
+  const double bound = std::min(s.lower_bound_us, k.status == SolveStatus::kInfeasible ? kInfCost : k.lower_bound_us);
+  if (!k.choice.empty() && k.objective_us < s.objective_us) {
+    if (options_.progress)
+      options_.progress(fmt::format("keeping every activation is cheaper: {:.1f} us", k.objective_us));
+    k.phase_seconds.insert(k.phase_seconds.begin(), s.phase_seconds.begin(), s.phase_seconds.end());
+    s = std::move(k);
+  } else {
+    for (const auto& ph : k.phase_seconds) s.phase_seconds.push_back({"keep " + ph.first, ph.second});
+    set_recompute_escalated(true);
+  }
+  if (s.choice.empty()) return;
+  s.lower_bound_us = std::min(bound, s.objective_us);
+  s.gap = (s.objective_us - s.lower_bound_us) / std::max(std::abs(s.objective_us), 1e-9);
+  s.status = s.gap <= std::max(options_.mip_gap, kProofTolerance) ? SolveStatus::kOptimal : SolveStatus::kFeasible;
 }
 
 ShardingOptimizer::Solved ShardingOptimizer::solve_additive(const TiedSolveInput& in) {
@@ -371,14 +498,7 @@ std::vector<StrategyIdx> ShardingOptimizer::match_strategies(
       }
     }
   }
-  complete_recompute_choice(bp, choice);
-  // Shadow nodes follow their parameter.
-  for (PNodeIdx v = 0; v < bp.problem.num_nodes(); ++v)
-    if (choice[static_cast<size_t>(v)] < 0) {
-      NodeIdx gi = bp.graph_node[static_cast<size_t>(v)];
-      PNodeIdx main = bp.pnode[static_cast<size_t>(gi)];
-      if (main != v) choice[static_cast<size_t>(v)] = choice[static_cast<size_t>(main)];
-    }
+  complete_aux_choice(bp, choice);
   return choice;
 }
 

@@ -4,6 +4,7 @@
 ///   ShardingOptimizer opt(graph, mesh, options);
 ///   opt.add_input_constraints({parse_placements("S(0)R")});
 ///   Plan plan = opt.get_solution();
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <string>
@@ -36,7 +37,11 @@ class ShardingOptimizer {
                   std::optional<std::vector<std::vector<Placement>>> inputs = std::nullopt);
   /// Removes a constraint by name; false if there is none.
   bool remove_constraint(const std::string& name);
-  void clear_constraints() { constraints_.clear(); built_.reset(); }
+  void clear_constraints() {
+    constraints_.clear();
+    built_.reset();
+    spare_built_.reset();
+  }
   const std::vector<Constraint>& constraints() const { return constraints_; }
   void add_constraint(Constraint c);
 
@@ -83,7 +88,20 @@ class ShardingOptimizer {
   const Graph& graph() const { return graph_; }
   const Mesh& mesh() const { return mesh_; }
   const PlannerOptions& options() const { return options_; }
-  PlannerOptions& mutable_options() { built_.reset(); return options_; }
+  PlannerOptions& mutable_options() {
+    built_.reset();
+    spare_built_.reset();
+    recompute_escalated_ = false;
+    return options_;
+  }
+  /// The policy problem() is built with: options().recompute, except kIfNeeded, which builds
+  /// as kNone until get_solution() finds that memory binds without recomputation, then as
+  /// kAuto (recompute_escalated()).  A state or solution file restores it with its problem.
+  RecomputePolicy built_policy() const;
+  bool recompute_escalated() const { return recompute_escalated_; }
+  /// Switches kIfNeeded's problem to (or back from) the kAuto one, mapping a pending warm start
+  /// across by graph node; no effect under another policy.
+  void set_recompute_escalated(bool on);
   /// The problem for the current constraints (built on first use).
   const BuiltProblem& problem();
   /// Turns a full problem assignment into a plan (costs, memory); used by get_solution and to
@@ -111,12 +129,21 @@ class ShardingOptimizer {
   Plan plan_of(const Solved& s, const BuiltProblem& bp);
   void check_plan(Plan& plan, const Solved& s, const BuiltProblem& bp);
   std::string unique_name(const std::string& base) const;
+  /// The objective's solve (additive or overlap-aware) of in.bp.
+  Solved solve_objective(const TiedSolveInput& in);
+  /// kIfNeeded under binding memory, after planning with recomputation (`s`): solves the
+  /// problem without it and keeps whichever plan is cheaper, bounds merged.
+  void keep_everything_if_better(Solved& s, bool has_shadows, std::chrono::steady_clock::time_point deadline);
 
   Graph graph_;
   Mesh mesh_;
   PlannerOptions options_;
   std::vector<Constraint> constraints_;
   std::unique_ptr<BuiltProblem> built_;
+  /// kIfNeeded: problem() is built with kAuto (memory binds without recomputation).
+  bool recompute_escalated_ = false;
+  /// kIfNeeded: the other policy's problem while get_solution() switches between the two.
+  std::unique_ptr<BuiltProblem> spare_built_;
   std::vector<StrategyIdx> warm_start_;
   std::optional<Plan> solution_;
   std::vector<StrategyIdx> solution_choice_;

@@ -10,6 +10,7 @@
 
 #include "ir/file_util.h"
 #include "planner/clock.h"
+#include "planner/recompute.h"
 #include "planner/sharding_optimizer.h"
 
 #ifndef AUTOSHARD_VERSION
@@ -219,6 +220,9 @@ void save_solution_file(const ShardingOptimizer& opt, const Plan& plan,
   j["version"] = kSolutionFileVersion;
   j["autoshard"] = AUTOSHARD_VERSION;
   j["fingerprint"] = fp.combined();
+  // Which problem the choice indexes: --recompute if-needed builds recomputation nodes only
+  // when memory binds.
+  j["problem_recompute"] = std::string(recompute_policy_name(opt.built_policy()));
   j["components"] = {{"graph", fp.graph}, {"mesh", fp.mesh}, {"hardware", fp.hardware},
                      {"options", fp.options}, {"constraints", fp.constraints}};
   j["solver"] = {{"status", std::string(solve_status_name(plan.status))},
@@ -272,6 +276,8 @@ SolutionFileLoad try_load_solution_file(ShardingOptimizer& opt, const std::strin
     if (!diff.empty()) return ignore(fmt::format("it solves a different problem ({} differ)", diff));
 
     auto t0 = std::chrono::steady_clock::now();
+    if (opt.options().recompute == RecomputePolicy::kIfNeeded)
+      opt.set_recompute_escalated(j.value("problem_recompute", "none") == "auto");
     const BuiltProblem& bp = opt.problem();
     const auto& saved_choice = j.at("choice");
     std::vector<StrategyIdx> choice(static_cast<size_t>(bp.problem.num_nodes()), -1);

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
+#include <optional>
 #include <functional>
 #include <stdexcept>
 #include <string>
@@ -10,6 +12,7 @@
 #include "planner/clock.h"
 #include "planner/exact_tied.h"
 #include "planner/recompute.h"
+#include "planner/recompute_modes.h"
 
 namespace autoshard {
 namespace {
@@ -93,6 +96,49 @@ SolveResult solve_exact_tied_model(const BuiltProblem& bp, const ClusteredProble
   return r;
 }
 
+/// The memory-limited solve of the joint model: on the exact tied model where the tie
+/// over-estimates, else (or when it finds nothing) on cp.problem, untied to prove infeasibility
+/// (cp is replaced then); the relaxed bound joins the result's.
+SolveResult solve_memory_limited(const BuiltProblem& bp, ClusteredProblem& cp, const PlannerOptions& options_,
+                                 SolverOptions so, const std::function<double()>& remaining,
+                                 const std::function<void(const std::string&)>& say, Cost relaxed_bound,
+                                 double& t_cluster) {
+  SolveResult r;
+  // Where the tied memory model over-estimates, the memory-limited solve works on its exact
+  // model instead (exact_tied.h): plans that the over-estimate would reject stay open
+  // (llama3-8b 2x8 at 20 GiB: 2 % faster) and the solve's bounds hold for every tied plan.
+  bool exact = cp.memory_exact, solved = false;
+  if (!exact) {
+    try {
+      r = solve_exact_tied_model(bp, cp, options_.recompute == RecomputePolicy::kAuto, so, remaining, say);
+      solved = exact = !r.choice.empty();
+    } catch (const std::invalid_argument& e) {
+      say(std::string("no exact tied memory model: ") + e.what());
+    }
+  }
+  if (!solved) {
+    so.time_limit_s = remaining();
+    r = solve(cp.problem, so);
+  }
+  if (r.status == SolveStatus::kInfeasible && !cp.memory_exact) {
+    // The tied memory model over-estimates: only the untied problem can prove infeasibility.
+    auto t2 = std::chrono::steady_clock::now();
+    cp = identity_cluster(bp);
+    t_cluster += seconds_since(t2);
+    so.time_limit_s = remaining();
+    so.warm_start.clear();
+    r = solve(cp.problem, so);
+  }
+  if (!r.choice.empty()) {
+    if (!exact && r.status == SolveStatus::kOptimal)
+      r.status = SolveStatus::kFeasible;  // optimal only for the over-estimated memory
+    if (relaxed_bound > r.lower_bound || !exact) r.lower_bound = relaxed_bound;
+    r.gap = (r.objective - r.lower_bound) / std::max(std::abs(r.objective), 1e-9);
+    if (r.gap <= std::max(options_.mip_gap, kProofTolerance)) r.status = SolveStatus::kOptimal;
+  }
+  return r;
+}
+
 }  // namespace
 
 TiedSolve solve_tied(const TiedSolveInput& in) {
@@ -145,6 +191,10 @@ TiedSolve solve_tied(const TiedSolveInput& in) {
     r.objective = kInfCost;
     r.lower_bound = kInfCost;
     r.gap = 0;
+    if (in.relaxed_only) {
+      out.fits = false;  // the caller asks whether anything fits: nothing does
+      return out;
+    }
     if (evaluate_cost(bp, least) < kInfCost) {
       r.min_peak_usage = peak_floor;  // the floor is reached: proven minimum
       r.min_peak_proven = true;
@@ -198,40 +248,23 @@ TiedSolve solve_tied(const TiedSolveInput& in) {
       Cost relaxed_bound = r.choice.empty() ? -kInfCost : r.lower_bound;
       so.time_limit_s = remaining();
       auto phases = r.phase_seconds;
-      // Where the tied memory model over-estimates, the memory-limited solve works on its exact
-      // model instead (exact_tied.h): plans that the over-estimate would reject stay open
-      // (llama3-8b 2x8 at 20 GiB: 2 % faster) and the solve's bounds hold for every tied plan.
-      bool exact = cp.memory_exact, solved = false;
-      if (!exact) {
-        try {
-          r = solve_exact_tied_model(bp, cp, options_.recompute == RecomputePolicy::kAuto, so, remaining, say);
-          solved = exact = !r.choice.empty();
-        } catch (const std::invalid_argument& e) {
-          say(std::string("no exact tied memory model: ") + e.what());
+      // Recompute auto: case by case over the decision classes' modes (recompute_modes.h).
+      std::optional<SolveResult> by_cases;
+      if (options_.recompute == RecomputePolicy::kAuto) by_cases = solve_recompute_cases(bp, cp, so, remaining);
+      if (by_cases) {
+        r = std::move(*by_cases);
+        if (r.status == SolveStatus::kInfeasible) {
+          // Every case's floor exceeds the limit: the least of them bounds the peak from below.
+          peak_floor = std::max(peak_floor, r.min_peak_usage);
+          r.min_peak_usage = -1;
+          r.objective = kInfCost;
+          r.gap = 0;
         }
-      }
-      if (!solved) {
-        so.time_limit_s = remaining();
-        r = solve(cp.problem, so);
-      }
-      if (r.status == SolveStatus::kInfeasible && !cp.memory_exact) {
-        // The tied memory model over-estimates: only the untied problem can prove infeasibility.
-        auto t2 = std::chrono::steady_clock::now();
-        cp = identity_cluster(bp);
-        t_cluster += seconds_since(t2);
-        so.time_limit_s = remaining();
-        so.warm_start.clear();
-        r = solve(cp.problem, so);
+      } else {
+        r = solve_memory_limited(bp, cp, options_, so, remaining, say, relaxed_bound, t_cluster);
       }
       for (auto it = phases.rbegin(); it != phases.rend(); ++it)
         r.phase_seconds.insert(r.phase_seconds.begin(), {"relaxed " + it->first, it->second});
-      if (!r.choice.empty()) {
-        if (!exact && r.status == SolveStatus::kOptimal)
-          r.status = SolveStatus::kFeasible;  // optimal only for the over-estimated memory
-        if (relaxed_bound > r.lower_bound || !exact) r.lower_bound = relaxed_bound;
-        r.gap = (r.objective - r.lower_bound) / std::max(std::abs(r.objective), 1e-9);
-        if (r.gap <= std::max(options_.mip_gap, kProofTolerance)) r.status = SolveStatus::kOptimal;
-      }
     }
   }
   return out;

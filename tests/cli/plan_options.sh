@@ -115,7 +115,36 @@ assert j['layers'] == [{'layer': 'transformer.h.0', 'recompute': 'full'},
                        {'layer': 'transformer.h.1', 'recompute': 'full'}], j['layers']
 assert j['recompute_us'] > 0 and j['objective_us'] >= $base + j['recompute_us'] - 1e-6, j"
 if "$AS" plan "${M[@]}" --recompute sometimes 2>"$TMP/rc.err"; then fail "--recompute sometimes accepted"; fi
-grep -qx "autoshard: error: --recompute: expected none, selective, full or auto, got 'sometimes'" "$TMP/rc.err" \
+grep -qx "autoshard: error: --recompute: expected none, selective, full, auto or if-needed, got 'sometimes'" "$TMP/rc.err" \
   || fail "--recompute error: $(cat "$TMP/rc.err")"
 ok "--recompute full per layer in the JSON; a bad policy is a one-line error"
+
+# The default recomputes only when memory binds (issue 23): on one device, a budget between the
+# full-recomputation peak and the keep-everything peak fits by default, not with --recompute
+# none, whose infeasible answer names the remedies with the planner's numbers.
+R=(--model gpt2 --layers 2 --batch 8 --seq 1024 --mesh 1 --mesh-dims dp)
+"$AS" plan "${R[@]}" --memory-limit 0 --json >"$TMP/r_free.json"
+pycheck "$TMP/r_free.json" "assert j.get('layers', []) == [] and j.get('recompute_us', 0) == 0, j"
+"$AS" plan "${R[@]}" --memory-limit 0 --recompute full --json >"$TMP/r_full.json"
+keep_peak=$(jget "$TMP/r_free.json" peak_memory_bytes)
+full_peak=$(jget "$TMP/r_full.json" peak_memory_bytes)
+(( full_peak < keep_peak )) || fail "full recomputation does not lower the peak: $full_peak vs $keep_peak"
+mid=$(( (keep_peak + full_peak) / 2 ))
+"$AS" plan "${R[@]}" --memory-limit "$mid" --objective additive --json >"$TMP/r_mid.json"  # additive: proven
+pycheck "$TMP/r_mid.json" "
+assert j['has_solution'] and j['status'] == 'optimal', j['status']
+assert j['peak_memory_bytes'] <= $mid and j['recompute_us'] > 0, j
+assert any(l['recompute'] != 'none' for l in j['layers']), j['layers']"
+rc=0; "$AS" plan "${R[@]}" --memory-limit "$mid" --recompute none >"$TMP/r_none.out" 2>"$TMP/r_none.err" || rc=$?
+[[ $rc -ne 0 ]] || fail "--recompute none fitted below the keep-everything peak"
+grep -q -E "^to fit, memory: --memory-limit [0-9.]+(MiB|GiB): a layout peaks at exactly that, and none lower$" "$TMP/r_none.out" \
+  || fail "no budget remedy: $(cat "$TMP/r_none.out")"
+grep -q -E "^to fit, recompute: --recompute auto \\(or full\\): fully recomputed layers need at least [0-9.]+ (MiB|GiB) per device" \
+  "$TMP/r_none.out" || fail "no recompute remedy: $(cat "$TMP/r_none.out")"
+grep -q "^to fit, mesh: 2 (dp), 2 devices: " "$TMP/r_none.out" || fail "no mesh remedy: $(cat "$TMP/r_none.out")"
+rc=0; "$AS" plan "${R[@]}" --memory-limit "$mid" --recompute none --json >"$TMP/r_none.json" 2>/dev/null || rc=$?
+pycheck "$TMP/r_none.json" "
+f = j['fit_suggestions']
+assert [s.split(':')[0] for s in f] == ['memory', 'recompute', 'mesh'], f"
+ok "default recomputes only under a binding budget ($mid B); --recompute none names the remedies"
 ok plan_options
