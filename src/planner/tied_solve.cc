@@ -160,6 +160,7 @@ TiedSolve solve_tied(const TiedSolveInput& in) {
   so.mip_gap = options_.mip_gap;
   so.threads = options_.threads;
   so.cutoff = options_.cutoff_us;
+  so.bound_only = in.relaxed_only;  // a dual solve wants its bound, not the long search
 
   // Memory is handled by relaxation first: solve without the device's usage limit (every
   // reduction applies); if the optimum fits, it is also optimal for the limited problem.

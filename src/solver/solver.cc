@@ -271,8 +271,10 @@ SolveResult solve(const Problem& p, const SolverOptions& opt) {
     // message passing + LNS + repair) improves the warm start until the deadline.
     res.method = "anytime search (too large for the MIP)";
     say(res.method);
-    if (seconds_left(deadline) > 0.2 && lb + rp.constant_cost < opt.cutoff)
+    if (seconds_left(deadline) > 0.2 && lb + rp.constant_cost < opt.cutoff && !opt.bound_only)
       run_anytime(seconds_left(deadline) - 0.1);
+  } else if (opt.bound_only && rows.empty()) {
+    res.method = "message passing (bound only)";
   } else if (seconds_left(deadline) > 0.05) {
     if (!rows.empty() && alpa_variable_count(r) > kAnytimeBeforeMip && seconds_left(deadline) > 1) {
       // Memory rows make large MIPs slow to find incumbents: the anytime search gets a third

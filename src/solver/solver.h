@@ -40,6 +40,11 @@ struct SolverOptions {
   /// has lower_bound >= cutoff and, as status, kFeasible with the best assignment found so far
   /// or kTimedOut.  The anytime search honours it; the MIP runs as usual.
   Cost cutoff = kInfCost;
+  /// Without memory rows, stop where message passing does not prove the optimum (instead of
+  /// the MIP or the time-limited anytime search): the answer is its plan and bound.  For callers that want a
+  /// bound and a plan quickly and deterministically (the overlap objective's dual solves,
+  /// planner/overlap_solve.h).
+  bool bound_only = false;
   /// Receives one-line progress messages (phases, incumbents, bounds).
   std::function<void(std::string_view)> progress;
 };
