@@ -21,6 +21,7 @@
 #include "ir/graph_json.h"
 #include "mesh/hardware.h"
 #include "models/models.h"
+#include "planner/recompute_block.h"
 
 namespace autoshard {
 namespace {
@@ -179,16 +180,7 @@ TEST(State, RoundTripKeepsEverything) {
 /// The default recomputation policy under a binding budget: the state keeps the problem built
 /// with recomputation, and loading it restores that the optimizer planned with it.
 TEST(State, DefaultPolicyThatRecomputedRoundTrips) {
-  ModelOptions mo;
-  mo.layers = 2;
-  mo.batch = 4;
-  mo.seq = 64;
-  mo.hidden = 64;
-  mo.heads = 4;
-  mo.kv_heads = 2;
-  mo.ffn = 128;
-  mo.vocab = 128;
-  const Graph g = build_model("llama3-8b", mo);
+  const Graph g = testing::tiny_llama(2);
   const Mesh one({1}, {"dp"}, *hardware_preset("h100"));
   PlannerOptions o;
   o.memory_limit_bytes = 0;
@@ -457,7 +449,7 @@ TEST(SolutionFile, PathIsNotStoredInStateFiles) {
 }
 
 TEST(SolutionFile, ReusedWhenTheProblemMatches) {
-  std::string dir = testing::TempDir() + "/state_solution_file";
+  std::string dir = ::testing::TempDir() + "/state_solution_file";
   std::filesystem::create_directories(dir);
   std::string path = dir + "/sol.json";
   std::filesystem::remove(path);

@@ -7,8 +7,24 @@
 #include "ir/graph.h"
 #include "mesh/hardware.h"
 #include "models/builder.h"
+#include "models/models.h"
 
 namespace autoshard::testing {
+
+/// A small LLaMA with `layers` layers: hidden 64, 4 heads (2 KV), FFN 128, vocabulary 128,
+/// batch 4 x 64 tokens (the recomputation and state tests' model).
+inline Graph tiny_llama(int layers) {
+  ModelOptions mo;
+  mo.layers = layers;
+  mo.batch = 4;
+  mo.seq = 64;
+  mo.hidden = 64;
+  mo.heads = 4;
+  mo.kv_heads = 2;
+  mo.ffn = 128;
+  mo.vocab = 128;
+  return build_model("llama3-8b", mo);
+}
 
 constexpr int64_t kBlockB = 64, kBlockH = 64, kBlockF = 16;
 

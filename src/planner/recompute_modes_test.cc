@@ -14,6 +14,7 @@
 #include "planner/fit_advice.h"
 #include "planner/recompute.h"
 #include "planner/sharding_optimizer.h"
+#include "planner/recompute_block.h"
 
 namespace autoshard {
 namespace {
@@ -21,16 +22,7 @@ namespace {
 /// A small LLaMA: 3 layers (the middle one ties with neither end in some models; here all
 /// three tie), hidden 64, batch 4 x 64 tokens.
 Graph three_layer_llama() {
-  ModelOptions mo;
-  mo.layers = 3;
-  mo.batch = 4;
-  mo.seq = 64;
-  mo.hidden = 64;
-  mo.heads = 4;
-  mo.kv_heads = 2;
-  mo.ffn = 128;
-  mo.vocab = 128;
-  return build_model("llama3-8b", mo);
+  return testing::tiny_llama(3);
 }
 
 Mesh dp_mesh(int64_t n) { return Mesh({n}, {"dp"}, *hardware_preset("h100")); }

@@ -99,16 +99,7 @@ TEST(Recompute, AutoRecomputesOnlyWhenMemoryBinds) {
 
 /// A small LLaMA: 2 layers, hidden 64, batch 4 x 64 tokens.
 Graph two_layer_llama() {
-  ModelOptions mo;
-  mo.layers = 2;
-  mo.batch = 4;
-  mo.seq = 64;
-  mo.hidden = 64;
-  mo.heads = 4;
-  mo.kv_heads = 2;
-  mo.ffn = 128;
-  mo.vocab = 128;
-  return build_model("llama3-8b", mo);
+  return testing::tiny_llama(2);
 }
 
 /// A small LLaMA: full recomputation lowers the peak on a 2-device mesh, tied and untied layers
