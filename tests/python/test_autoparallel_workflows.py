@@ -366,9 +366,10 @@ def test_apply_inputs(solved, core):
     doc = placements_document(opt.get_placements(), [2, 2], ["dp", "tp"])
     assert doc["placements"] == want["placements"] and doc["mesh_shape"] == [2, 2]
     # optimize_placement()'s dict evaluates to the same plan (solution kept).
-    before = opt.solution.objective_us
+    before, status = opt.solution.objective_us, opt.solution.status
+    assert status in ("optimal", "feasible")  # the overlap-aware objective states its gap
     assert opt.as_plan(sharding).objective_us == pytest.approx(before, rel=1e-12)
-    assert opt.solution.objective_us == before and opt.solution.status == "optimal"
+    assert opt.solution.objective_us == before and opt.solution.status == status
     with pytest.raises(TypeError, match="apply_placement needs a torch DeviceMesh"):
         autop.apply_placement(sharding)
 

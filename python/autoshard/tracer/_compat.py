@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import contextlib
 
+import sys
+
 import torch
 
 # --- functional_call: torch.func (2.x) or torch.nn.utils.stateless (1.12-1.13, deprecated later)
@@ -49,10 +51,28 @@ def compiling():
         return
     old = comp._is_compiling_flag
     comp._is_compiling_flag = True
+    # Hugging Face's MoE experts (transformers.integrations.moe) route non-bf16 weights to a
+    # custom op instead of `torch._grouped_mm` when compiling, because inductor lacks that
+    # kernel.  The trace is not compiled: the experts take the path eager takes, so the graph
+    # records the ATen op the planner has a rule for and the runtime runs.
+    hf_moe = sys.modules.get("transformers.integrations.moe")
+    chooser = getattr(hf_moe, "_can_use_grouped_mm", None)
+    if chooser is not None:
+
+        def eager_choice(*args, **kwargs):
+            comp._is_compiling_flag = old
+            try:
+                return chooser(*args, **kwargs)
+            finally:
+                comp._is_compiling_flag = True
+
+        hf_moe._can_use_grouped_mm = eager_choice
     try:
         yield
     finally:
         comp._is_compiling_flag = old
+        if chooser is not None:
+            hf_moe._can_use_grouped_mm = chooser
 
 
 def has_device_context() -> bool:
