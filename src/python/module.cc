@@ -18,6 +18,7 @@
 #include "io/plan_json.h"
 #include "ir/file_util.h"
 #include "ir/graph_json.h"
+#include "ir/graph_json_value.h"
 #include "mesh/hardware.h"
 #include "mesh/mesh.h"
 #include "models/models.h"
@@ -59,6 +60,14 @@ void bind_graph(py::module_& m) {
             return read_graph_json(text, origin);
           },
           py::arg("text"), py::arg("origin") = "<string>")
+      .def_static(
+          "from_dict",
+          [](py::handle graph, const std::string& origin) {
+            return read_graph_json_value(json_from_python(graph, origin), origin);
+          },
+          py::arg("graph"), py::arg("origin") = "<dict>",
+          "The graph from a graph dict (autoshard.tracer.export.to_graph_dict): the same "
+          "Graph and checks as from_json(json.dumps(graph)), without the JSON text.")
       .def_static(
           "builtin",
           [](const std::string& name, int64_t batch, int64_t seq, int64_t layers,
