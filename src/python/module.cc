@@ -85,6 +85,8 @@ void bind_graph(py::module_& m) {
           },
           py::arg("name"), py::arg("batch") = -1, py::arg("seq") = -1, py::arg("layers") = -1,
           py::arg("dtype") = std::nullopt, "A built-in model (llama3-8b, gpt2, ...).")
+      .def("to_json", &write_graph_json,
+           "The graph as graph JSON text (deterministic: the same graph gives the same bytes).")
       .def_readwrite("name", &Graph::name)
       .def("__len__", [](const Graph& g) { return static_cast<size_t>(g.size()); })
       .def("node_names", [](const Graph& g) {
