@@ -6,10 +6,11 @@ of the same architecture (docs/benchmarks.md, section Python).
 
     AUTOSHARD_CORE=build/_core*.so PYTHONPATH=python build/venv/bin/python \
         bench/python_bench.py --cli build/autoshard [--model llama3_8b --batch 8 --seq 2048 \
-        --mesh 8x8 --builtin llama3-8b]
+        --mesh 8x8 --builtin llama3-8b --repeat 3]
 
 Prints a table: phase, wall seconds, CPU seconds (the CLI's: its user + system time).  On a
-shared machine CPU seconds are the steadier figure.  Peak memory of the trace: run
+shared machine CPU seconds are the steadier figure; the end-to-end rows are the fastest of
+--repeat runs of each side.  Peak memory of the trace: run
 `/usr/bin/time -v python/autoshard-trace ...` (Maximum resident set size).
 """
 from __future__ import annotations
@@ -49,6 +50,9 @@ def main() -> int:
     ap.add_argument("--cli", required=True, help="the autoshard binary")
     ap.add_argument("--builtin", default="llama3-8b",
                     help="the CLI's built-in model of the same architecture (--model)")
+    ap.add_argument("--repeat", type=int, default=3,
+                    help="runs of the AutoParallel workflow and of the CLI; the table shows "
+                         "the fastest of each (a shared machine's noise only adds time)")
     a = ap.parse_args()
     import torch  # noqa: F401  (import time is not part of the figures)
 
@@ -56,7 +60,7 @@ def main() -> int:
     from autoshard.tracer import examples  # noqa: F401
     from autoshard.tracer.examples import llama
     from autoshard.tracer.export import to_graph_dict, write_graph_json
-    from autoshard.tracer.trace import trace_training_step
+    from autoshard.tracer.trace import gc_paused, trace_training_step
 
     rows = []
     factory = getattr(llama, a.model)
@@ -66,6 +70,12 @@ def main() -> int:
     rows.append(("trace (dispatch recorder)", w, c))
     graph, w, c = timed(lambda: to_graph_dict(traced, a.model))
     rows.append(("export to graph dict", w, c))
+    with gc_paused():  # as AutoParallel.build hands it off
+        _, w, c = timed(lambda: core.Graph.from_json(json.dumps(graph, check_circular=False)))
+        rows.append(("hand-off as JSON text (dumps+from_json)", w, c))
+        if hasattr(core.Graph, "from_dict"):  # absent in builds before it (for before/after)
+            _, w, c = timed(lambda: core.Graph.from_dict(graph))
+            rows.append(("hand-off as dict (from_dict)", w, c))
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "g.graph.json")
         write_graph_json(graph, path)
@@ -85,11 +95,15 @@ def main() -> int:
     def autoparallel():
         with AutoParallel(m, lambda: (i, t), mesh, loss_fn=l) as autop:
             return autop.optimize_placement(), autop.sharding_optimizer.solution
-    (_, plan), w_py, c_py = timed(autoparallel)
+    runs = [timed(autoparallel) for _ in range(a.repeat)]
+    plan = runs[0][0][1]
+    w_py, c_py = min(r[1] for r in runs), min(r[2] for r in runs)
     rows.append(("AutoParallel: trace+export+hand-off+plan", w_py, c_py))
     cmd = [a.cli, "plan", "--model", a.builtin, "--batch", str(a.batch), "--seq", str(a.seq),
            "--mesh", a.mesh, "--mesh-dims", a.dims, "--json"]
-    r, w_cli, c_cli = run_cli(cmd)
+    cli_runs = [run_cli(cmd) for _ in range(a.repeat)]
+    r = cli_runs[0][0]
+    w_cli, c_cli = min(x[1] for x in cli_runs), min(x[2] for x in cli_runs)
     rows.append((f"autoshard plan --model {a.builtin} (CLI)", w_cli, c_cli))
     rows.append(("ratio Python / CLI", w_py / w_cli, c_py / c_cli))
     builtin = json.loads(r.stdout)

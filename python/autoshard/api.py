@@ -232,10 +232,10 @@ class AutoParallel:
         self.graph_dict = to_graph_dict(self.traced, self.name)
         if self.loss_fn is not None:
             _restore_captures(self.traced, loss.twins)
-        # The hand-off is one JSON text (json.dumps and the C++ reader: ~0.15 s CPU on
-        # LLaMA-3 8B's 9,000 nodes, docs/benchmarks.md "Python"), the same reader as files.
-        graph = core.Graph.from_json(json.dumps(self.graph_dict, check_circular=False),
-                                     f"<traced {self.name}>")
+        # The hand-off: the C++ core converts the dict straight into the JSON value its file
+        # reader checks (no json.dumps, no text parse: 0.16 -> ~0.05 s CPU on LLaMA-3 8B's
+        # 9,000 nodes, docs/benchmarks.md "Issue 24, item 4"); the same Graph as from_json.
+        graph = core.Graph.from_dict(self.graph_dict, f"<traced {self.name}>")
         self.sharding_optimizer = ShardingOptimizer(
             core.ShardingOptimizer(graph, self.mesh, self.options))
         for kind, args in self._pending:
@@ -284,13 +284,19 @@ class AutoParallel:
         """Solves; returns node name -> {"outputs": [placements per output],
         "inputs": [placements per input]} with DTensor placement tuples when torch is
         importable (strings otherwise)."""
+        from .tracer.trace import gc_paused
+
         opt = self.sharding_optimizer or self.build()
         plan = opt.get_solution()
         if not plan.has_solution:
             raise RuntimeError(f"no plan found ({plan.status}); warnings: {plan.warnings}")
         if verbose:
             print(plan)
-        return convert_placements(opt.get_placements(plan))
+        # The placements dict is ~10^5 new objects while the traced graph keeps ~10^5 alive:
+        # with the collector running, its full collections took 0.6 s CPU on LLaMA-3 8B (more
+        # than the solve), docs/benchmarks.md "Issue 24, item 4".
+        with gc_paused():
+            return convert_placements(opt.get_placements(plan))
 
     @property
     def output_nodes(self) -> list[str]:

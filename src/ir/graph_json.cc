@@ -11,6 +11,7 @@
 #include <variant>
 
 #include "ir/file_util.h"
+#include "ir/graph_json_value.h"
 
 namespace autoshard {
 
@@ -416,6 +417,10 @@ ojson node_json(const Graph& g, const Node& n) {
 
 Graph read_graph_json(std::string_view text, std::string_view origin) {
   json j = parse_json_text(text, origin);
+  return read_graph_json_value(j, origin);
+}
+
+Graph read_graph_json_value(const nlohmann::json& j, std::string_view origin) {
   Reader r(origin);
   return r.graph(j);
 }

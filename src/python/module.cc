@@ -18,6 +18,7 @@
 #include "io/plan_json.h"
 #include "ir/file_util.h"
 #include "ir/graph_json.h"
+#include "ir/graph_json_value.h"
 #include "mesh/hardware.h"
 #include "mesh/mesh.h"
 #include "models/models.h"
@@ -60,6 +61,14 @@ void bind_graph(py::module_& m) {
           },
           py::arg("text"), py::arg("origin") = "<string>")
       .def_static(
+          "from_dict",
+          [](py::handle graph, const std::string& origin) {
+            return read_graph_json_value(json_from_python(graph, origin), origin);
+          },
+          py::arg("graph"), py::arg("origin") = "<dict>",
+          "The graph from a graph dict (autoshard.tracer.export.to_graph_dict): the same "
+          "Graph and checks as from_json(json.dumps(graph)), without the JSON text.")
+      .def_static(
           "builtin",
           [](const std::string& name, int64_t batch, int64_t seq, int64_t layers,
              std::optional<std::string> dtype) {
@@ -76,6 +85,8 @@ void bind_graph(py::module_& m) {
           },
           py::arg("name"), py::arg("batch") = -1, py::arg("seq") = -1, py::arg("layers") = -1,
           py::arg("dtype") = std::nullopt, "A built-in model (llama3-8b, gpt2, ...).")
+      .def("to_json", &write_graph_json,
+           "The graph as graph JSON text (deterministic: the same graph gives the same bytes).")
       .def_readwrite("name", &Graph::name)
       .def("__len__", [](const Graph& g) { return static_cast<size_t>(g.size()); })
       .def("node_names", [](const Graph& g) {
