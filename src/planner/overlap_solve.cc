@@ -24,10 +24,10 @@ PlaneCut plane_of(double additive, const OverlapTerms& t) {
 
 void add_phases(std::vector<std::pair<std::string, double>>& into,
                 const std::vector<std::pair<std::string, double>>& from) {
-  for (const auto& [name, s] : from) {
-    auto it = std::find_if(into.begin(), into.end(), [&](const auto& p) { return p.first == name; });
-    if (it == into.end()) into.push_back({name, s});
-    else it->second += s;
+  for (const auto& phase : from) {
+    auto it = std::find_if(into.begin(), into.end(), [&](const auto& p) { return p.first == phase.first; });
+    if (it == into.end()) into.push_back(phase);
+    else it->second += phase.second;
   }
 }
 
