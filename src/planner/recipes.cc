@@ -18,6 +18,16 @@ namespace autoshard {
 
 namespace {
 
+/// A recipe's pin of `n`'s output placements, named `prefix` + the node's name.
+Constraint recipe_pin(const char* prefix, const Node& n, std::vector<Placement> p) {
+  Constraint c;
+  c.kind = Constraint::Kind::kPin;
+  c.node = n.name;
+  c.output = std::move(p);
+  c.name = prefix + n.name;
+  return c;
+}
+
 const std::vector<Recipe> kAll = {Recipe::kAlpa,     Recipe::kDdp,    Recipe::kFsdp,
                                   Recipe::kMegatron, Recipe::kFsdpTp, Recipe::kHsdp};
 
@@ -284,12 +294,7 @@ RecipePins recipe_pins(Recipe r, const Graph& g, const Mesh& mesh, bool require_
   }
 
   auto pin = [&](const Node& n, std::vector<Placement> p) {
-    Constraint c;
-    c.kind = Constraint::Kind::kPin;
-    c.node = n.name;
-    c.output = std::move(p);
-    c.name = "recipe:" + n.name;
-    out.constraints.push_back(std::move(c));
+    out.constraints.push_back(recipe_pin("recipe:", n, std::move(p)));
   };
 
   // The batch: every input split on its first dim over the data-parallel dims.
@@ -383,12 +388,7 @@ RecipePins recipe_pins(Recipe r, const Graph& g, const Mesh& mesh, bool require_
                                        ? Placement::shard(static_cast<int32_t>(n.out().rank() - 1))
                                        : Placement::partial();
     if (!valid(p, n.out(), mesh, require_divisible)) continue;
-    Constraint c;
-    c.kind = Constraint::Kind::kPin;
-    c.node = n.name;
-    c.output = std::move(p);
-    c.name = "recipe-use:" + n.name;
-    out.use_constraints.push_back(std::move(c));
+    out.use_constraints.push_back(recipe_pin("recipe-use:", n, std::move(p)));
   }
   // The batched expert matmuls run on their experts' devices: output [E, M, N] split on E over
   // ep (the tokens arrive by all-to-all) and on M (batch rows x capacity) over the others.
@@ -402,12 +402,7 @@ RecipePins recipe_pins(Recipe r, const Graph& g, const Mesh& mesh, bool require_
       if (!valid(p, n.out(), mesh, require_divisible)) p[static_cast<size_t>(d)] = Placement::replicate();
     }
     if (!valid(p, n.out(), mesh, require_divisible)) continue;
-    Constraint c;
-    c.kind = Constraint::Kind::kPin;
-    c.node = n.name;
-    c.output = std::move(p);
-    c.name = "recipe-use:" + n.name;
-    out.use_constraints.push_back(std::move(c));
+    out.use_constraints.push_back(recipe_pin("recipe-use:", n, std::move(p)));
   }
   if (kept_whole > 0)
     out.notes.push_back(fmt::format("{} parameters too small to shard stay replicated on some dims",
