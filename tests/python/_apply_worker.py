@@ -6,6 +6,7 @@ import json
 import os
 import socket
 import subprocess
+import sys
 import tempfile
 import traceback
 from typing import Any, Optional, Sequence
@@ -192,6 +193,7 @@ def run_jobs(mesh, jobs: Sequence[dict], steps: int = 3, lr: float = 1e-2) -> li
     traced_cache: dict = {}
     results = []
     for job in jobs:
+        print(f"job {job['name']}", file=sys.stderr, flush=True)  # names the job a crash hit
         key = job["model"]
         if key not in traced_cache:
             traced_cache[key] = trace(key)
@@ -268,6 +270,9 @@ def rank_main(rank: int, world: int, port: int, mesh_shape: Sequence[int], dims:
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
 
+    import faulthandler
+
+    faulthandler.enable()  # a native crash (SIGABRT, SIGSEGV) still shows the Python stack
     torch.set_num_threads(1)
     result: Any
     try:
@@ -285,11 +290,13 @@ def rank_main(rank: int, world: int, port: int, mesh_shape: Sequence[int], dims:
             dist.destroy_process_group()
 
 
-def launch(world: int, mesh: Sequence[int], dims: Sequence[str], run, out_dir: str,
-           timeout_s: float) -> list:
-    """Spawns `world` ranks running `run(mesh)` (a picklable callable), waits at most
-    timeout_s, kills leftovers; -> per-rank results (AssertionError with the rank's
-    traceback when one failed or gave none)."""
+#: Exit codes of a rank killed by a native crash (SIGABRT, SIGBUS, SIGSEGV), not by our timeout.
+NATIVE_CRASH = (-6, -7, -11)
+
+
+def _spawn_ranks(world: int, mesh: Sequence[int], dims: Sequence[str], run, out_dir: str,
+                 timeout_s: float) -> list:
+    """Starts the ranks, waits at most timeout_s, kills leftovers; -> the processes."""
     import time
 
     import torch.multiprocessing as mp
@@ -309,6 +316,42 @@ def launch(world: int, mesh: Sequence[int], dims: Sequence[str], run, out_dir: s
             if p.is_alive():
                 p.kill()
                 p.join(5)
+    return procs
+
+
+def abort_once(mesh, marker: str) -> list:
+    """Test helper for launch's retry: rank 0 aborts (SIGABRT) while `marker` does not exist,
+    after creating it; -> [the rank's coordinate]."""
+    if mesh.get_rank() == 0 and not os.path.exists(marker):
+        open(marker, "w").close()
+        os.abort()
+    return [mesh.get_coordinate()]
+
+
+def launch(world: int, mesh: Sequence[int], dims: Sequence[str], run, out_dir: str,
+           timeout_s: float) -> list:
+    """Spawns `world` ranks running `run(mesh)` (a picklable callable), waits at most
+    timeout_s, kills leftovers; -> per-rank results (AssertionError with the rank's
+    traceback when one failed or gave none).
+
+    A launch whose rank died of a native crash runs once more: torch 2.13's gloo ranks abort
+    rarely (about 1 launch in 15 on a loaded 2-core machine; most launches under
+    MALLOC_CHECK_=3) with a corrupted heap, always inside a functional collective of the
+    lowered backward after an optimizer step in the crashes seen, while the same collectives
+    alone in a loop do not crash (root cause not found).  Every crash prints the rank's
+    Python stack (faulthandler) and a warning; a second crash fails the test."""
+    for attempt in (1, 2):
+        procs = _spawn_ranks(world, mesh, dims, run, out_dir, timeout_s)
+        crashed = [r for r, p in enumerate(procs) if p.exitcode in NATIVE_CRASH]
+        if not crashed or attempt == 2:
+            break
+        print(f"warning: rank {crashed[0]} died of signal {-procs[crashed[0]].exitcode} "
+              f"(a native crash; its stack is above); launching the ranks once more",
+              file=sys.stderr, flush=True)
+        for r in range(world):
+            path = os.path.join(out_dir, f"rank{r}.json")
+            if os.path.exists(path):
+                os.remove(path)
     results = []
     for r in range(world):
         path = os.path.join(out_dir, f"rank{r}.json")

@@ -106,6 +106,20 @@ class PlacementStrings(unittest.TestCase):
 
 
 @unittest.skipIf(torch is None, "PyTorch not installed")
+class Launch(unittest.TestCase):
+    def test_native_crash_runs_once_more(self):
+        tmp = tempfile.mkdtemp(prefix="autoshard-launch-")
+        try:
+            marker = os.path.join(tmp, "aborted")
+            per_rank = W.launch(2, [2], ["dp"], functools.partial(W.abort_once, marker=marker),
+                                tmp, 120)
+            self.assertTrue(os.path.exists(marker))  # the first launch did abort
+            self.assertEqual(per_rank, [[[0]], [[1]]])
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+@unittest.skipIf(torch is None, "PyTorch not installed")
 class ApplyPlacement(unittest.TestCase):
     maxDiff = None
     binary = None
