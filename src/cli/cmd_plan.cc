@@ -58,7 +58,7 @@ struct PlanArgs {
   bool save_replay = false;   ///< with -o DIR: DIR/plan.replay
   std::string solution_file;  ///< MASE's ilp_solution_file
   bool preload_solution = false;
-  bool time_limit_given = false, threads_given = false;
+  bool time_limit_given = false, threads_given = false, objective_given = false;
 };
 
 }  // namespace
@@ -192,9 +192,10 @@ int run_plan(const PlanArgs& a) {
   else throw std::invalid_argument(fmt::format("--objective: expected overlap or additive, got '{}'", a.objective));
   opt.run_checks = !a.no_checks;
   opt.recompute = parse_recompute_policy_or_throw(a.recompute, "--recompute");
-  if (replayed) {  // the replay's options; --time-limit and --threads may override
+  if (replayed) {  // the replay's options; --time-limit, --threads and --objective may override
     PlannerOptions r = replayed->options();
     if (a.time_limit_given) r.time_limit_s = opt.time_limit_s;
+    if (a.objective_given) r.objective = opt.objective;
     if (a.threads_given) r.threads = opt.threads;
     opt = r;
   }
@@ -337,6 +338,7 @@ void register_plan(CLI::App& app) {
   sub->callback([a, sub] {
     a->time_limit_given = sub->count("--time-limit") > 0;
     a->threads_given = sub->count("--threads") > 0;
+    a->objective_given = sub->count("--objective") > 0;
     run_plan(*a);
   });
 }

@@ -59,7 +59,8 @@ struct OverlapGroup {
 
 struct OverlapModel {
   std::vector<OverlapGroup> groups;  ///< only windows with some hideable communication
-  /// Names of the keys ("forward layers.*"): segments of one phase and layer class.
+  /// Names of the keys ("forward layers.* (108 ops, 48 moves)"): segments of one phase and
+  /// layer class with as many window ops and hideable moves (the repeats of one layer shape).
   std::vector<std::string> keys;
   bool empty() const { return groups.empty(); }
 };

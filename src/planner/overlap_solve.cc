@@ -130,6 +130,12 @@ OverlapSolve solve_overlap(const TiedSolveInput& in, const OverlapModel& m) {
     }
     mu = maximize_cut_model(st.cuts, keys, lo, hi).mu;
   }
+  if (!out.choice.empty()) {
+    const OverlapTerms tb = overlap_terms(m, bp, out.choice);
+    for (size_t k = 0; k < keys; ++k)
+      say(fmt::format("overlap key {}: hideable {:.1f} us, window {:.1f} us, hidden {:.1f} us, multiplier {:.3f}",
+                      m.keys[k], tb.hidden_us[k], tb.window_us[k], tb.overlapped_us[k], out.mu.empty() ? -1.0 : out.mu[k]));
+  }
   out.lower_bound_us = std::min(out.lower_bound_us, out.objective_us);
   const double gap = (out.objective_us - out.lower_bound_us) / std::max(std::abs(out.objective_us), 1e-9);
   out.status = gap <= tol ? SolveStatus::kOptimal : SolveStatus::kFeasible;

@@ -107,13 +107,38 @@ TEST(OverlapModel, GroupsAreWindowsWithTheNextLayersGathers) {
   const OverlapModel m = build_overlap_model(opt.graph(), bp);
   // Windows layers.0 and layers.1 (layers.2 hides nothing: no later layer); one key.
   ASSERT_EQ(m.groups.size(), 2u);
-  ASSERT_EQ(m.keys, std::vector<std::string>{"forward layers.*"});
+  ASSERT_EQ(m.keys, std::vector<std::string>{"forward layers.* (1 ops, 1 moves)"});
   for (const OverlapGroup& gr : m.groups) {
     EXPECT_EQ(gr.window.size(), 1u);
     ASSERT_EQ(gr.hidden.size(), 1u);
     EXPECT_EQ(opt.graph().node(bp.edge_origin[static_cast<size_t>(gr.hidden[0])].producer.node).kind,
               NodeKind::kParameter);
   }
+}
+
+TEST(OverlapModel, SegmentsOfAnotherShapeGetTheirOwnMultiplier) {
+  // layers.1 has two matmuls: the window before it hides two gathers, its own window is two
+  // ops wide; layers.0 and layers.2 are alike and share a key.
+  GraphBuilder b("uneven");
+  TensorRef h = b.input("x", {{256, kWidth}, kBf16});
+  const std::vector<int> mms{1, 2, 1, 1};
+  std::vector<std::vector<TensorRef>> w(mms.size());
+  for (size_t l = 0; l < mms.size(); ++l)
+    for (int j = 0; j < mms[l]; ++j)
+      w[l].push_back(b.parameter("w" + std::to_string(l) + "_" + std::to_string(j), "layers." + std::to_string(l),
+                                 {{kWidth, kWidth}, kBf16}));
+  for (size_t l = 0; l < mms.size(); ++l) {
+    b.set_module("layers." + std::to_string(l));
+    for (const TensorRef& x : w[l]) h = b.mm(h, x);
+  }
+  ShardingOptimizer opt(b.finish(), two_devices());
+  const OverlapModel m = build_overlap_model(opt.graph(), opt.problem());
+  ASSERT_EQ(m.groups.size(), 3u);
+  EXPECT_EQ(m.keys, (std::vector<std::string>{"forward layers.* (1 ops, 2 moves)", "forward layers.* (2 ops, 1 moves)",
+                                              "forward layers.* (1 ops, 1 moves)"}));
+  EXPECT_EQ(m.groups[0].key, 0);
+  EXPECT_EQ(m.groups[1].key, 1);
+  EXPECT_EQ(m.groups[2].key, 2);
 }
 
 TEST(OverlapModel, ScaledCostsAreTheLagrangian) {
