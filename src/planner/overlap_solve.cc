@@ -73,7 +73,10 @@ OverlapSolve solve_overlap(const TiedSolveInput& in, const OverlapModel& m) {
   // A cutoff proves nothing about T through the additive solve (A >= T): it runs without one.
   PlannerOptions additive_options = in.options;
   additive_options.cutoff_us = kInfCost;
-  out.last = solve_tied({in.graph, bp, additive_options, in.has_shadows, tie_ptr, in.warm_start, in.deadline});
+  if (in.first_solve && in.first_solve->fits && in.first_solve->r.status == SolveStatus::kOptimal)
+    out.last = *in.first_solve;  // the same proof: the recompute probe made it
+  else
+    out.last = solve_tied({in.graph, bp, additive_options, in.has_shadows, tie_ptr, in.warm_start, in.deadline});
   out.solves = 1;
   add_phases(out.phase_seconds, out.last.r.phase_seconds);
   if (out.last.r.choice.empty()) {

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <functional>
 #include <map>
+#include <optional>
 #include <stdexcept>
 
 #include "planner/clock.h"
@@ -304,12 +305,13 @@ Plan ShardingOptimizer::get_solution() {
                                  std::chrono::duration<double>(options_.time_limit_s));
   std::vector<std::pair<std::string, double>> first_phases;
   bool keep_may_fit = false;
+  std::optional<TiedSolve> probed;  // the probe's solve, when memory does not bind
   if (if_needed && !has_shadows) {
     // Does memory bind without recomputation?  The memory-free solve says (its plan fits, or
     // the floor proves that nothing does).
     TiedSolveInput probe{graph_, problem(), options_, has_shadows, nullptr, warm_start_, deadline};
     probe.relaxed_only = true;
-    const TiedSolve t = solve_tied(probe);
+    TiedSolve t = solve_tied(probe);
     const int64_t limit = problem().problem.usage_limit;
     const bool floor_fails = limit >= 0 && t.peak_floor > limit;
     if (floor_fails || !t.fits) {
@@ -325,6 +327,8 @@ Plan ShardingOptimizer::get_solution() {
       } else if (options_.progress) {
         options_.progress("memory binds without recomputation: planning with --recompute auto");
       }
+    } else if (t.r.status == SolveStatus::kOptimal) {
+      probed = std::move(t);
     }
   }
   PlannerOptions built_options = options_;
@@ -336,6 +340,7 @@ Plan ShardingOptimizer::get_solution() {
     solve_deadline -= std::chrono::duration_cast<std::chrono::steady_clock::duration>(left * kKeepShare);
   }
   TiedSolveInput in{graph_, problem(), built_options, has_shadows, nullptr, warm_start_, solve_deadline};
+  if (probed && !keep_may_fit) in.first_solve = &*probed;
   Solved s = solve_objective(in);
   if (keep_may_fit) keep_everything_if_better(s, has_shadows, deadline);
   s.phase_seconds.insert(s.phase_seconds.begin(), first_phases.begin(), first_phases.end());

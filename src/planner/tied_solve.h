@@ -18,6 +18,8 @@
 
 namespace autoshard {
 
+struct TiedSolve;
+
 struct TiedSolveInput {
   const Graph& graph;
   const BuiltProblem& bp;
@@ -34,6 +36,10 @@ struct TiedSolveInput {
   /// there are any, kept): its bound holds under the limit too; TiedSolve::fits says whether
   /// its plan fits.  Deterministic where a memory-limited search might stop at the deadline.
   bool relaxed_only = false;
+  /// The overlap objective's first solve (overlap_solve.h): a memory-free solve of the same
+  /// problem already made (ShardingOptimizer's recompute probe), reused when it is proven
+  /// optimal and fits -- the full solve would end at the same proof.  nullptr: none.
+  const TiedSolve* first_solve = nullptr;
 };
 
 struct TiedSolve {
