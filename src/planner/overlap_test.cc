@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <functional>
 #include <map>
@@ -200,6 +201,36 @@ TEST(OverlapSolve, PlanAndBoundBracketTheEnumeratedOptimum) {
     EXPECT_LE(plan.objective_us, opt.evaluate(add.solution_choice()).objective_us * (1 + 1e-9)) << rows;
     EXPECT_EQ(pa.overlapped_us, 0);
   }
+}
+
+TEST(OverlapSolve, AProvenFirstSolveIsReusedAsIs) {
+  // The recompute probe's memory-free solve, handed over as the first solve, gives the very
+  // plan, bound and number of solves that solving it again gives (and is not solved again).
+  ShardingOptimizer opt(chain(1024, 3), two_devices());
+  const BuiltProblem& bp = opt.problem();
+  const OverlapModel m = build_overlap_model(opt.graph(), bp);
+  PlannerOptions po;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  TiedSolveInput probe{opt.graph(), bp, po, false, nullptr, {}, deadline};
+  probe.relaxed_only = true;
+  const TiedSolve first = solve_tied(probe);
+  ASSERT_EQ(first.r.status, SolveStatus::kOptimal);
+  ASSERT_TRUE(first.fits);
+  TiedSolveInput plain{opt.graph(), bp, po, false, nullptr, {}, deadline};
+  TiedSolveInput reused = plain;
+  reused.first_solve = &first;
+  const OverlapSolve a = solve_overlap(plain, m), b = solve_overlap(reused, m);
+  EXPECT_EQ(a.choice, b.choice);
+  EXPECT_EQ(a.objective_us, b.objective_us);
+  EXPECT_EQ(a.lower_bound_us, b.lower_bound_us);
+  EXPECT_EQ(a.solves, b.solves);
+  // A probe whose plan does not fit is not reused: the first solve is made again.
+  TiedSolve over = first;
+  over.fits = false;
+  over.r.choice.clear();
+  reused.first_solve = &over;
+  const OverlapSolve c = solve_overlap(reused, m);
+  EXPECT_EQ(a.choice, c.choice);
 }
 
 }  // namespace

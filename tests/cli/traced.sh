@@ -23,3 +23,20 @@ bad = [p for p in ps if not re.fullmatch(r'S\(\d\)S\(\d\)', p['placement'])]
 assert not bad, bad[:3]
 "
 ok "AutoParallel's llama3 8b (traced, 8x8, parameter memory constraint): optimal, gap 0"
+
+# The same replay under the overlap-aware objective (the replay carries the additive one):
+# the dual's bound is within 0.5 % of its plan (docs/benchmarks.md, "Overlap-aware objective":
+# 0.17 % since the multipliers are per segment shape).
+"$AS" plan --replay "$SRC/tests/fixtures/ap_llama3_8b_8x8.replay" --objective overlap --time-limit 20 --json \
+  >"$TMP/ap_overlap.json" 2>"$TMP/ap_overlap.err"
+pycheck "$TMP/ap_overlap.json" "
+assert j['status'] in ('optimal', 'feasible'), j['status']
+assert j['overlapped_us'] > 0, j['overlapped_us']
+assert j['lower_bound_us'] <= j['objective_us'] * (1 + 1e-9)
+assert j['gap'] <= 0.005, j['gap']
+assert j['checked'] is True
+import re
+bad = [p for p in j['parameters'] if not re.fullmatch(r'S\(\d\)S\(\d\)', p['placement'])]
+assert not bad, bad[:3]
+"
+ok "the same replay, --objective overlap: bound within 0.5 % of the plan"
