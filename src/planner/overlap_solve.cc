@@ -102,8 +102,10 @@ OverlapSolve solve_overlap(const TiedSolveInput& in, const OverlapModel& m) {
   const double tol = std::max(in.options.mip_gap, kProofTolerance);
   while (out.solves < kMaxOverlapSolves && std::chrono::steady_clock::now() < in.deadline) {
     scale_overlap_costs(m, bp, mu, scaled);
-    out.last = solve_tied({in.graph, scaled, in.options, in.has_shadows, tie_ptr, warm, in.deadline,
-                           /*relaxed_only=*/true});
+    TiedSolveInput dual{in.graph, scaled, in.options, in.has_shadows, tie_ptr, warm, in.deadline,
+                        /*relaxed_only=*/true};
+    dual.message_passing_iterations = kDualIterations;
+    out.last = solve_tied(dual);
     ++out.solves;
     add_phases(out.phase_seconds, out.last.r.phase_seconds);
     const SolveResult& r = out.last.r;

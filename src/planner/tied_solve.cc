@@ -161,6 +161,7 @@ TiedSolve solve_tied(const TiedSolveInput& in) {
   so.threads = options_.threads;
   so.cutoff = options_.cutoff_us;
   so.bound_only = in.relaxed_only;  // a dual solve wants its bound, not the long search
+  if (in.message_passing_iterations > 0) so.message_passing_iterations = in.message_passing_iterations;
 
   // Memory is handled by relaxation first: solve without the device's usage limit (every
   // reduction applies); if the optimum fits, it is also optimal for the limited problem.

@@ -40,6 +40,9 @@ struct TiedSolveInput {
   /// problem already made (ShardingOptimizer's recompute probe), reused when it is proven
   /// optimal and fits -- the full solve would end at the same proof.  nullptr: none.
   const TiedSolve* first_solve = nullptr;
+  /// Most message-passing iterations per solve (SolverOptions::message_passing_iterations);
+  /// 0: the solver's default.
+  int message_passing_iterations = 0;
 };
 
 struct TiedSolve {

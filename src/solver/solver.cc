@@ -218,7 +218,8 @@ SolveResult solve(const Problem& p, const SolverOptions& opt) {
     // No memory row can bind: message passing proves most such problems optimal at once; its
     // labeling and bound help the MIP where it cannot.  A tenth of the time at most.
     const MessagePassingResult mp =
-        solve_by_message_passing(r, Clock::now() + (deadline - Clock::now()) / 10, kProofTolerance);
+        solve_by_message_passing(r, Clock::now() + (deadline - Clock::now()) / 10, kProofTolerance,
+                                 opt.message_passing_iterations);
     if (mp.cost < best_obj) best_obj = mp.cost, best = mp.choice;
     if (mp.lower_bound > lb && mp.lower_bound < kInfCost) lb = mp.lower_bound;
     by_message_passing = mp.proven;  // best is no dearer than its plan, so proven too

@@ -45,6 +45,9 @@ struct SolverOptions {
   /// bound and a plan quickly and deterministically (the overlap objective's dual solves,
   /// planner/overlap_solve.h).
   bool bound_only = false;
+  /// Most message-passing (TRW-S) iterations before the exact search; its bound is valid at
+  /// every iteration.  The overlap objective's dual solves take fewer (overlap_solve.h).
+  int message_passing_iterations = 2000;
   /// Receives one-line progress messages (phases, incumbents, bounds).
   std::function<void(std::string_view)> progress;
 };
