@@ -4,9 +4,10 @@
 For each case: the default plan (overlap-aware objective), the additive objective's plan,
 today's ``--overlap`` discount plan and every fitting recipe (``--algo``), each simulated by the
 step simulator; the default plan's objective, bound, gap and planning time (user CPU seconds
-of the process, so that a busy machine does not inflate it).  Prints a Markdown table.
+of the process, so that a busy machine does not inflate it; and the solve phases' wall
+seconds, issue 23 item 6's measure).  Prints a Markdown table.
 
-    bench/objective_bench.py [--bin build/autoshard] [--quick]
+    bench/objective_bench.py [--bin build/autoshard] [--quick] [--only NAME]
 """
 from __future__ import annotations
 
@@ -26,6 +27,9 @@ CASES = [
      ["--model", "llama3-8b", "--mesh", "16x8", "--seq", "8192", "--batch", "32"]),
     ("llama3-70b 8x8", ["--model", "llama3-70b", "--mesh", "8x8"]),
     ("llama3-70b 8x8x8", ["--model", "llama3-70b", "--mesh", "8x8x8", "--mesh-dims", "pp,dp,tp"]),
+    # The traced AutoParallel LLaMA-3 8B (tests/fixtures/README.md): the replay carries the
+    # additive objective and its own options, so only the objectives are compared.
+    ("traced AP llama3-8b 8x8 (replay)", ["--replay", "tests/fixtures/ap_llama3_8b_8x8.replay"]),
 ]
 RECIPES = ["ddp", "fsdp", "megatron", "fsdp+tp", "hsdp"]
 
@@ -54,26 +58,29 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--bin", default="build/autoshard")
     ap.add_argument("--quick", action="store_true", help="the 8b cases only")
+    ap.add_argument("--only", default="", help="only the cases whose name contains this")
     a = ap.parse_args()
-    print("| case | default sim ms | objective ms | bound ms | gap | plan s (user) | additive sim ms "
+    print("| case | default sim ms | objective ms | bound ms | gap | plan s (user) | solve s (wall) | additive sim ms "
           "| additive plan s | --overlap sim ms | best recipe (sim ms) | target met |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|")
     for name, args in CASES:
-        if a.quick and "70b" in name:
+        if (a.quick and "70b" in name) or a.only not in name:
             continue
-        d, t_d = run(a.bin, args)
+        replay = "--replay" in args
+        d, t_d = run(a.bin, args + (["--objective", "overlap"] if replay else []))
         add, t_a = run(a.bin, args + ["--objective", "additive"])
-        ov, _ = run(a.bin, args + ["--overlap"])
-        recipes = {r: simulated(run(a.bin, args + ["--algo", r])[0]) for r in RECIPES}
+        ov = None if replay else run(a.bin, args + ["--overlap"])[0]
+        recipes = {} if replay else {r: simulated(run(a.bin, args + ["--algo", r])[0]) for r in RECIPES}
         fitting = {r: s for r, s in recipes.items() if s is not None}
         best = min(fitting.items(), key=lambda kv: kv[1]) if fitting else None
         ds = simulated(d)
         met = ds is not None and all(ds <= s + 1e-6 for s in fitting.values()) and (
             simulated(ov) is None or ds <= simulated(ov) + 1e-6)
+        solve_s = sum(v for k, v in (d or {}).get("phase_seconds", {}).items() if k.startswith("solve"))
         print(f"| {name} | {fmt(ds)} | {fmt(d['objective_us'] / 1000 if d else None)} "
-              f"| {fmt(d['lower_bound_us'] / 1000 if d else None)} | {100 * d['gap']:.2f}% | {t_d:.2f} "
+              f"| {fmt(d['lower_bound_us'] / 1000 if d else None)} | {100 * d['gap']:.2f}% | {t_d:.2f} | {solve_s:.2f} "
               f"| {fmt(simulated(add))} | {t_a:.2f} | {fmt(simulated(ov))} "
-              f"| {best[0] + ' ' + fmt(best[1]) if best else '-'} | {'yes' if met else 'no'} |", flush=True)
+              f"| {best[0] + ' ' + fmt(best[1]) if best else '-'} | {'-' if replay else 'yes' if met else 'no'} |", flush=True)
     return 0
 
 
