@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "cli/common.h"
+#include "cli/pipeline_cli.h"
 #include "cli/recipes_cli.h"
 #include "cli/state_commands.h"
 #include "io/placements_json.h"
@@ -19,6 +20,7 @@
 #include "ir/file_util.h"
 #include "planner/fit_advice.h"
 #include "planner/parallelism.h"
+#include "planner/pipeline_stage.h"
 #include "planner/recompute.h"
 #include "planner/sharding_optimizer.h"
 #include "planner/simulate.h"
@@ -59,6 +61,8 @@ struct PlanArgs {
   std::string solution_file;  ///< MASE's ilp_solution_file
   bool preload_solution = false;
   bool time_limit_given = false, threads_given = false, objective_given = false;
+  PipelineArgs pipeline;  ///< a mesh with a pp dim: --microbatches, --schedule, --stages-per-rank
+  bool pipeline_given = false;
 };
 
 }  // namespace
@@ -170,8 +174,17 @@ int run_plan(const PlanArgs& a) {
     replayed.emplace(load_replay(a.replay, &info));
     fmt::print(stderr, "autoshard: note: {}\n", info.note);
   }
-  Graph g = replayed ? replayed->graph() : load_graph(a.src);
   Mesh mesh = replayed ? replayed->mesh() : make_mesh(a.mesh);
+  const bool pipelined = pp_dim_of(mesh) >= 0;
+  if (a.pipeline_given && !pipelined)
+    throw std::invalid_argument("--microbatches, --schedule and --stages-per-rank need a mesh dim named pp (--mesh-dims)");
+  if (pipelined && (replayed || a.compare || a.algo != "alpa" || !a.preload.empty() || !a.placements.empty() ||
+                    !a.pins.empty() || a.save_replay || !a.solution_file.empty()))
+    throw std::invalid_argument(
+        "a mesh with a pp dim plans pipeline stages: --replay, --compare, --algo, --preload, --placements, "
+        "--pin, --save-replay and --solution-file are not supported with it");
+  std::optional<Graph> full;
+  if (!pipelined) full = replayed ? replayed->graph() : load_graph(a.src);
   PlannerOptions opt;
   auto cm = parse_comm_model(a.comm_model);
   if (!cm) throw std::invalid_argument(fmt::format("--comm-model: expected nccl or dtensor, got '{}'", a.comm_model));
@@ -201,6 +214,8 @@ int run_plan(const PlanArgs& a) {
   }
   opt.ilp_solution_file = a.solution_file;
   opt.preload_solution = a.preload_solution;
+  if (pipelined) return run_pipeline_plan(a.src, mesh, opt, a.pipeline, a.json, a.out_dir);
+  const Graph& g = *full;
   if (a.verbose || isatty(STDERR_FILENO))
     opt.progress = [](std::string_view m) { fmt::print(stderr, "  {}\n", m); };
   const bool tty = isatty(STDERR_FILENO);
@@ -335,7 +350,16 @@ void register_plan(CLI::App& app) {
                   "write the solution there, keyed by the problem's fingerprint (MASE's ilp_solution_file)");
   sub->add_flag("--preload-solution", a->preload_solution,
                 "reuse --solution-file without solving when its fingerprint matches");
+  sub->add_option("--microbatches", a->pipeline.microbatches,
+                  "with a pp mesh dim: microbatches per step (default: the pp size); a built-in model's "
+                  "--batch is split into them");
+  sub->add_option("--schedule", a->pipeline.schedule,
+                  "with a pp mesh dim: auto (the fastest), GPipe, 1F1B or Interleaved1F1B")
+      ->capture_default_str();
+  sub->add_option("--stages-per-rank", a->pipeline.stages_per_rank,
+                  "with a pp mesh dim and an interleaved schedule: stages per pp rank (default: the best of 2-4)");
   sub->callback([a, sub] {
+    a->pipeline_given = sub->count("--microbatches") + sub->count("--schedule") + sub->count("--stages-per-rank") > 0;
     a->time_limit_given = sub->count("--time-limit") > 0;
     a->threads_given = sub->count("--threads") > 0;
     a->objective_given = sub->count("--objective") > 0;

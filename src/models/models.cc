@@ -60,6 +60,9 @@ const std::vector<ModelEntry>& registry() {
     e.push_back(llama("llama3-1b", {2048, 16, 32, 8, 8192, 128256}));
     e.push_back(llama("llama3-70b", {8192, 80, 64, 8, 28672, 128256}));
     e.push_back(llama("llama3-8b", {4096, 32, 32, 8, 14336, 128256}));
+    // Llama 3 paper (Dubey et al. 2024), table 3: 126 layers, model dim 16384, FFN 53248,
+    // 128 heads, 8 KV heads, vocabulary 128256.
+    e.push_back(llama("llama3-405b", {16384, 126, 128, 8, 53248, 128256}));
     MlpConfig mlp;
     e.push_back(
         {"mlp", ModelOptions{64, 1, 2, DType::kBF16},

@@ -6,6 +6,7 @@
 ///   llama3-1b   8, 2048, 16, bf16   hidden 2048, 32 heads, 8 kv heads, ffn 8192, vocab 128256
 ///   llama3-8b   8, 2048, 32, bf16   hidden 4096, 32 heads, 8 kv heads, ffn 14336, vocab 128256
 ///   llama3-70b  8, 2048, 80, bf16   hidden 8192, 64 heads, 8 kv heads, ffn 28672, vocab 128256
+///   llama3-405b 8, 2048, 126, bf16  hidden 16384, 128 heads, 8 kv heads, ffn 53248, vocab 128256
 ///   gpt2        8, 1024, 12, bf16   hidden 768, 12 heads, vocab 50257, 1024 positions, tied head
 ///   mlp        64,    -,  2, bf16   hidden 1024, Linear+bias, ReLU between layers, MSE loss
 /// LLaMA embeddings and LM head are untied; the MLP ignores `seq` (resolved to 1); GPT-2 needs
@@ -78,7 +79,7 @@ Graph build_model(std::string_view name, const ModelOptions& opts = {});
 ///   llama: V*h (embed) + L*(2*h*h + 2*h*kv*hd + 3*h*ffn + 2*h) + h (norm) + V*h (head)
 ///   gpt2:  V*h + 1024*h + L*(12*h*h + 13*h) + 2*h        (tied head)
 ///   mlp:   L*(H*H + H)
-/// llama3-8b gives 8,030,261,248; gpt2 124,439,808.
+/// llama3-8b gives 8,030,261,248; llama3-405b 405,853,388,800; gpt2 124,439,808.
 int64_t published_parameter_count(std::string_view name, const ModelOptions& opts = {});
 
 /// Sorted set of ATen op names ("add.Tensor", "mm", "_fused_adam", ...) the built-in models

@@ -252,7 +252,7 @@ void check_training_graph(const std::string& name, const ModelOptions& opts) {
 
 TEST(Models, Names) {
   EXPECT_EQ(model_names(),
-            (std::vector<std::string>{"gpt2", "llama3-1b", "llama3-70b", "llama3-8b", "mlp"}));
+            (std::vector<std::string>{"gpt2", "llama3-1b", "llama3-405b", "llama3-70b", "llama3-8b", "mlp"}));
 }
 
 TEST(Models, UnknownModelAndBadOptions) {
@@ -270,6 +270,8 @@ TEST(Models, UnknownModelAndBadOptions) {
 TEST(Models, PublishedParameterCounts) {
   EXPECT_EQ(published_parameter_count("llama3-8b", {}), 8'030'261'248);
   EXPECT_EQ(published_parameter_count("llama3-70b", {}), 70'553'706'496);
+  // The paper's "405B" (Llama 3 paper, table 3); untied embedding and head.
+  EXPECT_EQ(published_parameter_count("llama3-405b", {}), 405'853'388'800);
   EXPECT_EQ(published_parameter_count("llama3-1b", {}), 1'498'482'688);  // untied
   EXPECT_EQ(published_parameter_count("gpt2", {}), 124'439'808);
   EXPECT_EQ(published_parameter_count("mlp", {}), 2 * (1024 * 1024 + 1024));

@@ -54,6 +54,12 @@ struct PlannerOptions {
   Objective effective_objective() const { return overlap ? Objective::kAdditive : objective; }
   /// Activation recomputation (see RecomputePolicy).
   RecomputePolicy recompute = RecomputePolicy::kIfNeeded;
+  /// Weight of the once-per-step work in the objective: the optimizer ops' compute and the
+  /// redistributions into them (DDP's all-reduce, FSDP's reduce-scatter of gradients), and the
+  /// parameter <- gradient agreements.  A pipeline stage's graph is one microbatch of M, whose
+  /// step runs the forward and backward M times but the update once: planning it with 1 / M
+  /// minimises its time per microbatch (planner/pipeline.h).  1: a plain step.
+  double optimizer_cost_scale = 1.0;
   /// Memory of parameter state when the graph has no optimizer step of its own.
   OptimizerConfig optimizer;
   /// Verify the solution independently after solving (recompute cost and memory from scratch).

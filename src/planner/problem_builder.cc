@@ -222,6 +222,30 @@ std::vector<TensorMeta> local_metas(const std::vector<ShardingSpec>& specs, cons
 
 }  // namespace
 
+/// PlannerOptions::optimizer_cost_scale: the optimizer ops' costs and the matrices of the edges
+/// into them (and of grad agreements, slot -1) times `scale`; shared matrices are copied once.
+static void scale_once_per_step(const Graph& g, double scale, BuiltProblem& bp) {
+  for (PNodeIdx v = 0; v < bp.problem.num_nodes(); ++v) {
+    const Node& x = g.node(bp.graph_node[static_cast<size_t>(v)]);
+    if (x.kind == NodeKind::kOp && x.phase == Phase::kOptimizer)
+      for (Cost& c : bp.problem.nodes[static_cast<size_t>(v)].costs) c *= scale;
+  }
+  std::map<const std::vector<Cost>*, std::shared_ptr<const std::vector<Cost>>> scaled;
+  for (size_t k = 0; k < bp.edges.size(); ++k) {
+    const auto& o = bp.edge_origin[k];
+    const bool once = o.slot == -1 || g.node(o.consumer).phase == Phase::kOptimizer;
+    if (!once) continue;
+    auto& e = bp.edges[k];
+    auto [it, fresh] = scaled.try_emplace(e.costs.get());
+    if (fresh) {
+      std::vector<Cost> c = *e.costs;
+      for (Cost& x : c) x *= scale;  // infinite (forbidden) pairs stay infinite
+      it->second = std::make_shared<const std::vector<Cost>>(std::move(c));
+    }
+    e.costs = it->second;
+  }
+}
+
 BuiltProblem build_problem(const Graph& g, const Mesh& mesh, const PlannerOptions& opt,
                            const std::vector<Constraint>& constraints) {
   BuiltProblem bp;
@@ -434,6 +458,7 @@ BuiltProblem build_problem(const Graph& g, const Mesh& mesh, const PlannerOption
         {u, v, cache.matrix(out_id(u, gp.grad.output), cache.intern(std::move(targets)), false)});
     bp.edge_origin.push_back({gp.param, -1, gp.grad});
   }
+  if (opt.optimizer_cost_scale != 1.0) scale_once_per_step(g, opt.optimizer_cost_scale, bp);
   add_recomputation(g, opt, bp);
 
   // Memory limit.

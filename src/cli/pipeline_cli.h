@@ -1,0 +1,21 @@
+#pragma once
+/// `autoshard plan` on a mesh with a `pp` dim: pipeline stages (planner/pipeline.h).
+#include <string>
+
+#include "cli/common.h"
+#include "planner/options.h"
+
+namespace autoshard::cli {
+
+struct PipelineArgs {
+  int microbatches = 0;          ///< 0: the pp size
+  std::string schedule = "auto";
+  int stages_per_rank = 0;       ///< 0: auto
+};
+
+/// Plans `src` on `mesh` (which has a pp dim) with pipeline stages; prints the text or JSON
+/// summary and, with `out_dir`, writes placements.json and plan.json there.  Returns 0.
+int run_pipeline_plan(const GraphSource& src, const Mesh& mesh, const PlannerOptions& opt,
+                      const PipelineArgs& pa, bool json, const std::string& out_dir);
+
+}  // namespace autoshard::cli

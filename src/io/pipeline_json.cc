@@ -1,0 +1,95 @@
+#include "io/pipeline_json.h"
+
+#include "io/placements_json.h"
+#include "io/state.h"
+
+namespace autoshard {
+
+namespace {
+
+nlohmann::ordered_json stage_layers(const PipelinePlan& pl, const PipelineStage& st) {
+  nlohmann::ordered_json names = nlohmann::ordered_json::array();
+  for (int32_t l = st.lo; l < st.hi; ++l) names.push_back(pl.layers[static_cast<size_t>(l)]);
+  return names;
+}
+
+}  // namespace
+
+std::string write_pipeline_placements_json(const PipelinePlan& pl, const Graph& g, const Mesh& mesh) {
+  nlohmann::ordered_json j;
+  j["version"] = 1;
+  j["mesh_shape"] = mesh.shape();
+  j["mesh_dim_names"] = mesh.names();
+  j["autoshard_version"] = std::string(autoshard_version());
+  j["graph_fingerprint"] = graph_fingerprint(g);
+  nlohmann::ordered_json p;
+  p["mesh_dim"] = mesh.dim(pl.pp_dim).name;
+  p["schedule"] = std::string(schedule_name(pl.schedule));
+  p["microbatches"] = pl.M;
+  p["stages_per_rank"] = pl.v;
+  nlohmann::ordered_json stages = nlohmann::ordered_json::array();
+  for (const PipelineStage& st : pl.stages)
+    stages.push_back({{"index", st.index}, {"pp_rank", st.pp_rank}, {"layers", stage_layers(pl, st)},
+                      {"first", st.first}, {"last", st.last}});
+  p["stages"] = stages;
+  j["pipeline"] = p;
+  nlohmann::ordered_json placements = nlohmann::ordered_json::object();
+  for (NodeIdx i = 0; i < g.size(); ++i) {
+    const auto& s = pl.node_strategy[static_cast<size_t>(i)];
+    if (!s) continue;
+    nlohmann::ordered_json e;
+    e["output"] = output_spec_string(*s);
+    nlohmann::ordered_json ins = nlohmann::ordered_json::array();
+    for (const ShardingSpec& x : s->inputs) ins.push_back(x.to_string());
+    e["inputs"] = ins;
+    e["stage"] = pl.node_stage[static_cast<size_t>(i)];
+    placements[g.node(i).name] = e;
+  }
+  j["placements"] = placements;
+  return j.dump(1) + "\n";
+}
+
+nlohmann::ordered_json pipeline_summary_json(const PipelinePlan& pl, const Graph& g, const Mesh& mesh) {
+  nlohmann::ordered_json j;
+  j["graph"] = g.name;
+  j["mesh_shape"] = mesh.shape();
+  j["mesh_dim_names"] = mesh.names();
+  j["schedule"] = std::string(schedule_name(pl.schedule));
+  j["microbatches"] = pl.M;
+  j["stages_per_rank"] = pl.v;
+  j["step_us"] = pl.step_us;
+  j["bubble_us"] = pl.bubble_us;
+  j["lower_bound_us"] = pl.lower_bound_us;
+  j["gap"] = pl.gap;
+  j["intra_op_solves"] = pl.intra_op_solves;
+  j["memory_limit_bytes"] = pl.memory_limit_bytes;
+  j["rank_peak_memory_bytes"] = pl.rank_peak_bytes;
+  nlohmann::ordered_json stages = nlohmann::ordered_json::array();
+  for (const PipelineStage& st : pl.stages) {
+    const StageSolve& s = *st.solve;
+    stages.push_back({{"index", st.index},
+                      {"pp_rank", st.pp_rank},
+                      {"layers", stage_layers(pl, st)},
+                      {"first", st.first},
+                      {"last", st.last},
+                      {"devices", pl.stage_mesh.num_devices()},
+                      {"microbatch_us", s.microbatch_us},
+                      {"lower_bound_us", s.lower_bound_us},
+                      {"p2p_us", s.p2p_us},
+                      {"once_per_step_us", s.once_us},
+                      {"inflight_microbatches", st.inflight},
+                      {"activation_bytes", s.activation_bytes},
+                      {"peak_memory_bytes", pl.rank_peak_bytes[static_cast<size_t>(st.pp_rank)]},
+                      {"status", std::string(solve_status_name(s.plan.status))}});
+  }
+  j["stages"] = stages;
+  nlohmann::ordered_json cands = nlohmann::ordered_json::array();
+  for (const auto& c : pl.candidates)
+    cands.push_back({{"schedule", std::string(schedule_name(c.schedule))}, {"stages_per_rank", c.v},
+                     {"step_us", c.step_us}, {"lower_bound_us", c.lower_bound_us}});
+  j["candidates"] = cands;
+  if (!pl.warnings.empty()) j["warnings"] = pl.warnings;
+  return j;
+}
+
+}  // namespace autoshard

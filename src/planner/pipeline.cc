@@ -1,0 +1,367 @@
+#include "planner/pipeline.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <set>
+#include <stdexcept>
+
+#include "planner/pipeline_dp.h"
+#include "planner/sharding_optimizer.h"
+
+namespace autoshard {
+
+namespace {
+
+constexpr double kPipeInf = std::numeric_limits<double>::infinity();
+size_t psz(int64_t i) { return static_cast<size_t>(i); }
+
+/// Stage kinds of the cost tables.
+enum StageKind : int32_t { kStageFirst = 0, kStageMid = 1, kStageLast = 2, kStageBoth = 3 };
+
+StageKind kind_of(int32_t s, int32_t S) {
+  if (S == 1) return kStageBoth;
+  return s == 0 ? kStageFirst : s == S - 1 ? kStageLast : kStageMid;
+}
+
+/// Seconds a send of `bytes` takes over the pp dim's link.
+double p2p_time_us(const Mesh& mesh, int32_t pp, double bytes) {
+  const MeshDim& d = mesh.dim(pp);
+  return d.latency_us + bytes / (d.busbw_gbps * 1e3);
+}
+
+/// The figures of a solved stage problem: sends, once-per-step work, kept activations.
+void stage_figures(const Mesh& full, int32_t pp, const Mesh& sub, int32_t M, StageSolve& s) {
+  const Graph& g = s.sg.graph;
+  const auto uses = g.uses();
+  for (const TensorRef& t : s.sg.sent) {
+    const auto& np = s.plan.nodes[psz(t.node)];
+    const double local = static_cast<double>(np->chosen.outputs.at(psz(t.output)).local_bytes(sub));
+    const double full_bytes = static_cast<double>(g.meta(t).bytes());
+    s.p2p_us += p2p_time_us(full, pp, local);
+    s.lower_bound_us += p2p_time_us(full, pp, full_bytes / static_cast<double>(sub.num_devices()));
+  }
+  for (NodeIdx i = 0; i < g.size(); ++i) {
+    const Node& x = g.node(i);
+    const auto& np = s.plan.nodes[psz(i)];
+    if (!np) continue;
+    if (x.kind == NodeKind::kOp && x.phase == Phase::kOptimizer) s.once_us += (np->compute_us + np->comm_us) * M;
+    if (x.phase != Phase::kForward || (x.kind != NodeKind::kOp && !s.sg.received[psz(i)])) continue;
+    for (size_t k = 0; k < x.outputs.size(); ++k) {
+      const bool kept = std::any_of(uses[psz(i)].begin(), uses[psz(i)].end(), [&](const Graph::Use& u) {
+        return u.output == static_cast<int32_t>(k) && g.node(u.consumer).phase == Phase::kBackward;
+      });
+      if (kept) s.activation_bytes += np->chosen.outputs[k].local_bytes(sub);
+    }
+  }
+  s.microbatch_us = s.plan.objective_us + s.p2p_us;
+  s.lower_bound_us += s.plan.lower_bound_us;
+}
+
+/// Layers [lo, hi) of the canonical stage of a kind with k layers.
+std::pair<int32_t, int32_t> canonical_range(StageKind kind, int32_t k, int32_t L) {
+  switch (kind) {
+    case kStageFirst: return {0, k};
+    case kStageLast: return {L - k, L};
+    case kStageMid: return {1, 1 + k};
+    case kStageBoth: return {0, L};
+  }
+  return {0, k};
+}
+
+/// Everything one plan_pipeline call shares: the graph, the meshes and the solved stages.
+struct Search {
+  const Graph& g;
+  const Mesh& mesh;
+  const PlannerOptions& opt;
+  const PipelineOptions& popt;
+  LayerMap m;
+  int32_t pp = 0, P = 1, L = 0;
+  Mesh sub;
+  std::map<std::pair<int32_t, int32_t>, std::shared_ptr<const StageSolve>> solved;  // (kind, k)
+  int32_t solves = 0;
+
+  /// Plans the canonical stage (kind, k) once; memory_limit: 0 none (the relaxation), else bytes.
+  std::shared_ptr<const StageSolve> solve(StageKind kind, int32_t k, int64_t memory_limit = 0) {
+    const auto key = std::make_pair(static_cast<int32_t>(kind), k);
+    if (memory_limit == 0)
+      if (auto it = solved.find(key); it != solved.end()) return it->second;
+    auto [lo, hi] = canonical_range(kind, k, L);
+    auto s = std::make_shared<StageSolve>();
+    s->sg = extract_stage(g, m, lo, hi);
+    PlannerOptions o = opt;
+    o.memory_limit_bytes = memory_limit;
+    o.optimizer_cost_scale = 1.0 / popt.microbatches;
+    o.progress = nullptr;
+    o.ilp_solution_file.clear();
+    ShardingOptimizer so(s->sg.graph, sub, o);
+    s->plan = so.get_solution();
+    ++solves;
+    if (s->plan.has_solution) stage_figures(mesh, pp, sub, popt.microbatches, *s);
+    else s->microbatch_us = s->lower_bound_us = kPipeInf;
+    if (memory_limit == 0) solved[key] = s;
+    return s;
+  }
+
+  /// Lower bounds per kind and k from the solved samples (chords; flat above the largest).
+  StageCostTable lower_table(int32_t S) const {
+    StageCostTable t;
+    const int32_t K = L - S + 1;
+    for (int32_t kind = 0; kind < 4; ++kind) {
+      std::vector<double>& v = kind == kStageFirst ? t.first : kind == kStageMid ? t.mid : kind == kStageLast ? t.last : t.both;
+      v.assign(psz(K) + 1, kPipeInf);
+      std::vector<std::pair<int32_t, double>> pts;
+      for (const auto& [key, s] : solved)
+        if (key.first == kind) pts.emplace_back(key.second, s->lower_bound_us);
+      if (pts.empty()) continue;
+      for (int32_t k = 1; k <= K; ++k) {
+        auto hi = std::lower_bound(pts.begin(), pts.end(), std::make_pair(k, -kPipeInf));
+        if (hi == pts.end()) v[psz(k)] = pts.back().second;
+        else if (hi->first == k || hi == pts.begin()) v[psz(k)] = hi->first == k ? hi->second : 0.0;
+        else {
+          auto lo = hi - 1;
+          const double w = static_cast<double>(k - lo->first) / (hi->first - lo->first);
+          v[psz(k)] = lo->second + w * (hi->second - lo->second);
+        }
+      }
+    }
+    return t;
+  }
+
+  /// Solved costs per kind and k (+inf where not solved).
+  StageCostTable upper_table(int32_t S) const {
+    StageCostTable t;
+    const int32_t K = L - S + 1;
+    for (auto* v : {&t.first, &t.mid, &t.last, &t.both}) v->assign(psz(K) + 1, kPipeInf);
+    for (const auto& [key, s] : solved) {
+      if (key.second > K) continue;
+      std::vector<double>& v = key.first == kStageFirst ? t.first : key.first == kStageMid ? t.mid
+                               : key.first == kStageLast ? t.last : t.both;
+      v[psz(key.second)] = s->microbatch_us;
+    }
+    return t;
+  }
+};
+
+/// Step time of a split and its lower bound, for one (schedule, v).
+struct Evaluated {
+  std::vector<int32_t> layers;
+  double step_us = kPipeInf, lower_bound_us = 0;
+};
+
+/// The pipelined step of the split minimising the DP over `t` (v = 1: exact; v > 1: the split
+/// of Alpa's latency over P v stages, timed by the interleaved formula).
+Evaluated split_step(const StageCostTable& t, int32_t L, int32_t P, int32_t v, int32_t M) {
+  Evaluated e;
+  const StageSplit s = best_split_latency(t, L, P * v, M);
+  if (s.layers.empty()) return e;
+  e.layers = s.layers;
+  e.step_us = pipelined_step_us(split_costs(t, s.layers), P, v, M);
+  return e;
+}
+
+/// A lower bound of the step over every split, from lower-bound costs `t`.  v = 1: the DP's
+/// optimum.  v > 1: T = (M - 1/v) max_r R_r + sum_r R_r / v >= sum (M - 1/v) / P + sum / v,
+/// with sum >= the min-sum split.
+double step_lower_bound(const StageCostTable& t, int32_t L, int32_t P, int32_t v, int32_t M,
+                        std::vector<int32_t>* layers) {
+  if (v == 1) {
+    const StageSplit s = best_split_latency(t, L, P, M);
+    *layers = s.layers;
+    return s.value;
+  }
+  const StageSplit s = best_split_sum(t, L, P * v);
+  *layers = s.layers;
+  return s.value * ((M - 1.0 / v) / P + 1.0 / v);
+}
+
+/// Solves stage sizes until the (schedule, v) gap is below the target.
+Evaluated search_split(Search& S, int32_t v) {
+  const int32_t P = S.P, L = S.L, M = S.popt.microbatches, n = P * v;
+  const int32_t K = L - n + 1;
+  for (int32_t s = 0; s < n; s = s == 0 && n > 2 ? n - 2 : s + 1)  // one stage per kind
+    for (int32_t k : {1, K}) S.solve(kind_of(s, n), kind_of(s, n) == kStageBoth ? L : k);
+  Evaluated best;
+  for (int iter = 0; iter < 12; ++iter) {
+    std::vector<int32_t> lb_split;
+    const double lb = step_lower_bound(S.lower_table(n), L, P, v, M, &lb_split);
+    Evaluated e = split_step(S.upper_table(n), L, P, v, M);
+    e.lower_bound_us = lb;
+    if (e.step_us < best.step_us || best.layers.empty()) {
+      e.lower_bound_us = std::max(best.lower_bound_us, lb);
+      best = e;
+    }
+    best.lower_bound_us = std::max(best.lower_bound_us, lb);  // each table's bound is valid
+    if (best.step_us - lb <= S.popt.target_gap * best.step_us) break;
+    bool added = false;
+    for (int32_t s = 0; s < static_cast<int32_t>(lb_split.size()); ++s) {
+      const StageKind kind = kind_of(s, n);
+      const int32_t k = lb_split[psz(s)];
+      if (!S.solved.count({kind, kind == kStageBoth ? L : k})) {
+        S.solve(kind, kind == kStageBoth ? L : k);
+        added = true;
+      }
+    }
+    if (!added) break;
+  }
+  return best;
+}
+
+/// Full-mesh strategy: R inserted on the pp dim of every spec.
+Strategy with_pp(const Strategy& s, const Mesh& mesh, int32_t pp) {
+  Strategy r = s;
+  for (auto* list : {&r.outputs, &r.inputs})
+    for (ShardingSpec& spec : *list) {
+      if (mesh.ndim() == 1) spec.placements = {Placement::replicate()};
+      else spec.placements.insert(spec.placements.begin() + pp, Placement::replicate());
+    }
+  return r;
+}
+
+/// Stages of the chosen split, their memory (re-planned under the limit when over it) and
+/// every full-graph node's stage and placements.
+void assemble(Search& S, PipelinePlan& pl, const std::vector<int32_t>& layers) {
+  const int32_t n = static_cast<int32_t>(layers.size());
+  pl.rank_peak_bytes.assign(psz(pl.P), 0);
+  std::vector<int64_t> rank_act(psz(pl.P), 0);
+  for (int32_t s = 0, lo = 0; s < n; lo += layers[psz(s)], ++s) {
+    PipelineStage st;
+    st.index = s;
+    st.pp_rank = s % pl.P;
+    st.lo = lo;
+    st.hi = lo + layers[psz(s)];
+    st.first = s == 0;
+    st.last = s == n - 1;
+    const StageKind kind = kind_of(s, n);
+    st.solve = S.solve(kind, kind == kStageBoth ? S.L : layers[psz(s)]);
+    st.inflight = inflight_microbatches(pl.schedule, pl.P, pl.v, pl.M, st.pp_rank);
+    pl.stages.push_back(st);
+  }
+  for (int pass = 0; pass < 2; ++pass) {
+    std::fill(pl.rank_peak_bytes.begin(), pl.rank_peak_bytes.end(), 0);
+    std::fill(rank_act.begin(), rank_act.end(), 0);
+    for (const PipelineStage& st : pl.stages) {
+      pl.rank_peak_bytes[psz(st.pp_rank)] += st.solve->plan.peak_memory_bytes;
+      rank_act[psz(st.pp_rank)] += st.solve->activation_bytes;
+    }
+    bool over = false;
+    for (int32_t r = 0; r < pl.P; ++r) {
+      const double extra = (inflight_microbatches(pl.schedule, pl.P, pl.v, pl.M, r) - 1) * static_cast<double>(rank_act[psz(r)]);
+      pl.rank_peak_bytes[psz(r)] += static_cast<int64_t>(extra);
+      over = over || (pl.memory_limit_bytes > 0 && pl.rank_peak_bytes[psz(r)] > pl.memory_limit_bytes);
+    }
+    if (!over || pass == 1) break;
+    for (PipelineStage& st : pl.stages) {  // v = 1 here in practice: one stage per rank
+      const double extra = (st.inflight - 1) * static_cast<double>(st.solve->activation_bytes);
+      const int64_t limit = pl.memory_limit_bytes - static_cast<int64_t>(extra) / pl.v;
+      if (limit <= 0) continue;
+      const StageKind kind = kind_of(st.index, n);
+      auto again = S.solve(kind, kind == kStageBoth ? S.L : st.hi - st.lo, limit);
+      if (again->plan.has_solution) st.solve = again;
+    }
+  }
+  for (int32_t r = 0; r < pl.P; ++r)
+    if (pl.memory_limit_bytes > 0 && pl.rank_peak_bytes[psz(r)] > pl.memory_limit_bytes)
+      pl.warnings.push_back(fmt::format("pp rank {} needs {} bytes per device with its in-flight activations, "
+                                        "over the {} byte limit", r, pl.rank_peak_bytes[psz(r)], pl.memory_limit_bytes));
+}
+
+/// Per full-graph node: stage and full-mesh placements, from the stages' plans by position.
+void map_nodes(const Search& S, PipelinePlan& pl) {
+  pl.node_stage.assign(psz(S.g.size()), -1);
+  pl.node_strategy.assign(psz(S.g.size()), std::nullopt);
+  bool disagree = false;
+  for (const PipelineStage& st : pl.stages) {
+    const StageGraph real = extract_stage(S.g, S.m, st.lo, st.hi);
+    const StageSolve& sv = *st.solve;
+    if (!same_structure(real.graph, sv.sg.graph))
+      throw std::logic_error(fmt::format("pipeline: stage [{}, {}) differs from its solved stage", st.lo, st.hi));
+    for (NodeIdx j = 0; j < real.graph.size(); ++j) {
+      const NodeIdx full = real.origin[psz(j)];
+      const auto& np = sv.plan.nodes[psz(j)];
+      if (full < 0 || real.received[psz(j)] || !np) continue;
+      const bool shared = S.m.pos[psz(full)] == LayerMap::kShared;
+      pl.node_stage[psz(full)] = shared ? -1 : st.index;
+      Strategy s = with_pp(np->chosen, S.mesh, S.pp);
+      auto& slot = pl.node_strategy[psz(full)];
+      if (!slot) slot = std::move(s);
+      else if (slot->name() != s.name()) disagree = true;
+    }
+  }
+  if (disagree)
+    pl.warnings.push_back("stages plan a shared node (a buffer every stage copies) differently; "
+                          "placements.json lists the first stage's");
+}
+
+}  // namespace
+
+PipelinePlan plan_pipeline(const Graph& g, const Mesh& mesh, const PlannerOptions& opt,
+                           const PipelineOptions& popt) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const int32_t pp = pp_dim_of(mesh);
+  if (pp < 0) throw std::invalid_argument("pipeline: the mesh has no dim named pp");
+  Search S{g, mesh, opt, popt, map_layers(g), pp, static_cast<int32_t>(mesh.size(pp)), 0, stage_mesh(mesh, pp), {}, 0};
+  S.L = S.m.num_layers();
+  if (S.P > S.L)
+    throw std::invalid_argument(fmt::format("pp size {} exceeds the graph's {} layers", S.P, S.L));
+  if (popt.microbatches < 1)
+    throw std::invalid_argument(fmt::format("--microbatches: expected >= 1, got {}", popt.microbatches));
+  PipelinePlan pl;
+  pl.P = S.P;
+  pl.M = popt.microbatches;
+  pl.pp_dim = pp;
+  pl.stage_mesh = S.sub;
+  pl.layers = S.m.layers;
+  pl.memory_limit_bytes = opt.memory_limit_bytes < 0 ? mesh.hardware().memory_bytes : opt.memory_limit_bytes;
+  // Schedules and v to try; 1F1B before GPipe: equal time, fewer activations in flight.
+  std::vector<std::pair<PipelineSchedule, int32_t>> tries;
+  const std::vector<PipelineSchedule> scheds =
+      popt.schedule ? std::vector<PipelineSchedule>{*popt.schedule}
+                    : std::vector<PipelineSchedule>{PipelineSchedule::k1F1B, PipelineSchedule::kGPipe,
+                                                    PipelineSchedule::kInterleaved1F1B};
+  for (PipelineSchedule s : scheds) {
+    std::vector<int32_t> vs{1};
+    if (is_interleaved(s)) vs = popt.stages_per_rank > 0 ? std::vector<int32_t>{popt.stages_per_rank}
+                                                         : std::vector<int32_t>{2, 3, 4};
+    for (int32_t v : vs) {
+      const std::string why = schedule_problem(s, S.P, v, pl.M);
+      const bool fits = why.empty() && S.P * v <= S.L;
+      if (!fits && popt.schedule)
+        throw std::invalid_argument(fmt::format("--schedule {}: {}", schedule_name(s),
+                                                why.empty() ? fmt::format("{} x {} stages exceed the {} layers", S.P, v, S.L) : why));
+      if (fits) tries.emplace_back(s, v);
+    }
+  }
+  Evaluated chosen;
+  double lower = kPipeInf;
+  for (const auto& [s, v] : tries) {
+    const Evaluated e = search_split(S, v);
+    pl.candidates.push_back({s, v, e.step_us, e.lower_bound_us});
+    lower = std::min(lower, e.lower_bound_us);
+    if (e.step_us < chosen.step_us) {
+      chosen = e;
+      pl.schedule = s;
+      pl.v = v;
+    }
+  }
+  if (chosen.layers.empty()) throw std::runtime_error("pipeline: no stage split has a plan");
+  pl.step_us = chosen.step_us;
+  pl.lower_bound_us = std::min(lower, pl.step_us);
+  pl.gap = pl.step_us > 0 ? (pl.step_us - pl.lower_bound_us) / pl.step_us : 0;
+  assemble(S, pl, chosen.layers);
+  std::vector<double> costs;
+  for (const PipelineStage& st : pl.stages) costs.push_back(st.solve->microbatch_us);
+  pl.step_us = pipelined_step_us(costs, pl.P, pl.v, pl.M);  // a re-planned stage may cost more
+  pl.bubble_us = bubble_us(costs, pl.P, pl.v, pl.M);
+  pl.gap = pl.step_us > 0 ? (pl.step_us - pl.lower_bound_us) / pl.step_us : 0;
+  map_nodes(S, pl);
+  pl.intra_op_solves = S.solves;
+  pl.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return pl;
+}
+
+}  // namespace autoshard

@@ -1,0 +1,104 @@
+#pragma once
+/// Pipeline parallelism as a planner decision: for a mesh with a dim named `pp` of size P, the
+/// layers are cut into P * v contiguous stages (v stages per rank for interleaved schedules),
+/// each stage gets its own intra-operator plan on the mesh without the pp dim, and the
+/// schedule (planner/pipeline_schedule.h) turns the stages' times into the pipelined step.
+///
+/// Joint optimisation (Alpa's inter-op DP over intra-op optima, Zheng et al., OSDI'22 §5):
+/// a stage's time c(k, first, last) for one microbatch is the intra-op optimum of its subgraph
+/// (planner/pipeline_stage.h) planned with the once-per-step work weighted 1 / M
+/// (PlannerOptions::optimizer_cost_scale), plus the point-to-point sends of its boundary
+/// tensors over the pp link (latency + local bytes / bandwidth of the pp dim, forward
+/// activation and backward gradient, each microbatch).  The DP (planner/pipeline_dp.h) picks
+/// the split.
+///
+/// How many intra-op solves.  With identical layers the stage cost depends on (k, holds-first,
+/// holds-last) only: at most 3 (L - S + 1) distinct stage problems instead of Alpa's L^2 / 2
+/// layer ranges.  Fewer are solved: with the layers tied (one decision per layer class, as the
+/// planner ties them) and no memory limit, a stage's cost under fixed decisions is affine in k,
+/// so the optimum min_d (a_d + k b_d) is concave in k and non-decreasing (b_d >= 0).  Between
+/// two solved k the chord of their proven lower bounds is a lower bound, above the largest the
+/// largest's bound.  The search solves k = 1 and k = L - S + 1 per stage kind, runs the DP on
+/// those lower bounds (a lower bound of the pipelined step: the DP is monotone in stage costs)
+/// and on the solved costs (a plan), solves the stages the lower-bound split uses, and repeats
+/// until the gap is below PipelineOptions::target_gap or nothing new is left to solve:
+/// typically 2 + 1 or 2 solves per stage kind and schedule, independent of L and P (the
+/// problems grow with k, so the solve time is O(L) each).  Memory: samples are planned without
+/// the device limit (the relaxation keeps the bound valid); a chosen stage over the limit with
+/// its in-flight activations is planned again under limit - (in-flight - 1) x activations.
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ir/graph.h"
+#include "mesh/mesh.h"
+#include "planner/options.h"
+#include "planner/pipeline_schedule.h"
+#include "planner/pipeline_stage.h"
+#include "planner/plan.h"
+
+namespace autoshard {
+
+struct PipelineOptions {
+  int32_t microbatches = 1;                  ///< M
+  std::optional<PipelineSchedule> schedule;  ///< nullopt: the best of all_schedules()
+  int32_t stages_per_rank = 0;               ///< v for interleaved schedules; 0: try 2..4
+  double target_gap = 0.005;                 ///< stop solving more stage sizes at this gap
+};
+
+/// One solved stage problem: its graph, intra-op plan and figures.
+struct StageSolve {
+  StageGraph sg;
+  Plan plan;                 ///< over sg.graph and the stage mesh
+  double microbatch_us = 0;  ///< c: plan objective + p2p_us
+  double lower_bound_us = 0; ///< proven: plan lower bound + p2p of fully sharded sends
+  double p2p_us = 0;         ///< sends per microbatch (forward activation, backward gradient)
+  double once_us = 0;        ///< optimizer compute + redistributions into it, once per step
+  int64_t activation_bytes = 0;  ///< per device, one microbatch's tensors kept for the backward
+};
+
+struct PipelineStage {
+  int32_t index = 0, pp_rank = 0;
+  int32_t lo = 0, hi = 0;  ///< layers [lo, hi)
+  bool first = false, last = false;
+  double inflight = 1;                ///< microbatches of activations the rank keeps
+  std::shared_ptr<const StageSolve> solve;
+};
+
+struct PipelinePlan {
+  PipelineSchedule schedule = PipelineSchedule::k1F1B;
+  int32_t P = 1, v = 1, M = 1;
+  int32_t pp_dim = 0;
+  Mesh stage_mesh;
+  std::vector<std::string> layers;  ///< layer keys
+  std::vector<PipelineStage> stages;
+  double step_us = 0, bubble_us = 0, lower_bound_us = 0, gap = 0;
+  /// Per pp rank: peak memory per device with its in-flight activations.
+  std::vector<int64_t> rank_peak_bytes;
+  int64_t memory_limit_bytes = 0;  ///< 0: none
+  int32_t intra_op_solves = 0;
+  double seconds = 0;
+  std::vector<std::string> warnings;
+  /// Per full-graph node: its stage, -1 for nodes every stage copies.
+  std::vector<int32_t> node_stage;
+  /// Per full-graph node: placements over the full mesh (R on the pp dim); nullopt: output.
+  std::vector<std::optional<Strategy>> node_strategy;
+  /// Every (schedule, v) tried: its step and lower bound.
+  struct Candidate {
+    PipelineSchedule schedule;
+    int32_t v = 1;
+    double step_us = 0, lower_bound_us = 0;
+  };
+  std::vector<Candidate> candidates;
+};
+
+/// Plans `g` (one microbatch) on `mesh`, which must have a dim named "pp".  Throws
+/// std::invalid_argument for P > layers, graphs without identical repeated layers, and a
+/// pinned schedule the (P, v, M) cannot run; std::runtime_error when no stage plan exists.
+PipelinePlan plan_pipeline(const Graph& g, const Mesh& mesh, const PlannerOptions& opt,
+                           const PipelineOptions& popt);
+
+}  // namespace autoshard

@@ -1,0 +1,40 @@
+#pragma once
+/// The stage split as a dynamic program over contiguous layer ranges (Alpa, Zheng et al.,
+/// OSDI'22, section 5.2), on stage-cost tables indexed by the stage's number of layers and
+/// whether it holds the model's first and last parts.  Identical layers make a stage's cost a
+/// function of (layers, holds-first, holds-last) only, so the tables have 4 L entries where
+/// Alpa's DP needs one per layer range (L^2 / 2).
+///
+/// best_split_latency minimises Alpa's pipeline latency sum_s c_s + (M - 1) max_s c_s: for each
+/// candidate t_max (every table value, ascending) the DP F[s][l] = min_k F[s-1][l-k] + c(s, k)
+/// over stages of cost <= t_max; it stops once (M - 1) t_max alone reaches the best found.
+/// O(|candidates| * S * L * K) additions.  The value is monotone in every stage cost, so the
+/// DP over lower bounds of the costs is a lower bound of the DP over the costs.
+#include <cstdint>
+#include <vector>
+
+namespace autoshard {
+
+/// Stage costs by layers k (index k; entry 0 unused); +inf: unknown or infeasible.
+struct StageCostTable {
+  std::vector<double> first;  ///< the stage holds the first layer and what precedes it
+  std::vector<double> mid;
+  std::vector<double> last;   ///< holds the last layer and what follows it
+  std::vector<double> both;   ///< a single stage holding everything
+  double cost(int32_t s, int32_t S, int32_t k) const;
+};
+
+struct StageSplit {
+  std::vector<int32_t> layers;  ///< per stage, its number of layers; empty: none feasible
+  double value = 0;             ///< the minimised objective
+};
+
+/// Minimises sum_s c_s + (M - 1) max_s c_s over splits of L layers into S non-empty stages.
+StageSplit best_split_latency(const StageCostTable& c, int32_t L, int32_t S, int32_t M);
+/// Minimises sum_s c_s over the same splits.
+StageSplit best_split_sum(const StageCostTable& c, int32_t L, int32_t S);
+
+/// The costs of a split's stages, in order.
+std::vector<double> split_costs(const StageCostTable& c, const std::vector<int32_t>& layers);
+
+}  // namespace autoshard

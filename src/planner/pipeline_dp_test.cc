@@ -1,0 +1,54 @@
+// The stage-split DP on hand-made cost tables with the optimum worked out by hand.
+#include "planner/pipeline_dp.h"
+
+#include <gtest/gtest.h>
+
+#include <limits>
+
+namespace autoshard {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+TEST(PipelineDp, TwoStages) {
+  StageCostTable c;
+  c.first = {kInf, 1, 5, 9, 12};
+  c.last = {kInf, 4, 6, 7, 10};
+  // Splits of 5 layers, (first, last): (1,4) 1+10=11, latency 11+3*10=41; (2,3) 5+7=12,
+  // 12+3*7=33; (3,2) 9+6=15, 15+3*9=42; (4,1) 12+4=16, 16+3*12=52.
+  const StageSplit lat = best_split_latency(c, 5, 2, 4);
+  EXPECT_EQ(lat.layers, (std::vector<int32_t>{2, 3}));
+  EXPECT_DOUBLE_EQ(lat.value, 33);
+  const StageSplit sum = best_split_sum(c, 5, 2);
+  EXPECT_EQ(sum.layers, (std::vector<int32_t>{1, 4}));
+  EXPECT_DOUBLE_EQ(sum.value, 11);
+}
+
+TEST(PipelineDp, ThreeStagesWithAMiddleKind) {
+  StageCostTable c;
+  c.first = {kInf, 1, 5, 9};
+  c.mid = {kInf, 2, 5, 8};
+  c.last = {kInf, 4, 6, 7};
+  // 4 layers, M = 3: (2,1,1) 5+2+4=11 +2*5=21; (1,2,1) 1+5+4=10 +2*5=20; (1,1,2) 1+2+6=9
+  // +2*6=21.
+  const StageSplit s = best_split_latency(c, 4, 3, 3);
+  EXPECT_EQ(s.layers, (std::vector<int32_t>{1, 2, 1}));
+  EXPECT_DOUBLE_EQ(s.value, 20);
+  EXPECT_EQ(split_costs(c, s.layers), (std::vector<double>{1, 5, 4}));
+}
+
+TEST(PipelineDp, InfeasibleEntriesAndTooFewLayers) {
+  StageCostTable c;
+  c.first = {kInf, kInf, 5, 9};
+  c.last = {kInf, 4, kInf, 7};
+  // Only (2, 1) avoids the infinite entries: 5 + 4 + (M - 1) * 5 = 14 for M = 2.
+  const StageSplit s = best_split_latency(c, 3, 2, 2);
+  EXPECT_EQ(s.layers, (std::vector<int32_t>{2, 1}));
+  EXPECT_DOUBLE_EQ(s.value, 14);
+  EXPECT_TRUE(best_split_latency(c, 1, 2, 2).layers.empty());
+  c.first = {kInf, kInf, kInf, kInf};
+  EXPECT_TRUE(best_split_latency(c, 3, 2, 2).layers.empty());
+}
+
+}  // namespace
+}  // namespace autoshard

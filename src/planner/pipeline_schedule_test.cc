@@ -1,0 +1,59 @@
+// Golden values of the schedule formulas, computed by hand in the comments.
+#include "planner/pipeline_schedule.h"
+
+#include <gtest/gtest.h>
+
+namespace autoshard {
+namespace {
+
+TEST(PipelineSchedule, EqualStagesHaveTheGPipeBubble) {
+  // P = 4 stages of 10 us, M = 8: (M + P - 1) * 10 = 110; bubble (P - 1) * 10 = 30.
+  const std::vector<double> c(4, 10.0);
+  EXPECT_DOUBLE_EQ(pipelined_step_us(c, 4, 1, 8), 110.0);
+  EXPECT_DOUBLE_EQ(bubble_us(c, 4, 1, 8), 30.0);
+}
+
+TEST(PipelineSchedule, UnequalStagesFollowAlpasLatency) {
+  // sum 50 + (M - 1) * max 20 = 50 + 60 = 110.
+  EXPECT_DOUBLE_EQ(pipelined_step_us({10, 20, 10, 10}, 4, 1, 4), 110.0);
+}
+
+TEST(PipelineSchedule, InterleavingDividesTheBubbleByV) {
+  // P = 2, v = 2, four stages of 5 us: ranks hold 10 us each; M * 10 + (20 - 10) / 2 = 45,
+  // i.e. the bubble 5 = (P - 1) / (v M) of the ideal 40 (Narayanan et al., SC'21).
+  const std::vector<double> c(4, 5.0);
+  EXPECT_DOUBLE_EQ(pipelined_step_us(c, 2, 2, 4), 45.0);
+  EXPECT_DOUBLE_EQ(bubble_us(c, 2, 2, 4) / (4 * 10.0), 1.0 / 8);
+  // Stage i runs on rank i mod P: {1, 9, 1, 9} puts 18 on rank 1: 4 * 18 + (20 - 18) / 2 = 73.
+  EXPECT_DOUBLE_EQ(pipelined_step_us({1, 9, 1, 9}, 2, 2, 4), 73.0);
+}
+
+TEST(PipelineSchedule, InflightActivations) {
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_DOUBLE_EQ(inflight_microbatches(PipelineSchedule::k1F1B, 4, 1, 8, r), 4 - r);
+    EXPECT_DOUBLE_EQ(inflight_microbatches(PipelineSchedule::kGPipe, 4, 1, 8, r), 8);
+  }
+  EXPECT_DOUBLE_EQ(inflight_microbatches(PipelineSchedule::k1F1B, 4, 1, 2, 0), 2);  // min(P - r, M)
+  // Megatron's warm-up 2 (P - r - 1) + (v - 1) P, plus one: rank 0 of P = 4, v = 2: 6 + 4 + 1
+  // = 11 stage-microbatches of half the rank each: 5.5; rank 3: (0 + 4 + 1) / 2 = 2.5.
+  EXPECT_DOUBLE_EQ(inflight_microbatches(PipelineSchedule::kInterleaved1F1B, 4, 2, 8, 0), 5.5);
+  EXPECT_DOUBLE_EQ(inflight_microbatches(PipelineSchedule::kInterleaved1F1B, 4, 2, 8, 3), 2.5);
+  // Capped by v M: M = 4 -> at most 8 stage-microbatches = 4.
+  EXPECT_DOUBLE_EQ(inflight_microbatches(PipelineSchedule::kInterleaved1F1B, 4, 2, 4, 0), 4.0);
+}
+
+TEST(PipelineSchedule, NamesAndRequirements) {
+  EXPECT_EQ(parse_schedule("1f1b"), PipelineSchedule::k1F1B);
+  EXPECT_EQ(parse_schedule("Interleaved1F1B"), PipelineSchedule::kInterleaved1F1B);
+  EXPECT_EQ(parse_schedule("gpipe"), PipelineSchedule::kGPipe);
+  EXPECT_FALSE(parse_schedule("zb"));
+  EXPECT_EQ(schedule_name(PipelineSchedule::k1F1B), "1F1B");
+  EXPECT_EQ(schedule_problem(PipelineSchedule::k1F1B, 4, 1, 3), "");
+  EXPECT_NE(schedule_problem(PipelineSchedule::k1F1B, 4, 2, 8), "");
+  EXPECT_NE(schedule_problem(PipelineSchedule::kInterleaved1F1B, 4, 1, 8), "");
+  EXPECT_NE(schedule_problem(PipelineSchedule::kInterleaved1F1B, 4, 2, 6), "");  // M % P
+  EXPECT_EQ(schedule_problem(PipelineSchedule::kInterleaved1F1B, 4, 2, 8), "");
+}
+
+}  // namespace
+}  // namespace autoshard
