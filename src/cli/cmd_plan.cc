@@ -214,10 +214,10 @@ int run_plan(const PlanArgs& a) {
   }
   opt.ilp_solution_file = a.solution_file;
   opt.preload_solution = a.preload_solution;
-  if (pipelined) return run_pipeline_plan(a.src, mesh, opt, a.pipeline, a.json, a.out_dir);
-  const Graph& g = *full;
   if (a.verbose || isatty(STDERR_FILENO))
     opt.progress = [](std::string_view m) { fmt::print(stderr, "  {}\n", m); };
+  if (pipelined) return run_pipeline_plan(a.src, mesh, opt, a.pipeline, a.json, a.out_dir);
+  const Graph& g = *full;
   const bool tty = isatty(STDERR_FILENO);
   if (tty) fmt::print(stderr, "building the problem for {} nodes...\n", g.size());
   ShardingOptimizer so(g, mesh, opt);

@@ -5,6 +5,7 @@
 #include <limits>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "cost/collective.h"
 #include "cost/memory.h"
@@ -60,6 +61,16 @@ struct PlannerOptions {
   /// step runs the forward and backward M times but the update once: planning it with 1 / M
   /// minimises its time per microbatch (planner/pipeline.h).  1: a plain step.
   double optimizer_cost_scale = 1.0;
+  /// Extra cost of a node's output per strategy: latency_us + us_per_byte x the output's local
+  /// bytes.  A pipeline stage sends its boundary tensors to the neighbouring stage each
+  /// microbatch (planner/pipeline.h): the send's time depends on how the stage shards them.
+  struct OutputCost {
+    std::string node;
+    int32_t output = 0;
+    double latency_us = 0;
+    double us_per_byte = 0;
+  };
+  std::vector<OutputCost> output_costs;
   /// Memory of parameter state when the graph has no optimizer step of its own.
   OptimizerConfig optimizer;
   /// Verify the solution independently after solving (recompute cost and memory from scratch).

@@ -34,16 +34,14 @@ double p2p_time_us(const Mesh& mesh, int32_t pp, double bytes) {
   return d.latency_us + bytes / (d.busbw_gbps * 1e3);
 }
 
-/// The figures of a solved stage problem: sends, once-per-step work, kept activations.
+/// The figures of a solved stage problem: sends, once-per-step work, kept activations.  The
+/// plan's objective already holds the sends (PlannerOptions::output_costs).
 void stage_figures(const Mesh& full, int32_t pp, const Mesh& sub, int32_t M, StageSolve& s) {
   const Graph& g = s.sg.graph;
   const auto uses = g.uses();
   for (const TensorRef& t : s.sg.sent) {
     const auto& np = s.plan.nodes[psz(t.node)];
-    const double local = static_cast<double>(np->chosen.outputs.at(psz(t.output)).local_bytes(sub));
-    const double full_bytes = static_cast<double>(g.meta(t).bytes());
-    s.p2p_us += p2p_time_us(full, pp, local);
-    s.lower_bound_us += p2p_time_us(full, pp, full_bytes / static_cast<double>(sub.num_devices()));
+    s.p2p_us += p2p_time_us(full, pp, static_cast<double>(np->chosen.outputs.at(psz(t.output)).local_bytes(sub)));
   }
   for (NodeIdx i = 0; i < g.size(); ++i) {
     const Node& x = g.node(i);
@@ -58,8 +56,26 @@ void stage_figures(const Mesh& full, int32_t pp, const Mesh& sub, int32_t M, Sta
       if (kept) s.activation_bytes += np->chosen.outputs[k].local_bytes(sub);
     }
   }
-  s.microbatch_us = s.plan.objective_us + s.p2p_us;
-  s.lower_bound_us += s.plan.lower_bound_us;
+  s.microbatch_us = s.plan.objective_us;
+  s.lower_bound_us = s.plan.lower_bound_us;
+}
+
+/// The sum over layer `layer`'s problem nodes of their cheapest strategy's cost: a lower bound
+/// of what one more layer adds to a stage under any decisions (its edges cost >= 0, and the
+/// overlap model hides communication only, never compute).
+double layer_floor(const ShardingOptimizer& so, const StageGraph& sg, int32_t layer, const LayerMap& m) {
+  const BuiltProblem* built = so.built_problem();  // problem() would build it again
+  if (!built) return 0;
+  const BuiltProblem& bp = *built;
+  double f = 0;
+  for (NodeIdx j = 0; j < sg.graph.size(); ++j) {
+    const NodeIdx o = sg.origin[psz(j)];
+    const PNodeIdx v = bp.pnode[psz(j)];
+    if (o < 0 || sg.received[psz(j)] || v < 0 || m.pos[psz(o)] != layer) continue;
+    const auto& c = bp.problem.nodes[psz(v)].costs;
+    f += *std::min_element(c.begin(), c.end());
+  }
+  return f;
 }
 
 /// Layers [lo, hi) of the canonical stage of a kind with k layers.
@@ -97,9 +113,19 @@ struct Search {
     o.memory_limit_bytes = memory_limit;
     o.optimizer_cost_scale = 1.0 / popt.microbatches;
     o.progress = nullptr;
+    const MeshDim& link = mesh.dim(pp);
+    for (const TensorRef& t : s->sg.sent)  // the sends, priced on the pp link
+      o.output_costs.push_back({s->sg.graph.node(t.node).name, t.output, link.latency_us, 1.0 / (link.busbw_gbps * 1e3)});
     o.ilp_solution_file.clear();
+    const auto t0 = std::chrono::steady_clock::now();
     ShardingOptimizer so(s->sg.graph, sub, o);
     s->plan = so.get_solution();
+    s->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (opt.progress)
+      opt.progress(fmt::format("stage kind {} with {} layers: {} {:.3f} us, bound {:.3f} us, in {:.3f}s",
+                               static_cast<int>(kind), k, solve_status_name(s->plan.status),
+                               s->plan.objective_us, s->plan.lower_bound_us, s->seconds));
+    s->layer_floor_us = layer_floor(so, s->sg, lo, m);
     ++solves;
     if (s->plan.has_solution) stage_figures(mesh, pp, sub, popt.microbatches, *s);
     else s->microbatch_us = s->lower_bound_us = kPipeInf;
@@ -107,7 +133,16 @@ struct Search {
     return s;
   }
 
-  /// Lower bounds per kind and k from the solved samples (chords; flat above the largest).
+  /// Per kind, the least a layer can add to a stage (StageSolve::layer_floor_us of its samples).
+  double floor_of(int32_t kind) const {
+    double f = kPipeInf;
+    for (const auto& [key, s] : solved)
+      if (key.first == kind) f = std::min(f, s->layer_floor_us);
+    return std::isfinite(f) ? f : 0.0;
+  }
+
+  /// Lower bounds per kind and k from the solved samples: chords between them (concavity), and
+  /// above the largest its bound plus layer_floor_us per further layer.
   StageCostTable lower_table(int32_t S) const {
     StageCostTable t;
     const int32_t K = L - S + 1;
@@ -120,7 +155,7 @@ struct Search {
       if (pts.empty()) continue;
       for (int32_t k = 1; k <= K; ++k) {
         auto hi = std::lower_bound(pts.begin(), pts.end(), std::make_pair(k, -kPipeInf));
-        if (hi == pts.end()) v[psz(k)] = pts.back().second;
+        if (hi == pts.end()) v[psz(k)] = pts.back().second + (k - pts.back().first) * floor_of(kind);
         else if (hi->first == k || hi == pts.begin()) v[psz(k)] = hi->first == k ? hi->second : 0.0;
         else {
           auto lo = hi - 1;
@@ -153,56 +188,46 @@ struct Evaluated {
   double step_us = kPipeInf, lower_bound_us = 0;
 };
 
-/// The pipelined step of the split minimising the DP over `t` (v = 1: exact; v > 1: the split
-/// of Alpa's latency over P v stages, timed by the interleaved formula).
+/// The best split on tables `t` and its step (on lower-bound tables: a lower bound of the step
+/// over all splits).  Both DPs are exact for their schedule's formula.
 Evaluated split_step(const StageCostTable& t, int32_t L, int32_t P, int32_t v, int32_t M) {
   Evaluated e;
-  const StageSplit s = best_split_latency(t, L, P * v, M);
+  const StageSplit s = v == 1 ? best_split_latency(t, L, P, M) : best_split_ranks(t, L, P, v, M);
   if (s.layers.empty()) return e;
   e.layers = s.layers;
-  e.step_us = pipelined_step_us(split_costs(t, s.layers), P, v, M);
+  e.step_us = e.lower_bound_us = s.value;
   return e;
 }
 
-/// A lower bound of the step over every split, from lower-bound costs `t`.  v = 1: the DP's
-/// optimum.  v > 1: T = (M - 1/v) max_r R_r + sum_r R_r / v >= sum (M - 1/v) / P + sum / v,
-/// with sum >= the min-sum split.
-double step_lower_bound(const StageCostTable& t, int32_t L, int32_t P, int32_t v, int32_t M,
-                        std::vector<int32_t>* layers) {
-  if (v == 1) {
-    const StageSplit s = best_split_latency(t, L, P, M);
-    *layers = s.layers;
-    return s.value;
-  }
-  const StageSplit s = best_split_sum(t, L, P * v);
-  *layers = s.layers;
-  return s.value * ((M - 1.0 / v) / P + 1.0 / v);
-}
-
-/// Solves stage sizes until the (schedule, v) gap is below the target.
-Evaluated search_split(Search& S, int32_t v) {
+/// Solves stage sizes until the (schedule, v) gap is below the target, or its lower bound
+/// reaches `cutoff` (the best step of another schedule: this one cannot win; step_us stays
+/// infinite).
+Evaluated search_split(Search& S, int32_t v, double cutoff) {
   const int32_t P = S.P, L = S.L, M = S.popt.microbatches, n = P * v;
   const int32_t K = L - n + 1;
-  for (int32_t s = 0; s < n; s = s == 0 && n > 2 ? n - 2 : s + 1)  // one stage per kind
-    for (int32_t k : {1, K}) S.solve(kind_of(s, n), kind_of(s, n) == kStageBoth ? L : k);
+  // A kind never solved yet: one layer and the balanced size; the DP on the bounds asks for more.
+  for (int32_t s = 0; s < n; s = s == 0 && n > 2 ? n - 2 : s + 1) {
+    const StageKind kind = kind_of(s, n);
+    if (std::none_of(S.solved.begin(), S.solved.end(), [&](const auto& e) { return e.first.first == kind; }))
+      for (int32_t k : {1, std::min(K, (L + n - 1) / n)}) S.solve(kind, kind == kStageBoth ? L : k);
+  }
   Evaluated best;
   for (int iter = 0; iter < 12; ++iter) {
-    std::vector<int32_t> lb_split;
-    const double lb = step_lower_bound(S.lower_table(n), L, P, v, M, &lb_split);
+    const Evaluated low = split_step(S.lower_table(n), L, P, v, M);
+    best.lower_bound_us = std::max(best.lower_bound_us, low.lower_bound_us);  // each is valid
+    if (best.lower_bound_us >= cutoff) return best;
     Evaluated e = split_step(S.upper_table(n), L, P, v, M);
-    e.lower_bound_us = lb;
-    if (e.step_us < best.step_us || best.layers.empty()) {
-      e.lower_bound_us = std::max(best.lower_bound_us, lb);
+    if (e.step_us < best.step_us) {
+      e.lower_bound_us = best.lower_bound_us;
       best = e;
     }
-    best.lower_bound_us = std::max(best.lower_bound_us, lb);  // each table's bound is valid
-    if (best.step_us - lb <= S.popt.target_gap * best.step_us) break;
+    if (best.step_us - best.lower_bound_us <= S.popt.target_gap * best.step_us) break;
     bool added = false;
-    for (int32_t s = 0; s < static_cast<int32_t>(lb_split.size()); ++s) {
+    for (int32_t s = 0; s < static_cast<int32_t>(low.layers.size()); ++s) {
       const StageKind kind = kind_of(s, n);
-      const int32_t k = lb_split[psz(s)];
-      if (!S.solved.count({kind, kind == kStageBoth ? L : k})) {
-        S.solve(kind, kind == kStageBoth ? L : k);
+      const int32_t k = kind == kStageBoth ? L : low.layers[psz(s)];
+      if (!S.solved.count({kind, k})) {
+        S.solve(kind, k);
         added = true;
       }
     }
@@ -317,16 +342,17 @@ PipelinePlan plan_pipeline(const Graph& g, const Mesh& mesh, const PlannerOption
   pl.stage_mesh = S.sub;
   pl.layers = S.m.layers;
   pl.memory_limit_bytes = opt.memory_limit_bytes < 0 ? mesh.hardware().memory_bytes : opt.memory_limit_bytes;
-  // Schedules and v to try; 1F1B before GPipe: equal time, fewer activations in flight.
+  // Schedules and v to try.  Auto: interleaved with the most stages per rank first (smallest
+  // bubble, so its step prunes the others early), then 1F1B; GPipe runs the same step as 1F1B
+  // (pipeline_schedule.h) with more activations in flight, so auto never prefers it.
   std::vector<std::pair<PipelineSchedule, int32_t>> tries;
   const std::vector<PipelineSchedule> scheds =
       popt.schedule ? std::vector<PipelineSchedule>{*popt.schedule}
-                    : std::vector<PipelineSchedule>{PipelineSchedule::k1F1B, PipelineSchedule::kGPipe,
-                                                    PipelineSchedule::kInterleaved1F1B};
+                    : std::vector<PipelineSchedule>{PipelineSchedule::kInterleaved1F1B, PipelineSchedule::k1F1B};
   for (PipelineSchedule s : scheds) {
     std::vector<int32_t> vs{1};
     if (is_interleaved(s)) vs = popt.stages_per_rank > 0 ? std::vector<int32_t>{popt.stages_per_rank}
-                                                         : std::vector<int32_t>{2, 3, 4};
+                                                         : std::vector<int32_t>{4, 3, 2};
     for (int32_t v : vs) {
       const std::string why = schedule_problem(s, S.P, v, pl.M);
       const bool fits = why.empty() && S.P * v <= S.L;
@@ -339,7 +365,7 @@ PipelinePlan plan_pipeline(const Graph& g, const Mesh& mesh, const PlannerOption
   Evaluated chosen;
   double lower = kPipeInf;
   for (const auto& [s, v] : tries) {
-    const Evaluated e = search_split(S, v);
+    const Evaluated e = search_split(S, v, chosen.step_us);
     pl.candidates.push_back({s, v, e.step_us, e.lower_bound_us});
     lower = std::min(lower, e.lower_bound_us);
     if (e.step_us < chosen.step_us) {

@@ -7,23 +7,25 @@
 /// Joint optimisation (Alpa's inter-op DP over intra-op optima, Zheng et al., OSDI'22 §5):
 /// a stage's time c(k, first, last) for one microbatch is the intra-op optimum of its subgraph
 /// (planner/pipeline_stage.h) planned with the once-per-step work weighted 1 / M
-/// (PlannerOptions::optimizer_cost_scale), plus the point-to-point sends of its boundary
-/// tensors over the pp link (latency + local bytes / bandwidth of the pp dim, forward
-/// activation and backward gradient, each microbatch).  The DP (planner/pipeline_dp.h) picks
-/// the split.
+/// (PlannerOptions::optimizer_cost_scale), with the point-to-point sends of its boundary
+/// tensors over the pp link in the objective (PlannerOptions::output_costs: latency + local
+/// bytes / bandwidth of the pp dim, the forward activation and the backward gradient, each
+/// microbatch), so the intra-op plan weighs how it shards what it sends.  The DP
+/// (planner/pipeline_dp.h) picks the split.
 ///
 /// How many intra-op solves.  With identical layers the stage cost depends on (k, holds-first,
 /// holds-last) only: at most 3 (L - S + 1) distinct stage problems instead of Alpa's L^2 / 2
 /// layer ranges.  Fewer are solved: with the layers tied (one decision per layer class, as the
 /// planner ties them) and no memory limit, a stage's cost under fixed decisions is affine in k,
 /// so the optimum min_d (a_d + k b_d) is concave in k and non-decreasing (b_d >= 0).  Between
-/// two solved k the chord of their proven lower bounds is a lower bound, above the largest the
-/// largest's bound.  The search solves k = 1 and k = L - S + 1 per stage kind, runs the DP on
+/// two solved k the chord of their proven lower bounds is a lower bound, above the largest its
+/// bound plus the cheapest cost of the added layers' nodes.  The search solves k = 1 and the
+/// balanced k = ceil(L / S) per stage kind, runs the DP on
 /// those lower bounds (a lower bound of the pipelined step: the DP is monotone in stage costs)
 /// and on the solved costs (a plan), solves the stages the lower-bound split uses, and repeats
 /// until the gap is below PipelineOptions::target_gap or nothing new is left to solve:
-/// typically 2 + 1 or 2 solves per stage kind and schedule, independent of L and P (the
-/// problems grow with k, so the solve time is O(L) each).  Memory: samples are planned without
+/// typically 2 to 4 solves per stage kind, shared by the schedules, independent of L and P
+/// (a stage problem grows with its k ~ L / S, so each solve costs O(L / S)).  Memory: samples are planned without
 /// the device limit (the relaxation keeps the bound valid); a chosen stage over the limit with
 /// its in-flight activations is planned again under limit - (in-flight - 1) x activations.
 #include <cstdint>
@@ -53,11 +55,15 @@ struct PipelineOptions {
 struct StageSolve {
   StageGraph sg;
   Plan plan;                 ///< over sg.graph and the stage mesh
-  double microbatch_us = 0;  ///< c: plan objective + p2p_us
-  double lower_bound_us = 0; ///< proven: plan lower bound + p2p of fully sharded sends
-  double p2p_us = 0;         ///< sends per microbatch (forward activation, backward gradient)
+  double microbatch_us = 0;  ///< c: the plan's objective (sends included)
+  double lower_bound_us = 0; ///< the plan's proven lower bound
+  double p2p_us = 0;         ///< the part of c spent sending (forward activation, backward gradient)
   double once_us = 0;        ///< optimizer compute + redistributions into it, once per step
   int64_t activation_bytes = 0;  ///< per device, one microbatch's tensors kept for the backward
+  /// Cheapest cost of one layer's nodes: a stage of this kind with more layers costs at least
+  /// this much more per layer (the slope of the lower bound above the largest solved size).
+  double layer_floor_us = 0;
+  double seconds = 0;  ///< wall time of the solve
 };
 
 struct PipelineStage {

@@ -76,6 +76,119 @@ StageSplit best_split_sum(const StageCostTable& c, int32_t L, int32_t S) {
   return r;
 }
 
+namespace {
+
+/// Cheapest j stages of one kind holding n layers: G[j][n], with the argmin sizes.
+struct RankTable {
+  std::vector<double> g;                      ///< per n: the rank's least sum
+  std::vector<std::vector<int32_t>> sizes;    ///< per n: its stage sizes, in stage order
+};
+
+/// The v stages of a rank: `head` (first kind on rank 0, else mid), v - 2 mid, and `tail` (last
+/// kind on rank P - 1, else mid); n layers in all, each stage >= 1.
+RankTable rank_table(const std::vector<double>& head, const std::vector<double>& mid,
+                     const std::vector<double>& tail, int32_t L, int32_t v) {
+  // F[j][n]: stages 0..j-1 of the rank with n layers.
+  const size_t W = static_cast<size_t>(L) + 1;
+  std::vector<std::vector<double>> F(static_cast<size_t>(v) + 1, std::vector<double>(W, kDpInf));
+  std::vector<std::vector<int32_t>> A(F.size(), std::vector<int32_t>(W, 0));
+  F[0][0] = 0;
+  for (int32_t j = 1; j <= v; ++j) {
+    const std::vector<double>& t = j == 1 ? head : j == v ? tail : mid;
+    for (int32_t n = j; n <= L; ++n)
+      for (int32_t k = 1; k <= n - (j - 1); ++k) {
+        const double x = F[static_cast<size_t>(j - 1)][static_cast<size_t>(n - k)] + dp_at(t, k);
+        if (x < F[static_cast<size_t>(j)][static_cast<size_t>(n)]) {
+          F[static_cast<size_t>(j)][static_cast<size_t>(n)] = x;
+          A[static_cast<size_t>(j)][static_cast<size_t>(n)] = k;
+        }
+      }
+  }
+  RankTable r;
+  r.g = F[static_cast<size_t>(v)];
+  r.sizes.assign(W, {});
+  for (int32_t n = 0; n <= L; ++n) {
+    if (r.g[static_cast<size_t>(n)] == kDpInf) continue;
+    std::vector<int32_t> part(static_cast<size_t>(v));
+    for (int32_t j = v, m = n; j >= 1; --j) {
+      part[static_cast<size_t>(j - 1)] = A[static_cast<size_t>(j)][static_cast<size_t>(m)];
+      m -= part[static_cast<size_t>(j - 1)];
+    }
+    r.sizes[static_cast<size_t>(n)] = std::move(part);
+  }
+  return r;
+}
+
+/// Least sum_r g_r(n_r) over ranks with every g_r(n_r) <= cap and sum n_r = L; `n` receives
+/// the layers per rank.
+double ranks_min_sum(const std::vector<const RankTable*>& rank, int32_t L, double cap,
+                     std::vector<int32_t>* n) {
+  const size_t P = rank.size(), W = static_cast<size_t>(L) + 1;
+  std::vector<double> F(W, kDpInf), G(W);
+  std::vector<std::vector<int32_t>> arg(P, std::vector<int32_t>(W, 0));
+  F[0] = 0;
+  for (size_t r = 0; r < P; ++r) {
+    std::fill(G.begin(), G.end(), kDpInf);
+    for (size_t l = 0; l < W; ++l) {
+      if (F[l] == kDpInf) continue;
+      for (size_t m = 1; l + m < W; ++m) {
+        const double g = rank[r]->g[m];
+        if (!(g <= cap)) continue;
+        if (F[l] + g < G[l + m]) {
+          G[l + m] = F[l] + g;
+          arg[r][l + m] = static_cast<int32_t>(m);
+        }
+      }
+    }
+    std::swap(F, G);
+  }
+  if (F[W - 1] == kDpInf) return kDpInf;
+  n->assign(P, 0);
+  for (size_t r = P, l = W - 1; r-- > 0;) {
+    (*n)[r] = arg[r][l];
+    l -= static_cast<size_t>((*n)[r]);
+  }
+  return F[W - 1];
+}
+
+}  // namespace
+
+StageSplit best_split_ranks(const StageCostTable& c, int32_t L, int32_t P, int32_t v, int32_t M) {
+  StageSplit r;
+  r.value = kDpInf;
+  if (P < 2 || v < 1 || L < P * v) return r;
+  const RankTable head = rank_table(c.first, c.mid, v == 1 ? c.first : c.mid, L, v);
+  const RankTable mid = rank_table(c.mid, c.mid, c.mid, L, v);
+  const RankTable tail = rank_table(v == 1 ? c.last : c.mid, c.mid, c.last, L, v);
+  std::vector<const RankTable*> rank(static_cast<size_t>(P), &mid);
+  rank.front() = &head;
+  rank.back() = &tail;
+  std::vector<double> caps;
+  for (const RankTable* t : {&head, &mid, &tail})
+    for (double x : t->g)
+      if (x < kDpInf) caps.push_back(x);
+  std::sort(caps.begin(), caps.end());
+  caps.erase(std::unique(caps.begin(), caps.end()), caps.end());
+  const double a = M - 1.0 / v;
+  for (double cap : caps) {
+    if (a * cap >= r.value) break;
+    std::vector<int32_t> n;
+    const double sum = ranks_min_sum(rank, L, cap, &n);
+    if (sum == kDpInf) continue;
+    double mx = 0;
+    for (size_t q = 0; q < n.size(); ++q) mx = std::max(mx, rank[q]->g[static_cast<size_t>(n[q])]);
+    const double value = a * mx + sum / v;
+    if (value < r.value) {
+      r.value = value;
+      r.layers.assign(static_cast<size_t>(P * v), 0);
+      for (int32_t q = 0; q < P; ++q)
+        for (int32_t j = 0; j < v; ++j)
+          r.layers[static_cast<size_t>(q + j * P)] = rank[static_cast<size_t>(q)]->sizes[static_cast<size_t>(n[static_cast<size_t>(q)])][static_cast<size_t>(j)];
+    }
+  }
+  return r;
+}
+
 StageSplit best_split_latency(const StageCostTable& c, int32_t L, int32_t S, int32_t M) {
   StageSplit r;
   r.value = kDpInf;

@@ -31,6 +31,15 @@ struct StageSplit {
 
 /// Minimises sum_s c_s + (M - 1) max_s c_s over splits of L layers into S non-empty stages.
 StageSplit best_split_latency(const StageCostTable& c, int32_t L, int32_t S, int32_t M);
+/// Minimises the interleaved step T = (M - 1/v) max_r R_r + sum_r R_r / v over splits of L
+/// layers into S = P v stages, stage i on rank i mod P and R_r the sum of rank r's stage
+/// costs (planner/pipeline_schedule.h).  T depends on the ranks' sums only, so the order of a
+/// rank's stages does not matter: g_r(n), the cheapest v stages of rank r's kinds (rank 0
+/// holds the first stage, rank P - 1 the last) with n layers in all, is a small DP, and the
+/// split is Alpa's threshold DP over ranks: for each candidate t of max_r R_r, the least
+/// sum_r g_r(n_r) with every g_r(n_r) <= t and sum n_r = L.  Exact; for v = 1 it is
+/// best_split_latency's optimum.  Needs P >= 2.
+StageSplit best_split_ranks(const StageCostTable& c, int32_t L, int32_t P, int32_t v, int32_t M);
 /// Minimises sum_s c_s over the same splits.
 StageSplit best_split_sum(const StageCostTable& c, int32_t L, int32_t S);
 

@@ -37,6 +37,25 @@ TEST(PipelineDp, ThreeStagesWithAMiddleKind) {
   EXPECT_EQ(split_costs(c, s.layers), (std::vector<double>{1, 5, 4}));
 }
 
+TEST(PipelineDp, RanksOfAnInterleavedSplit) {
+  StageCostTable c;
+  c.first = {kInf, 3, 5};
+  c.mid = {kInf, 2, 3};
+  c.last = {kInf, 4, 6};
+  // P = 2, v = 2, L = 5, M = 2: stages 0, 2 on rank 0 and 1, 3 on rank 1; one stage gets two
+  // layers.  T = 1.5 max R + (R0 + R1) / 2:  s0: R = (7, 6) -> 17;  s1: (5, 7) -> 16.5;
+  // s2: (6, 6) -> 15;  s3: (5, 8) -> 18.5.
+  const StageSplit s = best_split_ranks(c, 5, 2, 2, 2);
+  EXPECT_EQ(s.layers, (std::vector<int32_t>{1, 1, 2, 1}));
+  EXPECT_DOUBLE_EQ(s.value, 15);
+  // v = 1: the same optimum as Alpa's latency DP (TwoStages' table: {2, 3}, 33).
+  c.first = {kInf, 1, 5, 9, 12};
+  c.last = {kInf, 4, 6, 7, 10};
+  const StageSplit one = best_split_ranks(c, 5, 2, 1, 4);
+  EXPECT_EQ(one.layers, (std::vector<int32_t>{2, 3}));
+  EXPECT_DOUBLE_EQ(one.value, 33);
+}
+
 TEST(PipelineDp, InfeasibleEntriesAndTooFewLayers) {
   StageCostTable c;
   c.first = {kInf, kInf, 5, 9};

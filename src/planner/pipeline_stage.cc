@@ -174,6 +174,7 @@ StageGraph extract_stage(const Graph& g, const LayerMap& m, int32_t lo, int32_t 
     sg.origin.push_back(i);
     sg.received.push_back(0);
     for (const auto& u : uses[ssz(i)]) {
+      if (m.pos[ssz(i)] == LayerMap::kShared) break;  // every stage using it has its own copy
       const TensorRef t{j, u.output};
       if (!inc[ssz(u.consumer)] && g.node(u.consumer).kind != NodeKind::kOutput &&
           std::find(sg.sent.begin(), sg.sent.end(), t) == sg.sent.end())

@@ -459,6 +459,16 @@ BuiltProblem build_problem(const Graph& g, const Mesh& mesh, const PlannerOption
     bp.edge_origin.push_back({gp.param, -1, gp.grad});
   }
   if (opt.optimizer_cost_scale != 1.0) scale_once_per_step(g, opt.optimizer_cost_scale, bp);
+  for (const PlannerOptions::OutputCost& oc : opt.output_costs) {
+    auto idx = g.find(oc.node);
+    if (!idx || bp.pnode[static_cast<size_t>(*idx)] < 0)
+      throw std::runtime_error(fmt::format("output cost: no node named '{}'", oc.node));
+    const PNodeIdx v = bp.pnode[static_cast<size_t>(*idx)];
+    auto& costs = prob.nodes[static_cast<size_t>(v)].costs;
+    const StrategyList& strats = bp.strategies[static_cast<size_t>(v)];
+    for (size_t q = 0; q < costs.size(); ++q)
+      costs[q] += oc.latency_us + oc.us_per_byte * static_cast<double>(strats[q].outputs.at(static_cast<size_t>(oc.output)).local_bytes(mesh));
+  }
   add_recomputation(g, opt, bp);
 
   // Memory limit.

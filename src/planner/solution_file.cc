@@ -157,6 +157,12 @@ std::string hash_options(const PlannerOptions& o) {
   h.f64(o.overlap_discount);
   h.u64(o.objective == Objective::kOverlap ? 1 : 0);
   if (o.optimizer_cost_scale != 1.0) h.f64(o.optimizer_cost_scale);  // older files: 1
+  for (const auto& c : o.output_costs) {  // older files: none
+    h.str(c.node);
+    h.i64(c.output);
+    h.f64(c.latency_us);
+    h.f64(c.us_per_byte);
+  }
   return h.hex();
 }
 

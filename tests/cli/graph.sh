@@ -3,12 +3,12 @@
 source "$(dirname "$0")/lib.bash" "$@"
 
 # Published parameter counts (Meta's model cards; GPT-2 small with tied embeddings).
-declare -A PARAMS=([llama3-8b]=8030261248 [llama3-70b]=70553706496 [gpt2]=124439808)
+declare -A PARAMS=([llama3-8b]=8030261248 [llama3-70b]=70553706496 [llama3-405b]=405853388800 [gpt2]=124439808)
 
 # Every built-in model, as listed by the error for an unknown one.
 models=$("$AS" graph --model '?' 2>&1 | sed -n 's/.*(known: \(.*\))$/\1/p' | tr -d ',' || true)
 [[ -n $models ]] || fail "could not list the built-in models"
-for m in gpt2 llama3-8b llama3-70b mlp; do [[ " $models " == *" $m "* ]] || fail "model $m missing: $models"; done
+for m in gpt2 llama3-8b llama3-70b llama3-405b mlp; do [[ " $models " == *" $m "* ]] || fail "model $m missing: $models"; done
 for m in $models; do
   out=$("$AS" graph --model "$m")
   expect_contains "$out" "graph $m:" "graph $m"

@@ -1,0 +1,162 @@
+// Pipeline stages on a small LLaMA: stage graphs, the chosen split, per-node stages and
+// placements over the full mesh.
+#include "planner/pipeline.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "models/models.h"
+#include "planner/test_util.h"
+
+namespace autoshard {
+namespace {
+
+using testing::h100;
+
+/// llama3-8b with 4 layers, one microbatch of 2 (the global batch 8 in M = 4).
+Graph pp_llama() { return build_model("llama3-8b", ModelOptions{2, 256, 4, {}}); }
+
+PlannerOptions additive() {
+  PlannerOptions o;
+  o.objective = Objective::kAdditive;  // exact stage optima: the gap is the DP's alone
+  return o;
+}
+
+TEST(PipelineStages, LayersAndSharedNodes) {
+  const Graph g = pp_llama();
+  const LayerMap m = map_layers(g);
+  EXPECT_EQ(m.layers, (std::vector<std::string>{"layers.0", "layers.1", "layers.2", "layers.3"}));
+  EXPECT_EQ(m.pos[static_cast<size_t>(*g.find("tok_embeddings.weight"))], -1);
+  EXPECT_EQ(m.pos[static_cast<size_t>(*g.find("output.weight"))], 4);
+  EXPECT_EQ(m.pos[static_cast<size_t>(*g.find("rope_cos"))], LayerMap::kShared);
+  EXPECT_EQ(m.pos[static_cast<size_t>(*g.find("layers.2.attention.wq.weight"))], 2);
+  EXPECT_EQ(m.pos[static_cast<size_t>(*g.find("layers.2.attention.wq.weight.exp_avg"))], 2);
+}
+
+TEST(PipelineStages, StagesCoverTheGraphAndSendWhatTheOtherReceives) {
+  const Graph g = pp_llama();
+  const LayerMap m = map_layers(g);
+  const StageGraph a = extract_stage(g, m, 0, 1), b = extract_stage(g, m, 1, 4);
+  std::set<NodeIdx> covered;
+  for (const StageGraph* s : {&a, &b})
+    for (NodeIdx j = 0; j < s->graph.size(); ++j)
+      if (!s->received[static_cast<size_t>(j)] && s->origin[static_cast<size_t>(j)] >= 0)
+        covered.insert(s->origin[static_cast<size_t>(j)]);
+  EXPECT_EQ(static_cast<NodeIdx>(covered.size()), g.size() - 1);  // all but the output node
+  auto names = [](const StageGraph& s, bool received) {
+    std::set<std::string> r;
+    if (received) {
+      for (NodeIdx j = 0; j < s.graph.size(); ++j)
+        if (s.received[static_cast<size_t>(j)]) r.insert(s.graph.node(j).name);
+    } else {
+      for (const TensorRef& t : s.sent) r.insert(s.graph.node(t.node).name);
+    }
+    return r;
+  };
+  // One activation forward, one gradient backward, each way.
+  EXPECT_EQ(names(a, false), names(b, true));
+  EXPECT_EQ(names(b, false), names(a, true));
+  EXPECT_EQ(names(a, false).size(), 1u);
+  EXPECT_EQ(names(b, false).size(), 1u);
+  // Equal kinds and sizes give the same graph up to names.
+  EXPECT_TRUE(same_structure(extract_stage(g, m, 1, 2).graph, extract_stage(g, m, 2, 3).graph));
+  EXPECT_FALSE(same_structure(extract_stage(g, m, 0, 1).graph, extract_stage(g, m, 1, 2).graph));
+}
+
+TEST(PipelineStages, StageMeshKeepsTheLinks) {
+  Hardware hw = h100();
+  hw.gpus_per_node = 4;
+  const Mesh mesh({2, 2, 4}, {"dp", "pp", "tp"}, hw);
+  const Mesh sub = stage_mesh(mesh, pp_dim_of(mesh));
+  EXPECT_EQ(sub.names(), (std::vector<std::string>{"dp", "tp"}));
+  EXPECT_EQ(sub.dim(0).inter_node, mesh.dim(0).inter_node);
+  EXPECT_DOUBLE_EQ(sub.dim(0).busbw_gbps, mesh.dim(0).busbw_gbps);
+  EXPECT_DOUBLE_EQ(sub.dim(1).busbw_gbps, mesh.dim(2).busbw_gbps);
+}
+
+TEST(PipelinePlan, OneF1BOnTwoStages) {
+  const Graph g = pp_llama();
+  const Mesh mesh({2, 2}, {"pp", "dp"}, h100());
+  PipelineOptions po;
+  po.microbatches = 4;
+  po.schedule = PipelineSchedule::k1F1B;
+  const PipelinePlan pl = plan_pipeline(g, mesh, additive(), po);
+  ASSERT_EQ(pl.stages.size(), 2u);
+  EXPECT_EQ(pl.v, 1);
+  EXPECT_EQ(pl.stages[0].lo, 0);
+  EXPECT_EQ(pl.stages[0].hi, pl.stages[1].lo);
+  EXPECT_EQ(pl.stages[1].hi, 4);
+  EXPECT_TRUE(pl.stages[0].first && !pl.stages[0].last && pl.stages[1].last);
+  EXPECT_EQ(pl.stages[1].pp_rank, 1);
+  EXPECT_DOUBLE_EQ(pl.stages[0].inflight, 2);  // 1F1B: min(P - r, M)
+  EXPECT_DOUBLE_EQ(pl.stages[1].inflight, 1);
+  const std::vector<double> c{pl.stages[0].solve->microbatch_us, pl.stages[1].solve->microbatch_us};
+  EXPECT_DOUBLE_EQ(pl.step_us, pipelined_step_us(c, 2, 1, 4));
+  EXPECT_LE(pl.lower_bound_us, pl.step_us);
+  EXPECT_LE(pl.gap, po.target_gap);
+  EXPECT_GT(pl.stages[0].solve->p2p_us, 0);
+  // Every node but the output has a stage and placements over the full mesh, R on pp.
+  for (NodeIdx i = 0; i < g.size(); ++i) {
+    const auto& s = pl.node_strategy[static_cast<size_t>(i)];
+    if (g.node(i).kind == NodeKind::kOutput) {
+      EXPECT_FALSE(s);
+      continue;
+    }
+    ASSERT_TRUE(s) << g.node(i).name;
+    for (const ShardingSpec& x : s->outputs) {
+      ASSERT_EQ(x.placements.size(), 2u);
+      EXPECT_TRUE(x.placements[0].is_replicate()) << g.node(i).name;
+    }
+  }
+  const auto stage = [&](const char* n) { return pl.node_stage[static_cast<size_t>(*g.find(n))]; };
+  EXPECT_EQ(stage("tok_embeddings.weight"), 0);
+  EXPECT_EQ(stage("output.weight"), 1);
+  EXPECT_EQ(stage("labels"), 1);
+  EXPECT_EQ(stage("rope_cos"), -1);
+  EXPECT_EQ(stage("layers.0.attention.wq.weight"), 0);
+  EXPECT_EQ(stage("layers.3.attention.wq.weight"), 1);
+}
+
+TEST(PipelinePlan, InterleavedPutsStageIOnRankIModP) {
+  const Graph g = pp_llama();
+  const Mesh mesh({2, 2}, {"pp", "dp"}, h100());
+  PipelineOptions po;
+  po.microbatches = 4;
+  po.schedule = PipelineSchedule::kInterleaved1F1B;
+  po.stages_per_rank = 2;
+  const PipelinePlan pl = plan_pipeline(g, mesh, additive(), po);
+  ASSERT_EQ(pl.stages.size(), 4u);
+  for (int32_t s = 0; s < 4; ++s) {
+    EXPECT_EQ(pl.stages[static_cast<size_t>(s)].pp_rank, s % 2);
+    EXPECT_EQ(pl.stages[static_cast<size_t>(s)].hi - pl.stages[static_cast<size_t>(s)].lo, 1);
+  }
+  EXPECT_LE(pl.gap, po.target_gap);
+  // Auto picks the faster of the two and is never worse than the pinned ones.
+  po.schedule.reset();
+  po.stages_per_rank = 0;
+  const PipelinePlan best = plan_pipeline(g, mesh, additive(), po);
+  EXPECT_LE(best.step_us, pl.step_us + 1e-9);
+}
+
+TEST(PipelinePlan, BadInputs) {
+  const Graph g = pp_llama();
+  PipelineOptions po;
+  po.microbatches = 4;
+  EXPECT_THROW(plan_pipeline(g, Mesh({8}, {"pp"}, h100()), additive(), po), std::invalid_argument);  // P > L
+  EXPECT_THROW(plan_pipeline(g, Mesh({2, 2}, {"dp", "tp"}, h100()), additive(), po), std::invalid_argument);
+  po.schedule = PipelineSchedule::kInterleaved1F1B;
+  po.microbatches = 3;  // not a multiple of P
+  EXPECT_THROW(plan_pipeline(g, Mesh({2, 2}, {"pp", "dp"}, h100()), additive(), po), std::invalid_argument);
+  Graph flat = build_model("mlp", ModelOptions{8, -1, 2, {}});
+  for (Node& n : flat.nodes) n.module_path.clear();
+  try {
+    map_layers(flat);
+    FAIL() << "expected std::invalid_argument";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("repeated layers"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace autoshard

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# `autoshard plan` on a mesh with a pp dim: pipeline stages (issue 25), their placements.json
+# (PIPELINE_FORMAT.md: "pipeline" section, per-node "stage") and the bad inputs.
+source "$(dirname "$0")/lib.bash" "$@"
+
+M=(--model llama3-8b --layers 4 --seq 256 --batch 8 --mesh 2x2 --mesh-dims pp,dp --objective additive)
+
+out=$("$AS" plan "${M[@]}" --microbatches 4 --schedule 1F1B -o "$TMP/p")
+for k in "pipelined over pp" "schedule: 1F1B, 4 microbatches" "pipelined step time:" "lower bound:" \
+         "layers.0" "+first" "+last" "intra-op solves:"; do
+  expect_contains "$out" "$k" "plan 1F1B"
+done
+pycheck "$TMP/p/placements.json" "
+assert j['mesh_shape'] == [2, 2] and j['mesh_dim_names'] == ['pp', 'dp'], j['mesh_shape']
+p = j['pipeline']
+assert p['mesh_dim'] == 'pp' and p['schedule'] == '1F1B' and p['microbatches'] == 4, p
+assert p['stages_per_rank'] == 1 and len(p['stages']) == 2, p
+s0, s1 = p['stages']
+assert s0['index'] == 0 and s0['pp_rank'] == 0 and s0['first'] and not s0['last'], s0
+assert s1['pp_rank'] == 1 and s1['last'] and not s1['first'], s1
+assert s0['layers'] + s1['layers'] == ['layers.0', 'layers.1', 'layers.2', 'layers.3'], p
+pl = j['placements']
+assert all('stage' in e for e in pl.values())
+assert pl['tok_embeddings.weight']['stage'] == 0 and pl['output.weight']['stage'] == 1
+assert pl['labels']['stage'] == 1 and pl['tokens']['stage'] == 0
+assert pl['rope_cos']['stage'] == -1
+first = {n for n, e in pl.items() if e['stage'] == 0}
+assert all(('layers.%s.' % l[len('layers.'):]) and True for l in s0['layers'])
+for l in s0['layers']:
+    assert pl[l + '.attention.wq.weight']['stage'] == 0 and pl[l + '.attention.wq.weight.exp_avg']['stage'] == 0
+for l in s1['layers']:
+    assert pl[l + '.feed_forward.w2.weight']['stage'] == 1
+# Two mesh dims per spec, R on pp.
+for n, e in pl.items():
+    outs = e['output'].strip('()').split(', ')
+    for o in outs + e['inputs']:
+        assert o.startswith('R'), (n, o)
+"
+pycheck "$TMP/p/plan.json" "
+assert j['schedule'] == '1F1B' and len(j['stages']) == 2
+assert j['lower_bound_us'] <= j['step_us'] * (1 + 1e-9) and j['gap'] <= 0.005, (j['step_us'], j['lower_bound_us'])
+assert all(s['peak_memory_bytes'] > 0 and s['microbatch_us'] > 0 for s in j['stages'])
+assert j['stages'][0]['inflight_microbatches'] == 2 and j['stages'][1]['inflight_microbatches'] == 1
+"
+ok "1F1B on 2 stages"
+
+# Auto: the best of the schedules, with v for the interleaved one; same bytes twice.
+"$AS" plan "${M[@]}" --microbatches 4 --json >"$TMP/auto.json"
+"$AS" plan "${M[@]}" --microbatches 4 -o "$TMP/a1" >/dev/null
+"$AS" plan "${M[@]}" --microbatches 4 -o "$TMP/a2" >/dev/null
+cmp -s "$TMP/a1/placements.json" "$TMP/a2/placements.json" || fail "pipelined placements.json differs between runs"
+pycheck "$TMP/auto.json" "
+import json
+one = json.load(open('$TMP/p/plan.json'))
+assert j['step_us'] <= one['step_us'] * (1 + 1e-9), (j['step_us'], one['step_us'])
+assert {c['schedule'] for c in j['candidates']} >= {'Interleaved1F1B', '1F1B'}, j['candidates']
+"
+"$AS" plan "${M[@]}" --microbatches 4 --schedule Interleaved1F1B --stages-per-rank 2 -o "$TMP/i" >/dev/null
+pycheck "$TMP/i/placements.json" "
+p = j['pipeline']
+assert p['schedule'] == 'Interleaved1F1B' and p['stages_per_rank'] == 2 and len(p['stages']) == 4, p
+assert [s['pp_rank'] for s in p['stages']] == [0, 1, 0, 1], p
+"
+ok "auto and Interleaved1F1B"
+
+# Bad inputs: one line, non-zero exit, nothing written.
+expect_error "--microbatches: 3 does not divide the batch 8" -- "$AS" plan "${M[@]}" --microbatches 3 -o "$TMP/bad1"
+[[ ! -e $TMP/bad1 ]] || fail "a failed plan wrote $TMP/bad1"
+expect_error "pp size 8 exceeds the graph's 4 layers" -- "$AS" plan --model llama3-8b --layers 4 --seq 256 --batch 8 \
+  --mesh 8 --mesh-dims pp --microbatches 8
+expect_error "needs the microbatches (3) to be a multiple of the pp size (2)" -- \
+  "$AS" plan --model llama3-8b --layers 4 --seq 256 --batch 6 --mesh 2x2 --mesh-dims pp,dp --microbatches 3 \
+  --schedule Interleaved1F1B
+expect_error "--schedule: unknown schedule 'zb'" -- "$AS" plan "${M[@]}" --schedule zb
+expect_error "need a mesh dim named pp" -- "$AS" plan --model llama3-8b --layers 2 --mesh 2x2 --microbatches 2
+python3 -c "import json,sys
+j=json.load(open(sys.argv[1]))
+for n in j['nodes']: n.pop('module', None)
+json.dump(j, open(sys.argv[2], 'w'))" "$SRC/tests/fixtures/llama2l.graph.json" "$TMP/flat.json"
+expect_error "pipeline stages need repeated layers" -- "$AS" plan --graph "$TMP/flat.json" --mesh 2x2 --mesh-dims pp,dp
+ok "bad inputs"
