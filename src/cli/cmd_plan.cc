@@ -178,10 +178,10 @@ int run_plan(const PlanArgs& a) {
   const bool pipelined = pp_dim_of(mesh) >= 0;
   if (a.pipeline_given && !pipelined)
     throw std::invalid_argument("--microbatches, --schedule and --stages-per-rank need a mesh dim named pp (--mesh-dims)");
-  if (pipelined && (replayed || a.compare || a.algo != "alpa" || !a.preload.empty() || !a.placements.empty() ||
+  if (pipelined && (replayed || a.algo != "alpa" || !a.preload.empty() || !a.placements.empty() ||
                     !a.pins.empty() || a.save_replay || !a.solution_file.empty()))
     throw std::invalid_argument(
-        "a mesh with a pp dim plans pipeline stages: --replay, --compare, --algo, --preload, --placements, "
+        "a mesh with a pp dim plans pipeline stages: --replay, --algo, --preload, --placements, "
         "--pin, --save-replay and --solution-file are not supported with it");
   std::optional<Graph> full;
   if (!pipelined) full = replayed ? replayed->graph() : load_graph(a.src);
@@ -216,6 +216,7 @@ int run_plan(const PlanArgs& a) {
   opt.preload_solution = a.preload_solution;
   if (a.verbose || isatty(STDERR_FILENO))
     opt.progress = [](std::string_view m) { fmt::print(stderr, "  {}\n", m); };
+  if (pipelined && a.compare) return run_pipeline_compare(a.src, mesh, opt, a.pipeline, a.json);
   if (pipelined) return run_pipeline_plan(a.src, mesh, opt, a.pipeline, a.json, a.out_dir);
   const Graph& g = *full;
   const bool tty = isatty(STDERR_FILENO);

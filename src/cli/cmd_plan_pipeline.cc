@@ -4,10 +4,12 @@
 #include <iostream>
 
 #include "cli/pipeline_cli.h"
+#include "cli/recipes_cli.h"
 #include "io/pipeline_json.h"
 #include "ir/file_util.h"
 #include "models/models.h"
 #include "planner/pipeline.h"
+#include "planner/sharding_optimizer.h"
 
 namespace autoshard::cli {
 
@@ -64,10 +66,8 @@ void print_pipeline(const PipelinePlan& pl, const Graph& g, const Mesh& mesh) {
   }
 }
 
-}  // namespace
-
-int run_pipeline_plan(const GraphSource& src, const Mesh& mesh, const PlannerOptions& opt,
-                      const PipelineArgs& pa, bool json, const std::string& out_dir) {
+/// The pipeline options of the command line.
+PipelineOptions pipeline_options(const Mesh& mesh, const PipelineArgs& pa) {
   PipelineOptions po;
   po.microbatches = pa.microbatches > 0 ? pa.microbatches : static_cast<int32_t>(mesh.size(pp_dim_of(mesh)));
   if (pa.microbatches < 0)
@@ -81,6 +81,91 @@ int run_pipeline_plan(const GraphSource& src, const Mesh& mesh, const PlannerOpt
   if (pa.stages_per_rank < 0)
     throw std::invalid_argument(fmt::format("--stages-per-rank: expected >= 1, got {}", pa.stages_per_rank));
   po.stages_per_rank = pa.stages_per_rank;
+  return po;
+}
+
+/// One row of the pipelined --compare: torchtitan's recipe (equal stages, FSDP + TP on each)
+/// or the optimum.
+struct CompareRow {
+  std::string name;
+  std::optional<PipelinePlan> plan;
+  std::string error;
+};
+
+std::vector<CompareRow> compare_rows(const Graph& g, const Mesh& mesh, const PlannerOptions& opt,
+                                     const PipelineOptions& po) {
+  std::vector<CompareRow> rows;
+  auto run = [&](std::string name, const PipelineOptions& o) {
+    CompareRow r{std::move(name), std::nullopt, ""};
+    try {
+      r.plan = plan_pipeline(g, mesh, opt, o);
+    } catch (const std::exception& e) {
+      r.error = e.what();
+    }
+    rows.push_back(std::move(r));
+  };
+  run("alpa (stages, schedule, intra-op searched)", po);
+  const int32_t P = static_cast<int32_t>(mesh.size(pp_dim_of(mesh)));
+  const int32_t L = map_layers(g).num_layers();
+  // torchtitan's recipes: PP with equal stages, FSDP + TP inside each stage (FSDP without a tp dim).
+  const bool tp = tensor_parallel_dim(stage_mesh(mesh, pp_dim_of(mesh))) >= 0;
+  const Recipe recipe = tp ? Recipe::kFsdpTp : Recipe::kFsdp;
+  for (int32_t v : {1, 2}) {
+    PipelineOptions o = po;
+    o.schedule = v == 1 ? PipelineSchedule::k1F1B : PipelineSchedule::kInterleaved1F1B;
+    o.stages_per_rank = v;
+    if (P * v > L) continue;
+    o.fixed_layers = equal_split(L, P * v);
+    o.stage_hook = [recipe](ShardingOptimizer& so) { apply_recipe(so, recipe); };
+    run(fmt::format("torchtitan PP {} x {}", v == 1 ? "1F1B" : "Interleaved1F1B v=2", recipe_name(recipe)), o);
+  }
+  return rows;
+}
+
+}  // namespace
+
+int run_pipeline_compare(const GraphSource& src, const Mesh& mesh, const PlannerOptions& opt,
+                         const PipelineArgs& pa, bool json) {
+  const PipelineOptions po = pipeline_options(mesh, pa);
+  const Graph g = microbatch_graph(src, po.microbatches);
+  const std::vector<CompareRow> rows = compare_rows(g, mesh, opt, po);
+  const double best = rows.front().plan ? rows.front().plan->step_us : 0;
+  if (json) {
+    nlohmann::ordered_json j = nlohmann::ordered_json::array();
+    for (const CompareRow& r : rows) {
+      nlohmann::ordered_json e = r.plan ? pipeline_summary_json(*r.plan, g, mesh) : nlohmann::ordered_json::object();
+      e["recipe"] = r.name;
+      if (!r.error.empty()) e["error"] = r.error;
+      j.push_back(e);
+    }
+    std::cout << j.dump(2) << "\n";
+    return 0;
+  }
+  fmt::print("autoshard plan --compare: {} on mesh {} of {}, {} microbatches\n\n", g.name, mesh.describe(),
+             mesh.hardware().name, po.microbatches);
+  fmt::print("{:<48} {:<20} {:<24} {:>12} {:>12} {:>12} {:>10}\n", "recipe", "schedule", "layers per stage",
+             "step", "bound", "peak memory", "vs alpa");
+  for (const CompareRow& r : rows) {
+    if (!r.plan) {
+      fmt::print("{:<48} not applicable: {}\n", r.name, one_line(r.error));
+      continue;
+    }
+    const PipelinePlan& p = *r.plan;
+    std::string sizes;
+    for (const PipelineStage& st : p.stages) sizes += fmt::format("{}{}", sizes.empty() ? "" : ",", st.hi - st.lo);
+    if (sizes.size() > 24) sizes = sizes.substr(0, 21) + "...";
+    const int64_t peak = *std::max_element(p.rank_peak_bytes.begin(), p.rank_peak_bytes.end());
+    fmt::print("{:<48} {:<20} {:<24} {:>12} {:>12} {:>12} {:>9.1f}%\n", r.name,
+               fmt::format("{}{}", schedule_name(p.schedule), p.v > 1 ? fmt::format(" v={}", p.v) : ""), sizes,
+               format_us(p.step_us), format_us(p.lower_bound_us), format_bytes(peak),
+               best > 0 ? (p.step_us / best - 1) * 100 : 0.0);
+  }
+  return 0;
+}
+
+int run_pipeline_plan(const GraphSource& src, const Mesh& mesh, const PlannerOptions& opt,
+                      const PipelineArgs& pa, bool json, const std::string& out_dir) {
+  const PipelineOptions po = pipeline_options(mesh, pa);
   const Graph g = microbatch_graph(src, po.microbatches);
   const PipelinePlan pl = plan_pipeline(g, mesh, opt, po);
   if (!out_dir.empty()) {

@@ -18,4 +18,10 @@ struct PipelineArgs {
 int run_pipeline_plan(const GraphSource& src, const Mesh& mesh, const PlannerOptions& opt,
                       const PipelineArgs& pa, bool json, const std::string& out_dir);
 
+/// `plan --compare` on a mesh with a pp dim: the optimum beside torchtitan's PP x FSDP x TP
+/// recipe (equal stages, planner/pipeline.h equal_split; FSDP + TP pinned in every stage) with
+/// 1F1B and with Interleaved1F1B (v = 2).  Returns 0.
+int run_pipeline_compare(const GraphSource& src, const Mesh& mesh, const PlannerOptions& opt,
+                         const PipelineArgs& pa, bool json);
+
 }  // namespace autoshard::cli

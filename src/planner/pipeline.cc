@@ -119,6 +119,7 @@ struct Search {
     o.ilp_solution_file.clear();
     const auto t0 = std::chrono::steady_clock::now();
     ShardingOptimizer so(s->sg.graph, sub, o);
+    if (popt.stage_hook) popt.stage_hook(so);
     s->plan = so.get_solution();
     s->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (opt.progress)
@@ -322,7 +323,64 @@ void map_nodes(const Search& S, PipelinePlan& pl) {
                           "placements.json lists the first stage's");
 }
 
+/// The (schedule, v) pairs plan_pipeline tries.  Auto: interleaved with the most stages per
+/// rank first (smallest bubble, so its step prunes the others early), then 1F1B; GPipe runs
+/// the same step as 1F1B (pipeline_schedule.h) with more activations in flight, so auto never
+/// prefers it.
+std::vector<std::pair<PipelineSchedule, int32_t>> schedules_to_try(const PipelineOptions& popt, int32_t P,
+                                                                   int32_t L) {
+  std::vector<std::pair<PipelineSchedule, int32_t>> tries;
+  const std::vector<PipelineSchedule> scheds =
+      popt.schedule ? std::vector<PipelineSchedule>{*popt.schedule}
+                    : std::vector<PipelineSchedule>{PipelineSchedule::kInterleaved1F1B, PipelineSchedule::k1F1B};
+  for (PipelineSchedule s : scheds) {
+    std::vector<int32_t> vs{1};
+    if (is_interleaved(s))
+      vs = popt.stages_per_rank > 0 ? std::vector<int32_t>{popt.stages_per_rank} : std::vector<int32_t>{4, 3, 2};
+    if (!popt.fixed_layers.empty()) vs = {static_cast<int32_t>(popt.fixed_layers.size()) / P};
+    for (int32_t v : vs) {
+      const std::string why = schedule_problem(s, P, v, popt.microbatches);
+      const bool fits = why.empty() && P * v <= L;
+      if (!fits && popt.schedule)
+        throw std::invalid_argument(fmt::format(
+            "--schedule {}: {}", schedule_name(s),
+            why.empty() ? fmt::format("{} x {} stages exceed the {} layers", P, v, L) : why));
+      if (fits) tries.emplace_back(s, v);
+    }
+  }
+  return tries;
+}
+
+/// A fixed split's step and bound (PipelineOptions::fixed_layers).
+Evaluated fixed_split(Search& S, int32_t v) {
+  const std::vector<int32_t>& layers = S.popt.fixed_layers;
+  const int32_t n = static_cast<int32_t>(layers.size());
+  int32_t total = 0;
+  for (int32_t k : layers) total += k;
+  if (n != S.P * v || total != S.L || *std::min_element(layers.begin(), layers.end()) < 1)
+    throw std::invalid_argument(fmt::format("pipeline: a fixed split needs {} stages of >= 1 layer summing to {}",
+                                            S.P * v, S.L));
+  std::vector<double> up, low;
+  for (int32_t s = 0; s < n; ++s) {
+    const StageKind kind = kind_of(s, n);
+    auto st = S.solve(kind, kind == kStageBoth ? S.L : layers[psz(s)]);
+    up.push_back(st->microbatch_us);
+    low.push_back(st->lower_bound_us);
+  }
+  Evaluated e;
+  e.layers = layers;
+  e.step_us = pipelined_step_us(up, S.P, v, S.popt.microbatches);
+  e.lower_bound_us = pipelined_step_us(low, S.P, v, S.popt.microbatches);
+  return e;
+}
+
 }  // namespace
+
+std::vector<int32_t> equal_split(int32_t L, int32_t S) {
+  std::vector<int32_t> r(psz(S), L / S);
+  for (int32_t i = 0, extra = L % S; extra > 0; ++i, --extra) ++r[psz(S > 2 ? 1 + i % (S - 2) : i % S)];
+  return r;
+}
 
 PipelinePlan plan_pipeline(const Graph& g, const Mesh& mesh, const PlannerOptions& opt,
                            const PipelineOptions& popt) {
@@ -342,30 +400,13 @@ PipelinePlan plan_pipeline(const Graph& g, const Mesh& mesh, const PlannerOption
   pl.stage_mesh = S.sub;
   pl.layers = S.m.layers;
   pl.memory_limit_bytes = opt.memory_limit_bytes < 0 ? mesh.hardware().memory_bytes : opt.memory_limit_bytes;
-  // Schedules and v to try.  Auto: interleaved with the most stages per rank first (smallest
-  // bubble, so its step prunes the others early), then 1F1B; GPipe runs the same step as 1F1B
-  // (pipeline_schedule.h) with more activations in flight, so auto never prefers it.
-  std::vector<std::pair<PipelineSchedule, int32_t>> tries;
-  const std::vector<PipelineSchedule> scheds =
-      popt.schedule ? std::vector<PipelineSchedule>{*popt.schedule}
-                    : std::vector<PipelineSchedule>{PipelineSchedule::kInterleaved1F1B, PipelineSchedule::k1F1B};
-  for (PipelineSchedule s : scheds) {
-    std::vector<int32_t> vs{1};
-    if (is_interleaved(s)) vs = popt.stages_per_rank > 0 ? std::vector<int32_t>{popt.stages_per_rank}
-                                                         : std::vector<int32_t>{4, 3, 2};
-    for (int32_t v : vs) {
-      const std::string why = schedule_problem(s, S.P, v, pl.M);
-      const bool fits = why.empty() && S.P * v <= S.L;
-      if (!fits && popt.schedule)
-        throw std::invalid_argument(fmt::format("--schedule {}: {}", schedule_name(s),
-                                                why.empty() ? fmt::format("{} x {} stages exceed the {} layers", S.P, v, S.L) : why));
-      if (fits) tries.emplace_back(s, v);
-    }
-  }
+  if (!popt.fixed_layers.empty() && !popt.schedule)
+    throw std::invalid_argument("pipeline: a fixed split needs a schedule");
+  const auto tries = schedules_to_try(popt, S.P, S.L);
   Evaluated chosen;
   double lower = kPipeInf;
   for (const auto& [s, v] : tries) {
-    const Evaluated e = search_split(S, v, chosen.step_us);
+    const Evaluated e = popt.fixed_layers.empty() ? search_split(S, v, chosen.step_us) : fixed_split(S, v);
     pl.candidates.push_back({s, v, e.step_us, e.lower_bound_us});
     lower = std::min(lower, e.lower_bound_us);
     if (e.step_us < chosen.step_us) {

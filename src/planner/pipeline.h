@@ -29,6 +29,7 @@
 /// the device limit (the relaxation keeps the bound valid); a chosen stage over the limit with
 /// its in-flight activations is planned again under limit - (in-flight - 1) x activations.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -44,12 +45,24 @@
 
 namespace autoshard {
 
+class ShardingOptimizer;
+
 struct PipelineOptions {
   int32_t microbatches = 1;                  ///< M
   std::optional<PipelineSchedule> schedule;  ///< nullopt: the best of all_schedules()
   int32_t stages_per_rank = 0;               ///< v for interleaved schedules; 0: try 2..4
   double target_gap = 0.005;                 ///< stop solving more stage sizes at this gap
+  /// A fixed split instead of the search (per stage its number of layers, P x v entries; needs
+  /// `schedule`): for recipes such as torchtitan's equal stages.  The bound is then this
+  /// split's (its stages' bounds in the schedule's formula).
+  std::vector<int32_t> fixed_layers;
+  /// Called on every stage's optimizer before it solves (a recipe's pins).
+  std::function<void(ShardingOptimizer&)> stage_hook;
 };
+
+/// torchtitan's split: L / S layers per stage, the remainder spread over the middle stages
+/// (the first and last also hold the embedding and the head).
+std::vector<int32_t> equal_split(int32_t L, int32_t S);
 
 /// One solved stage problem: its graph, intra-op plan and figures.
 struct StageSolve {

@@ -79,3 +79,18 @@ for n in j['nodes']: n.pop('module', None)
 json.dump(j, open(sys.argv[2], 'w'))" "$SRC/tests/fixtures/llama2l.graph.json" "$TMP/flat.json"
 expect_error "pipeline stages need repeated layers" -- "$AS" plan --graph "$TMP/flat.json" --mesh 2x2 --mesh-dims pp,dp
 ok "bad inputs"
+
+# --compare: the optimum beside torchtitan's PP x FSDP x TP (equal stages); never worse.
+"$AS" plan --model llama3-8b --layers 4 --seq 256 --batch 8 --mesh 2x2x2 --mesh-dims pp,dp,tp --microbatches 4 \
+  --objective additive --compare --json >"$TMP/cmp.json"
+pycheck "$TMP/cmp.json" "
+names = [r['recipe'] for r in j]
+assert names[0].startswith('alpa') and any('1F1B x fsdp+tp' in n for n in names), names
+best = j[0]['step_us']
+for r in j[1:]:
+    assert 'error' not in r, r
+    assert r['step_us'] >= best * (1 - 1e-9), (r['recipe'], r['step_us'], best)
+tt = next(r for r in j if r['recipe'].startswith('torchtitan PP 1F1B'))
+assert [len(s['layers']) for s in tt['stages']] == [2, 2], tt['stages']
+"
+ok "--compare"
