@@ -15,23 +15,6 @@ namespace autoshard::cli {
 
 namespace {
 
-/// The graph of one microbatch: a built-in model's --batch is the global batch, split in M.
-Graph microbatch_graph(const GraphSource& src, int32_t M) {
-  if (!src.graph_file.empty()) return load_graph(src);  // a traced graph is one microbatch
-  ModelOptions mo;
-  mo.batch = src.batch;
-  mo.seq = src.seq;
-  mo.layers = src.layers;
-  if (!src.dtype.empty()) mo.dtype = parse_dtype_option(src.dtype);
-  const int64_t batch = resolve_model_options(src.model, mo).batch;
-  if (batch % M != 0)
-    throw std::invalid_argument(
-        fmt::format("--microbatches: {} does not divide the batch {} (--batch)", M, batch));
-  GraphSource one = src;
-  one.batch = batch / M;
-  return load_graph(one);
-}
-
 std::string layer_range(const PipelinePlan& pl, const PipelineStage& st) {
   const std::string& a = pl.layers[static_cast<size_t>(st.lo)];
   if (st.hi - st.lo == 1) return fmt::format("{} (1)", a);
@@ -123,6 +106,22 @@ std::vector<CompareRow> compare_rows(const Graph& g, const Mesh& mesh, const Pla
 }
 
 }  // namespace
+
+Graph microbatch_graph(const GraphSource& src, int32_t M) {
+  if (!src.graph_file.empty()) return load_graph(src);  // a traced graph is one microbatch
+  ModelOptions mo;
+  mo.batch = src.batch;
+  mo.seq = src.seq;
+  mo.layers = src.layers;
+  if (!src.dtype.empty()) mo.dtype = parse_dtype_option(src.dtype);
+  const int64_t batch = resolve_model_options(src.model, mo).batch;
+  if (batch % M != 0)
+    throw std::invalid_argument(
+        fmt::format("--microbatches: {} does not divide the batch {} (--batch)", M, batch));
+  GraphSource one = src;
+  one.batch = batch / M;
+  return load_graph(one);
+}
 
 int run_pipeline_compare(const GraphSource& src, const Mesh& mesh, const PlannerOptions& opt,
                          const PipelineArgs& pa, bool json) {

@@ -10,7 +10,9 @@
 #include "io/placements_json.h"
 #include "io/plan_json.h"
 #include "ir/file_util.h"
+#include "cli/pipeline_cli.h"
 #include "planner/mesh_search.h"
+#include "planner/pipeline_search.h"
 
 namespace autoshard::cli {
 
@@ -30,6 +32,8 @@ struct SearchArgs {
   bool no_prune = false;
   std::string out_dir;
   bool json = false;
+  std::string pp;        ///< --pp: pipeline sizes to try ("2,4,8"); empty: none
+  int microbatches = 0;  ///< with --pp: microbatches per step (0: the pp size)
 };
 
 std::string status_of(const MeshSearchRow& r) {
@@ -73,6 +77,15 @@ int run_search(const SearchArgs& a) {
   o.threads = a.threads;
   o.prune = !a.no_prune;
   MeshSearchResult res = search_meshes(g, o);
+  std::vector<PipelineSearchRow> pipe;
+  if (!a.pp.empty()) {
+    std::vector<int32_t> sizes;
+    for (int64_t x : Mesh::parse_shape(a.pp)) sizes.push_back(static_cast<int32_t>(x));
+    if (a.microbatches < 0)
+      throw std::invalid_argument(fmt::format("--microbatches: expected >= 1, got {}", a.microbatches));
+    pipe = search_pipeline_meshes([&](int32_t M) { return microbatch_graph(a.src, M); }, a.gpus, a.max_dims,
+                                  o.hardware, o.backend, o.planner, sizes, a.microbatches);
+  }
 
   int planned = 0, pruned = 0;
   for (const MeshSearchRow& r : res.rows) {
@@ -108,6 +121,26 @@ int run_search(const SearchArgs& a) {
       arr.push_back(std::move(x));
     }
     j["meshes"] = std::move(arr);
+    if (!a.pp.empty()) {
+      nlohmann::ordered_json parr = nlohmann::ordered_json::array();
+      for (const PipelineSearchRow& r : pipe) {
+        nlohmann::ordered_json x;
+        x["mesh"] = r.mesh.shape();
+        x["mesh_dims"] = r.mesh.names();
+        if (r.plan) {
+          x["schedule"] = std::string(schedule_name(r.plan->schedule));
+          x["stages_per_rank"] = r.plan->v;
+          x["step_us"] = r.plan->step_us;
+          x["lower_bound_us"] = r.plan->lower_bound_us;
+          x["peak_memory_bytes"] = *std::max_element(r.plan->rank_peak_bytes.begin(), r.plan->rank_peak_bytes.end());
+        } else {
+          x["error"] = r.error;
+        }
+        x["seconds"] = r.seconds;
+        parr.push_back(std::move(x));
+      }
+      j["pipelined_meshes"] = std::move(parr);
+    }
     std::cout << j.dump(2) << "\n";
   } else {
     fmt::print("autoshard search: {} on {} x {} ({} per node): {} meshes, {} planned, {} pruned, {:.1f} s\n",
@@ -124,6 +157,24 @@ int run_search(const SearchArgs& a) {
                  ok ? format_us(r.plan->objective_us)
                     : r.outcome == MeshSearchRow::Outcome::kPruned ? ">= " + format_us(r.bound_us) : "-",
                  ok ? format_bytes(r.plan->peak_memory_bytes) : "-", status_of(r), r.seconds);
+    }
+    if (!a.pp.empty()) {
+      fmt::print("pipelined meshes (pp outermost, planned with stages):\n");
+      fmt::print("{:>4}  {:<10} {:<36} {:<20} {:>11} {:>11} {:>11} {:>8}\n", "rank", "mesh", "dims", "schedule",
+                 "step time", "bound", "peak mem", "time");
+      for (size_t k = 0; k < pipe.size(); ++k) {
+        const PipelineSearchRow& r = pipe[k];
+        if (!r.plan) {
+          fmt::print("{:>4}  {:<10} error: {}\n", "-", fmt::format("{}", fmt::join(r.mesh.shape(), "x")), one_line(r.error));
+          continue;
+        }
+        fmt::print("{:>4}  {:<10} {:<36} {:<20} {:>11} {:>11} {:>11} {:>7.2f}s\n", k + 1,
+                   fmt::format("{}", fmt::join(r.mesh.shape(), "x")), describe_topology(r.mesh),
+                   fmt::format("{}{}", schedule_name(r.plan->schedule), r.plan->v > 1 ? fmt::format(" v={}", r.plan->v) : ""),
+                   format_us(r.plan->step_us), format_us(r.plan->lower_bound_us),
+                   format_bytes(*std::max_element(r.plan->rank_peak_bytes.begin(), r.plan->rank_peak_bytes.end())),
+                   r.seconds);
+      }
     }
     if (res.best >= 0) {
       const MeshSearchRow& b = res.rows[static_cast<size_t>(res.best)];
@@ -163,6 +214,9 @@ void register_search(CLI::App& app) {
   sub->add_flag("--no-prune", a->no_prune, "plan every mesh, even those whose lower bound cannot win");
   sub->add_option("-o,--out", a->out_dir, "write the best plan: DIR/placements.json and DIR/plan.json");
   sub->add_flag("--json", a->json, "print the ranking as JSON");
+  sub->add_option("--pp", a->pp,
+                  "also rank meshes with a pipeline dim of these sizes, e.g. 2,4 (pp outermost, stages planned)");
+  sub->add_option("--microbatches", a->microbatches, "with --pp: microbatches per step (default: the pp size)");
   sub->callback([a] { run_search(*a); });
 }
 

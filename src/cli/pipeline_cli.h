@@ -13,6 +13,10 @@ struct PipelineArgs {
   int stages_per_rank = 0;       ///< 0: auto
 };
 
+/// The graph of one microbatch of M: a built-in model's --batch (the global batch) split in M
+/// (must divide); a graph file is one microbatch already.
+Graph microbatch_graph(const GraphSource& src, int32_t M);
+
 /// Plans `src` on `mesh` (which has a pp dim) with pipeline stages; prints the text or JSON
 /// summary and, with `out_dir`, writes placements.json and plan.json there.  Returns 0.
 int run_pipeline_plan(const GraphSource& src, const Mesh& mesh, const PlannerOptions& opt,

@@ -222,7 +222,7 @@ Evaluated search_split(Search& S, int32_t v, double cutoff) {
       e.lower_bound_us = best.lower_bound_us;
       best = e;
     }
-    if (best.step_us - best.lower_bound_us <= S.popt.target_gap * best.step_us) break;
+    if (std::isfinite(best.step_us) && best.step_us - best.lower_bound_us <= S.popt.target_gap * best.step_us) break;
     bool added = false;
     for (int32_t s = 0; s < static_cast<int32_t>(low.layers.size()); ++s) {
       const StageKind kind = kind_of(s, n);
