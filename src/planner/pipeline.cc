@@ -57,7 +57,8 @@ void stage_figures(const Mesh& full, int32_t pp, const Mesh& sub, int32_t M, Sta
     }
   }
   s.microbatch_us = s.plan.objective_us;
-  s.lower_bound_us = s.plan.lower_bound_us;
+  // A solve stopped by the time limit may have no bound (-inf): costs are >= 0.
+  s.lower_bound_us = std::isfinite(s.plan.lower_bound_us) ? std::max(0.0, s.plan.lower_bound_us) : 0.0;
 }
 
 /// The sum over layer `layer`'s problem nodes of their cheapest strategy's cost: a lower bound
@@ -129,7 +130,10 @@ struct Search {
     s->layer_floor_us = layer_floor(so, s->sg, lo, m);
     ++solves;
     if (s->plan.has_solution) stage_figures(mesh, pp, sub, popt.microbatches, *s);
-    else s->microbatch_us = s->lower_bound_us = kPipeInf;
+    else {  // no plan (e.g. the time limit): no cost, but the solver's bound still holds
+      s->microbatch_us = kPipeInf;
+      s->lower_bound_us = std::isfinite(s->plan.lower_bound_us) ? std::max(0.0, s->plan.lower_bound_us) : 0.0;
+    }
     if (memory_limit == 0) solved[key] = s;
     return s;
   }
