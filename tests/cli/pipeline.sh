@@ -94,3 +94,12 @@ tt = next(r for r in j if r['recipe'].startswith('torchtitan PP 1F1B'))
 assert [len(s['layers']) for s in tt['stages']] == [2, 2], tt['stages']
 "
 ok "--compare"
+
+# search --pp: meshes with a pipeline dim ranked beside the others.
+"$AS" search --model llama3-8b --layers 4 --seq 256 --batch 8 --gpus 4 --max-dims 2 --pp 2 --json >"$TMP/search.json"
+pycheck "$TMP/search.json" "
+p = j['pipelined_meshes']
+assert p and p[0]['mesh'] == [2, 2] and p[0]['mesh_dims'][0] == 'pp', p
+assert p[0]['lower_bound_us'] <= p[0]['step_us'] * (1 + 1e-9), p[0]
+"
+ok "search --pp"
