@@ -252,12 +252,28 @@ Strategy with_pp(const Strategy& s, const Mesh& mesh, int32_t pp) {
   return r;
 }
 
+/// Per pp rank, the peak per device: its stages' peaks plus the activations of the other
+/// microbatches it keeps in flight.  True when a rank is over the limit.
+bool rank_peaks(PipelinePlan& pl) {
+  pl.rank_peak_bytes.assign(psz(pl.P), 0);
+  std::vector<int64_t> act(psz(pl.P), 0);
+  for (const PipelineStage& st : pl.stages) {
+    pl.rank_peak_bytes[psz(st.pp_rank)] += st.solve->plan.peak_memory_bytes;
+    act[psz(st.pp_rank)] += st.solve->activation_bytes;
+  }
+  bool over = false;
+  for (int32_t r = 0; r < pl.P; ++r) {
+    const double extra = (inflight_microbatches(pl.schedule, pl.P, pl.v, pl.M, r) - 1) * static_cast<double>(act[psz(r)]);
+    pl.rank_peak_bytes[psz(r)] += static_cast<int64_t>(extra);
+    over = over || (pl.memory_limit_bytes > 0 && pl.rank_peak_bytes[psz(r)] > pl.memory_limit_bytes);
+  }
+  return over;
+}
+
 /// Stages of the chosen split, their memory (re-planned under the limit when over it) and
 /// every full-graph node's stage and placements.
 void assemble(Search& S, PipelinePlan& pl, const std::vector<int32_t>& layers) {
   const int32_t n = static_cast<int32_t>(layers.size());
-  pl.rank_peak_bytes.assign(psz(pl.P), 0);
-  std::vector<int64_t> rank_act(psz(pl.P), 0);
   for (int32_t s = 0, lo = 0; s < n; lo += layers[psz(s)], ++s) {
     PipelineStage st;
     st.index = s;
@@ -271,27 +287,22 @@ void assemble(Search& S, PipelinePlan& pl, const std::vector<int32_t>& layers) {
     st.inflight = inflight_microbatches(pl.schedule, pl.P, pl.v, pl.M, st.pp_rank);
     pl.stages.push_back(st);
   }
-  for (int pass = 0; pass < 2; ++pass) {
-    std::fill(pl.rank_peak_bytes.begin(), pl.rank_peak_bytes.end(), 0);
-    std::fill(rank_act.begin(), rank_act.end(), 0);
-    for (const PipelineStage& st : pl.stages) {
-      pl.rank_peak_bytes[psz(st.pp_rank)] += st.solve->plan.peak_memory_bytes;
-      rank_act[psz(st.pp_rank)] += st.solve->activation_bytes;
-    }
-    bool over = false;
-    for (int32_t r = 0; r < pl.P; ++r) {
-      const double extra = (inflight_microbatches(pl.schedule, pl.P, pl.v, pl.M, r) - 1) * static_cast<double>(rank_act[psz(r)]);
-      pl.rank_peak_bytes[psz(r)] += static_cast<int64_t>(extra);
-      over = over || (pl.memory_limit_bytes > 0 && pl.rank_peak_bytes[psz(r)] > pl.memory_limit_bytes);
-    }
-    if (!over || pass == 1) break;
-    for (PipelineStage& st : pl.stages) {  // v = 1 here in practice: one stage per rank
+  if (rank_peaks(pl)) {
+    // Over the limit: plan the stages again under the limit less their other in-flight
+    // microbatches' activations; keep that only when every rank then fits.
+    std::vector<std::shared_ptr<const StageSolve>> before;
+    for (PipelineStage& st : pl.stages) {
+      before.push_back(st.solve);
       const double extra = (st.inflight - 1) * static_cast<double>(st.solve->activation_bytes);
       const int64_t limit = pl.memory_limit_bytes - static_cast<int64_t>(extra) / pl.v;
       if (limit <= 0) continue;
       const StageKind kind = kind_of(st.index, n);
       auto again = S.solve(kind, kind == kStageBoth ? S.L : st.hi - st.lo, limit);
       if (again->plan.has_solution) st.solve = again;
+    }
+    if (rank_peaks(pl)) {
+      for (size_t i = 0; i < pl.stages.size(); ++i) pl.stages[i].solve = before[i];
+      rank_peaks(pl);
     }
   }
   for (int32_t r = 0; r < pl.P; ++r)
