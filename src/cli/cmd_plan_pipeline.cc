@@ -10,6 +10,7 @@
 #include "models/models.h"
 #include "planner/pipeline.h"
 #include "planner/sharding_optimizer.h"
+#include "report/pipeline_report.h"
 
 namespace autoshard::cli {
 
@@ -171,6 +172,11 @@ int run_pipeline_plan(const GraphSource& src, const Mesh& mesh, const PlannerOpt
     create_output_dir(out_dir);
     write_file_atomic(out_dir + "/placements.json", write_pipeline_placements_json(pl, g, mesh));
     write_file_atomic(out_dir + "/plan.json", pipeline_summary_json(pl, g, mesh).dump(1) + "\n");
+    const int32_t shown = bottleneck_stage(pl);
+    const StageSolve& s = *pl.stages[static_cast<size_t>(shown)].solve;
+    if (s.plan.has_solution)
+      write_file_atomic(out_dir + "/report.html",
+                        render_pipeline_report_html(*s.optimizer, s.plan, pl, shown));
   }
   if (json) std::cout << pipeline_summary_json(pl, g, mesh).dump(2) << "\n";
   else print_pipeline(pl, g, mesh);

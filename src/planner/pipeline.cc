@@ -119,7 +119,8 @@ struct Search {
       o.output_costs.push_back({s->sg.graph.node(t.node).name, t.output, link.latency_us, 1.0 / (link.busbw_gbps * 1e3)});
     o.ilp_solution_file.clear();
     const auto t0 = std::chrono::steady_clock::now();
-    ShardingOptimizer so(s->sg.graph, sub, o);
+    s->optimizer = std::make_shared<ShardingOptimizer>(s->sg.graph, sub, o);
+    ShardingOptimizer& so = *s->optimizer;
     if (popt.stage_hook) popt.stage_hook(so);
     s->plan = so.get_solution();
     s->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -67,6 +67,8 @@ std::vector<int32_t> equal_split(int32_t L, int32_t S);
 /// One solved stage problem: its graph, intra-op plan and figures.
 struct StageSolve {
   StageGraph sg;
+  /// The optimizer that planned it (kept for the report: its costs, strategies, simulation).
+  std::shared_ptr<ShardingOptimizer> optimizer;
   Plan plan;                 ///< over sg.graph and the stage mesh
   double microbatch_us = 0;  ///< c: the plan's objective (sends included)
   double lower_bound_us = 0; ///< the plan's proven lower bound

@@ -45,7 +45,11 @@ std::string render_report_html(ShardingOptimizer& opt, const Plan& plan) {
 }
 
 std::string render_report_html(ShardingOptimizer& opt, const Plan& plan, const StepSimulation& sim) {
-  const nlohmann::ordered_json data = report_data(opt, plan, sim);
+  return render_report_page(report_data(opt, plan, sim));
+}
+
+std::string render_report_page(const nlohmann::ordered_json& data) {
+  const bool pipelined = data.contains("pipeline");
   const std::string model = data["header"]["model"].get<std::string>();
   std::string html;
   html += "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n";
@@ -60,7 +64,14 @@ std::string render_report_html(ShardingOptimizer& opt, const Plan& plan, const S
 <div class="sub" id="subtitle"></div>
 <div class="cards" id="cards"></div>
 <div id="warnings"></div>
-<h2>Graph: one representative block per group of identical layers</h2>
+)";
+  if (pipelined) {
+    html += R"(<h2>Pipeline schedule</h2>
+<div class="sub" id="pipeline-sub"></div>
+<div id="pipeline-stages"></div><div class="panel" id="pipeline-timeline"></div>
+)";
+  }
+  html += R"(<h2>Graph: one representative block per group of identical layers</h2>
 <div class="sub">Click a block to expand it; click a node for its strategy table.  Nodes are coloured by
 output placement; red edges are redistributions (collective and time); dashed edges are gradient
 agreements with the parameter.</div>
@@ -69,7 +80,10 @@ agreements with the parameter.</div>
 <div class="legend" id="legend"></div>
 <div class="row"><div class="panel" id="block-svg"></div><div class="panel" id="strategy-panel">
 <p class="muted">Click a node of the graph (or a row of the node table) to see its strategies.</p></div></div>
-<h2>Step timeline (simulated)</h2><div class="panel" id="timeline"></div>
+)";
+  html += pipelined ? "<h2>Step timeline of the shown stage (simulated, one step of its plan)</h2>"
+                    : "<h2>Step timeline (simulated)</h2>";
+  html += R"(<div class="panel" id="timeline"></div>
 <h2>Memory per device (simulated, with redistribution buffers)</h2><div class="panel" id="memory"></div>
 <h2>Cost breakdown</h2>
 <div class="row"><div><h3>by phase</h3><div id="by-phase"></div></div><div><h3>by op</h3><div id="by-op"></div></div>

@@ -7,6 +7,8 @@
 /// searchable node table.  Same plan, same bytes.
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "planner/plan.h"
 #include "planner/simulate.h"
 
@@ -19,5 +21,8 @@ class ShardingOptimizer;
 std::string render_report_html(ShardingOptimizer& opt, const Plan& plan);
 /// The same with a simulation already computed.
 std::string render_report_html(ShardingOptimizer& opt, const Plan& plan, const StepSimulation& sim);
+/// The page for report data (report_data(), plus a "pipeline" object for a pipelined plan:
+/// report/pipeline_report.h).
+std::string render_report_page(const nlohmann::ordered_json& data);
 
 }  // namespace autoshard

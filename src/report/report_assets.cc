@@ -353,7 +353,42 @@ function renderTables() {
                 onRow: (r) => { showStrategies(r[0]); $("strategy-panel").scrollIntoView(); } });
 }
 
+function renderPipeline() {
+  const p = D.pipeline;
+  if (!p) return;
+  $("pipeline-sub").textContent = p.schedule + ", " + p.P + " pp ranks x " + p.v + " stage(s) each, " + p.M +
+    " microbatches: pipelined step " + fmtUs(p.step_us) + " (bubble " + fmtUs(p.bubble_us) + ", lower bound " +
+    fmtUs(p.lower_bound_us) + ", gap " + (100 * p.gap).toFixed(2) + " %); the schedule below, run op by op, ends at " +
+    fmtUs(p.timeline_us) + ".  The rest of the page shows stage " + p.shown_stage + " (the busiest rank's).";
+  makeTable($("pipeline-stages"), [
+    { name: "stage", num: true }, { name: "pp rank", num: true }, { name: "layers" },
+    usCol("per microbatch"), usCol("p2p"), usCol("once per step"), { name: "in flight", num: true },
+    { name: "rank memory", num: true, fmt: (v) => fmtBytes(v) },
+  ], p.stages, { id: "pipeline-table" });
+  const span = Math.max(p.timeline_us || 1, 1e-9), W = 1000, L = 90, PW = W - L - 10, RH = 22;
+  const H = 20 + p.ranks.length * (RH + 8) + 20;
+  const svg = sv("svg", { viewBox: "0 0 " + W + " " + H, width: W, height: H, class: "chart", id: "pipeline-svg" });
+  p.ranks.forEach((rk, k) => {
+    const y = 10 + k * (RH + 8);
+    const t = sv("text", { x: L - 6, y: y + RH / 2 + 3, "text-anchor": "end" });
+    t.textContent = rk.name;
+    svg.append(t, sv("rect", { x: L, y: y, width: PW, height: RH, fill: "#f3f3f3" }));
+    for (const r of rk.rects) {
+      const x = L + (PW * r[0]) / span, w = Math.max(0.5, (PW * (r[1] - r[0])) / span);
+      const rect = sv("rect", { x: x.toFixed(2), y: y, width: w.toFixed(2), height: RH,
+                                fill: r[3] ? "#e15759" : "#4e79a7", stroke: "#fff", "stroke-width": 0.5 });
+      const title = sv("title", {});
+      title.textContent = r[2] + ": " + fmtUs(r[0]) + " - " + fmtUs(r[1]);
+      rect.append(title);
+      svg.append(rect);
+    }
+  });
+  axisX(svg, L, PW, 10 + p.ranks.length * (RH + 8), span);
+  $("pipeline-timeline").append(svg);
+}
+
 renderHeader();
+renderPipeline();
 renderGraph();
 renderBreakdowns();
 renderMemory();
