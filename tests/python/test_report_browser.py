@@ -147,6 +147,37 @@ def test_search_filters_the_node_table(page: Any, planned: dict) -> None:
     assert page.inner_text("#node-table-count") == total_text
 
 
+def test_pipeline_page_draws_every_op_of_the_schedule(tmp_path: Path) -> None:
+    """A pipelined plan's page: the stage table and one rectangle per forward and backward of
+    every stage and microbatch, drawn without console errors."""
+    if not os.path.exists(CHROMIUM):
+        pytest.skip(f"{CHROMIUM} is not installed")
+    pytest.importorskip("playwright")
+    from playwright.sync_api import sync_playwright
+
+    res = subprocess.run(
+        [autoshard_bin(), "plan", "--model", "llama3-1b", "--layers", "4", "--batch", "4",
+         "--seq", "128", "--mesh", "2x2", "--mesh-dims", "pp,dp", "--microbatches", "4",
+         "--json", "-o", str(tmp_path)],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert res.returncode == 0, res.stderr
+    j = json.loads(res.stdout)
+    stages = len(j["stages"])
+    errors: list[str] = []
+    with tempfile.TemporaryDirectory() as profile, sync_playwright() as p:
+        ctx = open_browser(p, profile)
+        pg = ctx.new_page()
+        pg.on("pageerror", lambda e: errors.append(str(e)))
+        pg.goto((tmp_path / "report.html").as_uri())
+        pg.wait_for_selector("body[data-ready='1']", timeout=60_000)
+        assert pg.locator("#pipeline-table tbody tr").count() == stages
+        ops = pg.locator("#pipeline-svg rect title").count()
+        ctx.close()
+    assert errors == []
+    assert ops == 2 * stages * j["microbatches"]
+
+
 def test_screenshot(page: Any, tmp_path: Path) -> None:
     png = tmp_path / "report.png"
     page.screenshot(path=str(png), full_page=False)
