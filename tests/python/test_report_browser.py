@@ -78,12 +78,22 @@ def planned(tmp_path_factory: pytest.TempPathFactory) -> dict:
 
 
 @pytest.fixture(scope="module")
-def page(planned: dict) -> Iterator[Any]:
+def playwright_api() -> Iterator[Any]:
+    """One playwright instance for the module (the sync API cannot be nested)."""
+    if not os.path.exists(CHROMIUM):
+        pytest.skip(f"{CHROMIUM} is not installed")
+    pytest.importorskip("playwright")
     from playwright.sync_api import sync_playwright
 
+    with sync_playwright() as p:
+        yield p
+
+
+@pytest.fixture(scope="module")
+def page(planned: dict, playwright_api: Any) -> Iterator[Any]:
     errors: list[str] = []
-    with tempfile.TemporaryDirectory() as profile, sync_playwright() as p:
-        ctx = open_browser(p, profile)
+    with tempfile.TemporaryDirectory() as profile:
+        ctx = open_browser(playwright_api, profile)
         pg = ctx.new_page()
         pg.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
         pg.on("pageerror", lambda e: errors.append(str(e)))
@@ -147,14 +157,9 @@ def test_search_filters_the_node_table(page: Any, planned: dict) -> None:
     assert page.inner_text("#node-table-count") == total_text
 
 
-def test_pipeline_page_draws_every_op_of_the_schedule(tmp_path: Path) -> None:
+def test_pipeline_page_draws_every_op_of_the_schedule(tmp_path: Path, playwright_api: Any) -> None:
     """A pipelined plan's page: the stage table and one rectangle per forward and backward of
     every stage and microbatch, drawn without console errors."""
-    if not os.path.exists(CHROMIUM):
-        pytest.skip(f"{CHROMIUM} is not installed")
-    pytest.importorskip("playwright")
-    from playwright.sync_api import sync_playwright
-
     res = subprocess.run(
         [autoshard_bin(), "plan", "--model", "llama3-1b", "--layers", "4", "--batch", "4",
          "--seq", "128", "--mesh", "2x2", "--mesh-dims", "pp,dp", "--microbatches", "4",
@@ -165,8 +170,8 @@ def test_pipeline_page_draws_every_op_of_the_schedule(tmp_path: Path) -> None:
     j = json.loads(res.stdout)
     stages = len(j["stages"])
     errors: list[str] = []
-    with tempfile.TemporaryDirectory() as profile, sync_playwright() as p:
-        ctx = open_browser(p, profile)
+    with tempfile.TemporaryDirectory() as profile:
+        ctx = open_browser(playwright_api, profile)
         pg = ctx.new_page()
         pg.on("pageerror", lambda e: errors.append(str(e)))
         pg.goto((tmp_path / "report.html").as_uri())
