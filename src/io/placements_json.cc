@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <nlohmann/json.hpp>
+#include <algorithm>
 #include <stdexcept>
 
 #include "io/state.h"
@@ -27,6 +28,19 @@ std::string graph_fingerprint(const Graph& g) {
   return fingerprint_parts(g, kUnitMesh, PlannerOptions{}, {}).graph;
 }
 
+namespace {
+
+/// PIPELINE_FORMAT.md's "context_parallel" entry of a CP attention node.
+nlohmann::ordered_json context_parallel_json(const ContextParallel& cp, const Mesh& mesh) {
+  nlohmann::ordered_json j;
+  j["mesh_dim"] = mesh.names().at(static_cast<size_t>(cp.mesh_dim));
+  j["kind"] = std::string(cp_kind_name(cp.kind));
+  j["load_balance"] = cp.load_balance;
+  return j;
+}
+
+}  // namespace
+
 std::string write_placements_json(const Plan& plan, const Graph& g, const Mesh& mesh) {
   nlohmann::ordered_json j;
   j["version"] = 1;
@@ -43,6 +57,7 @@ std::string write_placements_json(const Plan& plan, const Graph& g, const Mesh& 
     nlohmann::ordered_json ins = nlohmann::ordered_json::array();
     for (const ShardingSpec& s : np->chosen.inputs) ins.push_back(s.to_string());
     e["inputs"] = ins;
+    if (np->chosen.cp.active()) e["context_parallel"] = context_parallel_json(np->chosen.cp, mesh);
     pl[g.node(i).name] = e;
   }
   j["placements"] = pl;
@@ -93,6 +108,33 @@ struct ParsedPlacements {
   std::string writer_version;
   std::vector<std::string> recompute;  ///< "recompute": graph nodes the backward re-executes
 };
+
+/// A node's "context_parallel" object: mesh dim by name, kind, load_balance (default false).
+ContextParallel parse_context_parallel(const nlohmann::json& x, const std::string& where,
+                                       const Mesh& mesh) {
+  const std::string at = where + "/context_parallel";
+  if (!x.is_object()) throw NodeError{fmt::format("{}: expected an object", at)};
+  ContextParallel cp;
+  const auto& names = mesh.names();
+  if (!x.contains("mesh_dim") || !x["mesh_dim"].is_string())
+    throw NodeError{fmt::format("{}/mesh_dim: expected a mesh dim name", at)};
+  const std::string dim = x["mesh_dim"].get<std::string>();
+  auto it = std::find(names.begin(), names.end(), dim);
+  if (it == names.end())
+    throw NodeError{fmt::format("{}/mesh_dim: no mesh dim named '{}' (dims: {})", at, excerpt(dim),
+                                fmt::join(names, ", "))};
+  cp.mesh_dim = static_cast<int32_t>(it - names.begin());
+  std::optional<CpKind> kind;
+  if (x.contains("kind") && x["kind"].is_string()) kind = parse_cp_kind(x["kind"].get<std::string>());
+  if (!kind) throw NodeError{fmt::format("{}/kind: expected \"ring\" or \"allgather\"", at)};
+  cp.kind = *kind;
+  if (x.contains("load_balance")) {
+    if (!x["load_balance"].is_boolean())
+      throw NodeError{fmt::format("{}/load_balance: expected true or false", at)};
+    cp.load_balance = x["load_balance"].get<bool>();
+  }
+  return cp;
+}
 
 ParsedPlacements parse_placements_doc(std::string_view text, std::string_view origin,
                                       const Graph& g, const Mesh& mesh) {
@@ -195,6 +237,7 @@ ParsedPlacements parse_placements_doc(std::string_view text, std::string_view or
           s.inputs.push_back(std::move(sp));
         }
       }
+      if (e.contains("context_parallel")) s.cp = parse_context_parallel(e["context_parallel"], where, mesh);
       for (const ShardingSpec& sp : s.outputs)
         if (sp.ndim_mesh() != mesh.ndim())
           throw node_fail(where + "/output", fmt::format("{} placements for a {}-D mesh",

@@ -292,6 +292,15 @@ class Decoder {
       fill(out[static_cast<size_t>(s)].outputs, x.out_count(s), true);
       fill(out[static_cast<size_t>(s)].inputs, x.in_count(s), false);
     }
+    for (int k = 0; k < x.cp_size(); ++k) {
+      const pb::CpTag& t = x.cp(k);
+      const std::string at = fmt::format("{}.cp[{}]", where, k);
+      if (t.strategy() >= static_cast<uint32_t>(n)) fail(at, fmt::format("strategy {} of {}", t.strategy(), n));
+      if (t.mesh_dim() >= static_cast<uint32_t>(ndim)) fail(at, fmt::format("mesh dim {} of {}", t.mesh_dim(), ndim));
+      if (t.kind() > static_cast<uint32_t>(CpKind::kAllGather)) fail(at, fmt::format("unknown kind {}", t.kind()));
+      out[t.strategy()].cp = ContextParallel{static_cast<int32_t>(t.mesh_dim()), static_cast<CpKind>(t.kind()),
+                                             t.load_balance()};
+    }
     return out;
   }
 
@@ -444,6 +453,15 @@ BuiltProblem Decoder::problem(const pb::BuiltProblem& x, const Graph& g, const M
     }
     if (r.modes.size() != S(r.decision)) fail(where, fmt::format("{} modes but the decision node has {} strategies", r.modes.size(), S(r.decision)));
     bp.recompute_regions.push_back(std::move(r));
+  }
+  for (int k = 0; k < x.op_comm_size(); ++k) {
+    const pb::OpComm& xo = x.op_comm(k);
+    const std::string where = fmt::format("problem.op_comm[{}]", k);
+    if (xo.node() >= static_cast<uint32_t>(N)) fail(where, fmt::format("problem node {} out of range", xo.node()));
+    if (static_cast<size_t>(xo.us_size()) != S(static_cast<PNodeIdx>(xo.node())))
+      fail(where, fmt::format("{} values for {} strategies", xo.us_size(), S(static_cast<PNodeIdx>(xo.node()))));
+    bp.set_op_comm(static_cast<PNodeIdx>(xo.node()),
+                   std::make_shared<const std::vector<double>>(xo.us().begin(), xo.us().end()));
   }
   for (int k = 0; k < x.recompute_aux_size(); ++k) {
     const pb::RecomputeAux& xa = x.recompute_aux(k);

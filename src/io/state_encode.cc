@@ -177,6 +177,13 @@ void put_strategies(const Graph& g, NodeIdx gi, const Strategy* begin, const Str
     out->add_in_count(static_cast<uint32_t>(s->inputs.size()));
     for (size_t k = 0; k < s->outputs.size(); ++k) put_spec(s->outputs[k], true, k);
     for (size_t k = 0; k < s->inputs.size(); ++k) put_spec(s->inputs[k], false, k);
+    if (s->cp.active()) {
+      pb::CpTag* t = out->add_cp();
+      t->set_strategy(static_cast<uint32_t>(s - begin));
+      t->set_mesh_dim(static_cast<uint32_t>(s->cp.mesh_dim));
+      t->set_kind(static_cast<uint32_t>(s->cp.kind));
+      t->set_load_balance(s->cp.load_balance);
+    }
   }
 }
 
@@ -241,6 +248,12 @@ void put_problem(const Graph& g, const Mesh& mesh, const BuiltProblem& bp, pb::B
     x->set_decision(r.decision);
     x->set_first_op(r.first_op);
     for (RecomputePolicy m : r.modes) x->add_modes(static_cast<uint32_t>(m));
+  }
+  for (size_t v = 0; v < bp.op_comm.size(); ++v) {
+    if (!bp.op_comm[v]) continue;
+    pb::OpComm* x = out->add_op_comm();
+    x->set_node(static_cast<uint32_t>(v));
+    x->mutable_us()->Add(bp.op_comm[v]->begin(), bp.op_comm[v]->end());
   }
   for (const BuiltProblem::RecomputeAux& a : bp.recompute_aux) {
     pb::RecomputeAux* x = out->add_recompute_aux();

@@ -148,7 +148,10 @@ OverlapTerms overlap_terms(const OverlapModel& m, const BuiltProblem& bp,
       const size_t nv = p.nodes[static_cast<size_t>(e.v)].costs.size();
       h += (*e.costs)[sz(choice[sz(e.u)]) * nv + sz(choice[sz(e.v)])];
     }
-    for (PNodeIdx v : gr.window) w += p.nodes[sz(v)].costs[sz(choice[sz(v)])];
+    // The window is compute only: a CP attention's exposed K/V wait is in its cost, not in
+    // the time other communication can hide behind.
+    for (PNodeIdx v : gr.window)
+      w += p.nodes[sz(v)].costs[sz(choice[sz(v)])] - bp.op_comm_us(v, choice[sz(v)]);
     const size_t key = sz(gr.key);
     t.hidden_us[key] += h;
     t.window_us[key] += w;
@@ -167,7 +170,11 @@ void scale_overlap_costs(const OverlapModel& m, const BuiltProblem& bp,
     for (PNodeIdx v : gr.window) {
       const auto& from = bp.problem.nodes[sz(v)].costs;
       auto& to = into.problem.nodes[sz(v)].costs;
-      for (size_t q = 0; q < from.size(); ++q) to[q] = scaled(from[q], f);
+      // A - (1 - mu) W: the compute part scaled by mu, op-internal communication kept whole.
+      for (size_t q = 0; q < from.size(); ++q) {
+        const double keep = bp.op_comm_us(v, static_cast<StrategyIdx>(q));
+        to[q] = keep + scaled(from[q] - keep, f);
+      }
     }
     for (int32_t k : gr.hidden) {
       const auto& orig = bp.edges[sz(k)].costs;

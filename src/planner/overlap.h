@@ -6,7 +6,8 @@
 /// previous layer computes, gradient reductions run while the backward goes on, and an
 /// activation saved for the backward can be moved any time before its use.  The overlap model
 /// cuts the schedule into the simulator's layer segments (layer_segments(); simulate.h) and
-/// gives every segment s a *window* W_s(x) (the compute of its ops) and the communication that
+/// gives every segment s a *window* W_s(x) (the compute of its ops; a context-parallel
+/// attention's exposed K/V wait, BuiltProblem::op_comm, is not compute) and the communication that
 /// can run behind it, H_s(x):
 ///   - redistributions of parameters, buffers and inputs whose consumer is in segment s + 1
 ///     (issued one segment ahead, as simulate_step's prefetch of one layer);

@@ -15,6 +15,7 @@
 #include "cost/compute.h"
 #include "cost/memory.h"
 #include "cost/redistribute.h"
+#include "planner/cp_cost.h"
 #include "planner/recompute.h"
 
 namespace autoshard {
@@ -190,6 +191,7 @@ struct NodeTemplate {
   StrategyList strategies;
   std::vector<Cost> costs;
   std::vector<int64_t> usages;
+  std::shared_ptr<const std::vector<double>> op_comm;  ///< null: no op-internal communication
   bool fallback = false;
   std::vector<int32_t> output_list;  ///< per output: interned id, -1 until needed
   std::vector<int32_t> input_list;   ///< per input slot: interned id, -1 until needed
@@ -211,13 +213,6 @@ bool fully_replicated(const Strategy& s) {
   for (const auto& i : s.inputs)
     if (!i.is_replicated()) return false;
   return true;
-}
-
-std::vector<TensorMeta> local_metas(const std::vector<ShardingSpec>& specs, const Mesh& mesh) {
-  std::vector<TensorMeta> r;
-  r.reserve(specs.size());
-  for (const ShardingSpec& s : specs) r.push_back({s.local_shape(mesh), s.meta.dtype});
-  return r;
 }
 
 }  // namespace
@@ -311,6 +306,7 @@ BuiltProblem build_problem(const Graph& g, const Mesh& mesh, const PlannerOption
         pn.end = intervals[static_cast<size_t>(i)].second;
         pn.costs = t.costs;
         pn.usages = t.usages;
+        bp.set_op_comm(prob.num_nodes(), t.op_comm);
         if (t.fallback) fallback.insert(x.op);
         add_strategies(t.strategies.size());
         bp.pnode[static_cast<size_t>(i)] = prob.num_nodes();
@@ -359,11 +355,12 @@ BuiltProblem build_problem(const Graph& g, const Mesh& mesh, const PlannerOption
     pn.end = intervals[static_cast<size_t>(i)].second;
     pn.costs.reserve(kept.size());
     pn.usages.reserve(kept.size());
+    std::vector<double> op_comm;  // filled only when some strategy communicates inside the op
     for (const Strategy& s : kept) {
-      Cost c = 0;
-      if (x.kind == NodeKind::kOp)
-        c = compute_time_us(x, local_metas(s.inputs, mesh), local_metas(s.outputs, mesh),
-                            mesh.hardware());
+      const NodeCost nc = node_cost(x, s, mesh, opt.comm_model);
+      const Cost c = nc.total_us();
+      if (nc.op_comm_us > 0 && op_comm.empty()) op_comm.assign(pn.costs.size(), 0.0);
+      if (!op_comm.empty()) op_comm.push_back(nc.op_comm_us);
       int64_t bytes = 0;
       if (x.kind == NodeKind::kParameter && param_state_on_params)
         bytes = parameter_state_bytes(s.outputs.at(0), mesh, opt.optimizer);
@@ -375,11 +372,15 @@ BuiltProblem build_problem(const Graph& g, const Mesh& mesh, const PlannerOption
       pn.usages.push_back(bytes);
     }
     StrategyList list(std::move(kept));
+    std::shared_ptr<const std::vector<double>> comm;
+    if (!op_comm.empty()) comm = std::make_shared<const std::vector<double>>(std::move(op_comm));
+    bp.set_op_comm(prob.num_nodes(), comm);
     if (tmpl >= 0) {
       NodeTemplate t;
       t.strategies = list;
       t.costs = pn.costs;
       t.usages = pn.usages;
+      t.op_comm = comm;
       t.fallback = ns.fallback;
       t.output_list.assign(x.outputs.size(), -1);
       t.input_list.assign(x.inputs.size(), -1);

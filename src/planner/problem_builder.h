@@ -44,6 +44,21 @@ struct BuiltProblem {
   };
   std::vector<EdgeOrigin> edge_origin;
   std::vector<std::string> fallback_ops;  ///< ops with no sharding rule (sorted, unique)
+  /// Per problem node (shorter, or null entries, where none): per strategy, the part of the
+  /// node's cost that is communication inside the op, not compute -- the exposed K/V
+  /// transfers of a context-parallel attention (planner/cp_cost.h).  The overlap objective
+  /// leaves it out of the compute window; nodes of one template share the vector.
+  std::vector<std::shared_ptr<const std::vector<double>>> op_comm;
+  double op_comm_us(PNodeIdx v, StrategyIdx q) const {
+    const size_t i = static_cast<size_t>(v);
+    if (i >= op_comm.size() || !op_comm[i]) return 0.0;
+    return (*op_comm[i])[static_cast<size_t>(q)];
+  }
+  void set_op_comm(PNodeIdx v, std::shared_ptr<const std::vector<double>> c) {
+    if (!c) return;
+    if (op_comm.size() <= static_cast<size_t>(v)) op_comm.resize(static_cast<size_t>(v) + 1);
+    op_comm[static_cast<size_t>(v)] = std::move(c);
+  }
   int64_t memory_limit = 0;               ///< bytes per device; 0 = none
   bool has_optimizer = false;             ///< the graph updates its own parameters
 

@@ -491,7 +491,9 @@ std::vector<StrategyIdx> ShardingOptimizer::match_strategies(
     for (size_t q = 0; q < strats.size(); ++q) {
       const Strategy& s = strats[q];
       // A saved entry without input specs matches on outputs alone.
-      bool same = s.outputs.size() == w.outputs.size() &&
+      // A context-parallel attention's kind is part of the strategy (ring and all-gather
+      // share their specs).
+      bool same = s.outputs.size() == w.outputs.size() && s.cp == w.cp &&
                   (w.inputs.empty() || s.inputs.size() == w.inputs.size());
       for (size_t k = 0; same && k < s.outputs.size(); ++k)
         same = s.outputs[k].placements == w.outputs[k].placements;

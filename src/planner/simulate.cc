@@ -13,6 +13,7 @@
 
 #include "cost/compute.h"
 #include "cost/redistribute.h"
+#include "planner/cp_cost.h"
 #include "planner/recompute.h"
 #include "planner/sharding_optimizer.h"
 
@@ -383,6 +384,26 @@ StepSimulation simulate_step(ShardingOptimizer& opt, const Plan& plan, const Sim
       redone_end[static_cast<size_t>(v)] = cursor;
     }
   };
+  /// A context-parallel attention's own K/V transfers (planner/cp_cost.h): its node cost
+  /// already holds their exposed part, so they delay nothing here; they occupy its mesh dim's
+  /// stream from the op's start (other collectives queue behind them) and show in the trace.
+  auto cp_transfers = [&](NodeIdx i, double start) {
+    const Strategy& st = node_plan(i).chosen;
+    if (!st.cp.active()) return;
+    const NodeCost nc = node_cost(g.node(i), st, mesh, opt.options().comm_model);
+    if (nc.transfer_us <= 0) return;
+    const size_t stream = static_cast<size_t>(1 + st.cp.mesh_dim);
+    SimEvent e;
+    e.stream = static_cast<StreamIdx>(stream);
+    e.start_us = std::max(start, stream_free[stream]);
+    e.end_us = e.start_us + nc.transfer_us;
+    e.node = i;
+    e.context_parallel = true;
+    e.bytes = cp_attention_input(g.node(i), st, mesh).kv_bytes;
+    stream_free[stream] = e.end_us;
+    sim.streams[stream].push_back(e);
+    sim.comm_us += nc.transfer_us;
+  };
   int32_t layers_started = -1;
   for (NodeIdx i = 0; i < g.size(); ++i) {
     const Node& x = g.node(i);
@@ -409,6 +430,7 @@ StepSimulation simulate_step(ShardingOptimizer& opt, const Plan& plan, const Sim
     }
     node_start[iu] = compute(i, ready, node_plan(i).compute_us, false);
     node_end[iu] = cursor;
+    cp_transfers(i, node_start[iu]);
     for (int32_t id : issued_after[iu]) issue(id, cursor, false);
   }
   recompute_before(g.size());  // a region whose point is past the schedule

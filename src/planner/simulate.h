@@ -49,6 +49,10 @@
 /// b maps to the start of the recomputation), so with no redistribution buffers its peak is
 /// the plan's.  Each region's mode is read back from Plan::recomputed_nodes.
 ///
+/// A context-parallel attention (planner/cp_cost.h) runs on the compute stream for its node
+/// cost: its compute plus the exposed part of its K/V transfers, exactly what the objective
+/// charges; the transfers themselves occupy its mesh dim's stream from the op's start.
+///
 /// Not modelled: kernel-level contention between a stream's collective and compute, and
 /// collectives of different mesh dims sharing links.  Backward redistributions of a
 /// recomputed tensor keep their place after its forward producer.
@@ -91,6 +95,9 @@ struct SimEvent {
   /// Compute: the backward's re-execution of a forward op.  Communication: that re-execution's
   /// redistribution (edge origin slot kRecomputeSlot).
   bool recomputed = false;
+  /// Communication: the K/V transfers inside a context-parallel attention (ring hops or its
+  /// all-gather / reduce-scatter; no edge), whose exposed part the op's compute event holds.
+  bool context_parallel = false;
 };
 
 struct MemoryPoint {

@@ -438,6 +438,7 @@ Json memory_json(Context& c) {
 std::string event_label(Context& c, const SimEvent& e) {
   const Node& n = c.g.node(e.node);
   if (e.stream == 0) return fmt::format("{} ({})", n.name, op_label(n));
+  if (e.context_parallel) return fmt::format("context-parallel K/V in {}", n.name);
   return fmt::format("{} -> {}", collective_name(e.collective), n.name);
 }
 

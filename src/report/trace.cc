@@ -52,7 +52,8 @@ std::string chrome_trace_json(ShardingOptimizer& opt, const Plan& plan, const St
           args["inputs"] = ins;
         }
       } else {
-        ev["name"] = std::string(collective_name(e.collective));
+        ev["name"] = e.context_parallel ? std::string("context_parallel_kv")
+                                        : std::string(collective_name(e.collective));
         ev["cat"] = e.prefetched ? "prefetch" : "comm";
         args["bytes"] = e.bytes;
         auto it = by_edge.find(e.edge);

@@ -226,7 +226,7 @@ RuleResult index_put_rule(const OpContext& c) {
   const size_t n_idx = static_cast<size_t>(c.node.attr_int("indices_count", static_cast<int64_t>(c.n_in() - 2)));
   if (n_idx + 2 != c.n_in()) c.fail("index_put: indices_count disagrees with the inputs");
   Indexing ix = indexing(c, n_idx);
-  if (ix.mask) return RuleResult{{c.replicated()}, {}};
+  if (ix.mask) return RuleResult{{c.replicated()}, {}, {}, false};
   const TensorMeta& self = c.in[0];
   const TensorMeta& values = c.in[c.n_in() - 1];
   // values broadcast to the shape index(self, indices) would have.

@@ -1,6 +1,6 @@
-/// Neural-network layer ops: embedding, scaled dot-product attention, losses, convolution,
-/// pooling and the fused optimizer.  Facts from sharding-rules.md; choices beyond it are noted
-/// at each rule.
+/// Neural-network layer ops: embedding, losses, convolution, pooling and the fused optimizer
+/// (scaled dot-product attention: attention_rules.cc).  Facts from sharding-rules.md;
+/// choices beyond it are noted at each rule.
 #include <algorithm>
 
 #include "strategy/rule.h"
@@ -35,40 +35,6 @@ RuleResult embedding_backward(const OpContext& c) {
   for (int32_t d = 0; d < c.in[1].rank(); ++d)
     r.rows.push_back({P, Placement::shard(d), Placement::shard(d)});
   r.rows.push_back({P, P, R});
-  return r;
-}
-
-/// SDPA forward/backward, q/k/v as [b, h, s, d]: all-R, batch S(0) and head S(1) on every
-/// tensor of rank >= 3 (q, k, v, out, logsumexp, grads, attn bias); a broadcast (size 1) dim,
-/// rank < 3 tensors (cum_seq, empty debug masks) and scalars (philox seed/offset) stay R.
-/// With grouped-query attention (q and k/v head counts differ) head shards must split every
-/// head count evenly so query groups stay with their key/value head.
-RuleResult sdpa(const OpContext& c) {
-  RuleResult r;
-  r.rows.push_back(c.replicated());
-  for (int32_t k : {0, 1}) {
-    Row row = c.replicated();
-    for (size_t i = 0; i < c.n_out(); ++i)
-      if (c.out(i).rank() >= 3) row[c.out_slot(i)] = shard_if(c.out(i), k);
-    for (size_t i = 0; i < c.n_in(); ++i)
-      if (c.in[i].rank() >= 3) row[c.in_slot(i)] = shard_if(c.in[i], k);
-    r.rows.push_back(std::move(row));
-  }
-  std::vector<int64_t> heads;  // dim-1 size per slot (0 when not a rank >= 3 tensor)
-  for (size_t i = 0; i < c.n_out(); ++i) heads.push_back(c.out(i).rank() >= 3 ? c.out(i).shape[1] : 0);
-  for (size_t i = 0; i < c.n_in(); ++i) heads.push_back(c.in[i].rank() >= 3 ? c.in[i].shape[1] : 0);
-  bool differ = false;
-  for (int64_t h : heads) differ = differ || (h > 1 && h != heads[c.in_slot(0)]);
-  if (differ) {
-    const Mesh* mesh = &c.mesh;
-    r.accept = [mesh, heads](const Combo& combo) {
-      for (size_t t = 0; t < combo.size(); ++t) {
-        int64_t n = shards_of(combo[t], 1, *mesh);
-        if (heads[t] > 1 && n > 1 && heads[t] % n != 0) return false;
-      }
-      return true;
-    };
-  }
   return r;
 }
 
@@ -287,15 +253,6 @@ RuleResult optimizer(const OpContext& c) {
 void register_nn_rules(RuleTable& t) {
   t["embedding"] = embedding;
   t["embedding_dense_backward"] = embedding_backward;
-  for (const char* op : {"scaled_dot_product_attention", "_scaled_dot_product_efficient_attention",
-                         "_scaled_dot_product_flash_attention",
-                         "_scaled_dot_product_flash_attention_for_cpu",
-                         "_scaled_dot_product_cudnn_attention",
-                         "_scaled_dot_product_efficient_attention_backward",
-                         "_scaled_dot_product_flash_attention_backward",
-                         "_scaled_dot_product_flash_attention_for_cpu_backward",
-                         "_scaled_dot_product_cudnn_attention_backward"})
-    t[op] = sdpa;
   for (const char* op : {"nll_loss_forward", "nll_loss2d_forward", "nll_loss", "nll_loss2d",
                          "cross_entropy_loss"})
     t[op] = nll_forward;

@@ -29,56 +29,6 @@ TEST(Embedding, DenseBackward) {
                "P(sum) <- P(sum), R"}));
 }
 
-TEST(Sdpa, FlashForwardBatchAndHead) {
-  Graph g;
-  auto q = input(g, {2, 4, 8, 16});
-  auto k = input(g, {2, 4, 8, 16});
-  auto v = input(g, {2, 4, 8, 16});
-  NodeIdx n = op(g, "_scaled_dot_product_flash_attention", {q, k, v},
-                 {T({2, 4, 8, 16}), T({2, 4, 8}), T({0}), T({0}), T({}, DType::kI64),
-                  T({}, DType::kI64)});
-  EXPECT_EQ(names(g, n, mesh1(2)),
-            (V{"R, R, R, R, R, R <- R, R, R", "S(0), S(0), R, R, R, R <- S(0), S(0), S(0)",
-               "S(1), S(1), R, R, R, R <- S(1), S(1), S(1)"}));
-  V two = names(g, n, mesh2());
-  EXPECT_EQ(two.size(), 8u);  // batch 2 cannot be split 4 ways
-}
-
-TEST(Sdpa, EfficientBackwardWithBroadcastBias) {
-  Graph g;
-  auto go = input(g, {2, 4, 8, 16});
-  auto q = input(g, {2, 4, 8, 16});
-  auto k = input(g, {2, 4, 8, 16});
-  auto v = input(g, {2, 4, 8, 16});
-  auto bias = input(g, {1, 4, 8, 8});
-  auto o = input(g, {2, 4, 8, 16});
-  auto lse = input(g, {2, 4, 32});
-  auto seed = input(g, {}, DType::kI64);
-  auto off = input(g, {}, DType::kI64);
-  NodeIdx n = op(g, "_scaled_dot_product_efficient_attention_backward",
-                 {go, q, k, v, bias, o, lse, seed, off},
-                 {T({2, 4, 8, 16}), T({2, 4, 8, 16}), T({2, 4, 8, 16}), T({1, 4, 8, 8})});
-  EXPECT_EQ(names(g, n, mesh1(2)),
-            (V{"R, R, R, R <- R, R, R, R, R, R, R, R, R",
-               "S(0), S(0), S(0), R <- S(0), S(0), S(0), S(0), R, S(0), S(0), R, R",
-               "S(1), S(1), S(1), S(1) <- S(1), S(1), S(1), S(1), S(1), S(1), S(1), R, R"}));
-}
-
-TEST(Sdpa, GroupedQueryHeadsMustSplitEvenly) {
-  Graph g;
-  auto q = input(g, {2, 6, 8, 16});
-  auto k = input(g, {2, 3, 8, 16});
-  auto v = input(g, {2, 3, 8, 16});
-  NodeIdx n = g.add_op("a", "scaled_dot_product_attention", {q, k, v}, T({2, 6, 8, 16}));
-  // 3 kv heads over 2 ranks would split query groups: no head sharding.
-  EXPECT_EQ(names(g, n, mesh1(2)), (V{"R <- R, R, R", "S(0) <- S(0), S(0), S(0)"}));
-  Graph g2;
-  auto q2 = input(g2, {2, 8, 8, 16});
-  auto k2 = input(g2, {2, 2, 8, 16});
-  NodeIdx m = g2.add_op("a", "scaled_dot_product_attention", {q2, k2, k2}, T({2, 8, 8, 16}));
-  EXPECT_EQ(names(g2, m, mesh1(2)).back(), "S(1) <- S(1), S(1), S(1)");
-}
-
 TEST(Loss, NllForwardMeanSumNone) {
   Graph g;
   auto x = input(g, {8, 10});

@@ -4,6 +4,7 @@
 /// the Cartesian product, validity checks and deduplication.
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -59,6 +60,11 @@ struct RuleResult {
   std::vector<Row> rows;
   /// Optional check of a full combination (after the per-spec validity checks).
   std::function<bool(const Combo&)> accept;
+  /// Context-parallel rows (attention_rules.cc): empty, or one entry per row, set for a
+  /// row that splits the sequence with K/V moved inside the op.  A combination may use such
+  /// rows on one mesh dim only; it becomes a strategy with Strategy::cp on that dim.
+  std::vector<std::optional<CpKind>> row_cp;
+  bool cp_load_balance = false;  ///< Strategy::cp.load_balance of those strategies
 };
 
 using RuleFn = std::function<RuleResult(const OpContext&)>;
@@ -75,6 +81,7 @@ void register_norm_rules(RuleTable& t);
 void register_view_rules(RuleTable& t);
 void register_nn_rules(RuleTable& t);
 void register_index_rules(RuleTable& t);  // index_rules.cc: gather/scatter/index/pad/roll/new_*
+void register_attention_rules(RuleTable& t);  // attention_rules.cc: SDPA, context parallel
 
 // Helpers shared by rule files.
 

@@ -17,12 +17,15 @@ std::string Strategy::name() const {
     if (i) s += ", ";
     s += outputs[i].to_string();
   }
-  if (inputs.empty()) return s;
-  s += outputs.empty() ? "<- " : " <- ";
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    if (i) s += ", ";
-    s += inputs[i].to_string();
+  if (!inputs.empty()) {
+    s += outputs.empty() ? "<- " : " <- ";
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      if (i) s += ", ";
+      s += inputs[i].to_string();
+    }
   }
+  if (cp.active())
+    s += fmt::format(" | cp:{}@{}{}", cp_kind_name(cp.kind), cp.mesh_dim, cp.load_balance ? " lb" : "");
   return s;
 }
 
@@ -115,6 +118,7 @@ const RuleTable& rule_table() {
     register_norm_rules(t);
     register_view_rules(t);
     register_nn_rules(t);
+    register_attention_rules(t);
     register_index_rules(t);
     register_moe_rules(t);
     return t;
@@ -144,6 +148,19 @@ Strategy replicated_strategy(const Graph& g, const Node& node, const Mesh& mesh)
   for (const auto& m : node.outputs) s.outputs.push_back(spec(r, m));
   for (const auto& ref : node.inputs) s.inputs.push_back(spec(r, g.meta(ref)));
   return s;
+}
+
+/// Marks `s` context parallel when the combination `idx` (a row per mesh dim) uses a CP row;
+/// false (rejected) when it uses CP rows on more than one mesh dim: one sequence split is what
+/// the ring / all-gather cost model and the runtime's context_parallel know.
+bool set_cp(const RuleResult& rr, const std::vector<size_t>& idx, Strategy& s) {
+  for (size_t m = 0; m < idx.size(); ++m) {
+    const std::optional<CpKind>& k = rr.row_cp.at(idx[m]);
+    if (!k) continue;
+    if (s.cp.active()) return false;
+    s.cp = ContextParallel{static_cast<int32_t>(m), *k, rr.cp_load_balance};
+  }
+  return true;
 }
 
 /// The Cartesian product of `rows` over the mesh dims, deduplicated and checked.
@@ -185,6 +202,7 @@ std::vector<Strategy> expand(const OpContext& c, const RuleResult& rr) {
       (t < c.n_out() ? s.outputs : s.inputs).push_back(std::move(sp));
     }
     if (ok && rr.accept) ok = rr.accept(combo);
+    if (ok && !rr.row_cp.empty()) ok = set_cp(rr, idx, s);
     if (ok && seen.insert(s.name()).second) out.push_back(std::move(s));
     // Next index, last mesh dim fastest (itertools.product order).
     int32_t m = nd - 1;

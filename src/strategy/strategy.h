@@ -18,16 +18,32 @@
 #include <string_view>
 #include <vector>
 
+#include "cost/context_parallel.h"
 #include "ir/graph.h"
 #include "mesh/mesh.h"
 #include "placement/placement.h"
 
 namespace autoshard {
 
+/// Context parallelism of an attention strategy (cost/context_parallel.h): q, k, v and the
+/// output split on the sequence dim over `mesh_dim`, the keys/values moved inside the op.  The
+/// specs alone cannot say how (ring and all-gather share them), so the strategy carries it.
+struct ContextParallel {
+  int32_t mesh_dim = -1;  ///< -1: not context parallel
+  CpKind kind = CpKind::kRing;
+  /// The head-tail layout (2P chunks, rank r holds r and 2P-1-r) of causal attention.
+  bool load_balance = false;
+  bool active() const { return mesh_dim >= 0; }
+  bool operator==(const ContextParallel&) const = default;
+};
+
 struct Strategy {
   std::vector<ShardingSpec> outputs;  ///< one per node output (node.outputs)
   std::vector<ShardingSpec> inputs;   ///< one per node input: the spec the op needs there
+  ContextParallel cp;                 ///< attention only; inactive elsewhere
   /// "S(0)R <- S(0)R, RR" (outputs <- inputs); a node without inputs prints only its outputs.
+  /// A context-parallel attention adds " | cp:ring@0 lb" (kind, mesh dim index, " lb" when
+  /// load-balanced), so its two kinds stay distinct strategies.
   std::string name() const;
 };
 

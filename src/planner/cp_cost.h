@@ -1,0 +1,31 @@
+#pragma once
+/// Node cost of a strategy, with the communication a context-parallel attention does inside
+/// the op (cost/context_parallel.h) priced on top of its compute.  Every other strategy costs
+/// its roofline compute time on the local shards (cost/compute.h).
+#include "cost/collective.h"
+#include "cost/context_parallel.h"
+#include "ir/graph.h"
+#include "mesh/mesh.h"
+#include "strategy/strategy.h"
+
+namespace autoshard {
+
+/// Node cost = compute_us + op_comm_us: op_comm_us is the exposed part of the op-internal
+/// communication (0 unless s.cp is active).  The overlap objective counts only compute_us as
+/// a window other communication can hide behind (the compute stream is waiting, not working,
+/// during op_comm_us), and the simulator runs compute_us + op_comm_us on the compute stream.
+struct NodeCost {
+  double compute_us = 0;
+  double op_comm_us = 0;
+  double transfer_us = 0;  ///< all op-internal communication on the cp dim, hidden or not
+  double total_us() const { return compute_us + op_comm_us; }
+};
+
+/// Cost of op node `x` under strategy `s` (`model` prices the op-internal communication).
+NodeCost node_cost(const Node& x, const Strategy& s, const Mesh& mesh, CommModel model);
+
+/// The ring / all-gather inputs of a context-parallel attention strategy: each rank's compute
+/// of its queries against the whole sequence, and its K/V (and dK/dV) shard bytes.
+CpAttentionInput cp_attention_input(const Node& x, const Strategy& s, const Mesh& mesh);
+
+}  // namespace autoshard
