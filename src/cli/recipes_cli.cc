@@ -18,6 +18,7 @@ Recipe parse_algo_option(const std::string& s) {
     std::vector<std::string> names;
     for (Recipe x : all_recipes()) names.emplace_back(recipe_name(x));
     names.emplace_back(recipe_name(Recipe::kEp));
+    names.emplace_back(recipe_name(Recipe::kCpFsdp));
     throw std::invalid_argument(
         fmt::format("--algo: unknown recipe '{}' (expected {})", s, fmt::join(names, ", ")));
   }

@@ -81,8 +81,32 @@ std::vector<MeshDimIdx> batch_dims(Recipe r, const Mesh& mesh) {
   std::vector<MeshDimIdx> dims;
   const MeshDimIdx tp = tensor_parallel_dim(mesh);
   for (MeshDimIdx d = 0; d < mesh.ndim(); ++d)
-    if (!((r == Recipe::kMegatron || r == Recipe::kFsdpTp) && d == tp)) dims.push_back(d);
+    if (!((r == Recipe::kMegatron || r == Recipe::kFsdpTp || r == Recipe::kCpFsdp) && d == tp) &&
+        !(r == Recipe::kCpFsdp && d == context_parallel_dim(mesh)))
+      dims.push_back(d);
   return dims;
+}
+
+/// CP x FSDP: every attention ([b, h, s, d] output, SDPA or its backward) context parallel
+/// over `cp`, its batch over the data dims and heads over tp.  A recipe constraint: it is what
+/// the recipe is.  Graphs with the math decomposition of attention have no such node: only
+/// their inputs pin the sequence split.
+void pin_cp_attention(const Graph& g, const Mesh& mesh, const std::vector<MeshDimIdx>& data,
+                      MeshDimIdx cp, MeshDimIdx tp, RecipePins& out) {
+  for (const Node& n : g.nodes) {
+    if (n.kind != NodeKind::kOp || !aten_packet(n.op).starts_with("_scaled_dot_product") ||
+        n.outputs.empty() || n.out().rank() != 4)
+      continue;
+    std::vector<Placement> p = replicated(mesh);
+    for (MeshDimIdx d : data) p[static_cast<size_t>(d)] = Placement::shard(0);
+    if (tp >= 0) p[static_cast<size_t>(tp)] = Placement::shard(1);
+    p[static_cast<size_t>(cp)] = Placement::shard(2);
+    if (!valid(p, n.out(), mesh, false)) {
+      out.notes.push_back(fmt::format("attention '{}' does not split over cp x data x tp: left free", n.name));
+      continue;
+    }
+    out.constraints.push_back(recipe_pin("recipe:", n, std::move(p)));
+  }
 }
 
 }  // namespace
@@ -96,6 +120,7 @@ std::string_view recipe_name(Recipe r) {
     case Recipe::kFsdpTp: return "fsdp+tp";
     case Recipe::kHsdp: return "hsdp";
     case Recipe::kEp: return "ep";
+    case Recipe::kCpFsdp: return "cp+fsdp";
   }
   return "?";
 }
@@ -104,6 +129,7 @@ std::optional<Recipe> parse_recipe(std::string_view s) {
   for (Recipe r : kAll)
     if (s == recipe_name(r)) return r;
   if (s == "ep" || s == "expert" || s == "ep+fsdp" || s == "fsdp+ep") return Recipe::kEp;
+  if (s == "cp+fsdp" || s == "fsdp+cp" || s == "cp") return Recipe::kCpFsdp;
   if (s == "optimal" || s == "optimum") return Recipe::kAlpa;
   if (s == "zero3") return Recipe::kFsdp;
   if (s == "tp") return Recipe::kMegatron;
@@ -113,10 +139,17 @@ std::optional<Recipe> parse_recipe(std::string_view s) {
 
 const std::vector<Recipe>& all_recipes() { return kAll; }
 
-std::vector<Recipe> recipes_for(const Graph& g) {
+std::vector<Recipe> recipes_for(const Graph& g, const Mesh& mesh) {
   std::vector<Recipe> r = kAll;
   if (expert_analysis(g).n_params > 0) r.push_back(Recipe::kEp);
+  if (context_parallel_dim(mesh) >= 0) r.push_back(Recipe::kCpFsdp);
   return r;
+}
+
+MeshDimIdx context_parallel_dim(const Mesh& mesh) {
+  for (MeshDimIdx d = 0; d < mesh.ndim(); ++d)
+    if (mesh.dim(d).name == "cp" || mesh.dim(d).name == "context") return d;
+  return -1;
 }
 
 std::string recipe_help() {
@@ -124,7 +157,9 @@ std::string recipe_help() {
          "(ZeRO-3: parameters sharded on every dim, gathered for use), megatron (TP column/row "
          "on the tp dim, DP on the others), fsdp+tp (TP on tp, FSDP on the others), hsdp "
          "(replicate over the outer dims, shard over the last), ep (Mixture of Experts: experts split "
-         "on the ep dim, tokens moved by all-to-all, FSDP for the rest)";
+         "on the ep dim, tokens moved by all-to-all, FSDP for the rest), cp+fsdp (torchtitan's "
+         "context parallelism: sequence split on the cp dim, FSDP over cp and the data dims, TP on "
+         "tp if any)";
 }
 
 MeshDimIdx tensor_parallel_dim(const Mesh& mesh) {
@@ -235,6 +270,14 @@ RecipePins recipe_pins(Recipe r, const Graph& g, const Mesh& mesh, bool require_
   if (r == Recipe::kAlpa) return out;
   const std::string name(recipe_name(r));
   const MeshDimIdx tp = tensor_parallel_dim(mesh);
+  const MeshDimIdx cp = context_parallel_dim(mesh);
+  if (r == Recipe::kCpFsdp && cp < 0) {
+    out.not_applicable = fmt::format(
+        "cp+fsdp needs a context-parallel mesh dim named cp (mesh {} has none; e.g. --mesh-dims "
+        "dp,cp)",
+        mesh.describe());
+    return out;
+  }
   if ((r == Recipe::kMegatron || r == Recipe::kFsdpTp) && tp < 0) {
     out.not_applicable = fmt::format(
         "{} needs a tensor-parallel mesh dim named tp (mesh {} has none; e.g. --mesh-dims dp,tp)",
@@ -280,7 +323,8 @@ RecipePins recipe_pins(Recipe r, const Graph& g, const Mesh& mesh, bool require_
   int64_t data_ranks = 1;
   for (MeshDimIdx d : data) data_ranks *= mesh.size(d);
 
-  const bool tensor_parallel = r == Recipe::kMegatron || r == Recipe::kFsdpTp;
+  const bool tensor_parallel =
+      r == Recipe::kMegatron || r == Recipe::kFsdpTp || (r == Recipe::kCpFsdp && tp >= 0);
   const TpAnalysis tpa = tensor_parallel_analysis(g);
   const std::vector<TpLayout>& tpl = tpa.params;
   if (tensor_parallel) {
@@ -302,6 +346,8 @@ RecipePins recipe_pins(Recipe r, const Graph& g, const Mesh& mesh, bool require_
     if (n.kind != NodeKind::kInput || n.outputs.empty() || n.out().rank() == 0) continue;
     std::vector<Placement> p = replicated(mesh);
     for (MeshDimIdx d : data) p[static_cast<size_t>(d)] = Placement::shard(0);
+    // Context parallelism: tokens and labels [batch, seq] split on the sequence too.
+    if (r == Recipe::kCpFsdp && n.out().rank() >= 2) p[static_cast<size_t>(cp)] = Placement::shard(1);
     if (!valid(p, n.out(), mesh, require_divisible)) {
       out.not_applicable = fmt::format(
           "{}: input '{}' (batch {}) does not split over the {} data-parallel devices of mesh "
@@ -330,6 +376,10 @@ RecipePins recipe_pins(Recipe r, const Graph& g, const Mesh& mesh, bool require_
     }
     std::vector<MeshDimIdx> shard_on;  // FSDP-style storage sharding
     if (r == Recipe::kFsdp || r == Recipe::kFsdpTp || r == Recipe::kEp) shard_on = data;
+    if (r == Recipe::kCpFsdp) {  // FSDP over dp_shard x cp (torchtitan's dp_shard_cp)
+      shard_on = data;
+      shard_on.push_back(cp);
+    }
     if (r == Recipe::kHsdp) shard_on = {static_cast<MeshDimIdx>(mesh.ndim() - 1)};
     int32_t first_dim = 0;
     if (expert_parallel && experts.expert_param[static_cast<size_t>(i)]) {
@@ -383,6 +433,8 @@ RecipePins recipe_pins(Recipe r, const Graph& g, const Mesh& mesh, bool require_
     const Node& n = g.node(l.node);
     std::vector<Placement> p = replicated(mesh);
     for (MeshDimIdx d : data) p[static_cast<size_t>(d)] = Placement::shard(0);
+    // The sequence dim of [batch, seq, features] (or of the flattened rows) over cp.
+    if (r == Recipe::kCpFsdp) p[static_cast<size_t>(cp)] = Placement::shard(n.out().rank() >= 3 ? 1 : 0);
     if (tensor_parallel)
       p[static_cast<size_t>(tp)] = l.role == TpRole::kColumn
                                        ? Placement::shard(static_cast<int32_t>(n.out().rank() - 1))
@@ -404,6 +456,7 @@ RecipePins recipe_pins(Recipe r, const Graph& g, const Mesh& mesh, bool require_
     if (!valid(p, n.out(), mesh, require_divisible)) continue;
     out.use_constraints.push_back(recipe_pin("recipe-use:", n, std::move(p)));
   }
+  if (r == Recipe::kCpFsdp) pin_cp_attention(g, mesh, data, cp, tp, out);
   if (kept_whole > 0)
     out.notes.push_back(fmt::format("{} parameters too small to shard stay replicated on some dims",
                                     kept_whole));
@@ -484,7 +537,7 @@ std::vector<RecipeResult> compare_recipes(const Graph& g, const Mesh& mesh,
                                           const std::vector<Constraint>& constraints,
                                           std::vector<Recipe> recipes, int threads,
                                           const RecipeInspect& inspect) {
-  if (recipes.empty()) recipes = recipes_for(g);
+  if (recipes.empty()) recipes = recipes_for(g, mesh);
   std::vector<RecipeResult> results(recipes.size());
   if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   threads = std::min<int>(threads, static_cast<int>(recipes.size()));

@@ -20,6 +20,13 @@
 /// `experts`; else the last dim), shards everything else FSDP-style over every dim, splits
 /// the batch over every dim and pins each batched expert matmul to its experts' devices, so
 /// tokens travel to their experts and back by all-to-all (priced in cost/collective.h).
+/// CP x FSDP (torchtitan's context parallelism: torchtitan/distributed/parallel_dims.py builds
+/// the mesh (pp, dp_replicate, dp_shard, cp, tp) and FSDP shards parameters over the flattened
+/// dp_shard x cp dims, "dp_shard_cp"; its config parallelism.context_parallel_degree and
+/// context_parallel_rotate_method, default "allgather") splits the sequence of the inputs and
+/// of every attention over the dim named `cp` (or `context`), the batch over the other dims
+/// except tp, shards the parameters FSDP-style over those dims AND cp, and, with a tp dim,
+/// adds Megatron TP on it.  Ring or all-gather is left to the solver (the recipe at its best).
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -35,17 +42,20 @@
 
 namespace autoshard {
 
-enum class Recipe : uint8_t { kAlpa, kDdp, kFsdp, kMegatron, kFsdpTp, kHsdp, kEp };
+enum class Recipe : uint8_t { kAlpa, kDdp, kFsdp, kMegatron, kFsdpTp, kHsdp, kEp, kCpFsdp };
 
-/// "alpa", "ddp", "fsdp", "megatron", "fsdp+tp", "hsdp", "ep".
+/// "alpa", "ddp", "fsdp", "megatron", "fsdp+tp", "hsdp", "ep", "cp+fsdp".
 std::string_view recipe_name(Recipe r);
 /// Also accepts "fsdp_tp", "fsdp-tp", "zero3" (fsdp), "tp" (megatron), "optimal" (alpa).
 std::optional<Recipe> parse_recipe(std::string_view s);
 /// The dense recipes, alpa first (without kEp).
 const std::vector<Recipe>& all_recipes();
-/// The recipes `--compare` runs on `g`: all_recipes(), plus kEp when the graph has stacked
-/// expert weights (a Mixture of Experts).
-std::vector<Recipe> recipes_for(const Graph& g);
+/// The recipes `--compare` runs on `g` and `mesh`: all_recipes(), plus kEp when the graph has
+/// stacked expert weights (a Mixture of Experts), plus kCpFsdp when the mesh has a cp dim.
+std::vector<Recipe> recipes_for(const Graph& g, const Mesh& mesh);
+
+/// The mesh dim used for context parallelism: the one named cp/context; -1 when none.
+MeshDimIdx context_parallel_dim(const Mesh& mesh);
 /// One line per recipe for --help texts.
 std::string recipe_help();
 
@@ -141,7 +151,7 @@ RecipeResult plan_recipe_from(Recipe r, const Graph& g, const Mesh& mesh, const 
                               const std::vector<Constraint>& constraints,
                               const RecipeInspect& inspect, const Plan* start);
 
-/// plan_recipe for every recipe in `recipes` (recipes_for(g) when empty), `threads` at a time
+/// plan_recipe for every recipe in `recipes` (recipes_for(g, mesh) when empty), `threads` at a time
 /// (0: the machine's cores); results in the order of `recipes`.  The optimum (alpa) is solved
 /// last, warm-started from the best named recipe that fits, so that even a solve stopped by
 /// the time limit is never worse than a recipe.

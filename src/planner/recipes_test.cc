@@ -65,7 +65,8 @@ std::map<std::string, std::string> textbook(Recipe r, int layers) {
       case Recipe::kFsdpTp: want[name] = fsdptp; break;
       case Recipe::kHsdp: want[name] = hsdp; break;
       case Recipe::kAlpa:
-      case Recipe::kEp: break;
+      case Recipe::kEp:
+      case Recipe::kCpFsdp: break;
     }
   };
   for (int l = 0; l < layers; ++l) {
@@ -157,7 +158,8 @@ TEST(RecipesLarge, TextbookPlacementsAndTheOptimumIsNeverWorse) {
         EXPECT_EQ(describe_parallelism(g, mesh, *r.plan, wq), "dp: DP, tp: FSDP");
         break;
       case Recipe::kAlpa:
-      case Recipe::kEp: break;
+      case Recipe::kEp:
+      case Recipe::kCpFsdp: break;
     }
   }
 }
