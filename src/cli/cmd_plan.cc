@@ -42,6 +42,7 @@ struct PlanArgs {
   bool skip_fully_replicated = false;
   bool no_cluster = false;
   bool require_divisible = false;
+  bool no_context_parallel = false;
   bool no_checks = false;
   std::string out_dir;
   std::string preload;
@@ -130,6 +131,8 @@ void print_summary(const Plan& plan, const Graph& g, const Mesh& mesh,
   fmt::print("peak memory per device: {}{}\n", format_bytes(plan.peak_memory_bytes),
              plan.memory_limit_bytes > 0 ? fmt::format(" of {}", format_bytes(plan.memory_limit_bytes))
                                          : std::string());
+  if (const std::string cp = describe_context_parallel(mesh, plan); !cp.empty())
+    fmt::print("context parallelism: {}\n", cp);
   if (!plan.layer_recompute.empty()) {
     std::map<std::string, int> by_mode;
     for (const auto& [layer, mode] : plan.layer_recompute) ++by_mode[mode];
@@ -199,6 +202,7 @@ int run_plan(const PlanArgs& a) {
   opt.skip_fully_replicated = a.skip_fully_replicated;
   opt.cluster = !a.no_cluster;
   opt.require_divisible = a.require_divisible;
+  opt.context_parallel = !a.no_context_parallel;
   opt.overlap = a.overlap;
   if (a.objective == "overlap") opt.objective = Objective::kOverlap;
   else if (a.objective == "additive") opt.objective = Objective::kAdditive;
@@ -318,6 +322,8 @@ void register_plan(CLI::App& app) {
                 "drop fully replicated strategies where a sharded one exists");
   sub->add_flag("--no-cluster", a->no_cluster, "do not tie repeated layers");
   sub->add_flag("--require-divisible", a->require_divisible, "only shard dims that split evenly");
+  sub->add_flag("--no-context-parallel", a->no_context_parallel,
+                "never split attention's sequence over a mesh dim (ring / all-gather attention)");
   sub->add_flag("--no-checks", a->no_checks, "skip the independent verification of the solution");
   sub->add_option("--pin", a->pins, "pin a node's output placements: NODE=PLACEMENTS (repeatable)");
   sub->add_option("--preload", a->preload, "placements JSON of an earlier plan to start from");

@@ -60,6 +60,13 @@ nlohmann::ordered_json plan_summary_json(const Plan& plan, const Graph& g, const
                         {"parallelism", labels.describe(i)}});
     }
   j["parameters"] = params;
+  nlohmann::ordered_json cp = nlohmann::ordered_json::array();
+  for (const ContextParallelUse& u : context_parallel_use(plan))
+    cp.push_back({{"mesh_dim", mesh.dim(u.dim).name},
+                  {"kind", std::string(cp_kind_name(u.kind))},
+                  {"load_balance", u.load_balance},
+                  {"attention_ops", u.nodes}});
+  j["context_parallel"] = cp;
   if (!plan.layer_recompute.empty()) {
     nlohmann::ordered_json layers = nlohmann::ordered_json::array();
     for (const auto& [layer, mode] : plan.layer_recompute)

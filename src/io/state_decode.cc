@@ -178,6 +178,7 @@ class Decoder {
     if (!(o.overlap_discount >= 0 && o.overlap_discount <= 1)) fail("options.overlap_discount", "expected a value in [0, 1]");
     if (x.objective() > 1) fail("options.objective", fmt::format("unknown objective {}", x.objective()));
     o.objective = x.objective() == 1 ? Objective::kOverlap : Objective::kAdditive;
+    o.context_parallel = !x.no_context_parallel();
     return o;
   }
 

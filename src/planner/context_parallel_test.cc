@@ -20,7 +20,7 @@ using testing::h100;
 
 /// LLaMA 3 8B's layer (GQA, 32 heads, 8 KV heads) with `layers` layers and a 4k vocabulary,
 /// so that the long-sequence logits stay small; batch `batch` x `seq` tokens.
-Graph llama(int64_t layers, int64_t batch, int64_t seq, AttentionImpl attn = AttentionImpl::kSdpa) {
+Graph cp_llama(int64_t layers, int64_t batch, int64_t seq, AttentionImpl attn = AttentionImpl::kSdpa) {
   ModelOptions mo;
   mo.layers = layers;
   mo.batch = batch;
@@ -30,62 +30,62 @@ Graph llama(int64_t layers, int64_t batch, int64_t seq, AttentionImpl attn = Att
   return build_model("llama3-8b", mo);
 }
 
-const NodePlan& first_op(const Graph& g, const Plan& p, std::string_view op) {
+const NodePlan& cp_first_op(const Graph& g, const Plan& p, std::string_view op) {
   for (NodeIdx i = 0; i < g.size(); ++i)
     if (g.node(i).op == op) return *p.nodes.at(static_cast<size_t>(i));
   ADD_FAILURE() << "no " << op;
   return *p.nodes.front();
 }
 
-constexpr const char* kFwd = "_scaled_dot_product_efficient_attention";
-constexpr const char* kBwd = "_scaled_dot_product_efficient_attention_backward";
+constexpr const char* kCpFwd = "_scaled_dot_product_efficient_attention";
+constexpr const char* kCpBwd = "_scaled_dot_product_efficient_attention_backward";
 
 TEST(ContextParallel, LongSequenceSplitsAttentionOverCp) {
   // 32k tokens of one sequence on cp x tp = 2 x 4: one sequence gives no batch to split, 32
   // heads over 4 leave attention (quadratic in the sequence: 4 x 32 x 32k^2 x 128 FLOPs per
   // layer) 4x too slow unless the sequence splits too.
-  const Graph g = llama(2, 1, 32768);
+  const Graph g = cp_llama(2, 1, 32768);
   const Mesh mesh({2, 4}, {"cp", "tp"}, h100());
   ShardingOptimizer opt(g, mesh, PlannerOptions{});
   const Plan p = opt.get_solution();
   ASSERT_TRUE(p.has_solution);
-  for (const char* op : {kFwd, kBwd}) {
-    const Strategy& s = first_op(g, p, op).chosen;
+  for (const char* op : {kCpFwd, kCpBwd}) {
+    const Strategy& s = cp_first_op(g, p, op).chosen;
     ASSERT_TRUE(s.cp.active()) << op << ": " << s.name();
     EXPECT_EQ(s.cp.mesh_dim, 0) << s.name();
     EXPECT_TRUE(s.cp.load_balance);
     EXPECT_EQ(s.outputs[0].to_string(), "S(2)S(1)") << s.name();
   }
   // The forward's exact strategy (q, k, v split on the sequence over cp and on heads over tp).
-  const std::string name = first_op(g, p, kFwd).chosen.name();
+  const std::string name = cp_first_op(g, p, kCpFwd).chosen.name();
   EXPECT_EQ(name.substr(0, name.find(" | ")),
             "S(2)S(1), S(2)S(1), RR, RR <- S(2)S(1), S(2)S(1), S(2)S(1)");
-  // Without context parallelism (heads over tp, the sequence whole on cp) the step is slower.
-  ShardingOptimizer no_cp(g, mesh, PlannerOptions{});
-  for (NodeIdx i = 0; i < g.size(); ++i)
-    if (g.node(i).op == kFwd || g.node(i).op == kBwd) no_cp.pin(g.node(i).name, parse_placements("RS(1)"));
+  // The best plan without context parallelism is slower.
+  PlannerOptions off;
+  off.context_parallel = false;
+  ShardingOptimizer no_cp(g, mesh, off);
   const Plan q = no_cp.get_solution();
   ASSERT_TRUE(q.has_solution);
   EXPECT_LT(p.objective_us, q.objective_us);
 }
 
 TEST(ContextParallel, ShortSequenceKeepsBatchAndHeads) {
-  const Graph g = llama(2, 8, 512);
+  const Graph g = cp_llama(2, 8, 512);
   const Mesh mesh({2, 4}, {"cp", "tp"}, h100());
   ShardingOptimizer opt(g, mesh, PlannerOptions{});
   const Plan p = opt.get_solution();
   ASSERT_TRUE(p.has_solution);
-  for (const char* op : {kFwd, kBwd}) EXPECT_FALSE(first_op(g, p, op).chosen.cp.active()) << op;
+  for (const char* op : {kCpFwd, kCpBwd}) EXPECT_FALSE(cp_first_op(g, p, op).chosen.cp.active()) << op;
 }
 
 TEST(ContextParallel, NodeCostIsTheRingTimeAndTheOverlapWindowExcludesItsWait) {
-  const Graph g = llama(1, 1, 32768);
+  const Graph g = cp_llama(1, 1, 32768);
   const Mesh mesh({8}, {"cp"}, h100());
   ShardingOptimizer opt(g, mesh, PlannerOptions{});
   const BuiltProblem& bp = opt.problem();
   NodeIdx fwd = kNoNode;
   for (NodeIdx i = 0; i < g.size(); ++i)
-    if (g.node(i).op == kFwd) fwd = i;
+    if (g.node(i).op == kCpFwd) fwd = i;
   const PNodeIdx v = bp.pnode[static_cast<size_t>(fwd)];
   const StrategyList& list = bp.strategies[static_cast<size_t>(v)];
   int seen = 0;
@@ -98,13 +98,15 @@ TEST(ContextParallel, NodeCostIsTheRingTimeAndTheOverlapWindowExcludesItsWait) {
     // Per rank: its 4k queries against all 32k keys, 1/8 of the whole attention.
     const CpAttentionInput in = cp_attention_input(g.node(fwd), list[q], mesh);
     EXPECT_NEAR(in.compute_us, nc.compute_us, 1e-9 * nc.compute_us);
-    if (list[q].cp.kind == CpKind::kAllGather) EXPECT_GT(nc.op_comm_us, 0);
+    if (list[q].cp.kind == CpKind::kAllGather) {
+      EXPECT_GT(nc.op_comm_us, 0);
+    }
   }
   EXPECT_EQ(seen, 2);  // ring and all-gather
 }
 
 TEST(ContextParallel, SimulatorChargesWhatTheObjectiveCharges) {
-  const Graph g = llama(2, 1, 32768);
+  const Graph g = cp_llama(2, 1, 32768);
   const Mesh mesh({2, 4}, {"cp", "tp"}, h100());
   ShardingOptimizer opt(g, mesh, PlannerOptions{});
   const Plan p = opt.get_solution();
@@ -123,16 +125,22 @@ TEST(ContextParallel, SimulatorChargesWhatTheObjectiveCharges) {
 
 TEST(ContextParallel, MathAttentionSplitsQueriesWithKeysGathered) {
   // --attention math: q @ k^T is a bmm over [b*h, s, d] x [b*h, d, s]; its rows (the queries)
-  // split on the sequence while k^T stays whole, and softmax / @ v follow on the rows.
-  const Graph g = llama(1, 1, 32768, AttentionImpl::kMath);
+  // split on the sequence while k^T stays whole (the existing bmm rule: all-gathered K), and
+  // softmax / @ v follow on the rows.  (The plan splits heads over one dim and queries over
+  // the other.)
+  const Graph g = cp_llama(1, 1, 32768, AttentionImpl::kMath);
   const Mesh mesh({2, 4}, {"cp", "tp"}, h100());
   ShardingOptimizer opt(g, mesh, PlannerOptions{});
   const Plan p = opt.get_solution();
   ASSERT_TRUE(p.has_solution);
-  const Strategy& s = first_op(g, p, "bmm").chosen;
-  // Queries split over cp (dim 1 of the folded [b*h, s, d]) and heads over tp (dim 0).
-  EXPECT_EQ(s.outputs[0].placements[0], Placement::shard(1)) << s.name();
-  EXPECT_EQ(s.inputs[1].placements[0], Placement::replicate()) << s.name();
+  const Strategy& s = cp_first_op(g, p, "bmm").chosen;
+  // Some mesh dim splits the queries (dim 1 of the folded [b*h, s, d]) and keeps k^T whole.
+  bool split = false;
+  for (size_t m = 0; m < 2; ++m)
+    split = split || (s.outputs[0].placements[m] == Placement::shard(1) &&
+                      s.inputs[0].placements[m] == Placement::shard(1) &&
+                      s.inputs[1].placements[m] == Placement::replicate());
+  EXPECT_TRUE(split) << s.name();
 }
 
 }  // namespace

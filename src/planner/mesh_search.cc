@@ -83,6 +83,9 @@ std::vector<std::string> dim_use(const Graph& g, const Mesh& mesh, const Plan& p
       if (b > most) most = b, best = l;
     out.push_back(best);
   }
+  // Attention split on the sequence over a dim: context parallelism rides on that dim too.
+  for (const ContextParallelUse& u : context_parallel_use(plan))
+    if (!out[static_cast<size_t>(u.dim)].ends_with("+CP")) out[static_cast<size_t>(u.dim)] += "+CP";
   return out;
 }
 

@@ -44,6 +44,9 @@ struct PlannerOptions {
   bool cluster = true;
   /// Only allow shardings that split a dim evenly.
   bool require_divisible = false;
+  /// Offer context-parallel attention strategies (StrategyOptions::context_parallel); off,
+  /// the best plan without them (`--no-context-parallel`, the benchmarks' baseline).
+  bool context_parallel = true;
   /// Prefetch discount: redistributions of parameters (gathers FSDP prefetches behind the
   /// previous layer's compute) cost overlap_discount x their time in the objective.  The step
   /// simulation (planner/simulate.h) measures what it buys; docs/benchmarks.md "Step simulation".

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "cost/compute.h"
 
 namespace autoshard {
@@ -83,6 +85,29 @@ std::string describe_parallelism(const Graph& g, const Mesh& mesh, const Plan& p
 std::string parallelism_on_dim(const Graph& g, const Mesh& mesh, const Plan& plan, NodeIdx param,
                                MeshDimIdx dim) {
   return ParallelismLabeler(g, mesh, plan).on_dim(param, dim);
+}
+
+std::vector<ContextParallelUse> context_parallel_use(const Plan& plan) {
+  std::vector<ContextParallelUse> out;
+  for (const auto& np : plan.nodes) {
+    if (!np || !np->chosen.cp.active()) continue;
+    const ContextParallel& cp = np->chosen.cp;
+    auto it = std::find_if(out.begin(), out.end(), [&](const ContextParallelUse& u) {
+      return u.dim == cp.mesh_dim && u.kind == cp.kind && u.load_balance == cp.load_balance;
+    });
+    if (it == out.end()) it = out.insert(out.end(), {cp.mesh_dim, cp.kind, cp.load_balance, 0});
+    ++it->nodes;
+  }
+  return out;
+}
+
+std::string describe_context_parallel(const Mesh& mesh, const Plan& plan) {
+  std::string r;
+  for (const ContextParallelUse& u : context_parallel_use(plan))
+    r += fmt::format("{}{}: {} attention{} ({} attention op{})", r.empty() ? "" : "; ",
+                     mesh.dim(u.dim).name, cp_kind_name(u.kind), u.load_balance ? ", load-balanced" : "",
+                     u.nodes, u.nodes == 1 ? "" : "s");
+  return r;
 }
 
 }  // namespace autoshard

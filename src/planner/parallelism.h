@@ -35,4 +35,17 @@ std::string describe_parallelism(const Graph& g, const Mesh& mesh, const Plan& p
 std::string parallelism_on_dim(const Graph& g, const Mesh& mesh, const Plan& plan, NodeIdx param,
                                MeshDimIdx dim);
 
+/// Context parallelism of a plan, per (mesh dim, kind, load balance): how many attention ops
+/// split their sequence that way.  Parameters do not show it (their placements are FSDP /
+/// TP / DP as usual), so the plan summary, its JSON and the mesh search report it apart.
+struct ContextParallelUse {
+  MeshDimIdx dim = -1;
+  CpKind kind = CpKind::kRing;
+  bool load_balance = false;
+  int32_t nodes = 0;
+};
+std::vector<ContextParallelUse> context_parallel_use(const Plan& plan);
+/// "cp: ring attention, load-balanced (4 attention ops)"; "" when the plan has none.
+std::string describe_context_parallel(const Mesh& mesh, const Plan& plan);
+
 }  // namespace autoshard

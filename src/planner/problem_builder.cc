@@ -267,6 +267,7 @@ BuiltProblem build_problem(const Graph& g, const Mesh& mesh, const PlannerOption
   // Strategies per node.
   StrategyOptions sopt;
   sopt.require_divisible = opt.require_divisible;
+  sopt.context_parallel = opt.context_parallel;
   std::set<std::string> fallback;
   // Views alias their base only without recomputation (see live_intervals).
   const bool views_alias =

@@ -156,6 +156,7 @@ std::string hash_options(const PlannerOptions& o) {
   h.u64(o.overlap ? 1 : 0);
   h.f64(o.overlap_discount);
   h.u64(o.objective == Objective::kOverlap ? 1 : 0);
+  if (!o.context_parallel) h.str("no context parallelism");  // fingerprints from before stay
   if (o.optimizer_cost_scale != 1.0) h.f64(o.optimizer_cost_scale);  // older files: 1
   for (const auto& c : o.output_costs) {  // older files: none
     h.str(c.node);

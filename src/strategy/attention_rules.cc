@@ -83,7 +83,7 @@ int64_t cp_sequence(const OpContext& c) {
 
 /// The ring and all-gather rows (S(2) on every rank >= 3 tensor) and the even-split check.
 void add_cp_rows(const OpContext& c, RuleResult& r) {
-  const int64_t s = cp_sequence(c);
+  const int64_t s = c.opt.context_parallel ? cp_sequence(c) : 0;
   if (s == 0) return;
   const bool causal = c.node.attr_bool("is_causal", false);
   Row row = c.replicated();

@@ -81,6 +81,9 @@ struct StrategyOptions {
   /// DDP without SyncBatchNorm (the batch statistics outputs are then P(avg)).  When false,
   /// training batch norm can only be channel-sharded or replicated (exact global statistics).
   bool batch_norm_local_stats = true;
+  /// Context-parallel attention strategies (attention_rules.cc); off, attention keeps whole
+  /// sequences.
+  bool context_parallel = true;
 };
 
 struct NodeStrategies {
