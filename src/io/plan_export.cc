@@ -122,6 +122,11 @@ nlohmann::ordered_json plan_to_json(ShardingOptimizer& opt, const Plan& plan) {
                             : nlohmann::ordered_json(nullptr);
     // autoshard's additions.
     x["strategy"] = np->chosen.name();
+    if (const ContextParallel& cp = np->chosen.cp; cp.active())
+      x["context_parallel"] = {{"mesh_dim", opt.mesh().dim(cp.mesh_dim).name},
+                               {"kind", std::string(cp_kind_name(cp.kind))},
+                               {"load_balance", cp.load_balance},
+                               {"op_comm_us", bp.op_comm_us(v, choice[static_cast<size_t>(v)])}};
     x["comm_cost"] = number_or_null(np->comm_us);
     x["memory_bytes"] = bp.problem.nodes[static_cast<size_t>(v)].usages[static_cast<size_t>(choice[static_cast<size_t>(v)])];
     nodes.push_back(std::move(x));

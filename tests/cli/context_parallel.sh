@@ -25,12 +25,18 @@ f = pl["_scaled_dot_product_efficient_attention"]
 assert f["output"] == "(S(2)S(1), S(2)S(1), RR, RR)", f
 '
 pycheck "$TMP/long/plan.json" '
-assert j["context_parallel"][0]["mesh_dim"] == "cp" and j["context_parallel"][0]["attention_ops"] == 4, j["context_parallel"]
+cp = [n for n in j["nodes"] if "context_parallel" in n]
+assert len(cp) == 4 and all(n["context_parallel"]["mesh_dim"] == "cp" for n in cp), cp
+assert all(" | cp:" in n["strategy"] for n in cp), [n["strategy"] for n in cp]
 '
 ok "long sequence: attention context parallel over cp"
 
 # --placements evaluates the saved plan to the same step time; --preload starts from it.
 "$AS" plan "${M[@]}" --json >"$TMP/long.json"
+pycheck "$TMP/long.json" '
+u = j["context_parallel"]
+assert len(u) == 1 and u[0]["mesh_dim"] == "cp" and u[0]["attention_ops"] == 4 and u[0]["load_balance"], u
+'
 "$AS" plan "${M[@]}" --placements "$TMP/long/placements.json" --json >"$TMP/eval.json"
 python3 -c 'import json,sys
 a=json.load(open(sys.argv[1]))["objective_us"]; b=json.load(open(sys.argv[2]))["objective_us"]
