@@ -13,6 +13,7 @@
 #include "cost/redistribute.h"
 #include "ir/graph_json.h"
 #include "models/models.h"
+#include "planner/cp_cost.h"
 #include "planner/sharding_optimizer.h"
 #include "planner/test_util.h"
 
@@ -32,12 +33,6 @@ Graph tiny_llama(int64_t layers) {
   mo.ffn = 128;
   mo.vocab = 96;
   return build_model("llama3-8b", mo);
-}
-
-std::vector<TensorMeta> locals(const std::vector<ShardingSpec>& specs, const Mesh& mesh) {
-  std::vector<TensorMeta> r;
-  for (const ShardingSpec& s : specs) r.push_back({s.local_shape(mesh), s.meta.dtype});
-  return r;
 }
 
 /// Checks every problem node of `bp` against its own strategy enumeration and costing, and
@@ -60,9 +55,8 @@ void expect_matches_per_node_build(const Graph& g, const Mesh& mesh, const Plann
     for (size_t k = 0; k < got.size(); ++k) {
       const Strategy& s = ns.strategies[k];
       ASSERT_EQ(got[k].name(), s.name()) << x.name;
-      const Cost c = x.kind == NodeKind::kOp ? compute_time_us(x, locals(s.inputs, mesh),
-                                                                 locals(s.outputs, mesh), mesh.hardware())
-                                             : 0;
+      // Compute, plus a context-parallel attention's exposed K/V transfers (planner/cp_cost.h).
+      const Cost c = x.kind == NodeKind::kOp ? node_cost(x, s, mesh, o.comm_model).total_us() : 0;
       EXPECT_EQ(pn.costs[k], c) << x.name << " " << s.name();
       int64_t bytes = 0;
       if (x.kind == NodeKind::kParameter && !bp.has_optimizer)
