@@ -60,6 +60,9 @@ TEST(ContextParallel, LongSequenceSplitsAttentionOverCp) {
   const std::string name = cp_first_op(g, p, kCpFwd).chosen.name();
   EXPECT_EQ(name.substr(0, name.find(" | ")),
             "S(2)S(1), S(2)S(1), RR, RR <- S(2)S(1), S(2)S(1), S(2)S(1)");
+  // The rest of the block is sequence parallel over cp too: RMSNorm's statistics [b, s, 1].
+  EXPECT_EQ(cp_first_op(g, p, "rsqrt").chosen.outputs[0].placements[0], Placement::shard(1))
+      << cp_first_op(g, p, "rsqrt").chosen.name();
   // The best plan without context parallelism is slower.
   PlannerOptions off;
   off.context_parallel = false;

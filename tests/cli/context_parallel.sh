@@ -97,3 +97,11 @@ assert rows["alpa"]["step_us"] <= r["step_us"] * (1 + 1e-9), (rows["alpa"]["step
 expect_error "cp+fsdp needs a context-parallel mesh dim named cp" -- \
   "$AS" plan --model llama3-8b --layers 1 --mesh 2x4 --mesh-dims dp,tp --algo cp+fsdp
 ok "--compare cp+fsdp"
+
+# search: any dim may carry context parallelism; the ranking says which one does.
+"$AS" search --model llama3-8b --layers 1 --batch 1 --seq 32768 --gpus 8 --max-dims 2 --threads 1 --json >"$TMP/search.json"
+pycheck "$TMP/search.json" '
+rows = [r for r in j["meshes"] if r.get("dim_use")]
+assert rows and any(u.endswith("+CP") for u in rows[0]["dim_use"]), rows[:1]
+'
+ok "search reports +CP"
