@@ -105,3 +105,10 @@ rows = [r for r in j["meshes"] if r.get("dim_use")]
 assert rows and any(u.endswith("+CP") for u in rows[0]["dim_use"]), rows[:1]
 '
 ok "search reports +CP"
+
+# The state file keeps the CP strategies: show reports them, export writes the same placements.
+out=$("$AS" show "$TMP/long/plan.ap")
+expect_contains "$out" "context parallelism: cp: " "show"
+"$AS" export "$TMP/long/plan.ap" --placements "$TMP/exported.json" >/dev/null
+cmp -s "$TMP/exported.json" "$TMP/long/placements.json" || fail "export --placements differs from plan -o"
+ok "plan.ap round trip"
