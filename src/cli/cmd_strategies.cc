@@ -21,7 +21,8 @@ struct StrategiesArgs {
 };
 
 /// {"node": {"op": ..., "strategies": [{"outputs": [...], "inputs": [...]}]}} for every op node
-/// (or the ones named), in graph order.
+/// (or the ones named), in graph order.  A context-parallel attention strategy adds
+/// "context_parallel": {mesh_dim, kind, load_balance}.
 void run_strategies(const StrategiesArgs& a) {
   Graph g = load_graph(a.src);
   Mesh mesh = make_mesh(a.mesh);
@@ -47,6 +48,10 @@ void run_strategies(const StrategiesArgs& a) {
       for (const ShardingSpec& o : s.outputs) e["outputs"].push_back(o.to_string());
       e["inputs"] = nlohmann::ordered_json::array();
       for (const ShardingSpec& in : s.inputs) e["inputs"].push_back(in.to_string());
+      if (s.cp.active())  // ring and all-gather attention share their specs
+        e["context_parallel"] = {{"mesh_dim", mesh.dim(s.cp.mesh_dim).name},
+                                 {"kind", std::string(cp_kind_name(s.cp.kind))},
+                                 {"load_balance", s.cp.load_balance}};
       list.push_back(e);
     }
     out[n.name] = {{"op", n.op}, {"fallback", ns.fallback}, {"strategies", list}};
