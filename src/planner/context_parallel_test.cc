@@ -106,6 +106,19 @@ TEST(ContextParallel, NodeCostIsTheRingTimeAndTheOverlapWindowExcludesItsWait) {
     }
   }
   EXPECT_EQ(seen, 2);  // ring and all-gather
+  // The overlap objective's Lagrangian at mu = 0 charges a window node only what is not
+  // compute: the CP strategies keep their exposed wait, every other strategy costs 0.
+  const OverlapModel m = build_overlap_model(g, bp);
+  bool in_window = false;
+  for (const OverlapGroup& gr : m.groups)
+    for (PNodeIdx w : gr.window) in_window = in_window || w == v;
+  ASSERT_TRUE(in_window);
+  BuiltProblem scaled = bp;
+  scale_overlap_costs(m, bp, std::vector<double>(m.keys.size(), 0.0), scaled);
+  for (size_t q = 0; q < list.size(); ++q)
+    EXPECT_NEAR(scaled.problem.nodes[static_cast<size_t>(v)].costs[q],
+                bp.op_comm_us(v, static_cast<StrategyIdx>(q)), 1e-9)
+        << list[q].name();
 }
 
 TEST(ContextParallel, SimulatorChargesWhatTheObjectiveCharges) {
