@@ -85,9 +85,16 @@ CpAttentionTime allgather_time(const CpAttentionInput& in, const Mesh& mesh, Mes
   const double n = static_cast<double>(p);
   CpAttentionTime r;
   r.compute_us = slowest_compute(in, p);
-  r.transfer_us = all_gather_us(in.kv_bytes * n, mesh, dim, model);
-  if (in.backward) r.transfer_us += reduce_scatter_us(in.dkv_bytes * n, mesh, dim, model);
-  r.exposed_us = r.transfer_us;
+  // The gather runs behind the local chunk's attention (step 0: C/P on every rank, balanced
+  // or not); the reduce-scatter of dK/dV waits for the whole backward.
+  const double gather = all_gather_us(in.kv_bytes * n, mesh, dim, model);
+  r.transfer_us = gather;
+  r.exposed_us = std::max(0.0, gather - in.compute_us / n);
+  if (in.backward) {
+    const double scatter = reduce_scatter_us(in.dkv_bytes * n, mesh, dim, model);
+    r.transfer_us += scatter;
+    r.exposed_us += scatter;
+  }
   return r;
 }
 

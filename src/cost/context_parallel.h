@@ -12,9 +12,12 @@
 ///   t = one point-to-point hop of the chunk (latency + bytes / bus bandwidth of the dim).  The
 ///   backward passes K/V and the partial dK/dV together (t covers both), and the finished
 ///   dK/dV take one more, unhidden, hop home.  Only max(0, t - c_i) per step is exposed.
-/// - allgather (Llama 3, Dubey et al. 2024, section 3.3.2): K/V all-gathered over the dim
-///   before local attention, the backward all-gathers them again and reduce-scatters dK/dV;
-///   nothing overlaps: T = all_gather(K, V) + C [+ reduce_scatter(dK, dV)].
+/// - allgather (Llama 3, Dubey et al. 2024, section 3.3.2): K/V all-gathered over the dim,
+///   the backward all-gathers them again and reduce-scatters dK/dV.  torch's implementation
+///   (and torchtitan's help text for context_parallel_rotate_method: "all-gather all kv shards
+///   on ranks after the first sub-SDPA computation") issues the gather while the rank attends
+///   to its own chunk, so the gather hides behind that chunk's compute C/P:
+///     T = max(all_gather(K, V), C/P) + C - C/P [+ reduce_scatter(dK, dV)].
 ///
 /// Compute: C is one rank's attention of its queries against the whole sequence (the op's
 /// FLOPs / P).  Causal attention with load balancing (the sequence cut into 2P chunks, rank r

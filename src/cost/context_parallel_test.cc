@@ -80,19 +80,25 @@ TEST(CpAttention, RingBackwardPassesKvAndGradsThenSendsGradsHome) {
   EXPECT_NEAR(t.transfer_us, 3 * 200.6 + 100.6, 1e-9);
 }
 
-TEST(CpAttention, AllGatherIsNotOverlapped) {
-  // all_gather of 4 x 37e6 B: 6.6 + 3 x 0.6 + 3/4 x 148e6 / 370e3 = 308.4.
+TEST(CpAttention, AllGatherHidesBehindTheLocalChunkOnly) {
+  // all_gather of 4 x 37e6 B: 6.6 + 3 x 0.6 + 3/4 x 148e6 / 370e3 = 308.4, behind the local
+  // chunk's 250 us: 58.4 exposed.
   CpAttentionInput in = ring(1000, 37e6);
   in.kind = CpKind::kAllGather;
   const CpAttentionTime f = cp_attention_time(in, make_mesh({4}), 0);
-  EXPECT_NEAR(f.exposed_us, 308.4, 1e-9);
-  EXPECT_NEAR(f.total_us(), 1308.4, 1e-9);
-  // The backward gathers K/V again and reduce-scatters dK/dV (same size): 2 x 308.4.
+  EXPECT_NEAR(f.transfer_us, 308.4, 1e-9);
+  EXPECT_NEAR(f.exposed_us, 58.4, 1e-9);
+  EXPECT_NEAR(f.total_us(), 1058.4, 1e-9);
+  // The backward gathers K/V again (58.4 exposed) and reduce-scatters dK/dV (same size) after.
   in.backward = true;
   in.dkv_bytes = 37e6;
   const CpAttentionTime b = cp_attention_time(in, make_mesh({4}), 0);
-  EXPECT_NEAR(b.exposed_us, 616.8, 1e-9);
+  EXPECT_NEAR(b.exposed_us, 58.4 + 308.4, 1e-9);
   EXPECT_NEAR(b.transfer_us, 616.8, 1e-9);
+  // A chunk longer than the gather hides it entirely.
+  in.backward = false;
+  in.compute_us = 4000;
+  EXPECT_NEAR(cp_attention_time(in, make_mesh({4}), 0).exposed_us, 0, 1e-9);
 }
 
 TEST(CpAttention, OneRankIsPlainAttention) {
