@@ -1,5 +1,8 @@
 #include "planner/cp_cost.h"
 
+#include <map>
+#include <string>
+
 #include "cost/compute.h"
 
 namespace autoshard {
@@ -34,6 +37,35 @@ CpAttentionInput cp_attention_input(const Node& x, const Strategy& s, const Mesh
   in[k + 1].shape[2] *= p;
   r.compute_us = compute_time_us(x, in, out, mesh.hardware());
   return r;
+}
+
+void drop_dominated_cp_kinds(const Node& x, std::vector<Strategy>& strategies, const Mesh& mesh,
+                             CommModel model) {
+  // Per spec signature (the name without the kind), the index of the cheapest CP strategy.
+  std::map<std::string, size_t> best;
+  std::vector<double> cost(strategies.size(), 0.0);
+  for (size_t k = 0; k < strategies.size(); ++k) {
+    const Strategy& s = strategies[k];
+    if (!s.cp.active()) continue;
+    cost[k] = node_cost(x, s, mesh, model).total_us();
+    Strategy plain = s;
+    plain.cp.kind = CpKind::kRing;
+    auto [it, fresh] = best.try_emplace(plain.name(), k);
+    if (!fresh && (cost[k] < cost[it->second] ||
+                   (cost[k] == cost[it->second] && s.cp.kind == CpKind::kRing)))
+      it->second = k;
+  }
+  if (best.empty()) return;
+  std::vector<char> keep(strategies.size(), 1);
+  for (size_t k = 0; k < strategies.size(); ++k) keep[k] = !strategies[k].cp.active();
+  for (const auto& [key, k] : best) keep[k] = 1;
+  size_t w = 0;
+  for (size_t k = 0; k < strategies.size(); ++k) {
+    if (!keep[k]) continue;
+    if (w != k) strategies[w] = std::move(strategies[k]);  // never a self-move
+    ++w;
+  }
+  strategies.resize(w);
 }
 
 NodeCost node_cost(const Node& x, const Strategy& s, const Mesh& mesh, CommModel model) {

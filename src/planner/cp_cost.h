@@ -24,6 +24,13 @@ struct NodeCost {
 /// Cost of op node `x` under strategy `s` (`model` prices the op-internal communication).
 NodeCost node_cost(const Node& x, const Strategy& s, const Mesh& mesh, CommModel model);
 
+/// Drops from `strategies` the costlier of each ring / all-gather pair with the same specs
+/// (a tie keeps the ring).  The two have the same edges, memory and compute window and differ
+/// only in node cost, so the solver would never pick the costlier one: keeping it only made
+/// the problem larger.  Order is otherwise kept.
+void drop_dominated_cp_kinds(const Node& x, std::vector<Strategy>& strategies, const Mesh& mesh,
+                             CommModel model);
+
 /// The ring / all-gather inputs of a context-parallel attention strategy: each rank's compute
 /// of its queries against the whole sequence, and its K/V (and dK/dV) shard bytes.
 CpAttentionInput cp_attention_input(const Node& x, const Strategy& s, const Mesh& mesh);

@@ -344,6 +344,7 @@ BuiltProblem build_problem(const Graph& g, const Mesh& mesh, const PlannerOption
           "node '{}': {} sharding strategies on a {}-D mesh exceed the limit of {} (use a mesh "
           "with fewer dims or pin the node)",
           x.name, kept.size(), mesh.ndim(), kMaxStrategiesPerNode));
+    drop_dominated_cp_kinds(x, kept, mesh, opt.comm_model);
     if (opt.skip_fully_replicated && kept.size() > 1) {
       std::vector<Strategy> sharded;
       for (Strategy& s : kept)

@@ -45,7 +45,8 @@ assert abs(a-b) <= 1e-9*a, (a, b)' "$TMP/long.json" "$TMP/eval.json" || fail "--
 pycheck "$TMP/pre.json" 'assert j["has_solution"] and j["context_parallel"], j["context_parallel"]'
 ok "--placements / --preload read context_parallel back"
 
-# The other kind is another strategy: a file asking for it evaluates to its own (no better) time.
+# The other kind has the same specs and costs more here: the problem keeps only the cheaper
+# of the two, so a file asking for the other one matches none of the node's strategies.
 python3 - "$TMP/long/placements.json" "$TMP/other.json" <<'PY'
 import json, sys
 j = json.load(open(sys.argv[1]))
@@ -55,11 +56,8 @@ for v in j["placements"].values():
         c["kind"] = "allgather" if c["kind"] == "ring" else "ring"
 json.dump(j, open(sys.argv[2], "w"))
 PY
-"$AS" plan "${M[@]}" --placements "$TMP/other.json" --json >"$TMP/other_eval.json"
-python3 -c 'import json,sys
-a=json.load(open(sys.argv[1]))["objective_us"]; b=json.load(open(sys.argv[2]))["objective_us"]
-assert b > a, (a, b)' "$TMP/long.json" "$TMP/other_eval.json" || fail "other kind not slower"
-ok "the other CP kind evaluates slower"
+expect_error "matches none of the node's" -- "$AS" plan "${M[@]}" --placements "$TMP/other.json"
+ok "the dominated CP kind is not a strategy of the problem"
 
 # Bad context_parallel entries: one line naming the file and the JSON pointer.
 bad() {
