@@ -1,0 +1,265 @@
+"""Cutting the lowered per-rank training step into pipeline stages.
+
+    cut = cut_stages(lowered.gm, placeholder_stage, node_stage, n_stages, tangent)
+    cut.stages[s].gm         # stage s's joint graph (forward, and its backward)
+
+The SPMD lowering (autoshard.lower) of a plan with a pipeline section gives one joint graph
+(forward, loss, backward) of local ops and collectives over the stage's sub-mesh.  Every
+lowered node carries the planned node it came from (node.meta["autoshard"]["node"]) and the
+plan gives every planned node its stage ("stage" in placements.json; -1 = every stage that
+uses it).  This module cuts that graph into one joint graph per stage:
+
+  * primals: the stage's parameters, buffers and inputs (traced placeholder order), then the
+    activations the previous stage sends (its forward values this stage reads);
+  * outputs: the activations sent to the next stage (or the loss, on the last stage), one
+    gradient per parameter of the stage, then the gradients sent back to the previous stage
+    (one per received activation, in the same order);
+  * tangents: the gradients the next stage sends back (or the loss's seed), as nodes that
+    autoshard.partition turns into backward placeholders.
+
+Nodes computed from shared placeholders alone (a rope table slice) are copied into every
+stage that reads them, so that only activations cross stage boundaries.  A backward node
+whose inputs all come from the next stage (the sum of two gradient contributions to the
+activation the stages share) moves to that next stage, so that exactly one gradient per
+activation crosses back.  Anything else that crosses a boundary (a value skipping a stage, a
+parameter shared by two stages) is refused with an error naming the node.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional, Sequence
+
+import torch
+import torch.fx
+
+from .lower import META_KEY
+
+SHARED = -1
+
+
+class StageError(ValueError):
+    """The plan's stages cannot be cut out of the lowered step (the message names the node)."""
+
+
+@dataclass
+class StageGraph:
+    """One stage's joint graph and what its primals / outputs / tangents are."""
+
+    index: int
+    gm: torch.fx.GraphModule
+    placeholders: list           # traced placeholder indices of the stage's own primals
+    act_in: list                 # lowered nodes' names received from the previous stage
+    act_out: list                # lowered nodes' names sent to the next stage (or the loss)
+    grad_params: list            # traced placeholder indices of the parameters with a gradient
+    out_nodes: list = field(default_factory=list)    # nodes of gm: the forward outputs
+    grad_nodes: list = field(default_factory=list)   # gm nodes: param grads, then act_in grads
+    tangent_nodes: list = field(default_factory=list)  # gm nodes replaced by tangents
+    act_in_meta: list = field(default_factory=list)  # fake values of act_in (local shapes)
+    act_out_meta: list = field(default_factory=list)
+
+
+def _phase_backward(gm: torch.fx.GraphModule, tangent: Optional[torch.fx.Node]) -> dict:
+    out: dict = {}
+    for n in gm.graph.nodes:
+        if n.op in ("placeholder", "get_attr", "output"):
+            out[n] = False
+            continue
+        stamp = n.meta.get(META_KEY, {})
+        out[n] = (n is tangent or stamp.get("phase") == "backward"
+                  or any(out[i] for i in n.all_input_nodes))
+    return out
+
+
+def _pure(n: torch.fx.Node) -> bool:
+    if n.op != "call_function":
+        return False
+    if getattr(n.target, "namespace", "") == "_c10d_functional":
+        return True  # functional collectives: every rank of the stage runs the same copy
+    schema = getattr(n.target, "_schema", None)
+    if schema is not None and (schema.is_mutable
+                               or torch.Tag.nondeterministic_seeded in n.target.tags):
+        return False
+    return not n.is_impure()
+
+
+def assign_stages(gm: torch.fx.GraphModule, placeholder_stage: Sequence[int],
+                  node_stage: dict, n_stages: int,
+                  tangent: Optional[torch.fx.Node]) -> tuple[dict, dict]:
+    """lowered node -> stage (SHARED for nodes every reader copies), and node -> is backward.
+
+    placeholder_stage: per traced placeholder, its stage (SHARED for "every stage that uses it").
+    node_stage: planned node name -> stage ("grad:<param>" and "loss" stamps resolved here)."""
+    bwd = _phase_backward(gm, tangent)
+    stage: dict = {}
+    k = 0
+    for n in gm.graph.nodes:
+        if n.op == "placeholder":
+            stage[n] = placeholder_stage[k]
+            k += 1
+        elif n.op == "get_attr":
+            stage[n] = SHARED
+        elif n.op == "call_function":
+            ins = n.all_input_nodes
+            if _pure(n) and not bwd[n] and all(stage[i] == SHARED for i in ins):
+                stage[n] = SHARED
+                continue
+            planned = n.meta.get(META_KEY, {}).get("node")
+            if planned is not None and planned.startswith("grad:"):
+                planned = planned[5:]
+            s = n_stages - 1 if planned == "loss" else node_stage.get(planned)
+            if s is None or s == SHARED:
+                owned = [stage[i] for i in ins if stage[i] != SHARED]
+                if not owned:
+                    raise StageError(f"node {n.name} (planned node {planned}): no stage")
+                s = max(owned) if not bwd[n] else min(owned)
+            if not 0 <= s < n_stages:
+                raise StageError(f"node {planned}: stage {s} outside 0..{n_stages - 1}")
+            stage[n] = s
+    _pull_gradient_sums(gm, stage, bwd)
+    return stage, bwd
+
+
+def _pull_gradient_sums(gm: torch.fx.GraphModule, stage: dict, bwd: dict) -> None:
+    """A backward node of stage s that sums values of stage s + 1 alone (two gradient
+    contributions to an activation the stages share) moves there."""
+    for n in gm.graph.nodes:
+        if n.op != "call_function" or not bwd[n] or not _pure(n):
+            continue
+        owned = [stage[i] for i in n.all_input_nodes if stage[i] != SHARED]
+        if len(owned) >= 2 and set(owned) == {stage[n] + 1}:
+            stage[n] += 1
+
+
+def cut_stages(gm: torch.fx.GraphModule, placeholder_stage: Sequence[int], node_stage: dict,
+               n_stages: int, tangent: Optional[torch.fx.Node], loss: torch.fx.Node,
+               grads: Sequence[Optional[torch.fx.Node]], param_index: Sequence[int],
+               wanted: Sequence[int]) -> list[StageGraph]:
+    """The joint graphs of the stages in `wanted` (this rank's), cut out of `gm`.
+
+    tangent: the lowered loss-seed node (its alias); loss: the loss node; grads: per
+    parameter (param_index: its traced placeholder index), the gradient node or None."""
+    stage, bwd = assign_stages(gm, placeholder_stage, node_stage, n_stages, tangent)
+    nodes = [n for n in gm.graph.nodes if n.op != "output"]
+    placeholders = [n for n in nodes if n.op == "placeholder"]
+    # boundary b (between stage b and b + 1): forward values sent on, gradients sent back
+    fwd_cross: list = [[] for _ in range(n_stages)]
+    bwd_cross: list = [[] for _ in range(n_stages)]
+    for n in nodes:
+        for i in n.all_input_nodes:
+            si, sn = stage[i], stage.get(n, SHARED)
+            if si == SHARED or sn == SHARED or si == sn:
+                continue
+            what = f"node {n.name} (planned {n.meta.get(META_KEY, {}).get('node')}) of stage " \
+                   f"{sn} reads {i.name} (planned {i.meta.get(META_KEY, {}).get('node')}) " \
+                   f"of stage {si}"
+            if not bwd[i] and sn == si + 1:
+                if i not in fwd_cross[si]:
+                    fwd_cross[si].append(i)
+            elif bwd[i] and sn == si - 1:
+                if i not in bwd_cross[sn]:
+                    bwd_cross[sn].append(i)
+            else:
+                raise StageError(f"{what}: only activations to the next stage and their "
+                                 f"gradients back cross a stage boundary")
+    for b in range(n_stages - 1):
+        _check_pairs(fwd_cross[b], bwd_cross[b], b)
+    grad_of = {p: g for p, g in zip(param_index, grads)}
+    for p, g in grad_of.items():
+        if g is not None and stage[g] != placeholder_stage[p]:
+            raise StageError(f"parameter {placeholders[p].name}: its gradient "
+                             f"{g.name} is computed in stage {stage[g]}, the parameter is in "
+                             f"stage {placeholder_stage[p]}")
+    return [_build(gm, s, stage, bwd, nodes, placeholders, fwd_cross, bwd_cross, tangent,
+                   loss, grad_of, n_stages) for s in wanted]
+
+
+def _meta(n: torch.fx.Node):
+    return n.meta.get("val")
+
+
+def _check_pairs(acts: list, grads: list, b: int) -> None:
+    """The gradients crossing boundary b back are those of its activations, in order: one
+    per floating activation, of its local shape."""
+    for a in acts:
+        if _meta(a) is None or not _meta(a).is_floating_point():
+            raise StageError(f"stage boundary {b}->{b + 1}: {a.name} (planned "
+                             f"{a.meta.get(META_KEY, {}).get('node')}) is not a floating "
+                             f"activation")
+    float_acts = acts
+    shapes_a = [(tuple(_meta(a).shape), _meta(a).dtype) for a in float_acts]
+    shapes_g = [(tuple(_meta(g).shape), _meta(g).dtype) for g in grads]
+    if sorted(shapes_a, key=str) != sorted(shapes_g, key=str):
+        raise StageError(f"stage boundary {b}->{b + 1}: activations "
+                         f"{[a.name for a in float_acts]} {shapes_a} but gradients "
+                         f"{[g.name for g in grads]} {shapes_g} cross it back")
+    # order the gradients like their activations (equal shapes keep their graph order)
+    ordered = []
+    rest = list(grads)
+    for sh in shapes_a:
+        g = next(g for g in rest if (tuple(_meta(g).shape), _meta(g).dtype) == sh)
+        rest.remove(g)
+        ordered.append(g)
+    grads[:] = ordered
+
+
+def _build(gm: torch.fx.GraphModule, s: int, stage: dict, bwd: dict, nodes: list,
+           placeholders: list, fwd_cross: list, bwd_cross: list, tangent, loss, grad_of: dict,
+           n_stages: int) -> StageGraph:
+    first, last = s == 0, s == n_stages - 1
+    act_in = fwd_cross[s - 1] if not first else []
+    act_out = fwd_cross[s] if not last else [loss]
+    grads_back = bwd_cross[s - 1] if not first else []   # sent to stage s - 1
+    tangents_in = bwd_cross[s] if not last else []       # received from stage s + 1
+    # which nodes: the stage's own, and the shared ones they read (transitively)
+    keep: set = set()
+
+    def need(n: torch.fx.Node) -> None:
+        todo = [n]
+        while todo:
+            x = todo.pop()
+            if x in keep:
+                continue
+            keep.add(x)
+            todo.extend(i for i in x.all_input_nodes if stage[i] == SHARED)
+
+    for n in nodes:
+        if stage.get(n) == s and n.op != "placeholder":
+            need(n)
+    own_ph = [k for k, p in enumerate(placeholders)
+              if stage[p] == s or (stage[p] == SHARED and p in keep)]
+    for k in own_ph:
+        keep.add(placeholders[k])
+    g = torch.fx.Graph()
+    env: dict = {}
+    for k in own_ph:
+        env[placeholders[k]] = _copy_placeholder(g, placeholders[k], f"p{k}_")
+    for a in act_in:
+        env[a] = _copy_placeholder(g, a, "act_")
+    for t in tangents_in:  # the next stage's gradients: backward nodes, made placeholders
+        v = _meta(t)
+        node = g.call_function(torch.ops.aten.empty.memory_format, (list(v.shape),),
+                               {"dtype": v.dtype})
+        node.meta = {"val": v, META_KEY: {"phase": "backward", "node": "tangent"}}
+        env[t] = node
+    for n in nodes:
+        if n in keep and n.op != "placeholder" and n not in env:
+            env[n] = g.node_copy(n, lambda a: env[a])
+    out_nodes = [env[a] for a in act_out]
+    params = [k for k in own_ph if k in grad_of and grad_of[k] is not None]
+    grad_nodes = [env[grad_of[k]] for k in params] + [env[x] for x in grads_back]
+    tangent_nodes = [env[t] for t in tangents_in]
+    if last:
+        tangent_nodes = [env[tangent]]
+    g.output((*out_nodes, *grad_nodes))
+    sgm = torch.fx.GraphModule(gm, g)
+    return StageGraph(index=s, gm=sgm, placeholders=own_ph, act_in=[a.name for a in act_in],
+                      act_out=[a.name for a in act_out], grad_params=params,
+                      out_nodes=out_nodes, grad_nodes=grad_nodes, tangent_nodes=tangent_nodes,
+                      act_in_meta=[_meta(a) for a in act_in],
+                      act_out_meta=[_meta(a) for a in act_out])
+
+
+def _copy_placeholder(g: torch.fx.Graph, n: torch.fx.Node, prefix: str) -> torch.fx.Node:
+    p = g.placeholder(prefix + n.name)
+    p.meta = dict(n.meta)
+    return p
