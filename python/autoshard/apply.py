@@ -113,6 +113,7 @@ def _output_list(s: str, where: str) -> list:
 class NodePlan:
     outputs: list            # per output: placements list or None
     inputs: list             # per tensor input (graph JSON order): placements list
+    context_parallel: Any = None  # the node's "context_parallel" entry (context_parallel.py)
 
 
 def read_placements(placements: PlacementsArg) -> tuple[dict, str]:
@@ -158,7 +159,15 @@ def load_placements(placements: PlacementsArg, mesh: DeviceMesh,
         for p in [*[o for o in outs if o is not None], *ins]:
             if len(p) != mesh.ndim:
                 raise PlanError(f"{where}{len(p)} placements for a {mesh.ndim}-D mesh")
-        out[name] = NodePlan(outs, ins)
+        cp = entry.get("context_parallel")
+        if cp is not None:
+            from .context_parallel import ContextParallelError, parse_config
+
+            try:
+                cp = parse_config(cp, list(mesh.mesh_dim_names or []), where)
+            except ContextParallelError as e:
+                raise PlanError(str(e)) from None
+        out[name] = NodePlan(outs, ins, cp)
     return out
 
 
@@ -346,7 +355,13 @@ class StepRunner:
                 kwargs["device"] = device
             with (self.edge_hook(name, "op") if self.edge_hook else _null()):
                 try:
-                    res = _call(node.target, args, kwargs, device)  # DTensor's collectives
+                    if plan.context_parallel is not None:  # the plan's CP attention
+                        from .context_parallel import run_node
+
+                        res = run_node(node.target, args, kwargs, self.mesh,
+                                       plan.context_parallel, plan.outputs, name)
+                    else:
+                        res = _call(node.target, args, kwargs, device)  # DTensor's collectives
                 except (RuntimeError, NotImplementedError) as e:  # e.g. an uneven shard
                     first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
                     raise PlanError(f"node {name} ({node.target}): cannot run at the planned "
