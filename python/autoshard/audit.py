@@ -33,7 +33,7 @@ from typing import Any, Optional, Sequence
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-KINDS = ("all_gather", "reduce_scatter", "all_reduce", "all_to_all")
+KINDS = ("all_gather", "reduce_scatter", "all_reduce", "all_to_all", "send_recv")
 
 
 @dataclass(frozen=True)
@@ -48,6 +48,8 @@ def _kind_and_bytes(func, args) -> Optional[tuple[str, float, str]]:
     """(kind, bytes, group name) of a functional collective call, else None."""
     name = getattr(func, "__name__", "")
     ns = getattr(func, "namespace", "")
+    if ns == "autoshard" and name.startswith("ring_attention"):
+        return _ring_bytes(name, args)
     if ns != "_c10d_functional":
         return None
     base = name.split(".")[0].rstrip("_")
@@ -65,6 +67,24 @@ def _kind_and_bytes(func, args) -> Optional[tuple[str, float, str]]:
                 "all_reduce_coalesced"):
         return base, nbytes, "?"
     return None
+
+
+def _ring_bytes(name: str, args) -> tuple[str, float, str]:
+    """A ring attention op (autoshard.context_parallel): ("send_recv", bytes each device
+    sends, group).  Forward: K and V to the next rank in P - 1 steps; backward: K and V in
+    P - 1 steps, the float32 dK/dV accumulators in P steps."""
+    import torch.distributed as dist
+    from torch.distributed.distributed_c10d import _resolve_process_group
+
+    backward = name.startswith("ring_attention_backward")
+    k, v = (args[2], args[3]) if backward else (args[1], args[2])
+    group = args[6] if backward else args[3]
+    world = dist.get_world_size(_resolve_process_group(group))
+    kv = float(k.numel() * k.element_size() + v.numel() * v.element_size())
+    total = (world - 1) * kv
+    if backward:
+        total += world * float(k.numel() + v.numel()) * 4
+    return "send_recv", total, str(group)
 
 
 class _Recorder(TorchDispatchMode):

@@ -145,8 +145,8 @@ def allgather_forward(q, k, v, group, rank: int, world: int, causal: bool, scale
     from torch.distributed import _functional_collectives as fc
 
     local = q.shape[2]
-    kk = fc.all_gather_tensor(k.contiguous(), 2, group)
-    vv = fc.all_gather_tensor(v.contiguous(), 2, group)
+    kk = fc.all_gather_single(k.contiguous(), 2, group)
+    vv = fc.all_gather_single(v.contiguous(), 2, group)
     kpos = torch.cat([positions(r, world, local, load_balance) for r in range(world)])
     out, lse = attend(q, kk, vv, positions(rank, world, local, load_balance), kpos, causal, scale)
     return out.to(q.dtype), lse
@@ -157,13 +157,13 @@ def allgather_backward(dout, q, k, v, out, lse, group, rank: int, world: int, ca
     from torch.distributed import _functional_collectives as fc
 
     local = q.shape[2]
-    kk = fc.all_gather_tensor(k.contiguous(), 2, group)
-    vv = fc.all_gather_tensor(v.contiguous(), 2, group)
+    kk = fc.all_gather_single(k.contiguous(), 2, group)
+    vv = fc.all_gather_single(v.contiguous(), 2, group)
     kpos = torch.cat([positions(r, world, local, load_balance) for r in range(world)])
     dq, dk, dv = attend_backward(dout, q, kk, vv, out, lse,
                                  positions(rank, world, local, load_balance), kpos, causal, scale)
-    dk = fc.reduce_scatter_tensor(dk.contiguous(), "sum", 2, group)
-    dv = fc.reduce_scatter_tensor(dv.contiguous(), "sum", 2, group)
+    dk = fc.reduce_scatter_single(dk.contiguous(), "sum", 2, group)
+    dv = fc.reduce_scatter_single(dv.contiguous(), "sum", 2, group)
     return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
 
 
