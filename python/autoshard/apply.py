@@ -400,7 +400,23 @@ def redistribute(t: DTensor, mesh: DeviceMesh, placements: Sequence) -> DTensor:
 
     target = DTensorSpec(mesh, tuple(placements), tensor_meta=t._spec.tensor_meta)
     local = redistribute_local_tensor(t._local_tensor, t._spec, target)
+    meta = t._spec.tensor_meta
+    if meta is not None:
+        local = _memory_order(local, meta.stride)
     return DTensor(local, target, requires_grad=False)
+
+
+def _memory_order(local: torch.Tensor, stride: Sequence[int]) -> torch.Tensor:
+    """`local` laid out in memory in the dim order of the global `stride` (a collective's
+    output is contiguous; an op's output, e.g. the flash kernel's [B, H, S, D] stored as
+    [B, S, H, D], is not, and the traced graph's views after a transpose rely on it)."""
+    if local.dim() != len(stride) or local.dim() < 2:
+        return local
+    order = sorted(range(local.dim()), key=lambda d: (-stride[d], d))
+    if order == list(range(local.dim())) or local.permute(order).is_contiguous():
+        return local
+    inverse = [order.index(d) for d in range(local.dim())]
+    return local.permute(order).contiguous().permute(inverse)
 
 
 class _null:

@@ -176,7 +176,7 @@ def _shift(tensors: list, group) -> tuple[list, list]:
     world, rank = dist.get_world_size(group), dist.get_rank(group)
     nxt = dist.get_global_rank(group, (rank + 1) % world)
     prv = dist.get_global_rank(group, (rank - 1) % world)
-    bufs = [torch.empty_like(t) for t in tensors]
+    bufs = [torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in tensors]
     ops = [dist.P2POp(dist.isend, t.contiguous(), nxt, group) for t in tensors]
     ops += [dist.P2POp(dist.irecv, b, prv, group) for b in bufs]
     return bufs, dist.batch_isend_irecv(ops)

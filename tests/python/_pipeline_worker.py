@@ -3,10 +3,7 @@ from __future__ import annotations
 
 import copy
 import faulthandler
-import json
-import os
 import sys
-from typing import Optional, Sequence
 
 import torch
 
@@ -33,88 +30,16 @@ def make_llama4(batch: int = GLOBAL_BATCH):
 
 
 def trace_microbatch(microbatches: int = MICROBATCHES):
-    """The training step of ONE microbatch (the graph a pipelined plan is made for)."""
-    from autoshard.apply import trace_for_apply
+    """The training step of ONE microbatch (the graph a pipelined plan is made for), with
+    attention as its math decomposition (matmuls and a softmax): the pipeline planner's
+    placements.json does not carry the "context_parallel" entries of fused attention nodes
+    it shards on the sequence, which the runtime refuses."""
     from autoshard.tracer.export import to_graph_dict
+    from autoshard.tracer.trace import trace_training_step
 
     model, inputs, targets, loss_fn = make_llama4(GLOBAL_BATCH // microbatches)
-    traced = trace_for_apply(model, inputs, loss_fn, targets)
+    traced = trace_training_step(copy.deepcopy(model), inputs, loss_fn, targets, attention=None)
     return traced, to_graph_dict(traced)
-
-
-# --- the fixture: a plan on the sub-mesh plus a "pipeline" section (PIPELINE_FORMAT.md) -------
-def _layer(node: dict) -> Optional[int]:
-    parts = (node.get("module") or "").split(".")
-    if len(parts) > 1 and parts[0] == "layers" and parts[1].isdigit():
-        return int(parts[1])
-    return None
-
-
-def node_stages(graph: dict, n_stages: int) -> dict:
-    """Every node's stage as PIPELINE_FORMAT.md defines it: layers split evenly in order;
-    ops before the first layer (forward) or after the last layer's backward on stage 0, the
-    ones after the last layer (forward) or before the first layer's backward on the last;
-    parameters and inputs with their consumers, buffers -1 (every stage that uses them)."""
-    nodes = graph["nodes"]
-    n_layers = 1 + max(_layer(n) for n in nodes if _layer(n) is not None)
-    per = n_layers // n_stages
-    out: dict = {}
-    seen = {"forward": False, "backward": False}
-    for n in nodes:
-        if n.get("kind") != "op":
-            continue
-        layer, phase = _layer(n), n.get("phase", "forward")
-        if layer is not None:
-            out[n["name"]] = min(layer // per, n_stages - 1)
-            seen[phase] = True
-        elif phase == "forward":
-            out[n["name"]] = n_stages - 1 if seen["forward"] else 0
-        else:
-            out[n["name"]] = 0 if seen["backward"] else n_stages - 1
-    consumers: dict = {}
-    for n in nodes:
-        for ref in n.get("inputs", []):
-            src = ref if isinstance(ref, str) else ref["node"]
-            if n["name"] in out and n.get("phase", "forward") == "forward":
-                consumers.setdefault(src, set()).add(out[n["name"]])
-    for n in nodes:
-        if n.get("kind") == "op":
-            continue
-        users = consumers.get(n["name"], set())
-        if n.get("kind") == "buffer" or len(users) != 1:
-            out[n["name"]] = -1
-        else:
-            out[n["name"]] = next(iter(users))
-    return out
-
-
-def add_pipeline(doc: dict, graph: dict, n_stages: int, schedule: str, microbatches: int) -> dict:
-    """A plan over the sub-mesh (no pp dim) -> the plan over [P, *sub] with a "pipeline"
-    section and per-node stages, R on the pp position (the format the planner writes)."""
-    out = copy.deepcopy(doc)
-    out["mesh_shape"] = [n_stages, *doc["mesh_shape"]]
-    out["mesh_dim_names"] = ["pp", *doc["mesh_dim_names"]]
-
-    def add_r(spec: str) -> str:
-        t = spec.strip()
-        if t.startswith("(") and "," in t:
-            return "(" + ", ".join(x if x.strip() in ("None", "") else "R" + x.strip()
-                                   for x in t[1:-1].split(",")) + ")"
-        return "R" + t
-    stages = node_stages(graph, n_stages)
-    for name, entry in out["placements"].items():
-        entry["output"] = add_r(entry["output"])
-        entry["inputs"] = [add_r(x) for x in entry.get("inputs", [])]
-        entry["stage"] = stages[name]
-    n_layers = 1 + max(_layer(n) for n in graph["nodes"] if _layer(n) is not None)
-    per = n_layers // n_stages
-    out["pipeline"] = {
-        "mesh_dim": "pp", "schedule": schedule, "microbatches": microbatches,
-        "stages_per_rank": 1,
-        "stages": [{"index": s, "pp_rank": s, "layers": [f"layers.{i}" for i in
-                                                         range(s * per, (s + 1) * per)],
-                    "first": s == 0, "last": s == n_stages - 1} for s in range(n_stages)]}
-    return out
 
 
 # --- the worker -----------------------------------------------------------------------------
