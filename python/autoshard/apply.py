@@ -346,6 +346,13 @@ class StepRunner:
             name = self.names[node]
             plan = self.placements_of(name)
             slots = _schema_slots(node)
+            if plan.context_parallel is None:
+                from .context_parallel import ContextParallelError, check_uncovered
+
+                try:
+                    check_uncovered(node.target, plan.inputs, name)
+                except ContextParallelError as e:
+                    raise PlanError(str(e)) from None
             if len(slots) != len(plan.inputs):
                 raise PlanError(f"node {name}: {len(slots)} tensor inputs, the plan lists "
                                 f"{len(plan.inputs)}")

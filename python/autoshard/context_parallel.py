@@ -273,6 +273,27 @@ def _kernel_layout(t: torch.Tensor) -> torch.Tensor:
     return t.transpose(1, 2).contiguous().transpose(1, 2)
 
 
+#: SDPA kernels whose dim 2 is the sequence (q, k, v, output [B, H, S, D])
+SDPA_OPS = frozenset(f"_scaled_dot_product_{k}_attention{sfx}"
+                     for k in ("flash", "efficient", "cudnn")
+                     for sfx in ("", "_backward")) | {
+    "_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_flash_attention_for_cpu_backward"}
+
+
+def check_uncovered(op: Any, inputs: Sequence, name: str) -> None:
+    """An SDPA node whose planned q/k/v are split on the sequence (dim 2) without a
+    "context_parallel" entry would attend within each shard only: refused."""
+    base = getattr(op, "__name__", "").split(".")[0]
+    if base not in SDPA_OPS:
+        return
+    for k, pl in enumerate(inputs[:4]):
+        if any(p.is_shard() and p.dim == 2 for p in pl):
+            raise ContextParallelError(
+                f"node {name}: {base} input {k} is planned split on the sequence (dim 2) but "
+                f"the node has no \"context_parallel\" entry (which ring or all-gather "
+                f"exchange to run)")
+
+
 # --- the runner's entry point ---------------------------------------------------------------
 _FWD = "_scaled_dot_product_flash_attention_for_cpu"
 _BWD = "_scaled_dot_product_flash_attention_for_cpu_backward"

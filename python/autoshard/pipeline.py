@@ -175,6 +175,11 @@ class StageModule(torch.nn.Module):
         own = {n for n, _, _ in self._slots}
         holder = copy.deepcopy(model)
         from .apply import _local_slice
+        from .context_parallel import load_balanced_dims, permute_for_plan
+
+        #: load-balanced context-parallel mesh dims: inputs and buffers they shard are cut
+        #: from the head-tail order (autoshard.context_parallel)
+        self._balanced = load_balanced_dims(runner.plan, mesh)
 
         for n, p in list(holder.named_parameters()):
             if n not in own:
@@ -187,8 +192,9 @@ class StageModule(torch.nn.Module):
             if n not in own:
                 _remove(holder, n, buffer=True)
             else:
-                _set_tensor(holder, n, _local_slice(b.detach(), mesh,
-                                                    runner.placements_of(n).outputs[0]), True)
+                pl = runner.placements_of(n).outputs[0]
+                b = permute_for_plan(b.detach(), pl, self._balanced)
+                _set_tensor(holder, n, _local_slice(b, mesh, pl), True)
         self.add_module("model", holder)
 
     @property
@@ -204,6 +210,7 @@ class StageModule(torch.nn.Module):
         return out
 
     def forward(self, *acts: torch.Tensor, **inputs: torch.Tensor) -> Any:
+        from .context_parallel import permute_for_plan
         from .module import local_chunk
 
         params = dict(self.model.named_parameters())
@@ -221,7 +228,8 @@ class StageModule(torch.nn.Module):
                 t = next(it, None) if self.first and key not in inputs else inputs.get(key)
                 if t is None:
                     raise TypeError(f"stage {self.index}: no tensor for input '{name}'")
-                flat.append(local_chunk(t, self.mesh, pl, coord))
+                flat.append(local_chunk(permute_for_plan(t, pl, self._balanced), self.mesh,
+                                        pl, coord))
         if not self.first:
             flat.extend(acts)
         out = _STAGE_FN.apply(self, *flat)

@@ -45,6 +45,18 @@ class Blockwise(unittest.TestCase):
         t = torch.arange(16).reshape(2, 8)
         self.assertEqual(permute_sequence(t, 1, 2)[1].tolist(), [8, 9, 14, 15, 10, 11, 12, 13])
 
+    def test_sequence_split_attention_needs_an_entry(self):
+        from torch.distributed.tensor import Replicate, Shard
+
+        from autoshard.context_parallel import ContextParallelError, check_uncovered
+
+        op = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
+        check_uncovered(op, [[Shard(0)]] * 3, "sdpa")  # batch-split: plain attention
+        check_uncovered(torch.ops.aten.mm.default, [[Shard(2)]] * 2, "mm")
+        with self.assertRaisesRegex(ContextParallelError, "node sdpa: .* input 1 .* no "
+                                                          "\"context_parallel\" entry"):
+            check_uncovered(op, [[Replicate()], [Shard(2)], [Shard(2)]], "sdpa")
+
     def test_chunks_merge_to_the_kernel(self):
         from autoshard.context_parallel import attend, attend_backward, merge, positions
 
