@@ -10,6 +10,8 @@
     module = autoshard.auto_parallel(model, device_mesh, inputs, out_shardings)
     module = autoshard.apply_placement(model, "out/placements.json", device_mesh,
                                        example_inputs=(tokens,), loss_fn=loss, targets=(labels,))
+    pipe = autoshard.apply_pipeline(model, "out/placements.json", device_mesh,
+                                    example_inputs=(tokens_mb,), loss_fn=loss, targets=(labels_mb,))
 
 Importing this package imports neither torch nor the C++ extension: the names below are
 resolved on first use, so `autoshard.tracer.validate` and the core work without torch.
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-__all__ = ["AutoParallel", "auto_parallel", "apply_placement", "Mesh", "ShardingOptimizer",
+__all__ = ["AutoParallel", "auto_parallel", "apply_placement", "apply_pipeline", "Mesh", "ShardingOptimizer",
            "Placement", "plan_graph", "__version__"]
 
 
@@ -29,6 +31,9 @@ def __getattr__(name: str):
     if name == "apply_placement":  # the planned module (autoshard.apply)
         from .apply import apply_placement
         return apply_placement
+    if name == "apply_pipeline":  # a plan with pipeline stages (autoshard.pipeline)
+        from .pipeline import apply_pipeline
+        return apply_pipeline
     if name == "ShardingOptimizer":  # AutoParallel's names on the C++ optimizer
         from .optimizer import ShardingOptimizer
         return ShardingOptimizer

@@ -260,6 +260,47 @@ def plan_edges(graph: dict, placements: dict) -> list[dict]:
     return edges
 
 
+_DTYPE_BYTES = {"f64": 8, "f32": 4, "bf16": 2, "f16": 2}
+
+
+def cp_collectives(graph: dict, placements: dict, mesh_shape: Sequence[int]) -> dict:
+    """What the runtime's lowering of each context-parallel attention node issues
+    (autoshard.context_parallel), as "<node>:op" -> [(kind, mesh dim, bytes per device)]:
+    all-gather kind: K and V gathered (forward; again in the backward) and dK, dV (float32)
+    reduce-scattered; ring kind: one P2P exchange per node (bytes as audit._ring_bytes)."""
+    from .apply import parse_placements
+
+    pl = placements.get("placements", placements)
+    names = placements.get("mesh_dim_names") or []
+    nodes = {n["name"]: n for n in graph["nodes"]}
+    out: dict = {}
+    for name, entry in pl.items():
+        cp = entry.get("context_parallel")
+        if cp is None or name not in nodes:
+            continue
+        node = nodes[name]
+        dim = list(names).index(cp["mesh_dim"]) if cp["mesh_dim"] in names else 0
+        world = mesh_shape[dim]
+        backward = node["op"].endswith("_backward")
+        k_ref = node["inputs"][2 if backward else 1]
+        src, idx = _ref_name(k_ref)
+        meta = nodes[src]["outputs"][idx]
+        numel = math.prod(meta["shape"])
+        for i, p in enumerate(parse_placements(entry["inputs"][2 if backward else 1])):
+            if p.is_shard():
+                numel //= mesh_shape[i]
+        kv = 2.0 * numel * _DTYPE_BYTES.get(meta["dtype"], 4)  # K and V, this device's
+        if cp["kind"] == "allgather":
+            steps = [("all_gather", dim, kv / 2 * world)] * 2
+            if backward:
+                steps += [("reduce_scatter", dim, float(numel * 4 * world))] * 2
+        else:
+            total = (world - 1) * kv + (world * 2.0 * numel * 4 if backward else 0.0)
+            steps = [("send_recv", dim, total)]
+        out[f"{name}:op"] = steps
+    return out
+
+
 def planned_collectives(binary: str, graph: dict, placements: dict, mesh_shape: Sequence[int],
                         cpu: bool = False, comm_model: str = "dtensor") -> tuple[dict, dict]:
     """autoshard's schedule for every plan edge -> ((kind, mesh dim) -> [count, bytes],
@@ -287,6 +328,11 @@ def planned_collectives(binary: str, graph: dict, placements: dict, mesh_shape: 
                              capture_output=True, text=True, timeout=120).stdout
     totals: dict = defaultdict(lambda: [0, 0.0])
     per_edge: dict = {}
+    for edge, steps in cp_collectives(graph, placements, mesh_shape).items():
+        per_edge[edge] = sorted(steps, key=str)
+        for kind, dim, b in steps:
+            totals[(kind, dim)][0] += 1
+            totals[(kind, dim)][1] += b
     for e, r in zip(edges, json.loads(res)):
         steps = [(s["collective"], int(s["mesh_dim"]), float(s["bytes"])) for s in r["steps"]]
         if cpu:

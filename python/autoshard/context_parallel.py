@@ -33,7 +33,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from typing import Any, Sequence
 
 import torch
 
@@ -247,24 +247,26 @@ def ring_ops() -> tuple:
 
 
 def _ring_forward_fake(q, k, v, group_name, causal, scale, load_balance):
-    return torch.empty_like(q), q.new_empty(q.shape[:3], dtype=torch.float32)
+    return q.new_empty(q.shape), q.new_empty(q.shape[:3], dtype=torch.float32)
 
 
 def _ring_backward_fake(dout, q, k, v, out, lse, group_name, causal, scale, load_balance):
-    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
 def _ring_forward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, group_name: str,
                      causal: bool, scale: float, load_balance: bool
                      ) -> tuple[torch.Tensor, torch.Tensor]:
-    return _ring_forward(q, k, v, group_name, causal, scale, load_balance)
+    out, lse = _ring_forward(q, k, v, group_name, causal, scale, load_balance)
+    return out.contiguous(), lse.contiguous()  # contiguous, as the fake kernel says
 
 
 def _ring_backward_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                       out: torch.Tensor, lse: torch.Tensor, group_name: str, causal: bool,
                       scale: float, load_balance: bool
                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    return _ring_backward(dout, q, k, v, out, lse, group_name, causal, scale, load_balance)
+    return tuple(t.contiguous() for t in  # contiguous, as the fake kernel says
+                 _ring_backward(dout, q, k, v, out, lse, group_name, causal, scale, load_balance))
 
 
 def _kernel_layout(t: torch.Tensor) -> torch.Tensor:

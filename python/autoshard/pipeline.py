@@ -28,14 +28,11 @@ the full batch's loss and gradients.
 from __future__ import annotations
 
 import copy
-import os
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 import torch
-import torch.fx
 from torch.distributed.device_mesh import DeviceMesh
-from torch.distributed.tensor import DTensor
 
 from .apply import (PlacementsArg, PlanError, StepRunner, graph_names, load_placements,
                     parse_placements, placements_str, read_placements, trace_for_apply,
@@ -155,7 +152,7 @@ class StageModule(torch.nn.Module):
     Returns the activations for the next stage, or the microbatch's loss on the last stage."""
 
     def __init__(self, model: torch.nn.Module, graph: StageGraph, split: Any, runner: StepRunner,
-                 traced: Any, mesh: DeviceMesh, loss_placements: list):
+                 traced: Any, mesh: DeviceMesh):
         super().__init__()
         from .module import _set_tensor
 
@@ -171,7 +168,6 @@ class StageModule(torch.nn.Module):
         self._grad_param_slots = [pos[k] for k in graph.grad_params]
         self._input_index = {names[k]: [k2 for k2, kk in enumerate(kinds) if kk == "input"]
                              .index(k) for k in graph.placeholders if kinds[k] == "input"}
-        self._loss_placements = loss_placements
         own = {n for n, _, _ in self._slots}
         holder = copy.deepcopy(model)
         from .apply import _local_slice
@@ -342,6 +338,11 @@ def apply_pipeline(model: torch.nn.Module, placements: PlacementsArg, mesh: Devi
             raise PlanError(f"{origin}/placements/{name}/stage: missing")
         node_stage[name] = int(entry["stage"])
     n_stages = len(spec.stages)
+    for st in spec.stages:  # torch's schedules place stage s on pp rank s mod P ("loop")
+        if st["pp_rank"] != st["index"] % mesh.size(pp):
+            raise PlanError(f"{origin}/pipeline/stages/{st['index']}: pp_rank {st['pp_rank']}, "
+                            f"the schedule runs stage {st['index']} on pp rank "
+                            f"{st['index'] % mesh.size(pp)}")
     wanted = [st["index"] for st in spec.stages if st["pp_rank"] == my_pp]
     if not wanted:
         raise PlanError(f"{origin}/pipeline/stages: no stage on pp rank {my_pp}")
@@ -365,7 +366,7 @@ def apply_pipeline(model: torch.nn.Module, placements: PlacementsArg, mesh: Devi
     modules, pipe_stages = [], []
     for cut in cuts:
         split = partition(cut.gm, cut.out_nodes, cut.grad_nodes, cut.tangent_nodes)
-        mod = StageModule(model, cut, split, runner, traced, sub, list(lowered.loss_placements))
+        mod = StageModule(model, cut, split, runner, traced, sub)
         modules.append(mod)
         first_in = tuple(_full_example(traced, k) for k in cut.placeholders
                          if kinds[k] == "input") if cut.index == 0 else \

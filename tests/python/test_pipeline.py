@@ -49,6 +49,10 @@ class PipelinePlanFormat(unittest.TestCase):
         self.assertEqual(sub["mesh_shape"], [2])
         self.assertEqual(sub["placements"]["mm"], {"output": "S(0)", "inputs": ["S(0)", "R"]})
         self.assertEqual(sub["placements"]["sdpa"]["output"], "(S(0), R)")
+        import autoshard
+        from autoshard.pipeline import apply_pipeline
+
+        self.assertIs(autoshard.apply_pipeline, apply_pipeline)
         doc["placements"]["mm"]["output"] = "S(0)R"
         with self.assertRaisesRegex(PlanError, "/placements/mm: .* not Replicate on the pp"):
             stage_placements(doc, 0)
