@@ -262,6 +262,11 @@ class StepRunner:
     #: Called as hook(node_name, slot) around each input redistribution ("grad:<param>" for
     #: the parameter <- gradient edges); the audit uses it to attribute collectives to edges.
     edge_hook: Optional[Callable[[str, Any], Any]] = None
+    #: the sequence's layout (context_parallel.SequenceLayout): head-tail order or natural
+    layout: Any = None
+    #: load-balanced CP nodes run with contiguous positions (the plan cuts the sequence
+    #: after its sources, so the shards hold contiguous pieces; context_parallel.py)
+    unbalanced: list = field(default_factory=list)
 
     def placements_of(self, name: str) -> NodePlan:
         p = self.plan.get(name)
@@ -365,8 +370,11 @@ class StepRunner:
                     if plan.context_parallel is not None:  # the plan's CP attention
                         from .context_parallel import run_node
 
+                        head_tail = self.layout is not None and self.layout.head_tail
+                        if plan.context_parallel.load_balance and not head_tail:
+                            self.unbalanced.append(name)
                         res = run_node(node.target, args, kwargs, self.mesh,
-                                       plan.context_parallel, plan.outputs, name)
+                                       plan.context_parallel, plan.outputs, name, head_tail)
                     else:
                         res = _call(node.target, args, kwargs, device)  # DTensor's collectives
                 except (RuntimeError, NotImplementedError) as e:  # e.g. an uneven shard
@@ -508,6 +516,10 @@ def apply_placement(model: torch.nn.Module, placements: PlacementsArg, mesh: Dev
     if unknown:
         raise PlanError(f"node {unknown[0]}: in the placements but not in the traced graph")
     runner = StepRunner(traced.gm, plan, names, mesh)
+    from .context_parallel import sequence_layout
+
+    runner.layout = sequence_layout(graph, plan, traced.placeholder_names,
+                                    traced.placeholder_kinds, mesh)
     return build_module(model, runner, traced, graph, mesh, doc, returns)
 
 

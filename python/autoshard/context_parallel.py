@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import torch
@@ -302,7 +302,7 @@ _BWD = "_scaled_dot_product_flash_attention_for_cpu_backward"
 
 
 def run_node(op: Any, args: list, kwargs: dict, mesh: Any, cfg: CPConfig, outputs: list,
-             name: str) -> tuple:
+             name: str, head_tail: bool) -> tuple:
     """Runs a context-parallel SDPA node on DTensors at the planned placements (q, k, v,
     output sharded on dim 2 over cfg.mesh_dim) -> its outputs as DTensors at `outputs`."""
     from torch.distributed.tensor import DTensor
@@ -327,17 +327,18 @@ def run_node(op: Any, args: list, kwargs: dict, mesh: Any, cfg: CPConfig, output
     d = tensors[-1 if not backward else 1].shape[-1]
     scale = kwargs.get("scale") or 1.0 / math.sqrt(d)
     local = [t.to_local() for t in tensors]
+    balance = cfg.load_balance and head_tail  # the positions the shards really hold
     group = (mesh, cfg.mesh_dim)
     rank, world = mesh.get_coordinate()[cfg.mesh_dim], mesh.size(cfg.mesh_dim)
     if cfg.kind == "allgather":
-        res = (allgather_backward(*local, group, rank, world, causal, scale, cfg.load_balance)
+        res = (allgather_backward(*local, group, rank, world, causal, scale, balance)
                if backward else
-               allgather_forward(*local, group, rank, world, causal, scale, cfg.load_balance))
+               allgather_forward(*local, group, rank, world, causal, scale, balance))
     else:
         fwd, bwd = ring_ops()
         gname = mesh.get_group(cfg.mesh_dim).group_name
-        res = (bwd(*local, gname, causal, scale, cfg.load_balance) if backward
-               else fwd(*local, gname, causal, scale, cfg.load_balance))
+        res = (bwd(*local, gname, causal, scale, balance) if backward
+               else fwd(*local, gname, causal, scale, balance))
     shapes = [tensors[i].shape for i in ((1, 2, 3) if backward else (0,))]
     if not backward:
         q = tensors[0]
@@ -361,11 +362,61 @@ def load_balanced_dims(plan: dict, mesh: Any) -> dict:
             if p.context_parallel is not None and p.context_parallel.load_balance}
 
 
-def permute_for_plan(t: torch.Tensor, placements: Sequence, dims: dict) -> torch.Tensor:
-    """A full input or buffer in the head-tail order of every load-balanced mesh dim that
-    shards it (`dims`: load_balanced_dims), before its shards are cut."""
-    for md, world in dims.items():
-        p = placements[md]
-        if p.is_shard():
-            t = permute_sequence(t, p.dim if p.dim >= 0 else p.dim + t.dim(), world)
+@dataclass
+class SequenceLayout:
+    """Whether the step's sequence is in head-tail order, and what to permute for it.
+
+    head_tail: every sequence-indexed input and buffer is cut on its sequence over the
+        load-balanced mesh dims (the plan establishes the layout at its sources), so the
+        whole step sees the sequence in head-tail order and CP attention balances its work.
+        Otherwise the shards are contiguous pieces of the natural order (a sequence split
+        made later, e.g. from a replicated or batch-split tensor) and CP attention runs
+        with contiguous positions: the same numbers, without the balance.
+    permute: placeholder name -> [(tensor dim, mesh dim size)] to put in head-tail order."""
+
+    head_tail: bool = False
+    permute: dict = field(default_factory=dict)
+
+
+def sequence_layout(graph: dict, plan: dict, names: Sequence[str], kinds: Sequence[str],
+                    mesh: Any) -> SequenceLayout:
+    """The layout of a plan's sequence (see SequenceLayout).  A sequence-indexed input or
+    buffer is one with a dim as long as the CP attention's sequence S (dims longer than S,
+    e.g. a rope table of max_seq_len rows sliced later, keep the natural order)."""
+    balanced = load_balanced_dims(plan, mesh)
+    nodes = {n["name"]: n for n in graph["nodes"]}
+    seqs = set()
+    for name, p in plan.items():
+        if p.context_parallel is not None and p.context_parallel.load_balance and name in nodes:
+            ref = nodes[name]["inputs"][0]
+            src, k = (ref, 0) if isinstance(ref, str) else (ref["node"], ref.get("output", 0))
+            seqs.add(nodes[src]["outputs"][k]["shape"][2])
+    if not balanced or len(seqs) != 1:
+        return SequenceLayout()
+    seq = seqs.pop()
+    permute: dict = {}
+    for name, kind in zip(names, kinds):
+        if kind not in ("input", "buffer") or name not in nodes:
+            continue
+        shape = nodes[name]["outputs"][0]["shape"]
+        if not any(n >= seq for n in shape):
+            continue
+        placements = plan[name].outputs[0]
+        for md, world in balanced.items():
+            p = placements[md]
+            d = p.dim % len(shape) if p.is_shard() else -1
+            if d < 0 or shape[d] != seq:
+                return SequenceLayout()  # a sequence not cut at its source: natural order
+            permute.setdefault(name, []).append((d, world))
+    return SequenceLayout(bool(permute), permute)
+
+
+def permute_placeholder(t: torch.Tensor, name: str, layout: "SequenceLayout | None"
+                        ) -> torch.Tensor:
+    """A full input or buffer in the head-tail order the layout gives it (before its shards
+    are cut); unchanged when it has none."""
+    if layout is None:
+        return t
+    for d, world in layout.permute.get(name, ()):
+        t = permute_sequence(t, d, world)
     return t

@@ -89,18 +89,19 @@ class ShardedModule(torch.nn.Module):
         self._buffer_names = [n for k, n in zip(kinds, names) if k == "buffer"]
         self._input_names = [n for k, n in zip(kinds, names) if k == "input"]
         self._input_placements = [runner.placements_of(n).outputs[0] for n in self._input_names]
-        from .context_parallel import load_balanced_dims
-
-        #: mesh dims whose context-parallel attention is load balanced: the inputs and buffers
-        #: they shard are cut from the head-tail order (autoshard.context_parallel)
-        self._balanced = load_balanced_dims(runner.plan, mesh)
-        _adopt(self, model, runner, mesh, self._param_names, self._buffer_names, self._balanced)
+        _adopt(self, model, runner, mesh, self._param_names, self._buffer_names)
 
     @property
     def mismatches(self) -> list:
         """Ops whose DTensor output placement differed from the plan while lowering
         (redistributed to the planned one; empty when the plan is exact)."""
         return self._runner.mismatches
+
+    @property
+    def unbalanced_attention(self) -> list:
+        """Load-balanced context-parallel attention nodes run with contiguous positions, as
+        the plan cuts the sequence after its sources (autoshard.context_parallel)."""
+        return self._runner.unbalanced
 
     @property
     def step_graph(self) -> torch.fx.GraphModule:
@@ -152,11 +153,12 @@ class ShardedModule(torch.nn.Module):
         if len(inputs) != len(self._input_names):
             raise TypeError(f"expected {len(self._input_names)} tensors "
                             f"({', '.join(self._input_names)}), got {len(inputs)}")
-        from .context_parallel import permute_for_plan
+        from .context_parallel import permute_placeholder
 
         coord = self.mesh.get_coordinate()
-        return [local_chunk(permute_for_plan(t, pl, self._balanced), self.mesh, pl, coord)
-                for t, pl in zip(inputs, self._input_placements)]
+        # load-balanced context parallelism: sequences cut from the head-tail order
+        return [local_chunk(permute_placeholder(t, n, self._runner.layout), self.mesh, pl, coord)
+                for t, n, pl in zip(inputs, self._input_names, self._input_placements)]
 
     def forward(self, *inputs: torch.Tensor) -> Any:
         """inputs: the model's inputs then the loss targets, full tensors, in trace order."""
@@ -197,8 +199,7 @@ def local_chunk(t: torch.Tensor, mesh: DeviceMesh, placements: list, coord) -> t
 
 
 def _adopt(module: torch.nn.Module, model: torch.nn.Module, runner: Any, mesh: DeviceMesh,
-           param_names: Sequence[str], buffer_names: Sequence[str],
-           balanced: Optional[dict] = None) -> None:
+           param_names: Sequence[str], buffer_names: Sequence[str]) -> None:
     """Gives `module` a copy of `model`'s submodules with every parameter and buffer replaced
     by a DTensor at its planned placements (cut locally from the full tensor: every rank must
     hold the same initial weights)."""
@@ -212,10 +213,10 @@ def _adopt(module: torch.nn.Module, model: torch.nn.Module, runner: Any, mesh: D
         dt = _local_slice(p.detach(), mesh, runner.placements_of(n).outputs[0])
         _set_tensor(holder, n, torch.nn.Parameter(dt, requires_grad=p.requires_grad))
     for n in buffer_names:
-        from .context_parallel import permute_for_plan
+        from .context_parallel import permute_placeholder
 
         pl = runner.placements_of(n).outputs[0]
-        dt = _local_slice(permute_for_plan(buffers[n].detach(), pl, balanced or {}), mesh, pl)
+        dt = _local_slice(permute_placeholder(buffers[n].detach(), n, runner.layout), mesh, pl)
         _set_tensor(holder, n, dt, buffer=True)
     for cname, child in holder.named_children():
         module.add_module(cname, child)

@@ -171,11 +171,9 @@ class StageModule(torch.nn.Module):
         own = {n for n, _, _ in self._slots}
         holder = copy.deepcopy(model)
         from .apply import _local_slice
-        from .context_parallel import load_balanced_dims, permute_for_plan
+        from .context_parallel import permute_placeholder
 
-        #: load-balanced context-parallel mesh dims: inputs and buffers they shard are cut
-        #: from the head-tail order (autoshard.context_parallel)
-        self._balanced = load_balanced_dims(runner.plan, mesh)
+        self._layout = runner.layout  # load-balanced CP: sequences cut in head-tail order
 
         for n, p in list(holder.named_parameters()):
             if n not in own:
@@ -189,7 +187,7 @@ class StageModule(torch.nn.Module):
                 _remove(holder, n, buffer=True)
             else:
                 pl = runner.placements_of(n).outputs[0]
-                b = permute_for_plan(b.detach(), pl, self._balanced)
+                b = permute_placeholder(b.detach(), n, self._layout)
                 _set_tensor(holder, n, _local_slice(b, mesh, pl), True)
         self.add_module("model", holder)
 
@@ -206,7 +204,7 @@ class StageModule(torch.nn.Module):
         return out
 
     def forward(self, *acts: torch.Tensor, **inputs: torch.Tensor) -> Any:
-        from .context_parallel import permute_for_plan
+        from .context_parallel import permute_placeholder
         from .module import local_chunk
 
         params = dict(self.model.named_parameters())
@@ -224,7 +222,7 @@ class StageModule(torch.nn.Module):
                 t = next(it, None) if self.first and key not in inputs else inputs.get(key)
                 if t is None:
                     raise TypeError(f"stage {self.index}: no tensor for input '{name}'")
-                flat.append(local_chunk(permute_for_plan(t, pl, self._balanced), self.mesh,
+                flat.append(local_chunk(permute_placeholder(t, name, self._layout), self.mesh,
                                         pl, coord))
         if not self.first:
             flat.extend(acts)
@@ -348,6 +346,10 @@ def apply_pipeline(model: torch.nn.Module, placements: PlacementsArg, mesh: Devi
         raise PlanError(f"{origin}/pipeline/stages: no stage on pp rank {my_pp}")
     runner = StepRunner(traced.gm, plan, graph_names(traced.gm, graph, traced.placeholder_names),
                         sub)
+    from .context_parallel import sequence_layout
+
+    runner.layout = sequence_layout(graph, plan, traced.placeholder_names,
+                                    traced.placeholder_kinds, sub)
     phases = {n["name"]: n.get("phase", "forward") for n in graph["nodes"]}
     lowered = lower_step(runner, traced, sub, phases)
     gm = lowered.gm

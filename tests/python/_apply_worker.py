@@ -241,6 +241,7 @@ def run_jobs(mesh, jobs: Sequence[dict], steps: int = 3, lr: float = 1e-2) -> li
         for n, p in step.named_parameters():
             res["param_err"][n] = rel_err(p.detach().full_tensor(), ref_params[n])
         res["mismatches"] = [vars(m) for m in step.mismatches]
+        res["unbalanced"] = list(step.unbalanced_attention)
         if compiled:  # Dynamo really compiled the step (no silent fallback to eager)
             from torch._dynamo.utils import counters
 

@@ -127,6 +127,7 @@ class ContextParallelRuns(unittest.TestCase):
                 for n, e in res["param_err"].items():
                     self.assertLessEqual(e, TOL, f"{where}: {n} after 3 AdamW steps")
                 self.assertEqual(res["mismatches"], [], where)
+                self.assertEqual(res["unbalanced"], [], f"{where}: head-tail order in force")
                 edges = res["issued_edges"]
                 for node in sdpa:
                     kinds = sorted(k for k, _, _ in edges.get(f"{node}:op", []))
