@@ -272,6 +272,7 @@ def cp_collectives(graph: dict, placements: dict, mesh_shape: Sequence[int]) -> 
 
     pl = placements.get("placements", placements)
     names = placements.get("mesh_dim_names") or []
+    recompute = set(placements.get("recompute", []))
     nodes = {n["name"]: n for n in graph["nodes"]}
     out: dict = {}
     for name, entry in pl.items():
@@ -297,6 +298,8 @@ def cp_collectives(graph: dict, placements: dict, mesh_shape: Sequence[int]) -> 
         else:
             total = (world - 1) * kv + (world * 2.0 * numel * 4 if backward else 0.0)
             steps = [("send_recv", dim, total)]
+        if name in recompute:  # the backward runs the node again (plan --recompute)
+            steps = steps * 2
         out[f"{name}:op"] = steps
     return out
 

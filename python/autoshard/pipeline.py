@@ -28,6 +28,7 @@ the full batch's loss and gradients.
 from __future__ import annotations
 
 import copy
+import functools
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional, Sequence
 
@@ -110,6 +111,7 @@ def stage_placements(doc: Mapping[str, Any], pp_dim: int, origin: str = "") -> d
     return out
 
 
+@functools.lru_cache(maxsize=None)
 def _stage_function() -> type:
     """An autograd Function running one stage's forward graph (saving what its backward
     graph reads) and, in its backward, its backward graph."""
@@ -137,9 +139,6 @@ def _stage_function() -> type:
             return (None, *per_input)
 
     return _Stage
-
-
-_STAGE_FN = None
 
 
 class StageModule(torch.nn.Module):
@@ -226,7 +225,7 @@ class StageModule(torch.nn.Module):
                                         pl, coord))
         if not self.first:
             flat.extend(acts)
-        out = _STAGE_FN.apply(self, *flat)
+        out = _stage_function().apply(self, *flat)
         return out[0] if len(out) == 1 else out
 
 
@@ -296,9 +295,6 @@ def apply_pipeline(model: torch.nn.Module, placements: PlacementsArg, mesh: Devi
     traced / example_inputs, loss_fn, targets / graph: as for apply_placement, for ONE
         microbatch (the graph the plan was made for).
     """
-    global _STAGE_FN
-    if _STAGE_FN is None:
-        _STAGE_FN = _stage_function()
     from torch.distributed import pipelining
 
     from .lower import lower_step
