@@ -10,13 +10,17 @@ sequence-indexed placeholders are pinned to shard on the sequence over cp; the p
 its SDPA nodes context-parallel (placements.json "context_parallel", load balanced).  The plan
 runs with the ring lowering and with the all-gather lowering (the plan's kind, and the other
 one forced), each compared with one process: loss, every gradient and the parameters after 3
-AdamW steps within 1e-5 relative.  The audit must see each lowering's communication on the
+AdamW steps within 1e-5 relative.  A third job runs the unpinned optimum, whose CP attention
+asks for load balancing while the sequence is cut after its sources (tokens and rope tables
+replicated): it must run with contiguous positions (reported) and the same numerics.  The
+audit must see each lowering's communication on the
 attention nodes: ring -> one P2P exchange per forward and per backward node; all-gather ->
 2 all-gathers per forward, 2 all-gathers + 2 reduce-scatters per backward, on the cp dim, and
 every collective of the step must match the plan's edges plus that exchange (count and bytes
 per edge and per type).
 """
 import functools
+import os
 import shutil
 import tempfile
 import unittest
@@ -114,6 +118,13 @@ class ContextParallelRuns(unittest.TestCase):
                 self.assertTrue(entry["load_balance"])
             jobs = [{"name": kind, "model": "llama", "placements": C.force_kind(doc, kind)}
                     for kind in ("ring", "allgather")]
+            # the unpinned optimum: CP attention too, but the sequence is cut after the
+            # sources (tokens, rope tables replicated): contiguous positions, no balance
+            os.makedirs(os.path.join(tmp, "natural"))
+            natural = W.plan(self.binary, graph, [2], ["cp"], [], os.path.join(tmp, "natural"))
+            self.assertEqual(sorted(C.cp_nodes(natural)), sorted(sdpa))
+            self.assertEqual(natural["placements"]["tokens"]["output"], "R")
+            jobs.append({"name": "natural", "model": "llama", "placements": natural})
             per_rank = W.launch(2, [2], ["cp"], functools.partial(C.run_cp, jobs=jobs), tmp,
                                 TIMEOUT_S)
         finally:
@@ -127,12 +138,17 @@ class ContextParallelRuns(unittest.TestCase):
                 for n, e in res["param_err"].items():
                     self.assertLessEqual(e, TOL, f"{where}: {n} after 3 AdamW steps")
                 self.assertEqual(res["mismatches"], [], where)
-                self.assertEqual(res["unbalanced"], [], f"{where}: head-tail order in force")
+                if res["name"] == "natural":
+                    self.assertEqual(sorted(res["unbalanced"]), sorted(sdpa), where)
+                else:
+                    self.assertEqual(res["unbalanced"], [], f"{where}: head-tail order in force")
                 edges = res["issued_edges"]
                 for node in sdpa:
                     kinds = sorted(k for k, _, _ in edges.get(f"{node}:op", []))
                     backward = node.endswith("_backward") or "_backward_" in node
-                    if res["name"] == "ring":
+                    kind = C.cp_nodes(next(j for j in jobs if j["name"] == res["name"])
+                                      ["placements"])[node]["kind"]
+                    if kind == "ring":
                         self.assertEqual(kinds, ["send_recv"], f"{where}: {node}")
                     elif backward:
                         self.assertEqual(kinds, ["all_gather"] * 2 + ["reduce_scatter"] * 2,
