@@ -43,6 +43,7 @@ std::string write_pipeline_placements_json(const PipelinePlan& pl, const Graph& 
     for (const ShardingSpec& x : s->inputs) ins.push_back(x.to_string());
     e["inputs"] = ins;
     e["stage"] = pl.node_stage[static_cast<size_t>(i)];
+    if (s->cp.active()) e["context_parallel"] = context_parallel_json(s->cp, mesh);
     placements[g.node(i).name] = e;
   }
   j["placements"] = placements;

@@ -28,9 +28,6 @@ std::string graph_fingerprint(const Graph& g) {
   return fingerprint_parts(g, kUnitMesh, PlannerOptions{}, {}).graph;
 }
 
-namespace {
-
-/// PIPELINE_FORMAT.md's "context_parallel" entry of a CP attention node.
 nlohmann::ordered_json context_parallel_json(const ContextParallel& cp, const Mesh& mesh) {
   nlohmann::ordered_json j;
   j["mesh_dim"] = mesh.names().at(static_cast<size_t>(cp.mesh_dim));
@@ -38,8 +35,6 @@ nlohmann::ordered_json context_parallel_json(const ContextParallel& cp, const Me
   j["load_balance"] = cp.load_balance;
   return j;
 }
-
-}  // namespace
 
 std::string write_placements_json(const Plan& plan, const Graph& g, const Mesh& mesh) {
   nlohmann::ordered_json j;

@@ -9,6 +9,8 @@
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "ir/graph.h"
 #include "mesh/mesh.h"
 #include "planner/plan.h"
@@ -32,6 +34,9 @@ std::string write_placements_json(const Plan& plan, const Graph& g, const Mesh& 
 std::vector<std::optional<Strategy>> read_placements_json(std::string_view text,
                                                           std::string_view origin,
                                                           const Graph& g, const Mesh& mesh);
+
+/// PIPELINE_FORMAT's "context_parallel" entry of a CP attention node (mesh dim by name).
+nlohmann::ordered_json context_parallel_json(const ContextParallel& cp, const Mesh& mesh);
 
 /// "S(0)R" for one output, "(S(0)R, RR)" for several.
 std::string output_spec_string(const Strategy& s);

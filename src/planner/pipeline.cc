@@ -250,6 +250,8 @@ Strategy with_pp(const Strategy& s, const Mesh& mesh, int32_t pp) {
       if (mesh.ndim() == 1) spec.placements = {Placement::replicate()};
       else spec.placements.insert(spec.placements.begin() + pp, Placement::replicate());
     }
+  // A context-parallel attention's dim indexes the stage mesh: shift it past the pp dim.
+  if (r.cp.active() && r.cp.mesh_dim >= pp) ++r.cp.mesh_dim;
   return r;
 }
 

@@ -103,3 +103,13 @@ assert p and p[0]['mesh'] == [2, 2] and p[0]['mesh_dims'][0] == 'pp', p
 assert p[0]['lower_bound_us'] <= p[0]['step_us'] * (1 + 1e-9), p[0]
 "
 ok "search --pp"
+
+# Pipeline stages with a cp dim: the stages' context-parallel attentions keep their
+# "context_parallel" entry in placements.json, naming the cp dim of the full mesh.
+"$AS" plan --model llama3-8b --layers 4 --batch 2 --seq 32768 --mesh 2x2 --mesh-dims pp,cp \
+  --microbatches 2 -o "$TMP/ppcp" >/dev/null
+pycheck "$TMP/ppcp/placements.json" "
+cp = [e['context_parallel'] for e in j['placements'].values() if 'context_parallel' in e]
+assert cp and all(c['mesh_dim'] == 'cp' for c in cp), cp
+"
+ok "pp with cp"
