@@ -16,12 +16,7 @@ nlohmann::ordered_json stage_layers(const PipelinePlan& pl, const PipelineStage&
 }  // namespace
 
 std::string write_pipeline_placements_json(const PipelinePlan& pl, const Graph& g, const Mesh& mesh) {
-  nlohmann::ordered_json j;
-  j["version"] = 1;
-  j["mesh_shape"] = mesh.shape();
-  j["mesh_dim_names"] = mesh.names();
-  j["autoshard_version"] = std::string(autoshard_version());
-  j["graph_fingerprint"] = graph_fingerprint(g);
+  nlohmann::ordered_json j = placements_header(g, mesh);
   nlohmann::ordered_json p;
   p["mesh_dim"] = mesh.dim(pl.pp_dim).name;
   p["schedule"] = std::string(schedule_name(pl.schedule));

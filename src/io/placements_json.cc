@@ -36,13 +36,18 @@ nlohmann::ordered_json context_parallel_json(const ContextParallel& cp, const Me
   return j;
 }
 
-std::string write_placements_json(const Plan& plan, const Graph& g, const Mesh& mesh) {
+nlohmann::ordered_json placements_header(const Graph& g, const Mesh& mesh) {
   nlohmann::ordered_json j;
   j["version"] = 1;
   j["mesh_shape"] = mesh.shape();
   j["mesh_dim_names"] = mesh.names();
   j["autoshard_version"] = std::string(autoshard_version());
   j["graph_fingerprint"] = graph_fingerprint(g);
+  return j;
+}
+
+std::string write_placements_json(const Plan& plan, const Graph& g, const Mesh& mesh) {
+  nlohmann::ordered_json j = placements_header(g, mesh);
   nlohmann::ordered_json pl = nlohmann::ordered_json::object();
   for (NodeIdx i = 0; i < g.size(); ++i) {
     const auto& np = plan.nodes[static_cast<size_t>(i)];

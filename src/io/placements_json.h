@@ -35,6 +35,10 @@ std::vector<std::optional<Strategy>> read_placements_json(std::string_view text,
                                                           std::string_view origin,
                                                           const Graph& g, const Mesh& mesh);
 
+/// The keys every placements file starts with: version, mesh shape and dim names, autoshard's
+/// version and the graph fingerprint.
+nlohmann::ordered_json placements_header(const Graph& g, const Mesh& mesh);
+
 /// PIPELINE_FORMAT's "context_parallel" entry of a CP attention node (mesh dim by name).
 nlohmann::ordered_json context_parallel_json(const ContextParallel& cp, const Mesh& mesh);
 

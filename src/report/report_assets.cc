@@ -317,27 +317,36 @@ function renderMemory() {
   $("memory").append(svg);
 }
 
-function renderTimeline() {
-  const tl = D.timeline, span = Math.max(tl.step_us || 1, 1e-9), W = 1000, L = 90, PW = W - L - 10, RH = 22;
-  const H = 20 + tl.streams.length * (RH + 8) + 20;
-  const svg = sv("svg", { viewBox: "0 0 " + W + " " + H, width: W, height: H, class: "chart", id: "timeline-svg" });
-  tl.streams.forEach((s, k) => {
+/// Draws lanes of [start, end, label, ...] rectangles over [0, span] into $(host):
+/// lanes = [{name, rects}], colour(lane index, rect) and label(rect) per rectangle.
+function drawLanes(host, id, lanes, span, colour, label) {
+  const W = 1000, L = 90, PW = W - L - 10, RH = 22;
+  const H = 20 + lanes.length * (RH + 8) + 20;
+  const svg = sv("svg", { viewBox: "0 0 " + W + " " + H, width: W, height: H, class: "chart", id: id });
+  lanes.forEach((s, k) => {
     const y = 10 + k * (RH + 8);
     const t = sv("text", { x: L - 6, y: y + RH / 2 + 3, "text-anchor": "end" });
     t.textContent = s.name;
     svg.append(t, sv("rect", { x: L, y: y, width: PW, height: RH, fill: "#f3f3f3" }));
-    const colour = k === 0 ? "#4e79a7" : "#e15759";
     for (const r of s.rects) {
       const x = L + (PW * r[0]) / span, w = Math.max(0.5, (PW * (r[1] - r[0])) / span);
-      const rect = sv("rect", { x: x.toFixed(2), y: y, width: w.toFixed(2), height: RH, fill: colour });
+      const rect = sv("rect", { x: x.toFixed(2), y: y, width: w.toFixed(2), height: RH, fill: colour(k, r),
+                                stroke: "#fff", "stroke-width": 0.3 });
       const title = sv("title", {});
-      title.textContent = r[2] + (r[3] > 1 ? " (+" + (r[3] - 1) + " more)" : "") + ": " + fmtUs(r[0]) + " - " + fmtUs(r[1]);
+      title.textContent = label(r) + ": " + fmtUs(r[0]) + " - " + fmtUs(r[1]);
       rect.append(title);
       svg.append(rect);
     }
   });
-  axisX(svg, L, PW, 10 + tl.streams.length * (RH + 8), span);
-  $("timeline").append(svg);
+  axisX(svg, L, PW, 10 + lanes.length * (RH + 8), span);
+  host.append(svg);
+}
+
+function renderTimeline() {
+  const tl = D.timeline;
+  drawLanes($("timeline"), "timeline-svg", tl.streams, Math.max(tl.step_us || 1, 1e-9),
+            (k) => (k === 0 ? "#4e79a7" : "#e15759"),
+            (r) => r[2] + (r[3] > 1 ? " (+" + (r[3] - 1) + " more)" : ""));
 }
 
 const NODE_BY_INDEX = new Map(D.nodes.map((r) => [r[0], r]));
@@ -365,26 +374,8 @@ function renderPipeline() {
     usCol("per microbatch"), usCol("p2p"), usCol("once per step"), { name: "in flight", num: true },
     { name: "rank memory", num: true, fmt: (v) => fmtBytes(v) },
   ], p.stages, { id: "pipeline-table" });
-  const span = Math.max(p.timeline_us || 1, 1e-9), W = 1000, L = 90, PW = W - L - 10, RH = 22;
-  const H = 20 + p.ranks.length * (RH + 8) + 20;
-  const svg = sv("svg", { viewBox: "0 0 " + W + " " + H, width: W, height: H, class: "chart", id: "pipeline-svg" });
-  p.ranks.forEach((rk, k) => {
-    const y = 10 + k * (RH + 8);
-    const t = sv("text", { x: L - 6, y: y + RH / 2 + 3, "text-anchor": "end" });
-    t.textContent = rk.name;
-    svg.append(t, sv("rect", { x: L, y: y, width: PW, height: RH, fill: "#f3f3f3" }));
-    for (const r of rk.rects) {
-      const x = L + (PW * r[0]) / span, w = Math.max(0.5, (PW * (r[1] - r[0])) / span);
-      const rect = sv("rect", { x: x.toFixed(2), y: y, width: w.toFixed(2), height: RH,
-                                fill: r[3] ? "#e15759" : "#4e79a7", stroke: "#fff", "stroke-width": 0.5 });
-      const title = sv("title", {});
-      title.textContent = r[2] + ": " + fmtUs(r[0]) + " - " + fmtUs(r[1]);
-      rect.append(title);
-      svg.append(rect);
-    }
-  });
-  axisX(svg, L, PW, 10 + p.ranks.length * (RH + 8), span);
-  $("pipeline-timeline").append(svg);
+  drawLanes($("pipeline-timeline"), "pipeline-svg", p.ranks, Math.max(p.timeline_us || 1, 1e-9),
+            (k, r) => (r[3] ? "#e15759" : "#4e79a7"), (r) => r[2]);
 }
 
 renderHeader();
