@@ -1,7 +1,7 @@
 """Context-parallel attention: the SDPA nodes a plan shards on the sequence dim over a mesh dim.
 
 A plan marks such a node (placements.json "context_parallel": {"mesh_dim", "kind",
-"load_balance"}, PIPELINE_FORMAT.md); q, k, v and the output are sharded on dim 2 of
+"load_balance"}, docs/pipeline-format.md); q, k, v and the output are sharded on dim 2 of
 [B, H, S, D] (the logsumexp on dim 2 of [B, H, S]) over that mesh dim, so each rank holds the
 queries, keys and values of its own positions.  Attention needs every key of a query's past,
 so the lowering (autoshard.apply.StepRunner -> autoshard.lower) replaces the op by:

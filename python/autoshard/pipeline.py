@@ -7,7 +7,7 @@
     loss = pipe.step(tokens, labels)   # full batch; the loss on ranks holding the last stage
     opt.step(); opt.zero_grad()
 
-A plan whose placements.json has a "pipeline" section (PIPELINE_FORMAT: the stages, their pp
+A plan whose placements.json has a "pipeline" section (docs/pipeline-format.md: the stages, their pp
 ranks, the schedule and the number of microbatches; every node's "stage") is traced for ONE
 microbatch (example_inputs and targets of the microbatch's shape).  Each pp rank lowers the
 whole planned step (autoshard.lower) on mesh[non-pp dims] of its pp slice -- the placements
@@ -40,7 +40,7 @@ from .apply import (PlacementsArg, PlanError, StepRunner, graph_names, load_plac
                     _lowered_alias)
 from .stages import SHARED, StageError, StageGraph, cut_stages
 
-#: the schedule names of PIPELINE_FORMAT.md -> torch.distributed.pipelining class names
+#: the schedule names of docs/pipeline-format.md -> torch.distributed.pipelining class names
 SCHEDULES = {"GPipe": "ScheduleGPipe", "1F1B": "Schedule1F1B",
              "Interleaved1F1B": "ScheduleInterleaved1F1B", "LoopedBFS": "ScheduleLoopedBFS",
              "InterleavedZeroBubble": "ScheduleInterleavedZeroBubble",

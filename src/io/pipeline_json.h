@@ -1,6 +1,6 @@
 #pragma once
 /// JSON of a pipelined plan (planner/pipeline.h): placements.json with the "pipeline" section
-/// and per-node "stage" keys agreed in PIPELINE_FORMAT.md (runtime helpers read it), and the
+/// and per-node "stage" keys of docs/pipeline-format.md (the Python runtime reads it), and the
 /// summary printed by `plan --json` and written to plan.json.
 #include <string>
 

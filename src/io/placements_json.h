@@ -39,7 +39,7 @@ std::vector<std::optional<Strategy>> read_placements_json(std::string_view text,
 /// version and the graph fingerprint.
 nlohmann::ordered_json placements_header(const Graph& g, const Mesh& mesh);
 
-/// PIPELINE_FORMAT's "context_parallel" entry of a CP attention node (mesh dim by name).
+/// docs/pipeline-format.md's "context_parallel" entry of a CP attention node (mesh dim by name).
 nlohmann::ordered_json context_parallel_json(const ContextParallel& cp, const Mesh& mesh);
 
 /// "S(0)R" for one output, "(S(0)R, RR)" for several.

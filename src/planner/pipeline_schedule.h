@@ -37,7 +37,7 @@ namespace autoshard {
 /// torch.distributed.pipelining's Schedule<name> classes the planner can choose.
 enum class PipelineSchedule : uint8_t { kGPipe, k1F1B, kInterleaved1F1B };
 
-/// "GPipe", "1F1B", "Interleaved1F1B" (the names of PIPELINE_FORMAT / torch's classes).
+/// "GPipe", "1F1B", "Interleaved1F1B" (the names of docs/pipeline-format.md / torch's classes).
 std::string_view schedule_name(PipelineSchedule s);
 /// Parses a schedule name (case-insensitive); nullopt if unknown.
 std::optional<PipelineSchedule> parse_schedule(std::string_view s);

@@ -9,7 +9,7 @@
 /// path follow their first op input (the backward of a layer follows its forward's data), the
 /// optimizer update of a parameter follows the parameter; ops that read placeholders only and
 /// placeholders used by several stages (rope tables) are *shared*: every stage that uses them
-/// gets a copy (PIPELINE_FORMAT's "stage": -1).
+/// gets a copy (docs/pipeline-format.md's "stage": -1).
 ///
 /// A stage graph keeps the nodes of its layers in graph order; a tensor it reads from another
 /// stage becomes an input placeholder of the same name (what it receives: the previous stage's

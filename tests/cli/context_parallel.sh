@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Context parallelism from the command line (issue 25): on a long sequence `plan --mesh-dims
 # cp,tp` splits attention's sequence over cp (ring or all-gather attention), placements.json
-# carries the "context_parallel" key of docs/PIPELINE_FORMAT (read back by --placements and
+# carries the "context_parallel" key of docs/pipeline-format.md (read back by --placements and
 # --preload), bad keys are one-line errors, --compare gains cp+fsdp and search reports +CP.
 source "$(dirname "$0")/lib.bash" "$@"
 

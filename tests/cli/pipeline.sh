@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `autoshard plan` on a mesh with a pp dim: pipeline stages (issue 25), their placements.json
-# (PIPELINE_FORMAT.md: "pipeline" section, per-node "stage") and the bad inputs.
+# (docs/pipeline-format.md: "pipeline" section, per-node "stage") and the bad inputs.
 source "$(dirname "$0")/lib.bash" "$@"
 
 M=(--model llama3-8b --layers 4 --seq 256 --batch 8 --mesh 2x2 --mesh-dims pp,dp --objective additive)
