@@ -302,6 +302,9 @@ def _spawn_ranks(world: int, mesh: Sequence[int], dims: Sequence[str], run, out_
 
     import torch.multiprocessing as mp
 
+    # One inductor compile thread per rank: the ranks already fill the cores, and a pool of
+    # compile workers per rank (inductor's default: one per core) only adds process starts.
+    os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
     ctx = mp.get_context("spawn")
     port = free_port()
     procs = [ctx.Process(target=rank_main, args=(r, world, port, mesh, dims, out_dir, run),
