@@ -52,10 +52,12 @@ def tt_step_ms(tps: float, local_batch: int, seq: int, non_dp: int) -> float:
 def rows() -> list[Row]:
     """Every row of the table (figures and configs checked against the cited files)."""
     l8 = ["--model", "llama3-8b", "--seq", "8192"]
-    tt8 = ["--algo", "fsdp", "--mesh-dims", "dp", "--recompute", "selective",
+    # torchtitan's `selective_ac_option = 'op'` and AutoParallel's apply_ac(..., "op") are the
+    # op-level policy with its every-other-matmul rule: --recompute selective-op.
+    tt8 = ["--algo", "fsdp", "--mesh-dims", "dp", "--recompute", "selective-op",
            "--hardware", "h100-500w", "--memory-limit", "0"]
     ap = l8 + ["--mesh", "16x8", "--mesh-dims", "dp,tp", "--batch", "32",
-               "--recompute", "selective"]
+               "--recompute", "selective-op"]
     return [
         Row("llama3-8b, 8 GPUs, FSDP, eager", TT_2412 + " Table 1",
             "5,762 tok/s/GPU", tt_step_ms(5762, 2, 8192, 1),

@@ -346,8 +346,10 @@ void register_plan(CLI::App& app) {
                 "plan every recipe beside the optimum and print step time, memory and the optimum's saving");
   sub->add_flag("-v,--verbose", a->verbose, "print solver progress on stderr (default on a terminal)");
   sub->add_option("--recompute", a->recompute,
-                  "activation recomputation per layer region: none, selective, full, auto (the "
-                  "solver decides), or if-needed (none when the memory-free optimum fits, else auto)")
+                  "activation recomputation per layer region: none, selective (matmul and attention "
+                  "outputs kept), selective-op (torchtitan's op-level policy: every other matmul "
+                  "recomputed too), full, auto (the solver decides), or if-needed (none when the "
+                  "memory-free optimum fits, else auto)")
       ->capture_default_str();
   sub->add_flag("--show-nodes", a->show_nodes, "print every node's placement and costs (us)");
   sub->add_option("--replay", a->replay,

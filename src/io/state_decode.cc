@@ -10,6 +10,7 @@
 #include "io/state.pb.h"
 #include "io/state_codec.h"
 #include "ir/file_util.h"
+#include "planner/recompute.h"
 
 namespace autoshard {
 
@@ -171,7 +172,7 @@ class Decoder {
     o.run_checks = x.run_checks();
     // preload_solution / ilp_solution_file stay off: a file must not choose where a later
     // solve writes (see state_encode.cc).
-    if (x.recompute() > static_cast<uint32_t>(RecomputePolicy::kIfNeeded)) fail("options.recompute", fmt::format("unknown policy {}", x.recompute()));
+    if (x.recompute() > static_cast<uint32_t>(RecomputePolicy::kSelectiveOp)) fail("options.recompute", fmt::format("unknown policy {}", x.recompute()));
     o.recompute = static_cast<RecomputePolicy>(x.recompute());
     o.overlap = x.overlap();
     o.overlap_discount = x.overlap_discount();
@@ -449,7 +450,9 @@ BuiltProblem Decoder::problem(const pb::BuiltProblem& x, const Graph& g, const M
     if (r.decision < 0 || r.decision >= N) fail(where + ".decision", fmt::format("problem node {} out of range", r.decision));
     if (r.first_op < 0 || r.first_op >= g.size()) fail(where + ".first_op", fmt::format("graph node {} out of range", r.first_op));
     for (int j = 0; j < xr.modes_size(); ++j) {
-      if (xr.modes(j) > static_cast<uint32_t>(RecomputePolicy::kFull)) fail(fmt::format("{}.modes[{}]", where, j), fmt::format("unknown mode {}", xr.modes(j)));
+      if (xr.modes(j) > static_cast<uint32_t>(RecomputePolicy::kFull) &&
+          xr.modes(j) != static_cast<uint32_t>(RecomputePolicy::kSelectiveOp))
+        fail(fmt::format("{}.modes[{}]", where, j), fmt::format("unknown mode {}", xr.modes(j)));
       r.modes.push_back(static_cast<RecomputePolicy>(xr.modes(j)));
     }
     if (r.modes.size() != S(r.decision)) fail(where, fmt::format("{} modes but the decision node has {} strategies", r.modes.size(), S(r.decision)));
@@ -480,6 +483,8 @@ BuiltProblem Decoder::problem(const pb::BuiltProblem& x, const Graph& g, const M
     if (S(a.node) != want) fail(where, fmt::format("{} strategies, expected {}", S(a.node), want));
     bp.recompute_aux.push_back(a);
   }
+  // Derived from the graph, as build_problem derives it (not stored).
+  if (!bp.recompute_regions.empty()) bp.selective_saved = selective_saves(g);
   return bp;
 }
 

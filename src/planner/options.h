@@ -14,12 +14,15 @@ namespace autoshard {
 
 /// Activation recomputation policy (planner/recompute.h).  kNone: every activation the
 /// backward reads is kept; kSelective: per layer region, everything but matmul and attention
-/// outputs is recomputed in the backward; kFull: the region's whole forward is recomputed;
-/// kAuto: the solver picks one of the three per layer class and region.  kIfNeeded (the
-/// default): plan as kNone when the memory-free optimum fits the budget (no recomputation
-/// node is built and the plan is kNone's), else as kAuto (ShardingOptimizer::get_solution).
-/// An explicit kNone never recomputes.
-enum class RecomputePolicy : uint8_t { kNone, kSelective, kFull, kAuto, kIfNeeded };
+/// outputs is recomputed in the backward; kSelectiveOp: the same but every other matmul of a
+/// layer is recomputed too (torchtitan's and AutoParallel's op-level policy,
+/// planner/recompute.h selective_saves); kFull: the region's whole forward is recomputed;
+/// kAuto: the solver picks keep, kSelective or kFull per layer class and region.  kIfNeeded
+/// (the default): plan as kNone when the memory-free optimum fits the budget (no
+/// recomputation node is built and the plan is kNone's), else as kAuto
+/// (ShardingOptimizer::get_solution).  An explicit kNone never recomputes.  (kSelectiveOp
+/// comes last: state files store region modes by number.)
+enum class RecomputePolicy : uint8_t { kNone, kSelective, kFull, kAuto, kIfNeeded, kSelectiveOp };
 
 /// What the solver minimises.  kOverlap (default): the step time with the communication the
 /// schedule hides behind compute discounted (planner/overlap.h), with a proven bound;

@@ -70,7 +70,7 @@ struct BuiltProblem {
     std::string region;  ///< "attention" or "mlp"
     PNodeIdx decision = -1;
     NodeIdx first_op = kNoNode;  ///< the region's first forward op (ties follow it)
-    std::vector<RecomputePolicy> modes;  ///< kNone (keep), kSelective, kFull
+    std::vector<RecomputePolicy> modes;  ///< kNone (keep), kSelective, kFull, kSelectiveOp
   };
   std::vector<RecomputeRegion> recompute_regions;
   /// Auxiliary problem nodes of recomputation, each with strategies m * |S_owner| + q (mode m
@@ -84,6 +84,9 @@ struct BuiltProblem {
     Role role = kGap;
   };
   std::vector<RecomputeAux> recompute_aux;
+  /// Per graph node: which selective recomputation policies keep its output (flags of
+  /// planner/recompute.h selective_saves; empty when there are no regions).
+  std::vector<char> selective_saved;
 };
 
 /// Most strategies one problem node may keep (see build_problem).

@@ -16,6 +16,7 @@ std::string_view recompute_policy_name(RecomputePolicy p) {
   switch (p) {
     case RecomputePolicy::kNone: return "none";
     case RecomputePolicy::kSelective: return "selective";
+    case RecomputePolicy::kSelectiveOp: return "selective-op";
     case RecomputePolicy::kFull: return "full";
     case RecomputePolicy::kAuto: return "auto";
     case RecomputePolicy::kIfNeeded: return "if-needed";
@@ -26,6 +27,7 @@ std::string_view recompute_policy_name(RecomputePolicy p) {
 std::optional<RecomputePolicy> parse_recompute_policy(std::string_view s) {
   if (s == "none") return RecomputePolicy::kNone;
   if (s == "selective") return RecomputePolicy::kSelective;
+  if (s == "selective-op") return RecomputePolicy::kSelectiveOp;
   if (s == "full") return RecomputePolicy::kFull;
   if (s == "auto") return RecomputePolicy::kAuto;
   if (s == "if-needed") return RecomputePolicy::kIfNeeded;
@@ -34,7 +36,7 @@ std::optional<RecomputePolicy> parse_recompute_policy(std::string_view s) {
 
 RecomputePolicy parse_recompute_policy_or_throw(std::string_view s, std::string_view option) {
   if (std::optional<RecomputePolicy> p = parse_recompute_policy(s)) return *p;
-  throw std::invalid_argument(fmt::format("{}: expected none, selective, full, auto or if-needed, got '{}'", option, s));
+  throw std::invalid_argument(fmt::format("{}: expected none, selective, selective-op, full, auto or if-needed, got '{}'", option, s));
 }
 
 namespace {
@@ -69,15 +71,24 @@ RegionKind classify(const std::string& c) {
   return RegionKind::kNone;
 }
 
-/// Ops whose outputs selective recomputation keeps (torchtitan's op-level save list: matmuls
-/// and the attention kernels).
-bool saved_by_selective(const std::string& op) {
-  return op == "mm" || op == "addmm" || op == "bmm" || op == "matmul" || op == "baddbmm" ||
-         op == "linear" || op.find("attention") != std::string::npos;
+/// A linear layer's matmul: torchtitan's policy counts `aten.mm` calls (ours: its forms).
+bool linear_matmul(const std::string& op) {
+  return op == "mm" || op == "addmm" || op == "matmul" || op == "linear";
 }
 
-bool executes(RecomputePolicy m, bool saved_op) {
-  return m == RecomputePolicy::kFull || (m == RecomputePolicy::kSelective && !saved_op);
+/// Ops whose outputs torchtitan's op-level save list keeps: matmuls and the attention kernels.
+bool in_save_list(const std::string& op) {
+  return linear_matmul(op) || op == "bmm" || op == "baddbmm" || op.find("attention") != std::string::npos;
+}
+
+/// `saved`: the node's SelectiveSave flags.
+bool executes(RecomputePolicy m, char saved) {
+  switch (m) {
+    case RecomputePolicy::kFull: return true;
+    case RecomputePolicy::kSelective: return (saved & kSavedBySaveList) == 0;
+    case RecomputePolicy::kSelectiveOp: return (saved & kSavedByOpPolicy) == 0;
+    default: return false;
+  }
 }
 
 std::shared_ptr<const std::vector<Cost>> tie_matrix(size_t rows, size_t cols,
@@ -169,10 +180,9 @@ void add_recomputation(const Graph& g, const PlannerOptions& opt, BuiltProblem& 
     if (region_of[i] >= 0 && !escapes[i])
       region_back[static_cast<size_t>(region_of[i])] =
           std::min(region_back[static_cast<size_t>(region_of[i])], bwd_first[i]);
-  std::vector<char> saved_op(n, 0);
-  for (size_t i = 0; i < n; ++i)
-    if (region_of[i] >= 0) saved_op[i] = saved_by_selective(g.node(static_cast<NodeIdx>(i)).op);
-  auto exec = [&](size_t i, size_t m) { return executes(modes[m], saved_op[i] != 0); };
+  bp.selective_saved = selective_saves(g);
+  const std::vector<char>& saved_op = bp.selective_saved;
+  auto exec = [&](size_t i, size_t m) { return executes(modes[m], saved_op[i]); };
   std::vector<char> active(bp.recompute_regions.size(), 1);
 
   // A region is recomputable only if the backward reads a tensor it saved.
@@ -354,8 +364,25 @@ void add_recomputation(const Graph& g, const PlannerOptions& opt, BuiltProblem& 
   }
 }
 
-bool recompute_executes(RecomputePolicy m, const std::string& op) {
-  return executes(m, saved_by_selective(op));
+std::vector<char> selective_saves(const Graph& g) {
+  std::vector<char> saved(static_cast<size_t>(g.size()), 0);
+  std::map<std::string, int32_t> matmuls;  // per layer: linear matmuls seen in the forward
+  for (NodeIdx i = 0; i < g.size(); ++i) {
+    const Node& x = g.node(i);
+    if (x.kind != NodeKind::kOp) continue;
+    if (!in_save_list(x.op)) continue;
+    char& flags = saved[static_cast<size_t>(i)];
+    flags = kSavedBySaveList | kSavedByOpPolicy;
+    std::string layer, comp;
+    if (x.phase == Phase::kForward && linear_matmul(x.op) && split_layer(x.module_path, layer, comp) &&
+        ++matmuls[layer] % 2 == 0)
+      flags = kSavedBySaveList;
+  }
+  return saved;
+}
+
+bool recompute_executes(RecomputePolicy m, const BuiltProblem& bp, NodeIdx v) {
+  return executes(m, bp.selective_saved.at(static_cast<size_t>(v)));
 }
 
 std::vector<std::pair<std::string, std::string>> layer_recompute(
@@ -392,7 +419,7 @@ std::vector<std::string> recomputed_nodes(const Graph& g, const BuiltProblem& bp
     const auto& r = bp.recompute_regions.at(static_cast<size_t>(a.region));
     const RecomputePolicy m = r.modes.at(static_cast<size_t>(choice.at(static_cast<size_t>(r.decision))));
     const NodeIdx v = bp.graph_node.at(static_cast<size_t>(a.owner));
-    if (executes(m, saved_by_selective(g.node(v).op))) nodes.push_back(v);
+    if (recompute_executes(m, bp, v)) nodes.push_back(v);
   }
   std::sort(nodes.begin(), nodes.end());
   nodes.erase(std::unique(nodes.begin(), nodes.end()), nodes.end());
@@ -504,8 +531,8 @@ void set_recomputed_nodes(const Graph& g, const BuiltProblem& bp, const std::vec
     const auto& reg = bp.recompute_regions[r];
     auto fits = [&](RecomputePolicy m) {
       for (const auto* a : gaps[r]) {
-        const Node& x = g.node(bp.graph_node[static_cast<size_t>(a->owner)]);
-        if (executes(m, saved_by_selective(x.op)) != (redone.count(x.name) > 0)) return false;
+        const NodeIdx v = bp.graph_node[static_cast<size_t>(a->owner)];
+        if (recompute_executes(m, bp, v) != (redone.count(g.node(v).name) > 0)) return false;
       }
       return true;
     };

@@ -10,7 +10,9 @@
 /// strategies are the allowed modes: keep, selective (re-execute every op except matmuls and
 /// attention kernels, whose outputs stay saved -- the save list of torchtitan's op-level
 /// selective activation checkpointing, torchtitan/models/llama3/infra/parallelize.py
-/// `_save_list`), full (re-execute every op of the region).
+/// `_save_list`), selective-op (only when pinned: torchtitan's whole op-level policy, which
+/// also re-executes every other matmul; selective_saves below), full (re-execute every op of
+/// the region).
 ///
 /// Per forward op v of a region, with its tensor live [s, e) (forward uses end at f, the
 /// region's backward first reads one of its tensors at b, where the recomputation runs):
@@ -42,11 +44,11 @@
 
 namespace autoshard {
 
-/// "none", "selective", "full", "auto", "if-needed".
+/// "none", "selective", "selective-op", "full", "auto", "if-needed".
 std::string_view recompute_policy_name(RecomputePolicy p);
 std::optional<RecomputePolicy> parse_recompute_policy(std::string_view s);
-/// The same, or std::invalid_argument "OPTION: expected none, selective, full, auto or
-/// if-needed, got 'S'"
+/// The same, or std::invalid_argument "OPTION: expected none, selective, selective-op, full,
+/// auto or if-needed, got 'S'"
 /// (the CLI's --recompute and the Python binding's PlannerOptions.recompute).
 RecomputePolicy parse_recompute_policy_or_throw(std::string_view s, std::string_view option);
 
@@ -66,9 +68,22 @@ std::vector<std::pair<std::string, std::string>> layer_recompute(
 std::vector<std::string> recomputed_nodes(const Graph& g, const BuiltProblem& bp,
                                           const std::vector<StrategyIdx>& choice);
 
-/// Whether mode `m` re-executes a region's forward op `op` (full: all; selective: all but the
-/// matmul and attention ops; keep: none).  For readers of an assignment (the step simulation).
-bool recompute_executes(RecomputePolicy m, const std::string& op);
+/// Flags of selective_saves: which selective policy keeps a node's output.
+inline constexpr char kSavedBySaveList = 1;  ///< kSelective: matmuls and attention kernels
+inline constexpr char kSavedByOpPolicy = 2;  ///< kSelectiveOp
+/// Per graph node, which selective policies keep its output.  kSelective keeps torchtitan's
+/// save list (matmuls, attention kernels).  kSelectiveOp is torchtitan's whole op-level policy
+/// (`_custom_policy` in torchtitan/models/llama3/infra/parallelize.py, AutoParallel's
+/// `apply_ac(..., "op")`): the same, except every second linear-layer matmul of a layer in
+/// forward order (LLaMA: wk, wo and w3 of q, k, v, o, w1, w3, w2), which the backward
+/// re-executes; torchtitan counts `aten.mm` calls, here any linear matmul form (mm, addmm,
+/// matmul, linear), while batched matmuls (attention's math form) stay saved.
+std::vector<char> selective_saves(const Graph& g);
+
+/// Whether mode `m` re-executes the region's forward op `v` of `bp` (full: all; the selective
+/// modes: the ops bp.selective_saved does not keep for them; keep: none).  For readers of an
+/// assignment (the step simulation).
+bool recompute_executes(RecomputePolicy m, const BuiltProblem& bp, NodeIdx v);
 
 /// The part of an assignment's cost that recomputation adds: gap node compute and the
 /// recomputation's redistributions (edges with origin slot kRecomputeSlot).

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -153,9 +154,58 @@ TEST(RecomputeLarge, SmallLlamaFitsOnlyWithRecomputation) {
   EXPECT_LE(p.objective_us, full1.objective_us + 1e-9);
 }
 
+TEST(Recompute, MlpBlockSelectiveOpRecomputesTheSecondMatmul) {
+  // torchtitan's op-level policy on the hand-made block (mm, relu, mm): the second matmul
+  // is re-executed too; the peak is selective's (a stays for the recomputed relu, r goes).
+  const Graph g = mlp_block();
+  const int64_t params = 2 * testing::kBlockH * testing::kBlockF * 16;
+  const Plan keep = plan_with(g, RecomputePolicy::kNone);
+  const Plan op = plan_with(g, RecomputePolicy::kSelectiveOp);
+  ASSERT_TRUE(op.has_solution);
+  EXPECT_TRUE(op.checked);
+  const double c_relu = compute_of(g, 5), c_mm2 = compute_of(g, 6);
+  EXPECT_NEAR(op.objective_us - keep.objective_us, c_relu + c_mm2, 1e-9);
+  EXPECT_NEAR(op.recompute_us, c_relu + c_mm2, 1e-9);
+  EXPECT_EQ(op.peak_memory_bytes, params + 4 * 8192 + 2048 + 2);
+  EXPECT_EQ(op.recomputed_nodes, (std::vector<std::string>{g.node(5).name, g.node(6).name}));
+}
+
+TEST(Recompute, SelectiveOpSavesEveryOtherMatmulOfALayer) {
+  // torchtitan's op-level policy on a LLaMA layer: of q, k, v, o, w1, w3, w2 (forward order)
+  // the 1st, 3rd, 5th and 7th matmul outputs are saved, wk, wo and w3 recomputed; the
+  // attention kernel is saved by both selective policies, elementwise ops by neither.
+  const Graph g = two_layer_llama();
+  const std::vector<char> saved = selective_saves(g);
+  std::vector<std::string> op_saved, op_recomputed;
+  int attention = 0;
+  for (NodeIdx i = 0; i < g.size(); ++i) {
+    const Node& x = g.node(i);
+    if (x.kind != NodeKind::kOp || x.phase != Phase::kForward ||
+        x.module_path.rfind("layers.1.", 0) != 0)
+      continue;
+    const char flags = saved[static_cast<size_t>(i)];
+    if (x.op == "mm") {
+      EXPECT_TRUE(flags & kSavedBySaveList) << x.name;
+      ((flags & kSavedByOpPolicy) ? op_saved : op_recomputed).push_back(x.module_path);
+    }
+    if (x.op.find("attention") != std::string::npos) {
+      ++attention;
+      EXPECT_EQ(flags, kSavedBySaveList | kSavedByOpPolicy) << x.name;
+    }
+    if (x.op == "add" || x.op == "mul") {
+      EXPECT_EQ(flags, 0) << x.name;
+    }
+  }
+  EXPECT_EQ(op_saved, (std::vector<std::string>{"layers.1.attention.wq", "layers.1.attention.wv",
+                                                "layers.1.feed_forward.w1", "layers.1.feed_forward.w2"}));
+  EXPECT_EQ(op_recomputed, (std::vector<std::string>{"layers.1.attention.wk", "layers.1.attention.wo",
+                                                     "layers.1.feed_forward.w3"}));
+  EXPECT_GT(attention, 0);
+}
+
 TEST(Recompute, PolicyNames) {
   for (auto p : {RecomputePolicy::kNone, RecomputePolicy::kSelective, RecomputePolicy::kFull,
-                 RecomputePolicy::kAuto})
+                 RecomputePolicy::kAuto, RecomputePolicy::kSelectiveOp})
     EXPECT_EQ(parse_recompute_policy(recompute_policy_name(p)), p);
   EXPECT_FALSE(parse_recompute_policy("some"));
 }
@@ -181,8 +231,13 @@ TEST(RecomputeLarge, DefaultNeverEndsAboveKeepingEverything) {
   ASSERT_TRUE(p.has_solution);
   EXPECT_TRUE(p.checked);
   EXPECT_LE(p.peak_memory_bytes, o.memory_limit_bytes);
-  if (kept.has_solution) {
+  // Only a proven p is bound to be no worse: on a loaded machine the keep-everything solve
+  // inside it can meet its share of the time limit (seen: 2180 vs 2178.73 us at load 10).
+  ASSERT_TRUE(kept.has_solution);
+  if (p.status == SolveStatus::kOptimal) {
     EXPECT_LE(p.objective_us, kept.objective_us * (1 + 1e-9));
+  } else {
+    std::printf("the default plan ended %s (time limit); not compared\n", std::string(solve_status_name(p.status)).c_str());
   }
 }
 
@@ -192,7 +247,7 @@ TEST(Recompute, PolicyNamesIncludeIfNeeded) {
     parse_recompute_policy_or_throw("some", "--recompute");
     FAIL();
   } catch (const std::invalid_argument& e) {
-    EXPECT_STREQ(e.what(), "--recompute: expected none, selective, full, auto or if-needed, got 'some'");
+    EXPECT_STREQ(e.what(), "--recompute: expected none, selective, selective-op, full, auto or if-needed, got 'some'");
   }
 }
 

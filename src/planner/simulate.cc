@@ -124,8 +124,8 @@ std::vector<StrategyIdx> recompute_choice(const Graph& g, const BuiltProblem& bp
   auto matches = [&](size_t r, RecomputePolicy m) {
     for (const auto* a : by_region[r]) {
       if (a->role != BuiltProblem::RecomputeAux::kGap) continue;
-      const Node& x = g.node(bp.graph_node[static_cast<size_t>(a->owner)]);
-      if (recompute_executes(m, x.op) != (redone.count(x.name) > 0)) return false;
+      const NodeIdx v = bp.graph_node[static_cast<size_t>(a->owner)];
+      if (recompute_executes(m, bp, v) != (redone.count(g.node(v).name) > 0)) return false;
     }
     return true;
   };
@@ -195,7 +195,7 @@ RecomputeSchedule recompute_schedule(const Graph& g, const BuiltProblem& bp, con
     const auto& reg = bp.recompute_regions[static_cast<size_t>(a.region)];
     const NodeIdx v = bp.graph_node[static_cast<size_t>(a.owner)];
     const RecomputePolicy m = reg.modes[static_cast<size_t>(rs.choice[static_cast<size_t>(reg.decision)])];
-    if (!recompute_executes(m, g.node(v).op)) continue;
+    if (!recompute_executes(m, bp, v)) continue;
     // The gap node charges the recomputation: the owner's compute under its strategy.
     const ProblemNode& gap = bp.problem.nodes[static_cast<size_t>(a.node)];
     rs.us[static_cast<size_t>(v)] = gap.costs[static_cast<size_t>(rs.choice[static_cast<size_t>(a.node)])];

@@ -142,8 +142,8 @@ void bind_options(py::module_& m) {
           "recompute",
           [](const PlannerOptions& o) { return std::string(recompute_policy_name(o.recompute)); },
           [](PlannerOptions& o, const std::string& s) { o.recompute = parse_recompute_policy_or_throw(s, "recompute"); },
-          "Activation recomputation per layer region: none, selective, full, or auto (the solver "
-          "decides per region).")
+          "Activation recomputation per layer region: if-needed (the default), none, selective, "
+          "selective-op (torchtitan's op-level policy), full, or auto (the solver decides per region).")
       .def_property(
           "objective",
           [](const PlannerOptions& o) { return o.objective == Objective::kOverlap ? "overlap" : "additive"; },

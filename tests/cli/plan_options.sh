@@ -115,7 +115,7 @@ assert j['layers'] == [{'layer': 'transformer.h.0', 'recompute': 'full'},
                        {'layer': 'transformer.h.1', 'recompute': 'full'}], j['layers']
 assert j['recompute_us'] > 0 and j['objective_us'] >= $base + j['recompute_us'] - 1e-6, j"
 if "$AS" plan "${M[@]}" --recompute sometimes 2>"$TMP/rc.err"; then fail "--recompute sometimes accepted"; fi
-grep -qx "autoshard: error: --recompute: expected none, selective, full, auto or if-needed, got 'sometimes'" "$TMP/rc.err" \
+grep -qx "autoshard: error: --recompute: expected none, selective, selective-op, full, auto or if-needed, got 'sometimes'" "$TMP/rc.err" \
   || fail "--recompute error: $(cat "$TMP/rc.err")"
 ok "--recompute full per layer in the JSON; a bad policy is a one-line error"
 

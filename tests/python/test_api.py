@@ -158,7 +158,7 @@ def test_recompute_option_and_per_layer_report(core):
     mesh = core.Mesh([2], ["dp"])
     o = core.planner_options(time_limit_s=60, threads=1, memory_limit_bytes=0)
     assert o.recompute == "if-needed"  # the default: recompute only when memory binds
-    with pytest.raises(ValueError, match="recompute: expected none, selective, full, auto or if-needed"):
+    with pytest.raises(ValueError, match="recompute: expected none, selective, selective-op, full, auto or if-needed"):
         o.recompute = "sometimes"
     keep = core.ShardingOptimizer(g, mesh, o).get_solution()  # no budget: nothing recomputed
     assert keep.has_solution and keep.recompute_us == 0 and keep.layer_recompute == []
