@@ -80,7 +80,7 @@ class BackwardSplit(unittest.TestCase):
         self.assertEqual(calls(parts.weight).count(torch.mm), 1)  # (t() is a method call)
         self.assertEqual((parts.n_input_grads, parts.n_handoff, parts.weight_nodes), (1, 1, 2))
         g = torch.Generator().manual_seed(0)
-        x, w, gy = (torch.randn(4, 3, generator=g), torch.randn(5, 3, generator=g),
+        x, w, gy = (torch.randn(4, 3, generator=g), torch.randn(3, 5, generator=g),
                     torch.randn(4, 5, generator=g))
         gx, handoff = parts.run_input(x, w, gy)
         (gw,) = parts.run_weight(x, w, gy, *handoff)
