@@ -209,9 +209,15 @@ double stage_factor(PipelineSchedule sch, const std::vector<const StageSolve*>& 
   return bubble_factor(sch, f, b, w);
 }
 
-/// The least k of any solved stage: k of a split is a weighted mean of its stages' k, so this
-/// keeps the DP on lower bounds a lower bound (for the stages' phase mix as sampled).
-double least_factor(const Search& S, PipelineSchedule sch) {
+/// k of the model's layer: the phase mix of the one-layer middle stage (planned once, shared
+/// by every split), so that the step of a split is the interleaved formula with a constant k
+/// and the DPs stay exact (pipeline_schedule.h).  The layers dominate every stage; the first
+/// stage (no input gradient to send) and the last differ, and the report's timeline runs
+/// every stage with its own f, b and w.  Without a middle stage (S = 2), the least k of the
+/// solved stages.
+double layer_factor(Search& S, PipelineSchedule sch, int32_t n) {
+  if (!splits_backward(sch)) return 1.0;
+  if (n > 2 && S.L - n + 1 >= 1) return stage_factor(sch, {S.solve(kStageMid, 1).get()});
   double k = 1.0;
   for (const auto& [key, s] : S.solved) k = std::min(k, stage_factor(sch, {s.get()}));
   return k;
@@ -231,19 +237,6 @@ Evaluated split_step(const StageCostTable& t, int32_t L, int32_t P, int32_t v, i
   return e;
 }
 
-/// The step of schedule `sch` for a split whose stages are all solved (their own k).
-double split_step_us(Search& S, PipelineSchedule sch, const std::vector<int32_t>& layers) {
-  const int32_t n = static_cast<int32_t>(layers.size());
-  std::vector<const StageSolve*> st;
-  std::vector<double> c;
-  for (int32_t s = 0; s < n; ++s) {
-    const StageKind kind = kind_of(s, n);
-    st.push_back(S.solve(kind, kind == kStageBoth ? S.L : layers[psz(s)]).get());
-    c.push_back(st.back()->microbatch_us);
-  }
-  return pipelined_step_us(sch, c, S.P, n / S.P, S.popt.microbatches, stage_factor(sch, st));
-}
-
 /// Solves stage sizes until the (schedule, v) gap is below the target, or its lower bound
 /// reaches `cutoff` (the best step of another schedule: this one cannot win; step_us stays
 /// infinite).
@@ -258,12 +251,11 @@ Evaluated search_split(Search& S, PipelineSchedule sch, int32_t v, double cutoff
   }
   Evaluated best;
   for (int iter = 0; iter < 12; ++iter) {
-    const double k = least_factor(S, sch);
+    const double k = layer_factor(S, sch, n);
     const Evaluated low = split_step(S.lower_table(n), L, P, v, M, sch, k);
     best.lower_bound_us = std::max(best.lower_bound_us, low.lower_bound_us);  // each is valid
     if (best.lower_bound_us >= cutoff) return best;
     Evaluated e = split_step(S.upper_table(n), L, P, v, M, sch, k);
-    if (splits_backward(sch) && !e.layers.empty()) e.step_us = split_step_us(S, sch, e.layers);
     if (e.step_us < best.step_us) {
       e.lower_bound_us = best.lower_bound_us;
       best = e;
@@ -427,15 +419,13 @@ Evaluated fixed_split(Search& S, PipelineSchedule sch, int32_t v) {
     throw std::invalid_argument(fmt::format("pipeline: a fixed split needs {} stages of >= 1 layer summing to {}",
                                             S.P * v, S.L));
   std::vector<double> up, low;
-  std::vector<const StageSolve*> solves;
   for (int32_t s = 0; s < n; ++s) {
     const StageKind kind = kind_of(s, n);
     auto st = S.solve(kind, kind == kStageBoth ? S.L : layers[psz(s)]);
     up.push_back(st->microbatch_us);
     low.push_back(st->lower_bound_us);
-    solves.push_back(st.get());
   }
-  const double k = stage_factor(sch, solves);
+  const double k = layer_factor(S, sch, n);
   Evaluated e;
   e.layers = layers;
   e.step_us = pipelined_step_us(sch, up, S.P, v, S.popt.microbatches, k);
@@ -490,12 +480,8 @@ PipelinePlan plan_pipeline(const Graph& g, const Mesh& mesh, const PlannerOption
   pl.gap = pl.step_us > 0 ? (pl.step_us - pl.lower_bound_us) / pl.step_us : 0;
   assemble(S, pl, chosen.layers);
   std::vector<double> costs;
-  std::vector<const StageSolve*> solves;
-  for (const PipelineStage& st : pl.stages) {
-    costs.push_back(st.solve->microbatch_us);
-    solves.push_back(st.solve.get());
-  }
-  const double k = stage_factor(pl.schedule, solves);
+  for (const PipelineStage& st : pl.stages) costs.push_back(st.solve->microbatch_us);
+  const double k = layer_factor(S, pl.schedule, static_cast<int32_t>(pl.stages.size()));
   pl.step_us = pipelined_step_us(pl.schedule, costs, pl.P, pl.v, pl.M, k);  // a re-planned stage may cost more
   pl.bubble_us = bubble_us(pl.schedule, costs, pl.P, pl.v, pl.M, k);
   pl.gap = pl.step_us > 0 ? (pl.step_us - pl.lower_bound_us) / pl.step_us : 0;
