@@ -20,6 +20,13 @@ the gradients the next stage sends back.  The stage's collectives run on the pro
 of its pp slice's sub-mesh; the stage-to-stage transfers are the schedule's P2P sends on the
 pp dim's group.  The schedule is torch's Schedule<name> class for the plan's schedule name.
 
+Zero bubble (InterleavedZeroBubble, ZBVZeroBubble): torch runs each stage's backward as two
+actions, I (input gradients) and W (weight gradients).  The stage's backward graph is cut in
+two (autoshard.backward_split): the Function's backward runs B and keeps what W needs; W runs
+when the schedule's W action calls the runner that PipelineStage's dw_builder returned, and
+accumulates the parameters' gradients as autograd would.  ZBVZeroBubble places the stages in
+a V (stage_rank).
+
 Loss: the last stage's graph ends with the traced loss of its microbatch (e.g. a mean); the
 schedule divides the accumulated gradients by the number of microbatches (scale_grads) and
 `step` returns the mean of the microbatch losses: for a mean loss over equal microbatches,
