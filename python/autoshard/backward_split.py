@@ -2,7 +2,8 @@
 
     parts = split_backward(split.backward, n_param_grads)
     input_grads, handoff = parts.run_input(*saved, *tangents)   # B: what the previous stage waits for
-    param_grads = parts.run_weight(*saved, *tangents, handoff)  # W: later, in the bubble
+    kept = parts.weight_args((*saved, *tangents))               # what W reads of those
+    param_grads = parts.run_weight(*kept, *handoff)              # W: later, in the bubble
 
 torch.distributed.pipelining's ScheduleInterleavedZeroBubble and ScheduleZBVZeroBubble run each
 stage's backward as two actions, I (input gradients) and W (weight gradients), the split of Qi
@@ -32,7 +33,7 @@ class BackwardParts:
     """B and W of one backward graph.
 
     input: (*placeholders) -> (*activation_grads, *handoff)
-    weight: (*placeholders, *handoff) -> (*param_grads)   (None where the graph had None)
+    weight: (*placeholders W reads, *handoff) -> (*param_grads)   (None where the graph had None)
     """
 
     input: torch.fx.GraphModule
@@ -40,6 +41,11 @@ class BackwardParts:
     n_input_grads: int
     n_handoff: int
     weight_nodes: int  # call_function nodes in W (0: nothing deferred)
+    weight_inputs: list  # indices of the placeholders W reads (the rest is freed after B)
+
+    def weight_args(self, args: Sequence[Any]) -> list:
+        """The backward's arguments W reads (kept from B to W)."""
+        return [args[i] for i in self.weight_inputs]
 
     def run_input(self, *args: Any) -> tuple[list, list]:
         out = list(self.input(*args))
@@ -95,7 +101,10 @@ def split_backward(bwd: torch.fx.GraphModule, n_param_grads: int) -> BackwardPar
 
     gw = torch.fx.Graph()
     wenv: dict = {}
-    for p in placeholders:
+    read = {i for n in in_w for i in n.all_input_nodes} | {x for x in param_outs if x is not None}
+    weight_inputs = [k for k, p in enumerate(placeholders) if p in read]
+    for k in weight_inputs:
+        p = placeholders[k]
         wenv[p] = gw.placeholder(p.name)
         wenv[p].meta = dict(p.meta)
     for x in handoff:
@@ -109,4 +118,4 @@ def split_backward(bwd: torch.fx.GraphModule, n_param_grads: int) -> BackwardPar
     gi_m = torch.fx.GraphModule(bwd, gi)
     gw_m = torch.fx.GraphModule(bwd, gw)
     return BackwardParts(gi_m, gw_m, len(input_outs), len(handoff),
-                         sum(n.op == "call_function" for n in in_w))
+                         sum(n.op == "call_function" for n in in_w), weight_inputs)

@@ -153,7 +153,7 @@ def _stage_function() -> type:
                 # Zero bubble: B now; W's inputs wait for the schedule's W action.
                 args = (*ctx.saved_tensors, *tangents)
                 act_grads, handoff = module._parts.run_input(*args)
-                module._pending.append((args, handoff))
+                module._pending.append((module._parts.weight_args(args), handoff))
             else:
                 grads = list(module._split.backward(*ctx.saved_tensors, *tangents))
                 act_grads = grads[n_p:]
@@ -199,7 +199,7 @@ class StageModule(torch.nn.Module):
 
         self._layout = runner.layout  # load-balanced CP: sequences cut in head-tail order
         self._parts = None  # BackwardParts when the schedule splits the backward
-        self._pending: list = []  # per B not yet followed by its W: (B's inputs, handoff)
+        self._pending: list = []  # per B not yet followed by its W: (W's inputs, handoff)
 
         for n, p in list(holder.named_parameters()):
             if n not in own:

@@ -83,7 +83,8 @@ class BackwardSplit(unittest.TestCase):
         x, w, gy = (torch.randn(4, 3, generator=g), torch.randn(3, 5, generator=g),
                     torch.randn(4, 5, generator=g))
         gx, handoff = parts.run_input(x, w, gy)
-        (gw,) = parts.run_weight(x, w, gy, *handoff)
+        self.assertEqual(parts.weight_inputs, [0])  # W reads x (and B's h), not w nor gy
+        (gw,) = parts.run_weight(*parts.weight_args((x, w, gy)), *handoff)
         want_gw, want_gx = bwd(x, w, gy)
         self.assertTrue(torch.equal(gx[0], want_gx) and torch.equal(gw, want_gw))
         # No input gradient (the first stage): everything is W, nothing handed over.
