@@ -1,6 +1,7 @@
 #include "planner/pipeline_timeline.h"
 
 #include <algorithm>
+#include <string>
 #include <tuple>
 
 #include <gtest/gtest.h>
@@ -89,6 +90,34 @@ TEST(PipelineTimeline, DependenciesHoldAndTransfersAreCharged) {
   }
   // The middle stage is the bottleneck: its 4 microbatches run back to back at the end.
   EXPECT_GE(tl.makespan_us, M * (3.0 + 5.0));
+}
+
+/// A rank's order as "stage{F|I|W}microbatch ..." (torch's action notation, I = our B).
+std::string order_string(PipelineSchedule s, int32_t P, int32_t v, int32_t M, int32_t rank) {
+  std::string out;
+  for (const PipelineOp& o : rank_op_order(s, P, v, M, rank)) {
+    if (!out.empty()) out += ' ';
+    out += std::to_string(o.stage) + (o.kind == PipeOpKind::kF ? "F" : o.kind == PipeOpKind::kB ? "I" : "W") +
+           std::to_string(o.microbatch);
+  }
+  return out;
+}
+
+TEST(PipelineTimeline, ZeroBubbleOrdersAreTorchs) {
+  // What torch 2.13's torch.distributed.pipelining._schedule_visualizer.get_schedule_ops
+  // returns (None slots dropped) for ("InterleavedZeroBubble", P=3, M=3, v=2) and
+  // ("ZBVZeroBubble", P=2, M=3): the orders were checked this way for P 2..8, M 1..16, v 2..4.
+  const std::vector<std::string> zb1p{
+      "0F0 0F1 0F2 3F0 3F1 3F2 3I0 3W0 3I1 3W1 3I2 3W2 0I0 0W0 0I1 0W1 0I2 0W2",
+      "1F0 1F1 1F2 4F0 4F1 4I0 4F2 4I1 4W0 4I2 4W1 1I0 4W2 1I1 1W0 1I2 1W1 1W2",
+      "2F0 2F1 2F2 5F0 5I0 5F1 5I1 5F2 5I2 5W0 2I0 5W1 2I1 5W2 2I2 2W0 2W1 2W2"};
+  for (int32_t r = 0; r < 3; ++r)
+    EXPECT_EQ(order_string(PipelineSchedule::kInterleavedZeroBubble, 3, 2, 3, r), zb1p[static_cast<size_t>(r)]);
+  const std::vector<std::string> zbv{
+      "0F0 0F1 0F2 3F0 3I0 3W0 3F1 3I1 3W1 0I0 0W0 3F2 3I2 3W2 0I1 0W1 0I2 0W2",
+      "1F0 2F0 1F1 2F1 2I0 2W0 1F2 1I0 1W0 2F2 2I1 2W1 1I1 2I2 1I2 1W1 2W2 1W2"};
+  for (int32_t r = 0; r < 2; ++r)
+    EXPECT_EQ(order_string(PipelineSchedule::kZBVZeroBubble, 2, 2, 3, r), zbv[static_cast<size_t>(r)]);
 }
 
 TEST(PipelineTimeline, ZeroBubbleMakespanIsTheFormula) {
