@@ -20,12 +20,13 @@ the gradients the next stage sends back.  The stage's collectives run on the pro
 of its pp slice's sub-mesh; the stage-to-stage transfers are the schedule's P2P sends on the
 pp dim's group.  The schedule is torch's Schedule<name> class for the plan's schedule name.
 
-Zero bubble (InterleavedZeroBubble, ZBVZeroBubble): torch runs each stage's backward as two
-actions, I (input gradients) and W (weight gradients).  The stage's backward graph is cut in
+Zero bubble (InterleavedZeroBubble, ZBVZeroBubble, DualPipeV): torch runs each stage's
+backward as two actions, I (input gradients) and W (weight gradients) (DualPipeV: some as one
+FULL_BACKWARD, which runs W right after I).  The stage's backward graph is cut in
 two (autoshard.backward_split): the Function's backward runs B and keeps what W needs; W runs
 when the schedule's W action calls the runner that PipelineStage's dw_builder returned, and
-accumulates the parameters' gradients as autograd would.  ZBVZeroBubble places the stages in
-a V (stage_rank).
+accumulates the parameters' gradients as autograd would.  ZBVZeroBubble and DualPipeV place
+the stages in a V (stage_rank).
 
 Loss: the last stage's graph ends with the traced loss of its microbatch (e.g. a mean); the
 schedule divides the accumulated gradients by the number of microbatches (scale_grads) and
@@ -51,13 +52,13 @@ from .stages import SHARED, StageError, StageGraph, cut_stages
 SCHEDULES = {"GPipe": "ScheduleGPipe", "1F1B": "Schedule1F1B",
              "Interleaved1F1B": "ScheduleInterleaved1F1B", "LoopedBFS": "ScheduleLoopedBFS",
              "InterleavedZeroBubble": "ScheduleInterleavedZeroBubble",
-             "ZBVZeroBubble": "ScheduleZBVZeroBubble"}
+             "ZBVZeroBubble": "ScheduleZBVZeroBubble", "DualPipeV": "ScheduleDualPipeV"}
 #: schedules that split the backward into input and weight gradients (zero bubble): the
 #: stage's backward graph runs as B in autograd's backward and W when the schedule asks
 #: (autoshard.backward_split)
-_SPLIT_BACKWARD = ("InterleavedZeroBubble", "ZBVZeroBubble")
+_SPLIT_BACKWARD = ("InterleavedZeroBubble", "ZBVZeroBubble", "DualPipeV")
 #: schedules whose stages sit in a V on the pp ranks (torch's stage_index_to_group_rank "v")
-_V_SHAPE = ("ZBVZeroBubble",)
+_V_SHAPE = ("ZBVZeroBubble", "DualPipeV")
 
 
 def stage_rank(schedule: str, stage: int, pp_size: int) -> int:

@@ -61,7 +61,7 @@ PipelineOptions pipeline_options(const Mesh& mesh, const PipelineArgs& pa) {
     if (!po.schedule)
       throw std::invalid_argument(fmt::format(
           "--schedule: unknown schedule '{}' (expected auto, GPipe, 1F1B, Interleaved1F1B, "
-          "InterleavedZeroBubble or ZBVZeroBubble)", pa.schedule));
+          "InterleavedZeroBubble, ZBVZeroBubble or DualPipeV)", pa.schedule));
   }
   if (pa.stages_per_rank < 0)
     throw std::invalid_argument(fmt::format("--stages-per-rank: expected >= 1, got {}", pa.stages_per_rank));

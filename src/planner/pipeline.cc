@@ -228,7 +228,7 @@ double layer_factor(Search& S, PipelineSchedule sch, int32_t n) {
 Evaluated split_step(const StageCostTable& t, int32_t L, int32_t P, int32_t v, int32_t M,
                      PipelineSchedule sch = PipelineSchedule::k1F1B, double k = 1.0) {
   Evaluated e;
-  const bool v_shape = sch == PipelineSchedule::kZBVZeroBubble;
+  const bool v_shape = v_shaped(sch);
   const StageSplit s = v == 1 && !splits_backward(sch) ? best_split_latency(t, L, P, M)
                                                        : best_split_ranks(t, L, P, v, M, k, v_shape);
   if (s.layers.empty()) return e;

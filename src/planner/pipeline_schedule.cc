@@ -17,6 +17,7 @@ std::string_view schedule_name(PipelineSchedule s) {
     case PipelineSchedule::kInterleaved1F1B: return "Interleaved1F1B";
     case PipelineSchedule::kInterleavedZeroBubble: return "InterleavedZeroBubble";
     case PipelineSchedule::kZBVZeroBubble: return "ZBVZeroBubble";
+    case PipelineSchedule::kDualPipeV: return "DualPipeV";
   }
   return "?";
 }
@@ -36,35 +37,43 @@ std::optional<PipelineSchedule> parse_schedule(std::string_view s) {
 
 std::vector<PipelineSchedule> all_schedules() {
   return {PipelineSchedule::kGPipe, PipelineSchedule::k1F1B, PipelineSchedule::kInterleaved1F1B,
-          PipelineSchedule::kInterleavedZeroBubble, PipelineSchedule::kZBVZeroBubble};
+          PipelineSchedule::kInterleavedZeroBubble, PipelineSchedule::kZBVZeroBubble,
+          PipelineSchedule::kDualPipeV};
 }
 
 bool is_interleaved(PipelineSchedule s) {
-  return s == PipelineSchedule::kInterleaved1F1B || s == PipelineSchedule::kZBVZeroBubble;
+  return s == PipelineSchedule::kInterleaved1F1B || v_shaped(s);
 }
 
 bool splits_backward(PipelineSchedule s) {
-  return s == PipelineSchedule::kInterleavedZeroBubble || s == PipelineSchedule::kZBVZeroBubble;
+  return s == PipelineSchedule::kInterleavedZeroBubble || v_shaped(s);
+}
+
+bool v_shaped(PipelineSchedule s) {
+  return s == PipelineSchedule::kZBVZeroBubble || s == PipelineSchedule::kDualPipeV;
 }
 
 std::vector<int32_t> stages_per_rank_options(PipelineSchedule s) {
   switch (s) {
     case PipelineSchedule::kInterleaved1F1B: return {4, 3, 2};
     case PipelineSchedule::kInterleavedZeroBubble: return {4, 3, 2};
-    case PipelineSchedule::kZBVZeroBubble: return {2};
+    case PipelineSchedule::kZBVZeroBubble:
+    case PipelineSchedule::kDualPipeV: return {2};
     default: return {1};
   }
 }
 
 int32_t stage_rank(PipelineSchedule s, int32_t P, int32_t stage) {
-  if (s == PipelineSchedule::kZBVZeroBubble && stage >= P) return 2 * P - 1 - stage;
+  if (v_shaped(s) && stage >= P) return 2 * P - 1 - stage;
   return stage % P;
 }
 
 std::string schedule_problem(PipelineSchedule s, int32_t P, int32_t v, int32_t M) {
   if (P < 1 || v < 1 || M < 1) return fmt::format("P, v and M must be >= 1 (got {}, {}, {})", P, v, M);
-  if (s == PipelineSchedule::kZBVZeroBubble)
-    return v == 2 ? "" : fmt::format("{} runs exactly 2 stages per rank (got {})", schedule_name(s), v);
+  if (v_shaped(s) && v != 2) return fmt::format("{} runs exactly 2 stages per rank (got {})", schedule_name(s), v);
+  if (s == PipelineSchedule::kDualPipeV && M < 2 * P)
+    return fmt::format("{} needs at least as many microbatches ({}) as stages ({})", schedule_name(s), M, 2 * P);
+  if (s == PipelineSchedule::kZBVZeroBubble || s == PipelineSchedule::kDualPipeV) return "";
   if (s == PipelineSchedule::kInterleavedZeroBubble) {
     // torch's own tooling (get_schedule_ops) refuses one stage per rank for it.
     if (v < 2) return fmt::format("{} needs >= 2 stages per rank (got {})", schedule_name(s), v);
@@ -139,7 +148,8 @@ double inflight_microbatches(PipelineSchedule s, int32_t P, int32_t v, int32_t M
       return static_cast<double>(chunks) / v;
     }
     case PipelineSchedule::kInterleavedZeroBubble:
-    case PipelineSchedule::kZBVZeroBubble:  // counted on torch's order (no closed form kept)
+    case PipelineSchedule::kZBVZeroBubble:
+    case PipelineSchedule::kDualPipeV:  // counted on torch's order (no closed form kept)
       return static_cast<double>(order_inflight_peak(rank_op_order(s, P, v, M, rank), s).live) / v;
   }
   return M;

@@ -59,10 +59,11 @@ enum class PipelineSchedule : uint8_t {
   kInterleaved1F1B,
   kInterleavedZeroBubble,  ///< ZB1P of Qi et al. (ICLR 2024), v >= 1 stages per rank, looped
   kZBVZeroBubble,          ///< ZB-V of Qi et al. section 6: v = 2 stages per rank in a V
+  kDualPipeV,              ///< DeepSeek-V3's DualPipe cut to a V (torch's ScheduleDualPipeV), v = 2
 };
 
-/// "GPipe", "1F1B", "Interleaved1F1B", "InterleavedZeroBubble", "ZBVZeroBubble" (the names of
-/// docs/pipeline-format.md; torch's classes are Schedule<name>).
+/// "GPipe", "1F1B", "Interleaved1F1B", "InterleavedZeroBubble", "ZBVZeroBubble", "DualPipeV"
+/// (the names of docs/pipeline-format.md; torch's classes are Schedule<name>).
 std::string_view schedule_name(PipelineSchedule s);
 /// Parses a schedule name (case-insensitive, with or without torch's "Schedule" prefix);
 /// nullopt if unknown.
@@ -76,15 +77,18 @@ bool is_interleaved(PipelineSchedule s);
 bool splits_backward(PipelineSchedule s);
 /// The v values the schedule can run, most stages per rank first (the search tries them).
 std::vector<int32_t> stages_per_rank_options(PipelineSchedule s);
+/// The stages sit in a V on the pp ranks (ZBVZeroBubble, DualPipeV).
+bool v_shaped(PipelineSchedule s);
 /// The pp rank that runs stage `stage` of P * v: stage mod P (looped), or the V of
-/// ZBVZeroBubble (torch's generate_stage_to_rank_mapping style "v"): stages 0..P-1 on ranks
-/// 0..P-1, stages P..2P-1 back on ranks P-1..0, so rank 0 holds the first and the last stage.
+/// ZBVZeroBubble and DualPipeV (torch's generate_stage_to_rank_mapping style "v"): stages
+/// 0..P-1 on ranks 0..P-1, stages P..2P-1 back on ranks P-1..0, so rank 0 holds the first and
+/// the last stage.
 int32_t stage_rank(PipelineSchedule s, int32_t P, int32_t stage);
 
 /// Why (P, v, M) cannot run `s`, or "" when it can: v must be 1 for GPipe and 1F1B and >= 2
 /// for Interleaved1F1B, whose M must also be a multiple of P; InterleavedZeroBubble takes any
 /// v >= 2 and needs M to be a multiple of its rounds max(1, M / P) (torch's check); ZBV needs
-/// v = 2.
+/// v = 2; DualPipeV v = 2 and M >= 2P (torch's checks).
 std::string schedule_problem(PipelineSchedule s, int32_t P, int32_t v, int32_t M);
 
 /// T above for stage times `stage_us` (S = P * v of them, in pipeline order, looped).

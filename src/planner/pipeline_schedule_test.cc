@@ -62,6 +62,10 @@ TEST(PipelineSchedule, NamesAndRequirements) {
   EXPECT_EQ(schedule_problem(PipelineSchedule::kInterleavedZeroBubble, 4, 3, 6), "");  // 1 round of 6
   EXPECT_NE(schedule_problem(PipelineSchedule::kInterleavedZeroBubble, 3, 2, 10), "");  // 3 rounds
   EXPECT_NE(schedule_problem(PipelineSchedule::kInterleavedZeroBubble, 4, 1, 8), "");
+  EXPECT_EQ(parse_schedule("ScheduleDualPipeV"), PipelineSchedule::kDualPipeV);
+  EXPECT_NE(schedule_problem(PipelineSchedule::kDualPipeV, 4, 2, 7), "");  // M >= 2P
+  EXPECT_EQ(schedule_problem(PipelineSchedule::kDualPipeV, 4, 2, 8), "");
+  EXPECT_EQ(stage_rank(PipelineSchedule::kDualPipeV, 4, 7), 0);
   EXPECT_TRUE(splits_backward(PipelineSchedule::kZBVZeroBubble));
   EXPECT_FALSE(splits_backward(PipelineSchedule::kInterleaved1F1B));
 }

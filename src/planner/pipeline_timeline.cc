@@ -128,12 +128,66 @@ std::vector<PipelineOp> zbv_order(int32_t rank, int32_t P, int32_t M) {
   return out;
 }
 
+/// torch's ScheduleDualPipeV order for rank `rank` (see the header).
+std::vector<PipelineOp> dualpipev_order(int32_t rank, int32_t P, int32_t M) {
+  const int32_t s0 = rank, s1 = 2 * P - 1 - rank;
+  std::vector<int32_t> nf(static_cast<size_t>(2 * P), 0), nb = nf;
+  std::vector<std::pair<int32_t, int32_t>> waiting;  // (stage, microbatch) of B without W yet
+  size_t next_w = 0;
+  std::vector<PipelineOp> out;
+  auto fwd = [&](int32_t st) { out.push_back(op(rank, st, nf[static_cast<size_t>(st)]++, PipeOpKind::kF)); };
+  auto bwd = [&](int32_t st, bool split) {
+    const int32_t mb = nb[static_cast<size_t>(st)]++;
+    out.push_back(op(rank, st, mb, split ? PipeOpKind::kB : PipeOpKind::kBW));
+    if (split) waiting.emplace_back(st, mb);
+  };
+  auto weight = [&] {
+    if (next_w == waiting.size()) return;
+    const auto [st, mb] = waiting[next_w++];
+    out.push_back(op(rank, st, mb, PipeOpKind::kW));
+  };
+  for (int32_t i = 0; i < 2 * (P - rank - 1); ++i) fwd(s0);
+  for (int32_t i = 0; i < rank + 1; ++i) {
+    fwd(s0);
+    fwd(s1);
+  }
+  for (int32_t i = 0; i < P - rank - 1; ++i) {
+    bwd(s1, true);
+    weight();
+    fwd(s1);
+  }
+  for (int32_t i = 0; i < M - 2 * P + rank + 1; ++i) {
+    fwd(s0);  // overlapped with the next (or, first on the last rank, not)
+    bwd(s1, false);
+    fwd(s1);
+    bwd(s0, false);
+  }
+  for (int32_t i = 0; i < P - rank - 1; ++i) {
+    bwd(s1, false);
+    fwd(s1);
+    bwd(s0, false);
+  }
+  bool zb = false;
+  for (int32_t i = 0; i < rank + 1; ++i) {
+    if (i == (rank + 1) / 2 && rank % 2 == 1) zb = true;
+    bwd(s1, zb);
+    if (i == (rank + 1) / 2 && rank % 2 == 0) zb = true;
+    bwd(s0, zb);
+  }
+  for (int32_t i = 0; i < P - rank - 1; ++i) {
+    weight();
+    bwd(s0, zb);
+  }
+  for (int32_t i = 0; i < rank + 1; ++i) weight();
+  return out;
+}
+
 /// Finish times of F, B and W per (stage, microbatch); negative: not run yet.
 struct Done {
   int32_t M = 0;
   std::vector<double> f, b, w;
   double& at(PipeOpKind k, int32_t stage, int32_t mb) {
-    return (k == PipeOpKind::kF ? f : k == PipeOpKind::kB ? b : w)[static_cast<size_t>(stage * M + mb)];
+    return (k == PipeOpKind::kF ? f : k == PipeOpKind::kW ? w : b)[static_cast<size_t>(stage * M + mb)];
   }
 };
 
@@ -161,6 +215,7 @@ double duration(PipelineSchedule s, const PipelineOp& o, const StageTimes& t) {
     case PipeOpKind::kF: return t.forward_us[st];
     case PipeOpKind::kB: return t.backward_us[st] + (splits_backward(s) ? 0.0 : w);
     case PipeOpKind::kW: return w;
+    case PipeOpKind::kBW: return t.backward_us[st] + w;
   }
   return 0;
 }
@@ -178,6 +233,7 @@ std::vector<PipelineOp> rank_op_order(PipelineSchedule s, int32_t P, int32_t v, 
     case PipelineSchedule::kInterleaved1F1B: return interleaved_order(rank, P, v, M);
     case PipelineSchedule::kInterleavedZeroBubble: return zero_bubble_order(rank, P, v, M);
     case PipelineSchedule::kZBVZeroBubble: return zbv_order(rank, P, M);
+    case PipelineSchedule::kDualPipeV: return dualpipev_order(rank, P, M);
   }
   throw std::logic_error("unknown pipeline schedule");
 }
@@ -210,6 +266,7 @@ PipelineTimeline schedule_timeline(PipelineSchedule s, int32_t P, int32_t v, int
         o.end_us = o.start_us + duration(s, o, times);
         free_at[static_cast<size_t>(r)] = o.end_us;
         done.at(o.kind, o.stage, o.microbatch) = o.end_us;
+        if (o.kind == PipeOpKind::kBW) done.at(PipeOpKind::kW, o.stage, o.microbatch) = o.end_us;
         ++i;
         progress = true;
       }
@@ -234,7 +291,7 @@ InflightPeak order_inflight_peak(const std::vector<PipelineOp>& order, PipelineS
   for (const PipelineOp& o : order) {
     if (o.kind == PipeOpKind::kF) ++live;
     if (o.kind == PipeOpKind::kB && split) ++deferred;
-    if (o.kind == PipeOpKind::kW || (o.kind == PipeOpKind::kB && !split)) --live;
+    if (o.kind == PipeOpKind::kW || o.kind == PipeOpKind::kBW || (o.kind == PipeOpKind::kB && !split)) --live;
     if (o.kind == PipeOpKind::kW) --deferred;
     peak.live = std::max(peak.live, live);
     peak.deferred = std::max(peak.deferred, deferred);

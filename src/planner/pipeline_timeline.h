@@ -26,6 +26,15 @@
 ///                     F B W of chunk 0 and F B W of chunk 1, then the cool-down: r pairs of
 ///                     B (chunk 0, chunk 1), P - r pairs B W of chunk 0, and the left W.
 ///                     (Generated for max(M, 2P - 1) microbatches, those >= M dropped.)
+///   DualPipeV ....... torch's ScheduleDualPipeV order (DeepSeek-V3's DualPipe, Liu et al. 2024,
+///                     cut to a V; stages as ZB-V): 2 (P - r - 1) forwards of chunk 0, r + 1
+///                     pairs F chunk 0, F chunk 1, P - r - 1 triples B W F of chunk 1, then
+///                     M - 2P + r + 1 steps of (F chunk 0 + full backward chunk 1) and (F chunk 1
+///                     + full backward chunk 0), P - r - 1 steps full backward chunk 1 and (F
+///                     chunk 1 + full backward chunk 0), r + 1 pairs of backwards (split into B
+///                     from the middle one on), P - r - 1 (W, backward chunk 0) and the left W.
+///                     An overlapped pair runs its two ops one after the other here (what torch
+///                     runs without a custom overlap function).
 /// For the zero-bubble schedules B is the input-gradient backward and W the weight-gradient
 /// backward; the others run B as the whole backward (B + W of StageTimes) and no W.
 /// Dependencies: F(s, m) after F(s-1, m); B(s, m) after F(s, m) and B(s+1, m); W(s, m) after
@@ -38,8 +47,9 @@
 namespace autoshard {
 
 /// F: forward; B: backward (whole, or its input-gradient part for the zero-bubble schedules);
-/// W: the weight-gradient part of a zero-bubble schedule's backward.
-enum class PipeOpKind : uint8_t { kF, kB, kW };
+/// W: the weight-gradient part of a zero-bubble schedule's backward; BW: a zero-bubble
+/// schedule's whole backward in one op (DualPipeV's FULL_BACKWARD: B then W).
+enum class PipeOpKind : uint8_t { kF, kB, kW, kBW };
 
 struct PipelineOp {
   int32_t rank = 0;        ///< pp rank

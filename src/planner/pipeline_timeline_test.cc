@@ -1,6 +1,7 @@
 #include "planner/pipeline_timeline.h"
 
 #include <algorithm>
+#include <map>
 #include <string>
 #include <tuple>
 
@@ -97,7 +98,8 @@ std::string order_string(PipelineSchedule s, int32_t P, int32_t v, int32_t M, in
   std::string out;
   for (const PipelineOp& o : rank_op_order(s, P, v, M, rank)) {
     if (!out.empty()) out += ' ';
-    out += std::to_string(o.stage) + (o.kind == PipeOpKind::kF ? "F" : o.kind == PipeOpKind::kB ? "I" : "W") +
+    out += std::to_string(o.stage) +
+           (o.kind == PipeOpKind::kF ? "F" : o.kind == PipeOpKind::kB ? "I" : o.kind == PipeOpKind::kW ? "W" : "B") +
            std::to_string(o.microbatch);
   }
   return out;
@@ -118,6 +120,34 @@ TEST(PipelineTimeline, ZeroBubbleOrdersAreTorchs) {
       "1F0 2F0 1F1 2F1 2I0 2W0 1F2 1I0 1W0 2F2 2I1 2W1 1I1 2I2 1I2 1W1 2W2 1W2"};
   for (int32_t r = 0; r < 2; ++r)
     EXPECT_EQ(order_string(PipelineSchedule::kZBVZeroBubble, 2, 2, 3, r), zbv[static_cast<size_t>(r)]);
+  // ("DualPipeV", P=2, M=4), its overlapped pairs (OVERLAP_F_B) flattened in their order; B is
+  // a FULL_BACKWARD (input and weight gradients in one op).
+  const std::vector<std::string> dpv{
+      "0F0 0F1 0F2 3F0 3I0 3W0 3F1 0F3 3B1 3F2 0B0 3B2 3F3 0B1 3B3 0I2 0W2 0I3 0W3",
+      "1F0 2F0 1F1 2F1 1F2 2B0 2F2 1B0 1F3 2B1 2F3 1B1 2B2 1B2 2I3 1I3 2W3 1W3"};
+  for (int32_t r = 0; r < 2; ++r)
+    EXPECT_EQ(order_string(PipelineSchedule::kDualPipeV, 2, 2, 4, r), dpv[static_cast<size_t>(r)]);
+}
+
+TEST(PipelineTimeline, DualPipeVIsZeroBubbleWithEqualPhases) {
+  // f = b = w per stage, M >= 2P (torch's requirement): the same makespan as ZB-V, the formula
+  // of pipeline_schedule.h; every (stage, microbatch) runs F and either one whole backward
+  // or B then W; in flight counted on the order.
+  const auto s = PipelineSchedule::kDualPipeV;
+  for (auto [P, M] : {std::pair{2, 4}, std::pair{3, 6}, std::pair{4, 8}, std::pair{4, 13}, std::pair{8, 16}}) {
+    const PipelineTimeline tl = schedule_timeline(s, P, 2, M, equal_stages(2 * P, 0.5, 0.5, 0, 0.5));
+    EXPECT_NEAR(tl.makespan_us, M * 3.0 + (P - 1) * 1.0 / 2, 1e-9) << P << " " << M;
+    std::map<std::pair<int32_t, int32_t>, std::string> kinds;
+    for (const PipelineOp& o : tl.ops) {
+      kinds[{o.stage, o.microbatch}] += o.kind == PipeOpKind::kF ? "F" : o.kind == PipeOpKind::kB ? "I"
+                                        : o.kind == PipeOpKind::kW ? "W" : "B";
+      EXPECT_EQ(o.rank, stage_rank(s, P, o.stage));
+    }
+    ASSERT_EQ(kinds.size(), static_cast<size_t>(2 * P * M));
+    for (const auto& [key, k] : kinds) EXPECT_TRUE(k == "FB" || k == "FIW") << key.first << " " << key.second << " " << k;
+  }
+  EXPECT_NE(schedule_problem(s, 4, 2, 7), "");  // fewer microbatches than stages
+  EXPECT_GT(inflight_microbatches(s, 4, 2, 8, 0), 0);
 }
 
 TEST(PipelineTimeline, ZeroBubbleMakespanIsTheFormula) {

@@ -41,7 +41,7 @@ Json rank_rows(const PipelinePlan& pl, const PipelineTimeline& tl) {
     for (const PipelineOp& o : tl.ops) {
       if (o.rank != r) continue;
       rects.push_back({round_milli(o.start_us), round_milli(o.end_us),
-                       std::string(o.kind == PipeOpKind::kF ? "F" : o.kind == PipeOpKind::kB ? "B" : "W") +
+                       std::string(o.kind == PipeOpKind::kF ? "F" : o.kind == PipeOpKind::kW ? "W" : "B") +
                            " stage " + std::to_string(o.stage) + " mb " + std::to_string(o.microbatch),
                        o.backward()});
     }

@@ -4,8 +4,9 @@
 pp,dp --microbatches 4 --schedule S` of ONE microbatch's graph (stages and each stage's
 sharding on dp chosen by the planner), run with torch.distributed.pipelining's Schedule1F1B
 (2 stages) and, in one launch of the 4 processes, ScheduleInterleaved1F1B and the zero-bubble
-ScheduleInterleavedZeroBubble and ScheduleZBVZeroBubble (4 stages, 2 per pp rank; the last
-two run each stage's backward as B and W, the V puts stage 3 back on pp rank 0).
+ScheduleInterleavedZeroBubble, ScheduleZBVZeroBubble and ScheduleDualPipeV (4 stages, 2 per pp
+rank; the last three run each stage's backward as B and W, the V puts stage 3 back on pp
+rank 0).
 Each rank compares with one process running the full batch: the loss (mean of the microbatch
 losses, last stage), every gradient of its stage's parameters after the first step, and the
 parameters after three AdamW steps, within 1e-5 relative.
@@ -135,7 +136,7 @@ class ApplyPipeline(unittest.TestCase):
             pp_rank = rank // 2  # pp is the outer mesh dim
             expected = [s["index"] for s in pipe["stages"] if s["pp_rank"] == pp_rank]
             self.assertEqual(res["stages"], expected, where)
-            zero_bubble = pipe["schedule"] in ("InterleavedZeroBubble", "ZBVZeroBubble")
+            zero_bubble = pipe["schedule"] in ("InterleavedZeroBubble", "ZBVZeroBubble", "DualPipeV")
             for s, split in zip(res["stages"], res["split"]):
                 if not zero_bubble:
                     self.assertIsNone(split, where)
@@ -163,7 +164,7 @@ class ApplyPipeline(unittest.TestCase):
         self.check(["1F1B"], 1)
 
     def test_llama4_interleaved_and_zero_bubble_four_stages_by_dp2(self):
-        self.check(["Interleaved1F1B", "InterleavedZeroBubble", "ZBVZeroBubble"], 2)
+        self.check(["Interleaved1F1B", "InterleavedZeroBubble", "ZBVZeroBubble", "DualPipeV"], 2)
 
 
 if __name__ == "__main__":
