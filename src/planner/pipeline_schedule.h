@@ -4,7 +4,7 @@
 /// activations each pp rank keeps in flight.  Pure functions of per-stage times.
 ///
 /// Model.  The layers are cut into S = P * v contiguous stages; stage i runs on pp rank i mod P
-/// (v stages per rank, the looped placement of Interleaved1F1B).  c_i is stage i's time for one
+/// (v stages per rank, the looped placement of Interleaved1F1B; the V schedules: stage_rank).  c_i is stage i's time for one
 /// microbatch (forward + backward, the point-to-point sends of its boundary and its share
 /// o_i / M of the once-per-step optimizer update and gradient reduction, see pipeline.h), and
 /// R_r = sum of c_i over rank r's stages.  With M microbatches
@@ -38,11 +38,13 @@
 /// InterleavedZeroBubble follows it exactly (v = 2, 3, 4 and any f, b, w; test
 /// pipeline_timeline_test.cc); ZBVZeroBubble (v = 2) matches it for f = b = w once M >= 2P - 2
 /// and runs longer otherwise (its order assumes equal phases, torch's docstring says as
-/// much).  For unequal stages the planner keeps the interleaved formula and scales its
-/// fill-and-drain by k = sum_i max(f_i + b_i - w_i, f_i, b_i) / sum_i c_i:
+/// much); DualPipeV (v = 2, M >= 2P) matches it for f = b = w.  For unequal stages the
+/// planner keeps the interleaved formula and scales its fill-and-drain by a factor k, the
+/// share max(f + b - w, f, b) / (f + b + w) (bubble_factor; the planner takes it from the
+/// model's layer, pipeline.cc):
 ///     T = M max_r R_r + k (sum_r R_r - max_r R_r) / v.
-/// In flight, a microbatch's activations live from its F to its W (a split backward frees
-/// its inputs only when W has run) and the gradients W reads from B live from B to W:
+/// In flight, a microbatch's activations are counted from its F to its W (an upper bound:
+/// after B the runtime keeps only what W reads) and the gradients W reads from B from B to W:
 /// inflight_microbatches and deferred_microbatches count both on torch's op orders.
 #include <cstdint>
 #include <optional>
@@ -57,7 +59,7 @@ enum class PipelineSchedule : uint8_t {
   kGPipe,
   k1F1B,
   kInterleaved1F1B,
-  kInterleavedZeroBubble,  ///< ZB1P of Qi et al. (ICLR 2024), v >= 1 stages per rank, looped
+  kInterleavedZeroBubble,  ///< ZB1P of Qi et al. (ICLR 2024), v >= 2 stages per rank, looped
   kZBVZeroBubble,          ///< ZB-V of Qi et al. section 6: v = 2 stages per rank in a V
   kDualPipeV,              ///< DeepSeek-V3's DualPipe cut to a V (torch's ScheduleDualPipeV), v = 2
 };
