@@ -20,6 +20,14 @@ the gradients the next stage sends back.  The stage's collectives run on the pro
 of its pp slice's sub-mesh; the stage-to-stage transfers are the schedule's P2P sends on the
 pp dim's group.  The schedule is torch's Schedule<name> class for the plan's schedule name.
 
+Zero bubble (InterleavedZeroBubble, ZBVZeroBubble, DualPipeV): torch runs each stage's
+backward as two actions, I (input gradients) and W (weight gradients) (DualPipeV: some as one
+FULL_BACKWARD, which runs W right after I).  The stage's backward graph is cut in
+two (autoshard.backward_split): the Function's backward runs B and keeps what W needs; W runs
+when the schedule's W action calls the runner that PipelineStage's dw_builder returned, and
+accumulates the parameters' gradients as autograd would.  ZBVZeroBubble and DualPipeV place
+the stages in a V (stage_rank).
+
 Loss: the last stage's graph ends with the traced loss of its microbatch (e.g. a mean); the
 schedule divides the accumulated gradients by the number of microbatches (scale_grads) and
 `step` returns the mean of the microbatch losses: for a mean loss over equal microbatches,
@@ -44,10 +52,21 @@ from .stages import SHARED, StageError, StageGraph, cut_stages
 SCHEDULES = {"GPipe": "ScheduleGPipe", "1F1B": "Schedule1F1B",
              "Interleaved1F1B": "ScheduleInterleaved1F1B", "LoopedBFS": "ScheduleLoopedBFS",
              "InterleavedZeroBubble": "ScheduleInterleavedZeroBubble",
-             "ZBVZeroBubble": "ScheduleZBVZeroBubble"}
+             "ZBVZeroBubble": "ScheduleZBVZeroBubble", "DualPipeV": "ScheduleDualPipeV"}
 #: schedules that split the backward into input and weight gradients (zero bubble): the
-#: stage's backward is one autograd Function, which they cannot split
-_SPLIT_BACKWARD = ("InterleavedZeroBubble", "ZBVZeroBubble")
+#: stage's backward graph runs as B in autograd's backward and W when the schedule asks
+#: (autoshard.backward_split)
+_SPLIT_BACKWARD = ("InterleavedZeroBubble", "ZBVZeroBubble", "DualPipeV")
+#: schedules whose stages sit in a V on the pp ranks (torch's stage_index_to_group_rank "v")
+_V_SHAPE = ("ZBVZeroBubble", "DualPipeV")
+
+
+def stage_rank(schedule: str, stage: int, pp_size: int) -> int:
+    """The pp rank torch's schedule runs `stage` on: stage mod P, or the V of ZBVZeroBubble
+    (stages P..2P-1 back down ranks P-1..0)."""
+    if schedule in _V_SHAPE and stage >= pp_size:
+        return 2 * pp_size - 1 - stage
+    return stage % pp_size
 
 
 @dataclass
@@ -129,12 +148,19 @@ def _stage_function() -> type:
         def backward(ctx, *grad_outputs):  # type: ignore[override]
             module = ctx.module
             tangents = module._tangents(grad_outputs)
-            grads = list(module._split.backward(*ctx.saved_tensors, *tangents))
             n_p = len(module._grad_param_slots)
             per_input: list = [None] * module._n_primals
-            for slot, gr in zip(module._grad_param_slots, grads[:n_p]):
-                per_input[slot] = gr
-            for k, gr in enumerate(grads[n_p:]):
+            if module._parts is not None:
+                # Zero bubble: B now; W's inputs wait for the schedule's W action.
+                args = (*ctx.saved_tensors, *tangents)
+                act_grads, handoff = module._parts.run_input(*args)
+                module._pending.append((module._parts.weight_args(args), handoff))
+            else:
+                grads = list(module._split.backward(*ctx.saved_tensors, *tangents))
+                act_grads = grads[n_p:]
+                for slot, gr in zip(module._grad_param_slots, grads[:n_p]):
+                    per_input[slot] = gr
+            for k, gr in enumerate(act_grads):
                 per_input[module._n_primals - len(module._graph.act_in) + k] = gr
             return (None, *per_input)
 
@@ -173,6 +199,8 @@ class StageModule(torch.nn.Module):
         from .context_parallel import permute_placeholder
 
         self._layout = runner.layout  # load-balanced CP: sequences cut in head-tail order
+        self._parts = None  # BackwardParts when the schedule splits the backward
+        self._pending: list = []  # per B not yet followed by its W: (W's inputs, handoff)
 
         for n, p in list(holder.named_parameters()):
             if n not in own:
@@ -193,6 +221,40 @@ class StageModule(torch.nn.Module):
     @property
     def first(self) -> bool:
         return not self._graph.act_in
+
+    def split_backward(self) -> None:
+        """Runs the backward as B (in autograd's backward: activation gradients) and W
+        (weight_runner(), when the zero-bubble schedule runs its W action)."""
+        from .backward_split import split_backward
+
+        self._parts = split_backward(self._split.backward, len(self._grad_param_slots))
+
+    def weight_runner(self) -> Callable[[], None]:
+        """The W of the backward that just ran (torch's PipelineStage dw_builder): computes
+        the parameter gradients and accumulates them into the parameters' .grad, as autograd
+        does for the whole backward."""
+        if self._parts is None or not self._pending:
+            raise RuntimeError(f"stage {self.index}: no input-gradient backward to follow")
+        args, handoff = self._pending.pop()
+        parts = self._parts
+        params = dict(self.model.named_parameters())
+        names = [self._slots[slot][0] for slot in self._grad_param_slots]
+
+        def run() -> None:
+            from torch.distributed.tensor import DTensor
+
+            for name, g in zip(names, parts.run_weight(*args, *handoff)):
+                if g is None:
+                    continue
+                p = params[name]
+                d = DTensor.from_local(g, p.device_mesh, p.placements, run_check=False,
+                                       shape=p.shape, stride=p.stride())
+                if p.grad is None:
+                    p.grad = d
+                else:
+                    p.grad += d
+
+        return run
 
     def _tangents(self, grad_outputs: Sequence[Optional[torch.Tensor]]) -> list:
         """The gradients of the stage's outputs, as its backward graph's tangents: the
@@ -332,11 +394,11 @@ def apply_pipeline(model: torch.nn.Module, placements: PlacementsArg, mesh: Devi
             raise PlanError(f"{origin}/placements/{name}/stage: missing")
         node_stage[name] = int(entry["stage"])
     n_stages = len(spec.stages)
-    for st in spec.stages:  # torch's schedules place stage s on pp rank s mod P ("loop")
-        if st["pp_rank"] != st["index"] % mesh.size(pp):
+    for st in spec.stages:  # torch's schedules: stage s on pp rank s mod P ("loop") or a V
+        want = stage_rank(spec.schedule, st["index"], mesh.size(pp))
+        if st["pp_rank"] != want:
             raise PlanError(f"{origin}/pipeline/stages/{st['index']}: pp_rank {st['pp_rank']}, "
-                            f"the schedule runs stage {st['index']} on pp rank "
-                            f"{st['index'] % mesh.size(pp)}")
+                            f"the schedule runs stage {st['index']} on pp rank {want}")
     wanted = [st["index"] for st in spec.stages if st["pp_rank"] == my_pp]
     if not wanted:
         raise PlanError(f"{origin}/pipeline/stages: no stage on pp rank {my_pp}")
@@ -365,6 +427,10 @@ def apply_pipeline(model: torch.nn.Module, placements: PlacementsArg, mesh: Devi
     for cut in cuts:
         split = partition(cut.gm, cut.out_nodes, cut.grad_nodes, cut.tangent_nodes)
         mod = StageModule(model, cut, split, runner, traced, sub)
+        dw = None
+        if spec.schedule in _SPLIT_BACKWARD:
+            mod.split_backward()
+            dw = mod.weight_runner
         modules.append(mod)
         first_in = tuple(_full_example(traced, k) for k in cut.placeholders
                          if kinds[k] == "input") if cut.index == 0 else \
@@ -372,10 +438,7 @@ def apply_pipeline(model: torch.nn.Module, placements: PlacementsArg, mesh: Devi
         outs = tuple(_activation(v) for v in cut.act_out_meta)
         pipe_stages.append(pipelining.PipelineStage(mod, cut.index, n_stages, device,
                                                     input_args=first_in, output_args=outs,
-                                                    group=group))
-    if spec.schedule in _SPLIT_BACKWARD:
-        raise PlanError(f"{origin}/pipeline/schedule: '{spec.schedule}' splits each stage's "
-                        f"backward in two, which the runtime does not do yet")
+                                                    group=group, dw_builder=dw))
     cls = getattr(pipelining, SCHEDULES[spec.schedule])
     if issubclass(cls, pipelining.schedules.PipelineScheduleSingle):
         if len(pipe_stages) != 1:

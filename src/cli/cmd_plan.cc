@@ -363,10 +363,12 @@ void register_plan(CLI::App& app) {
                   "with a pp mesh dim: microbatches per step (default: the pp size); a built-in model's "
                   "--batch is split into them");
   sub->add_option("--schedule", a->pipeline.schedule,
-                  "with a pp mesh dim: auto (the fastest), GPipe, 1F1B or Interleaved1F1B")
+                  "with a pp mesh dim: auto (the fastest), GPipe, 1F1B, Interleaved1F1B, InterleavedZeroBubble, "
+                  "ZBVZeroBubble or DualPipeV (torch.distributed.pipelining's Schedule<name>)")
       ->capture_default_str();
   sub->add_option("--stages-per-rank", a->pipeline.stages_per_rank,
-                  "with a pp mesh dim and an interleaved schedule: stages per pp rank (default: the best of 2-4)");
+                  "with a pp mesh dim and an interleaved schedule: stages per pp rank (default: the best of 2-4; "
+                  "ZBVZeroBubble, DualPipeV: 2)");
   sub->callback([a, sub] {
     a->pipeline_given = sub->count("--microbatches") + sub->count("--schedule") + sub->count("--stages-per-rank") > 0;
     a->time_limit_given = sub->count("--time-limit") > 0;

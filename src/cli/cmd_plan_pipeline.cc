@@ -60,7 +60,8 @@ PipelineOptions pipeline_options(const Mesh& mesh, const PipelineArgs& pa) {
     po.schedule = parse_schedule(pa.schedule);
     if (!po.schedule)
       throw std::invalid_argument(fmt::format(
-          "--schedule: unknown schedule '{}' (expected auto, GPipe, 1F1B or Interleaved1F1B)", pa.schedule));
+          "--schedule: unknown schedule '{}' (expected auto, GPipe, 1F1B, Interleaved1F1B, "
+          "InterleavedZeroBubble, ZBVZeroBubble or DualPipeV)", pa.schedule));
   }
   if (pa.stages_per_rank < 0)
     throw std::invalid_argument(fmt::format("--stages-per-rank: expected >= 1, got {}", pa.stages_per_rank));

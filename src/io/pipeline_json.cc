@@ -74,6 +74,10 @@ nlohmann::ordered_json pipeline_summary_json(const PipelinePlan& pl, const Graph
                       {"p2p_us", s.p2p_us},
                       {"once_per_step_us", s.once_us},
                       {"inflight_microbatches", st.inflight},
+                      {"deferred_microbatches", st.deferred},
+                      {"part_us", {{"forward", s.parts.forward_us}, {"input_grad", s.parts.input_grad_us},
+                                   {"weight_grad", s.parts.weight_grad_us}}},
+                      {"kept_for_w_bytes", s.parts.kept_for_w_bytes},
                       {"activation_bytes", s.activation_bytes},
                       {"peak_memory_bytes", pl.rank_peak_bytes[static_cast<size_t>(st.pp_rank)]},
                       {"status", std::string(solve_status_name(s.plan.status))}});

@@ -57,6 +57,7 @@ void stage_figures(const Mesh& full, int32_t pp, const Mesh& sub, int32_t M, Sta
     }
   }
   s.microbatch_us = s.plan.objective_us;
+  s.parts = part_times(s.sg, s.plan, sub);
   // A solve stopped by the time limit may have no bound (-inf): costs are >= 0.
   s.lower_bound_us = std::isfinite(s.plan.lower_bound_us) ? std::max(0.0, s.plan.lower_bound_us) : 0.0;
 }
@@ -194,11 +195,42 @@ struct Evaluated {
   double step_us = kPipeInf, lower_bound_us = 0;
 };
 
+/// k of pipeline_schedule.h for stages `st` (each stage's time split in its parts' ratio).
+double stage_factor(PipelineSchedule sch, const std::vector<const StageSolve*>& st) {
+  std::vector<double> f, b, w;
+  for (const StageSolve* s : st) {
+    const PartTimes& p = s->parts;
+    const double all = p.forward_us + p.input_grad_us + p.weight_grad_us;
+    const double c = std::isfinite(s->microbatch_us) ? s->microbatch_us : 0.0;
+    f.push_back(all > 0 ? c * p.forward_us / all : c);
+    b.push_back(all > 0 ? c * p.input_grad_us / all : 0.0);
+    w.push_back(all > 0 ? c * p.weight_grad_us / all : 0.0);
+  }
+  return bubble_factor(sch, f, b, w);
+}
+
+/// k of the model's layer: the phase mix of the one-layer middle stage (planned once, shared
+/// by every split), so that the step of a split is the interleaved formula with a constant k
+/// and the DPs stay exact (pipeline_schedule.h).  The layers dominate every stage; the first
+/// stage (no input gradient to send) and the last differ, and the report's timeline runs
+/// every stage with its own f, b and w.  Without a middle stage (S = 2), the least k of the
+/// solved stages.
+double layer_factor(Search& S, PipelineSchedule sch, int32_t n) {
+  if (!splits_backward(sch)) return 1.0;
+  if (n > 2 && S.L - n + 1 >= 1) return stage_factor(sch, {S.solve(kStageMid, 1).get()});
+  double k = 1.0;
+  for (const auto& [key, s] : S.solved) k = std::min(k, stage_factor(sch, {s.get()}));
+  return k;
+}
+
 /// The best split on tables `t` and its step (on lower-bound tables: a lower bound of the step
-/// over all splits).  Both DPs are exact for their schedule's formula.
-Evaluated split_step(const StageCostTable& t, int32_t L, int32_t P, int32_t v, int32_t M) {
+/// over all splits).  Both DPs are exact for their schedule's formula with factor k.
+Evaluated split_step(const StageCostTable& t, int32_t L, int32_t P, int32_t v, int32_t M,
+                     PipelineSchedule sch = PipelineSchedule::k1F1B, double k = 1.0) {
   Evaluated e;
-  const StageSplit s = v == 1 ? best_split_latency(t, L, P, M) : best_split_ranks(t, L, P, v, M);
+  const bool v_shape = v_shaped(sch);
+  const StageSplit s = v == 1 && !splits_backward(sch) ? best_split_latency(t, L, P, M)
+                                                       : best_split_ranks(t, L, P, v, M, k, v_shape);
   if (s.layers.empty()) return e;
   e.layers = s.layers;
   e.step_us = e.lower_bound_us = s.value;
@@ -208,7 +240,7 @@ Evaluated split_step(const StageCostTable& t, int32_t L, int32_t P, int32_t v, i
 /// Solves stage sizes until the (schedule, v) gap is below the target, or its lower bound
 /// reaches `cutoff` (the best step of another schedule: this one cannot win; step_us stays
 /// infinite).
-Evaluated search_split(Search& S, int32_t v, double cutoff) {
+Evaluated search_split(Search& S, PipelineSchedule sch, int32_t v, double cutoff) {
   const int32_t P = S.P, L = S.L, M = S.popt.microbatches, n = P * v;
   const int32_t K = L - n + 1;
   // A kind never solved yet: one layer and the balanced size; the DP on the bounds asks for more.
@@ -219,10 +251,11 @@ Evaluated search_split(Search& S, int32_t v, double cutoff) {
   }
   Evaluated best;
   for (int iter = 0; iter < 12; ++iter) {
-    const Evaluated low = split_step(S.lower_table(n), L, P, v, M);
+    const double k = layer_factor(S, sch, n);
+    const Evaluated low = split_step(S.lower_table(n), L, P, v, M, sch, k);
     best.lower_bound_us = std::max(best.lower_bound_us, low.lower_bound_us);  // each is valid
     if (best.lower_bound_us >= cutoff) return best;
-    Evaluated e = split_step(S.upper_table(n), L, P, v, M);
+    Evaluated e = split_step(S.upper_table(n), L, P, v, M, sch, k);
     if (e.step_us < best.step_us) {
       e.lower_bound_us = best.lower_bound_us;
       best = e;
@@ -259,14 +292,18 @@ Strategy with_pp(const Strategy& s, const Mesh& mesh, int32_t pp) {
 /// microbatches it keeps in flight.  True when a rank is over the limit.
 bool rank_peaks(PipelinePlan& pl) {
   pl.rank_peak_bytes.assign(psz(pl.P), 0);
-  std::vector<int64_t> act(psz(pl.P), 0);
+  std::vector<int64_t> act(psz(pl.P), 0), kept(psz(pl.P), 0);
   for (const PipelineStage& st : pl.stages) {
     pl.rank_peak_bytes[psz(st.pp_rank)] += st.solve->plan.peak_memory_bytes;
     act[psz(st.pp_rank)] += st.solve->activation_bytes;
+    kept[psz(st.pp_rank)] += st.solve->parts.kept_for_w_bytes;
   }
   bool over = false;
   for (int32_t r = 0; r < pl.P; ++r) {
-    const double extra = (inflight_microbatches(pl.schedule, pl.P, pl.v, pl.M, r) - 1) * static_cast<double>(act[psz(r)]);
+    // A zero-bubble schedule also keeps, per microbatch whose W waits, the gradients B made
+    // for it (its activations are counted in flight until W).
+    const double extra = (inflight_microbatches(pl.schedule, pl.P, pl.v, pl.M, r) - 1) * static_cast<double>(act[psz(r)]) +
+                         deferred_microbatches(pl.schedule, pl.P, pl.v, pl.M, r) * static_cast<double>(kept[psz(r)]);
     pl.rank_peak_bytes[psz(r)] += static_cast<int64_t>(extra);
     over = over || (pl.memory_limit_bytes > 0 && pl.rank_peak_bytes[psz(r)] > pl.memory_limit_bytes);
   }
@@ -280,7 +317,7 @@ void assemble(Search& S, PipelinePlan& pl, const std::vector<int32_t>& layers) {
   for (int32_t s = 0, lo = 0; s < n; lo += layers[psz(s)], ++s) {
     PipelineStage st;
     st.index = s;
-    st.pp_rank = s % pl.P;
+    st.pp_rank = stage_rank(pl.schedule, pl.P, s);
     st.lo = lo;
     st.hi = lo + layers[psz(s)];
     st.first = s == 0;
@@ -288,6 +325,7 @@ void assemble(Search& S, PipelinePlan& pl, const std::vector<int32_t>& layers) {
     const StageKind kind = kind_of(s, n);
     st.solve = S.solve(kind, kind == kStageBoth ? S.L : layers[psz(s)]);
     st.inflight = inflight_microbatches(pl.schedule, pl.P, pl.v, pl.M, st.pp_rank);
+    st.deferred = deferred_microbatches(pl.schedule, pl.P, pl.v, pl.M, st.pp_rank);
     pl.stages.push_back(st);
   }
   if (rank_peaks(pl)) {
@@ -341,20 +379,22 @@ void map_nodes(const Search& S, PipelinePlan& pl) {
                           "placements.json lists the first stage's");
 }
 
-/// The (schedule, v) pairs plan_pipeline tries.  Auto: interleaved with the most stages per
-/// rank first (smallest bubble, so its step prunes the others early), then 1F1B; GPipe runs
-/// the same step as 1F1B (pipeline_schedule.h) with more activations in flight, so auto never
-/// prefers it.
+/// The (schedule, v) pairs plan_pipeline tries.  Auto: the zero-bubble schedules, then
+/// interleaved 1F1B, with the most stages per rank first (smallest bubble, so its step prunes
+/// the others early), then 1F1B; GPipe runs the same step as 1F1B (pipeline_schedule.h) with
+/// more activations in flight, so auto never prefers it.
 std::vector<std::pair<PipelineSchedule, int32_t>> schedules_to_try(const PipelineOptions& popt, int32_t P,
                                                                    int32_t L) {
   std::vector<std::pair<PipelineSchedule, int32_t>> tries;
   const std::vector<PipelineSchedule> scheds =
       popt.schedule ? std::vector<PipelineSchedule>{*popt.schedule}
-                    : std::vector<PipelineSchedule>{PipelineSchedule::kInterleaved1F1B, PipelineSchedule::k1F1B};
+                    : std::vector<PipelineSchedule>{PipelineSchedule::kInterleavedZeroBubble,
+                                                    PipelineSchedule::kZBVZeroBubble,
+                                                    PipelineSchedule::kInterleaved1F1B, PipelineSchedule::k1F1B};
   for (PipelineSchedule s : scheds) {
-    std::vector<int32_t> vs{1};
-    if (is_interleaved(s))
-      vs = popt.stages_per_rank > 0 ? std::vector<int32_t>{popt.stages_per_rank} : std::vector<int32_t>{4, 3, 2};
+    std::vector<int32_t> vs = stages_per_rank_options(s);
+    if (vs.size() > 1 || vs.front() > 1)
+      vs = popt.stages_per_rank > 0 ? std::vector<int32_t>{popt.stages_per_rank} : vs;
     if (!popt.fixed_layers.empty()) vs = {static_cast<int32_t>(popt.fixed_layers.size()) / P};
     for (int32_t v : vs) {
       const std::string why = schedule_problem(s, P, v, popt.microbatches);
@@ -370,7 +410,7 @@ std::vector<std::pair<PipelineSchedule, int32_t>> schedules_to_try(const Pipelin
 }
 
 /// A fixed split's step and bound (PipelineOptions::fixed_layers).
-Evaluated fixed_split(Search& S, int32_t v) {
+Evaluated fixed_split(Search& S, PipelineSchedule sch, int32_t v) {
   const std::vector<int32_t>& layers = S.popt.fixed_layers;
   const int32_t n = static_cast<int32_t>(layers.size());
   int32_t total = 0;
@@ -385,10 +425,11 @@ Evaluated fixed_split(Search& S, int32_t v) {
     up.push_back(st->microbatch_us);
     low.push_back(st->lower_bound_us);
   }
+  const double k = layer_factor(S, sch, n);
   Evaluated e;
   e.layers = layers;
-  e.step_us = pipelined_step_us(up, S.P, v, S.popt.microbatches);
-  e.lower_bound_us = pipelined_step_us(low, S.P, v, S.popt.microbatches);
+  e.step_us = pipelined_step_us(sch, up, S.P, v, S.popt.microbatches, k);
+  e.lower_bound_us = pipelined_step_us(sch, low, S.P, v, S.popt.microbatches, k);
   return e;
 }
 
@@ -424,7 +465,7 @@ PipelinePlan plan_pipeline(const Graph& g, const Mesh& mesh, const PlannerOption
   Evaluated chosen;
   double lower = kPipeInf;
   for (const auto& [s, v] : tries) {
-    const Evaluated e = popt.fixed_layers.empty() ? search_split(S, v, chosen.step_us) : fixed_split(S, v);
+    const Evaluated e = popt.fixed_layers.empty() ? search_split(S, s, v, chosen.step_us) : fixed_split(S, s, v);
     pl.candidates.push_back({s, v, e.step_us, e.lower_bound_us});
     lower = std::min(lower, e.lower_bound_us);
     if (e.step_us < chosen.step_us) {
@@ -440,8 +481,9 @@ PipelinePlan plan_pipeline(const Graph& g, const Mesh& mesh, const PlannerOption
   assemble(S, pl, chosen.layers);
   std::vector<double> costs;
   for (const PipelineStage& st : pl.stages) costs.push_back(st.solve->microbatch_us);
-  pl.step_us = pipelined_step_us(costs, pl.P, pl.v, pl.M);  // a re-planned stage may cost more
-  pl.bubble_us = bubble_us(costs, pl.P, pl.v, pl.M);
+  const double k = layer_factor(S, pl.schedule, static_cast<int32_t>(pl.stages.size()));
+  pl.step_us = pipelined_step_us(pl.schedule, costs, pl.P, pl.v, pl.M, k);  // a re-planned stage may cost more
+  pl.bubble_us = bubble_us(pl.schedule, costs, pl.P, pl.v, pl.M, k);
   pl.gap = pl.step_us > 0 ? (pl.step_us - pl.lower_bound_us) / pl.step_us : 0;
   map_nodes(S, pl);
   pl.intra_op_solves = S.solves;

@@ -38,6 +38,7 @@
 
 #include "ir/graph.h"
 #include "mesh/mesh.h"
+#include "planner/backward_split.h"
 #include "planner/options.h"
 #include "planner/pipeline_schedule.h"
 #include "planner/pipeline_stage.h"
@@ -78,6 +79,9 @@ struct StageSolve {
   /// Cheapest cost of one layer's nodes: a stage of this kind with more layers costs at least
   /// this much more per layer (the slope of the lower bound above the largest solved size).
   double layer_floor_us = 0;
+  /// Its nodes' time by part (forward, input-gradient B, weight-gradient W) and the bytes B
+  /// keeps for W (planner/backward_split.h): the zero-bubble schedules' figures.
+  PartTimes parts;
   double seconds = 0;  ///< wall time of the solve
 };
 
@@ -86,6 +90,7 @@ struct PipelineStage {
   int32_t lo = 0, hi = 0;  ///< layers [lo, hi)
   bool first = false, last = false;
   double inflight = 1;                ///< microbatches of activations the rank keeps
+  double deferred = 0;                ///< of those, whose W has not run (zero-bubble schedules)
   std::shared_ptr<const StageSolve> solve;
 };
 

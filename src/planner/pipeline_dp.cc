@@ -153,23 +153,26 @@ double ranks_min_sum(const std::vector<const RankTable*>& rank, int32_t L, doubl
 
 }  // namespace
 
-StageSplit best_split_ranks(const StageCostTable& c, int32_t L, int32_t P, int32_t v, int32_t M) {
+StageSplit best_split_ranks(const StageCostTable& c, int32_t L, int32_t P, int32_t v, int32_t M,
+                            double factor, bool v_shape) {
   StageSplit r;
   r.value = kDpInf;
-  if (P < 2 || v < 1 || L < P * v) return r;
-  const RankTable head = rank_table(c.first, c.mid, v == 1 ? c.first : c.mid, L, v);
+  if (P < 2 || v < 1 || L < P * v || (v_shape && v != 2)) return r;
+  // V: rank 0's two stages are the first and the last.
+  const RankTable head = v_shape ? rank_table(c.first, c.mid, c.last, L, v)
+                                 : rank_table(c.first, c.mid, v == 1 ? c.first : c.mid, L, v);
   const RankTable mid = rank_table(c.mid, c.mid, c.mid, L, v);
-  const RankTable tail = rank_table(v == 1 ? c.last : c.mid, c.mid, c.last, L, v);
+  const RankTable tail = rank_table(v == 1 ? c.last : c.mid, c.mid, v_shape ? c.mid : c.last, L, v);
   std::vector<const RankTable*> rank(static_cast<size_t>(P), &mid);
+  rank.back() = v_shape ? &mid : &tail;
   rank.front() = &head;
-  rank.back() = &tail;
   std::vector<double> caps;
   for (const RankTable* t : {&head, &mid, &tail})
     for (double x : t->g)
       if (x < kDpInf) caps.push_back(x);
   std::sort(caps.begin(), caps.end());
   caps.erase(std::unique(caps.begin(), caps.end()), caps.end());
-  const double a = M - 1.0 / v;
+  const double a = M - factor / v;
   for (double cap : caps) {
     if (a * cap >= r.value) break;
     std::vector<int32_t> n;
@@ -177,13 +180,15 @@ StageSplit best_split_ranks(const StageCostTable& c, int32_t L, int32_t P, int32
     if (sum == kDpInf) continue;
     double mx = 0;
     for (size_t q = 0; q < n.size(); ++q) mx = std::max(mx, rank[q]->g[static_cast<size_t>(n[q])]);
-    const double value = a * mx + sum / v;
+    const double value = a * mx + factor * sum / v;
     if (value < r.value) {
       r.value = value;
       r.layers.assign(static_cast<size_t>(P * v), 0);
       for (int32_t q = 0; q < P; ++q)
-        for (int32_t j = 0; j < v; ++j)
-          r.layers[static_cast<size_t>(q + j * P)] = rank[static_cast<size_t>(q)]->sizes[static_cast<size_t>(n[static_cast<size_t>(q)])][static_cast<size_t>(j)];
+        for (int32_t j = 0; j < v; ++j) {
+          const int32_t stage = v_shape && j == 1 ? 2 * P - 1 - q : q + j * P;
+          r.layers[static_cast<size_t>(stage)] = rank[static_cast<size_t>(q)]->sizes[static_cast<size_t>(n[static_cast<size_t>(q)])][static_cast<size_t>(j)];
+        }
     }
   }
   return r;

@@ -39,7 +39,12 @@ StageSplit best_split_latency(const StageCostTable& c, int32_t L, int32_t S, int
 /// split is Alpa's threshold DP over ranks: for each candidate t of max_r R_r, the least
 /// sum_r g_r(n_r) with every g_r(n_r) <= t and sum n_r = L.  Exact; for v = 1 it is
 /// best_split_latency's optimum.  Needs P >= 2.
-StageSplit best_split_ranks(const StageCostTable& c, int32_t L, int32_t P, int32_t v, int32_t M);
+/// `factor` k scales the fill-and-drain, T = (M - k/v) max_r R_r + k sum_r R_r / v (the
+/// zero-bubble schedules, pipeline_schedule.h; monotone in the costs for k <= M v); `v_shape`
+/// places the stages in a V (ZBVZeroBubble: v = 2, rank r holds stages r and 2P - 1 - r, so
+/// rank 0 holds both the first and the last stage).
+StageSplit best_split_ranks(const StageCostTable& c, int32_t L, int32_t P, int32_t v, int32_t M,
+                            double factor = 1.0, bool v_shape = false);
 /// Minimises sum_s c_s over the same splits.
 StageSplit best_split_sum(const StageCostTable& c, int32_t L, int32_t S);
 

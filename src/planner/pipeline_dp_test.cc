@@ -56,6 +56,22 @@ TEST(PipelineDp, RanksOfAnInterleavedSplit) {
   EXPECT_DOUBLE_EQ(one.value, 33);
 }
 
+TEST(PipelineDp, VShapeAndBubbleFactor) {
+  StageCostTable c;
+  c.first = {kInf, 3, 5};
+  c.mid = {kInf, 2, 3};
+  c.last = {kInf, 4, 6};
+  // ZB-V: rank 0 holds stages 0 and 3 (first, last), rank 1 stages 1 and 2.  T = (M - k/2)
+  // max R + k (R0 + R1) / 2 with M = 2, k = 1:  s0 two layers: R = (9, 4) -> 20; s1: (7, 5) ->
+  // 16.5; s2: (7, 5) -> 16.5; s3: (9, 4) -> 20.  The tie goes to s1 (rank 1's first stage).
+  const StageSplit s = best_split_ranks(c, 5, 2, 2, 2, 1.0, true);
+  EXPECT_EQ(s.layers, (std::vector<int32_t>{1, 2, 1, 1}));
+  EXPECT_DOUBLE_EQ(s.value, 16.5);
+  // k = 0.5 (a zero-bubble schedule keeps half the fill and drain): 1.75 * 7 + 0.25 * 12.
+  EXPECT_DOUBLE_EQ(best_split_ranks(c, 5, 2, 2, 2, 0.5, true).value, 15.25);
+  EXPECT_TRUE(best_split_ranks(c, 5, 2, 1, 2, 1.0, true).layers.empty());  // a V needs v = 2
+}
+
 TEST(PipelineDp, InfeasibleEntriesAndTooFewLayers) {
   StageCostTable c;
   c.first = {kInf, kInf, 5, 9};

@@ -53,6 +53,37 @@ TEST(PipelineSchedule, NamesAndRequirements) {
   EXPECT_NE(schedule_problem(PipelineSchedule::kInterleaved1F1B, 4, 1, 8), "");
   EXPECT_NE(schedule_problem(PipelineSchedule::kInterleaved1F1B, 4, 2, 6), "");  // M % P
   EXPECT_EQ(schedule_problem(PipelineSchedule::kInterleaved1F1B, 4, 2, 8), "");
+  // The zero-bubble schedules, by the docs' names and torch's class names.
+  EXPECT_EQ(parse_schedule("InterleavedZeroBubble"), PipelineSchedule::kInterleavedZeroBubble);
+  EXPECT_EQ(parse_schedule("ScheduleZBVZeroBubble"), PipelineSchedule::kZBVZeroBubble);
+  EXPECT_EQ(schedule_name(PipelineSchedule::kZBVZeroBubble), "ZBVZeroBubble");
+  EXPECT_NE(schedule_problem(PipelineSchedule::kZBVZeroBubble, 4, 3, 8), "");  // exactly 2 per rank
+  EXPECT_EQ(schedule_problem(PipelineSchedule::kZBVZeroBubble, 4, 2, 3), "");
+  EXPECT_EQ(schedule_problem(PipelineSchedule::kInterleavedZeroBubble, 4, 3, 6), "");  // 1 round of 6
+  EXPECT_NE(schedule_problem(PipelineSchedule::kInterleavedZeroBubble, 3, 2, 10), "");  // 3 rounds
+  EXPECT_NE(schedule_problem(PipelineSchedule::kInterleavedZeroBubble, 4, 1, 8), "");
+  EXPECT_EQ(parse_schedule("ScheduleDualPipeV"), PipelineSchedule::kDualPipeV);
+  EXPECT_NE(schedule_problem(PipelineSchedule::kDualPipeV, 4, 2, 7), "");  // M >= 2P
+  EXPECT_EQ(schedule_problem(PipelineSchedule::kDualPipeV, 4, 2, 8), "");
+  EXPECT_EQ(stage_rank(PipelineSchedule::kDualPipeV, 4, 7), 0);
+  EXPECT_TRUE(splits_backward(PipelineSchedule::kZBVZeroBubble));
+  EXPECT_FALSE(splits_backward(PipelineSchedule::kInterleaved1F1B));
+}
+
+TEST(PipelineSchedule, ZeroBubbleKeepsPartOfTheFillAndDrain) {
+  // Two stages with f, b, w = (1, 1, 1) and (2, 1, 1): k = (max(1, 1, 1) + max(2, 2, 1)) / (3 + 4)
+  // = 3 / 7; 1F1B-type schedules keep it all.
+  const auto zb = PipelineSchedule::kInterleavedZeroBubble;
+  EXPECT_DOUBLE_EQ(bubble_factor(zb, {1, 2}, {1, 1}, {1, 1}), 3.0 / 7);
+  EXPECT_DOUBLE_EQ(bubble_factor(PipelineSchedule::k1F1B, {1, 2}, {1, 1}, {1, 1}), 1.0);
+  // P = 2, v = 2, stages of 5: 4 * 10 + k (20 - 10) / 2.
+  const std::vector<double> c(4, 5.0);
+  EXPECT_DOUBLE_EQ(pipelined_step_us(zb, c, 2, 2, 4, 0.5), 42.5);
+  EXPECT_DOUBLE_EQ(bubble_us(zb, c, 2, 2, 4, 0.5), 2.5);
+  // The V puts stages 0 and 3 on rank 0: {1, 9, 9, 1} gives ranks 2 and 18 (looped: 10, 10).
+  EXPECT_DOUBLE_EQ(pipelined_step_us(PipelineSchedule::kZBVZeroBubble, {1, 9, 9, 1}, 2, 2, 4, 1.0),
+                   4 * 18 + (20 - 18) / 2.0);
+  EXPECT_DOUBLE_EQ(pipelined_step_us(zb, {1, 9, 9, 1}, 2, 2, 4, 1.0), 4 * 10 + 10 / 2.0);
 }
 
 }  // namespace

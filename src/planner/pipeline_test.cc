@@ -139,6 +139,56 @@ TEST(PipelinePlan, InterleavedPutsStageIOnRankIModP) {
   EXPECT_LE(best.step_us, pl.step_us + 1e-9);
 }
 
+TEST(PipelinePlan, ZeroBubbleSplitsTheBackwardAndShrinksTheBubble) {
+  const Graph g = pp_llama();
+  const Mesh mesh({2, 2}, {"pp", "dp"}, h100());
+  PipelineOptions po;
+  po.microbatches = 4;
+  po.schedule = PipelineSchedule::kInterleaved1F1B;
+  po.stages_per_rank = 2;
+  const PipelinePlan i1f1b = plan_pipeline(g, mesh, additive(), po);
+  po.schedule = PipelineSchedule::kInterleavedZeroBubble;
+  const PipelinePlan zb = plan_pipeline(g, mesh, additive(), po);
+  ASSERT_EQ(zb.stages.size(), 4u);
+  std::vector<double> c, f, b, w;
+  for (const PipelineStage& st : zb.stages) {
+    const PartTimes& p = st.solve->parts;
+    // A middle stage has both halves of the backward; the first sends no gradient back.
+    EXPECT_GT(p.weight_grad_us, 0) << st.index;
+    if (!st.first) {
+      EXPECT_GT(p.input_grad_us, 0) << st.index;
+      EXPECT_GT(p.kept_for_w_bytes, 0) << st.index;
+    }
+    const double all = p.forward_us + p.input_grad_us + p.weight_grad_us, x = st.solve->microbatch_us;
+    c.push_back(x);
+    f.push_back(x * p.forward_us / all);
+    b.push_back(x * p.input_grad_us / all);
+    w.push_back(x * p.weight_grad_us / all);
+  }
+  // k is the one-layer middle stage's (stage 1 here: every stage has one layer).
+  const double k = bubble_factor(zb.schedule, {f[1]}, {b[1]}, {w[1]});
+  EXPECT_GT(k, 0);
+  EXPECT_LT(k, 1);
+  EXPECT_NEAR(zb.step_us, pipelined_step_us(zb.schedule, c, 2, 2, 4, k), 1e-6);
+  EXPECT_NEAR(zb.bubble_us, k * i1f1b.bubble_us, 1e-6 * zb.step_us);  // same stages, same split
+  EXPECT_LT(zb.step_us, i1f1b.step_us);
+  EXPECT_LE(zb.lower_bound_us, zb.step_us);
+  EXPECT_GT(zb.stages[0].deferred, 0);
+  // ZB-V: the last stage comes back to rank 0.
+  po.schedule = PipelineSchedule::kZBVZeroBubble;
+  const PipelinePlan v = plan_pipeline(g, mesh, additive(), po);
+  ASSERT_EQ(v.stages.size(), 4u);
+  EXPECT_EQ(v.stages[3].pp_rank, 0);
+  EXPECT_EQ(v.stages[2].pp_rank, 1);
+  EXPECT_LE(v.lower_bound_us, v.step_us);
+  // Auto now offers the zero-bubble schedules: never worse than interleaved 1F1B.
+  po.schedule.reset();
+  po.stages_per_rank = 0;
+  const PipelinePlan best = plan_pipeline(g, mesh, additive(), po);
+  EXPECT_LE(best.step_us, zb.step_us + 1e-9);
+  EXPECT_TRUE(splits_backward(best.schedule)) << schedule_name(best.schedule);
+}
+
 TEST(PipelinePlan, BadInputs) {
   const Graph g = pp_llama();
   PipelineOptions po;

@@ -13,20 +13,6 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
-/// Forward and backward node time of a stage's plan (optimizer nodes excluded).
-std::pair<double, double> phase_split(const StageSolve& s) {
-  double fwd = 0, bwd = 0;
-  for (size_t i = 0; i < s.plan.nodes.size(); ++i) {
-    const auto& np = s.plan.nodes[i];
-    if (!np) continue;
-    const Phase ph = s.sg.graph.nodes[i].phase;
-    const double t = np->compute_us + np->comm_us;
-    if (ph == Phase::kForward) fwd += t;
-    if (ph == Phase::kBackward) bwd += t;
-  }
-  return {fwd, bwd};
-}
-
 std::string layers_label(const PipelinePlan& pl, const PipelineStage& st) {
   std::string s = pl.layers[static_cast<size_t>(st.lo)];
   if (st.hi - st.lo > 1) s += ".." + pl.layers[static_cast<size_t>(st.hi - 1)];
@@ -55,9 +41,9 @@ Json rank_rows(const PipelinePlan& pl, const PipelineTimeline& tl) {
     for (const PipelineOp& o : tl.ops) {
       if (o.rank != r) continue;
       rects.push_back({round_milli(o.start_us), round_milli(o.end_us),
-                       std::string(o.backward ? "B" : "F") + " stage " + std::to_string(o.stage) +
-                           " mb " + std::to_string(o.microbatch),
-                       o.backward});
+                       std::string(o.kind == PipeOpKind::kF ? "F" : o.kind == PipeOpKind::kW ? "W" : "B") +
+                           " stage " + std::to_string(o.stage) + " mb " + std::to_string(o.microbatch),
+                       o.backward()});
     }
     ranks.push_back({{"name", "pp " + std::to_string(r)}, {"rects", std::move(rects)}});
   }
@@ -69,10 +55,11 @@ Json rank_rows(const PipelinePlan& pl, const PipelineTimeline& tl) {
 StageTimes stage_times(const PipelinePlan& pl) {
   StageTimes t;
   for (const PipelineStage& st : pl.stages) {
-    const auto [fwd, bwd] = phase_split(*st.solve);
-    const double share = fwd + bwd > 0 ? fwd / (fwd + bwd) : 0.5;
-    t.forward_us.push_back(st.solve->microbatch_us * share);
-    t.backward_us.push_back(st.solve->microbatch_us * (1 - share));
+    const PartTimes& p = st.solve->parts;
+    const double all = p.forward_us + p.input_grad_us + p.weight_grad_us, c = st.solve->microbatch_us;
+    t.forward_us.push_back(all > 0 ? c * p.forward_us / all : c / 2);
+    t.backward_us.push_back(all > 0 ? c * p.input_grad_us / all : c / 2);
+    t.weight_us.push_back(all > 0 ? c * p.weight_grad_us / all : 0.0);
   }
   return t;  // the transfers are inside microbatch_us, as in the closed form
 }

@@ -15,9 +15,10 @@ namespace autoshard {
 
 class ShardingOptimizer;
 
-/// Per stage, its forward and backward time for one microbatch: the stage's microbatch time
-/// (which includes its transfers and its share of the once-per-step work) split in the ratio
-/// of its plan's forward and backward node times.
+/// Per stage, its forward, input-gradient and weight-gradient time for one microbatch: the
+/// stage's microbatch time (which includes its transfers and its share of the once-per-step
+/// work) split in the ratio of its plan's node times by part (planner/backward_split.h); a
+/// schedule that does not split the backward runs the last two as one B.
 StageTimes stage_times(const PipelinePlan& pl);
 
 /// The stage whose rank is busiest (ties: the lowest index): the bottleneck of the schedule.
@@ -25,7 +26,7 @@ int32_t bottleneck_stage(const PipelinePlan& pl);
 
 /// {"schedule", "P", "v", "M", "step_us", "bubble_us", "lower_bound_us", "gap",
 ///  "timeline_us", "shown_stage", "stages": [...], "ranks": [{"name", "rects": [[start, end,
-///  label, backward], ...]}]}: the data the page's pipeline section draws.
+///  label ("F|B|W stage s mb m"), backward (B or W)], ...]}]}: the data the page's pipeline section draws.
 nlohmann::ordered_json pipeline_report_json(const PipelinePlan& pl, int32_t shown_stage);
 
 /// report.html for a pipelined plan: the pipeline section, then the usual page for stage

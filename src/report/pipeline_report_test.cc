@@ -38,9 +38,24 @@ TEST(PipelineReport, TimelineHasEveryOpAndEndsAtTheStep) {
   // The forward/backward split keeps each stage's microbatch time.
   const StageTimes t = stage_times(pl);
   for (size_t s = 0; s < pl.stages.size(); ++s) {
-    EXPECT_NEAR(t.forward_us[s] + t.backward_us[s], pl.stages[s].solve->microbatch_us, 1e-6);
-    EXPECT_GT(t.backward_us[s], t.forward_us[s]);  // a training backward costs more
+    EXPECT_NEAR(t.forward_us[s] + t.backward_us[s] + t.weight_us[s], pl.stages[s].solve->microbatch_us, 1e-6);
+    EXPECT_GT(t.backward_us[s] + t.weight_us[s], t.forward_us[s]);  // a training backward costs more
   }
+}
+
+TEST(PipelineReport, ZeroBubbleDrawsTheWeightGradientsApart) {
+  const PipelinePlan pl = small_pipeline(PipelineSchedule::kZBVZeroBubble);
+  const auto j = pipeline_report_json(pl, bottleneck_stage(pl));
+  size_t rects = 0, weights = 0;
+  for (const auto& r : j["ranks"])
+    for (const auto& x : r["rects"]) {
+      ++rects;
+      weights += x[2].get<std::string>().rfind("W ", 0) == 0;
+    }
+  EXPECT_EQ(rects, 3u * pl.stages.size() * 4);  // F, B and W per stage and microbatch
+  EXPECT_EQ(weights, pl.stages.size() * 4);
+  // The V's timeline is no faster than the busiest rank's own work.
+  EXPECT_GE(j["timeline_us"].get<double>() + 1e-2, pl.step_us - pl.bubble_us);
 }
 
 TEST(PipelineReport, PageShowsThePipelineAndTheBottleneckStage) {

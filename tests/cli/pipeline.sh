@@ -63,6 +63,26 @@ assert [s['pp_rank'] for s in p['stages']] == [0, 1, 0, 1], p
 "
 ok "auto and Interleaved1F1B"
 
+# Zero bubble: the V puts the last stage back on pp rank 0; the backward split into B and W.
+"$AS" plan "${M[@]}" --microbatches 4 --schedule ZBVZeroBubble -o "$TMP/z" >/dev/null
+pycheck "$TMP/z/placements.json" "
+p = j['pipeline']
+assert p['schedule'] == 'ZBVZeroBubble' and p['stages_per_rank'] == 2 and len(p['stages']) == 4, p
+assert [s['pp_rank'] for s in p['stages']] == [0, 1, 1, 0], p
+"
+pycheck "$TMP/z/plan.json" "
+s = j['stages']
+assert all(x['part_us']['weight_grad'] > 0 and x['deferred_microbatches'] > 0 for x in s), s
+assert s[0]['part_us']['input_grad'] == 0 and s[1]['part_us']['input_grad'] > 0, s  # the first sends no gradient
+"
+"$AS" plan "${M[@]}" --microbatches 4 --json >"$TMP/auto2.json"
+pycheck "$TMP/auto2.json" "
+assert {c['schedule'] for c in j['candidates']} >= {'InterleavedZeroBubble', 'ZBVZeroBubble'}, j['candidates']
+"
+expect_error "ZBVZeroBubble runs exactly 2 stages per rank (got 3)" -- \
+  "$AS" plan "${M[@]}" --microbatches 4 --schedule ZBVZeroBubble --stages-per-rank 3
+ok "ZBVZeroBubble"
+
 # Bad inputs: one line, non-zero exit, nothing written.
 expect_error "--microbatches: 3 does not divide the batch 8" -- "$AS" plan "${M[@]}" --microbatches 3 -o "$TMP/bad1"
 [[ ! -e $TMP/bad1 ]] || fail "a failed plan wrote $TMP/bad1"

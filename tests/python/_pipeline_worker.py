@@ -55,7 +55,10 @@ def run_pipeline(mesh, placements: dict, steps: int = 3, lr: float = 1e-2) -> di
     pipe = apply_pipeline(model, placements, mesh, traced=traced, graph=graph)
     opt = torch.optim.AdamW(pipe.parameters(), lr=lr)
     res: dict = {"loss_err": [], "grad_err": {}, "param_err": {},
-                 "stages": [s.index for s in pipe.stages]}
+                 "stages": [s.index for s in pipe.stages],
+                 # zero bubble: per stage, the ops its W runs and the values B hands to W
+                 "split": [[s._parts.weight_nodes, s._parts.n_handoff] if s._parts else None
+                           for s in pipe.stages]}
     for i in range(steps):
         loss = pipe.step(*inputs, *targets)
         if loss is not None:
@@ -69,3 +72,9 @@ def run_pipeline(mesh, placements: dict, steps: int = 3, lr: float = 1e-2) -> di
         res["param_err"][n] = W.rel_err(p.detach().full_tensor(), ref_params[n])
     faulthandler.cancel_dump_traceback_later()
     return res
+
+
+def run_pipelines(mesh, plans: list, steps: int = 3, lr: float = 1e-2) -> dict:
+    """run_pipeline for several plans (e.g. one per schedule) in the same ranks, one after the
+    other: one process launch for all of them."""
+    return {"runs": [run_pipeline(mesh, p, steps, lr) for p in plans]}

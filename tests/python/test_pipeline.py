@@ -3,7 +3,10 @@
 4 processes, mesh [2, 2] dims ["pp", "dp"].  The plan: `autoshard plan --mesh 2x2 --mesh-dims
 pp,dp --microbatches 4 --schedule S` of ONE microbatch's graph (stages and each stage's
 sharding on dp chosen by the planner), run with torch.distributed.pipelining's Schedule1F1B
-(2 stages) and ScheduleInterleaved1F1B (4 stages, 2 per pp rank).
+(2 stages) and, in one launch of the 4 processes, ScheduleInterleaved1F1B and the zero-bubble
+ScheduleInterleavedZeroBubble, ScheduleZBVZeroBubble and ScheduleDualPipeV (4 stages, 2 per pp
+rank; the last three run each stage's backward as B and W, the V puts stage 3 back on pp
+rank 0).
 Each rank compares with one process running the full batch: the loss (mean of the microbatch
 losses, last stage), every gradient of its stage's parameters after the first step, and the
 parameters after three AdamW steps, within 1e-5 relative.
@@ -59,6 +62,38 @@ class PipelinePlanFormat(unittest.TestCase):
 
 
 @unittest.skipIf(torch is None, "PyTorch not installed")
+class BackwardSplit(unittest.TestCase):
+    def test_weight_gradients_run_apart_with_the_same_numbers(self):
+        import torch.fx
+
+        from autoshard.backward_split import split_backward
+
+        def bwd(x, w, gy):  # a linear's backward: (grad of w, grad of x)
+            h = gy * 2.0                   # B: the input gradient needs it; W reads it too
+            gx = torch.mm(h, w.t())        # B
+            gw = torch.mm(x.t(), h)        # W
+            return (gw + 1.0, gx)
+
+        gm = torch.fx.symbolic_trace(bwd)
+        parts = split_backward(gm, 1)
+        calls = lambda g: [n.target for n in g.graph.nodes if n.op == "call_function"]
+        self.assertEqual(calls(parts.input).count(torch.mm), 1)
+        self.assertEqual(calls(parts.weight).count(torch.mm), 1)  # (t() is a method call)
+        self.assertEqual((parts.n_input_grads, parts.n_handoff, parts.weight_nodes), (1, 1, 2))
+        g = torch.Generator().manual_seed(0)
+        x, w, gy = (torch.randn(4, 3, generator=g), torch.randn(3, 5, generator=g),
+                    torch.randn(4, 5, generator=g))
+        gx, handoff = parts.run_input(x, w, gy)
+        self.assertEqual(parts.weight_inputs, [0])  # W reads x (and B's h), not w nor gy
+        (gw,) = parts.run_weight(*parts.weight_args((x, w, gy)), *handoff)
+        want_gw, want_gx = bwd(x, w, gy)
+        self.assertTrue(torch.equal(gx[0], want_gx) and torch.equal(gw, want_gw))
+        # No input gradient (the first stage): everything is W, nothing handed over.
+        first = split_backward(torch.fx.symbolic_trace(lambda x, gy: (torch.mm(x.t(), gy),)), 1)
+        self.assertEqual((first.n_input_grads, first.n_handoff, first.weight_nodes), (0, 0, 1))
+
+
+@unittest.skipIf(torch is None, "PyTorch not installed")
 class ApplyPipeline(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -66,30 +101,51 @@ class ApplyPipeline(unittest.TestCase):
         if cls.binary is None:
             raise unittest.SkipTest("autoshard binary not built (set AUTOSHARD_BIN)")
 
-    def check(self, schedule: str, stages_per_rank: int):
+    def check(self, schedules: list, stages_per_rank: int):
+        """Plans the step for each schedule, runs them all in one launch of the 4 ranks."""
         traced, graph = P.trace_microbatch()
         tmp = tempfile.mkdtemp(prefix="autoshard-pipeline-")
+        docs = []
         try:
-            extra = ["--microbatches", str(P.MICROBATCHES), "--schedule", schedule,
-                     "--stages-per-rank", str(stages_per_rank)]
-            doc = W.plan(self.binary, graph, [2, 2], ["pp", "dp"], [], tmp, extra)
-            pipe = doc["pipeline"]
-            self.assertEqual((pipe["schedule"], pipe["microbatches"], len(pipe["stages"])),
-                             (schedule, P.MICROBATCHES, 2 * stages_per_rank))
-            self.assertTrue(any("S(" in e["output"] for e in doc["placements"].values()))
+            for schedule in schedules:
+                extra = ["--microbatches", str(P.MICROBATCHES), "--schedule", schedule,
+                         "--stages-per-rank", str(stages_per_rank)]
+                sub = tempfile.mkdtemp(dir=tmp)
+                doc = W.plan(self.binary, graph, [2, 2], ["pp", "dp"], [], sub, extra)
+                pipe = doc["pipeline"]
+                self.assertEqual((pipe["schedule"], pipe["microbatches"], len(pipe["stages"])),
+                                 (schedule, P.MICROBATCHES, 2 * stages_per_rank))
+                self.assertTrue(any("S(" in e["output"] for e in doc["placements"].values()))
+                docs.append(doc)
             per_rank = W.launch(4, [2, 2], ["pp", "dp"],
-                                functools.partial(P.run_pipeline, placements=doc), tmp,
-                                TIMEOUT_S)
+                                functools.partial(P.run_pipelines, plans=docs), tmp,
+                                TIMEOUT_S * len(docs))
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+        for k, doc in enumerate(docs):
+            with self.subTest(schedule=schedules[k]):
+                self.check_run(doc, [res["runs"][k] for res in per_rank], stages_per_rank)
+
+    def check_run(self, doc: dict, per_rank: list, stages_per_rank: int):
+        pipe = doc["pipeline"]
         n_params = len(list(P.make_llama4()[0].parameters()))
         n_stages = 2 * stages_per_rank
         seen = set()
         for rank, res in enumerate(per_rank):
-            where = f"rank {rank} (stages {res['stages']})"
+            where = f"{pipe['schedule']}: rank {rank} (stages {res['stages']})"
             pp_rank = rank // 2  # pp is the outer mesh dim
             expected = [s["index"] for s in pipe["stages"] if s["pp_rank"] == pp_rank]
             self.assertEqual(res["stages"], expected, where)
+            zero_bubble = pipe["schedule"] in ("InterleavedZeroBubble", "ZBVZeroBubble", "DualPipeV")
+            for s, split in zip(res["stages"], res["split"]):
+                if not zero_bubble:
+                    self.assertIsNone(split, where)
+                    continue
+                # W really runs apart: weight-gradient ops deferred, and (but on the first
+                # stage, which sends no gradient back) output gradients handed from B to W
+                self.assertGreater(split[0], 0, f"{where}: stage {s}")
+                if s > 0:
+                    self.assertGreater(split[1], 0, f"{where}: stage {s}")
             if n_stages - 1 in expected:
                 self.assertEqual(len(res["loss_err"]), 3, where)
                 for k, e in enumerate(res["loss_err"]):
@@ -105,10 +161,10 @@ class ApplyPipeline(unittest.TestCase):
         self.assertEqual(len(seen), n_params)  # every parameter lives on some stage
 
     def test_llama4_1f1b_two_stages_by_dp2(self):
-        self.check("1F1B", 1)
+        self.check(["1F1B"], 1)
 
-    def test_llama4_interleaved_four_stages_by_dp2(self):
-        self.check("Interleaved1F1B", 2)
+    def test_llama4_interleaved_and_zero_bubble_four_stages_by_dp2(self):
+        self.check(["Interleaved1F1B", "InterleavedZeroBubble", "ZBVZeroBubble", "DualPipeV"], 2)
 
 
 if __name__ == "__main__":
