@@ -5,8 +5,9 @@ run through `make_fx` with everything on the meta device: no weights are allocat
 arithmetic is done, only shapes are propagated.  Parameters, buffers, inputs and targets are
 passed as one flat list so that FX placeholders map back to them by position.
 
-While tracing, a temporary wrapper around `torch.fx.Graph.create_node` stamps every new node
-with (a) the phase ("forward" until `autograd.grad` starts, then "backward"), (b) the qualified
+While tracing, every new node is stamped (by the dispatch recorder, which calls
+`_Recorder.stamp` on each node it records; under make_fx by a temporary wrapper around
+`torch.fx.Graph.create_node`) with (a) the phase ("forward" until `autograd.grad` starts, then "backward"), (b) the qualified
 name of the innermost module whose forward is running (module pre/post hooks keep a stack) and
 (c) the first user-code frame ("file.py:line").  This works the same on 1.13, where make_fx
 records neither `nn_module_stack` nor `stack_trace`, and on 2.x.
@@ -109,7 +110,6 @@ class _Recorder:
         self.bwd_module = ""           # module of the autograd node running in backward
         self.backward_hooked = False
         self.handles = []
-        self.saved_create_node = None
         self.torch_dir = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
         self.stdlib_dir = os.path.dirname(os.path.abspath(os.__file__)) + os.sep
         self.internal = _internal_files()
@@ -184,37 +184,53 @@ class _Recorder:
             f = f.f_back
         return ""
 
+    def stamp(self, node) -> None:
+        """Labels a new node (FX node or dispatch_trace.TraceNode) with the phase, module and
+        source in force, and takes it as the pending output / gradient mark, if any."""
+        if self.phase == "forward":
+            info = {"phase": "forward", "module": self.stack[-1] if self.stack else ""}
+            if node.op == "call_function":
+                info["source"] = self._source()
+        else:
+            info = {"phase": "backward", "module": self.bwd_module,
+                    "module_known": self.backward_hooked}
+        node.meta[_META_KEY] = info
+        if node.op == "call_function":
+            if self.marking:
+                self.marked.append(node.name)
+                self.marking = False
+            if self.marking_grad is not None:
+                self.grad_marks[self.marking_grad] = node.name
+                self.marking_grad = None
+
     def __enter__(self):
         for name, mod in self.model.named_modules():
             self.handles.append(mod.register_forward_pre_hook(self._push(name)))
             self.handles.append(mod.register_forward_hook(self._pop))
-        rec = self
-        original = torch.fx.Graph.create_node
-        self.saved_create_node = original
-
-        def create_node(graph, *args, **kwargs):
-            node = original(graph, *args, **kwargs)
-            if rec.phase == "forward":
-                info = {"phase": "forward", "module": rec.stack[-1] if rec.stack else ""}
-            else:
-                info = {"phase": "backward", "module": rec.bwd_module,
-                        "module_known": rec.backward_hooked}
-            if rec.phase == "forward" and node.op == "call_function":
-                info["source"] = rec._source()
-            node.meta[_META_KEY] = info
-            if rec.marking and node.op == "call_function":
-                rec.marked.append(node.name)
-                rec.marking = False
-            if rec.marking_grad is not None and node.op == "call_function":
-                rec.grad_marks[rec.marking_grad] = node.name
-                rec.marking_grad = None
-            return node
-
-        torch.fx.Graph.create_node = create_node
         return self
 
+    def stamping_fx(self):
+        """A context in which every torch.fx.Graph.create_node stamps its node (make_fx's
+        graph; the dispatch recorder calls `stamp` itself)."""
+        rec = self
+
+        @contextlib.contextmanager
+        def patched():
+            original = torch.fx.Graph.create_node
+
+            def create_node(graph, *args, **kwargs):
+                node = original(graph, *args, **kwargs)
+                rec.stamp(node)
+                return node
+
+            torch.fx.Graph.create_node = create_node
+            try:
+                yield
+            finally:
+                torch.fx.Graph.create_node = original
+        return patched()
+
     def __exit__(self, *exc):
-        torch.fx.Graph.create_node = self.saved_create_node
         for h in self.handles:
             h.remove()
         self.handles.clear()
@@ -439,9 +455,10 @@ def _trace(model, example_inputs, loss_fn, targets, decompose, param_dtype, mark
     with rec, _fused_attention(attention), _compat.compiling():
         if tracer == "dispatch" and table is None:
             from .dispatch_trace import dispatch_trace
-            gm = dispatch_trace(step, flat, table)
+            gm = dispatch_trace(step, flat, table, on_node=rec.stamp)
         else:
-            gm = _compat.make_fx(step, decomposition_table=table, tracing_mode="real")(flat)
+            with rec.stamping_fx():
+                gm = _compat.make_fx(step, decomposition_table=table, tracing_mode="real")(flat)
 
     kinds = (["parameter"] * counts[0] + ["buffer"] * counts[1]
              + ["input"] * (counts[2] + counts[3] + counts[4] + counts[5]))
