@@ -188,7 +188,7 @@ class AutoParallel:
         self.options = planner_options_for(options, cost_model, repeated_subgraphs)
         self.decompose = decompose
         self.name = name or type(model).__name__
-        self.graph_dict: dict | None = None
+        self._graph_dict: dict | None = None
         self.traced = None
         self.sharding_optimizer: ShardingOptimizer | None = None
         self._output_nodes: list[str] = []
@@ -229,19 +229,32 @@ class AutoParallel:
                                           decompose=self.decompose, param_dtype=param_dtype,
                                           mark_outputs=True, attention=attention)
         self._output_nodes = list(self.traced.output_nodes)
-        self.graph_dict = to_graph_dict(self.traced, self.name)
-        if self.loss_fn is not None:
-            _restore_captures(self.traced, loss.twins)
         # The hand-off: the C++ core converts the dict straight into the JSON value its file
         # reader checks (no json.dumps, no text parse: 0.16 -> ~0.05 s CPU on LLaMA-3 8B's
         # 9,000 nodes, docs/benchmarks.md "Issue 24, item 4"); the same Graph as from_json.
-        graph = core.Graph.from_dict(self.graph_dict, f"<traced {self.name}>")
+        # The dict itself is not kept (`graph_dict` exports it again when asked for): its
+        # ~10^5 objects would be walked by the collector's next pass for nothing.
+        graph = core.Graph.from_dict(to_graph_dict(self.traced, self.name),
+                                     f"<traced {self.name}>")
+        if self.loss_fn is not None:
+            _restore_captures(self.traced, loss.twins)
         self.sharding_optimizer = ShardingOptimizer(
             core.ShardingOptimizer(graph, self.mesh, self.options))
         for kind, args in self._pending:
             getattr(self, kind)(*args)
         self._pending.clear()
         return self.sharding_optimizer
+
+    @property
+    def graph_dict(self) -> dict | None:
+        """The traced step as a graph dict (the graph JSON the planner was given,
+        autoshard.tracer.export.to_graph_dict); None before tracing.  Exported from the
+        trace on first use (the export is deterministic: the same dict as the hand-off's)."""
+        if self._graph_dict is None and self.traced is not None:
+            from .tracer.export import to_graph_dict
+
+            self._graph_dict = to_graph_dict(self.traced, self.name)
+        return self._graph_dict
 
     def _ready(self, kind: str, *args: Any) -> bool:
         if self.sharding_optimizer is None:

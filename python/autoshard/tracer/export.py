@@ -147,6 +147,9 @@ def _dtype(dt, where: str) -> str:
 
 
 def _out_json(metas, where: str) -> list:
+    if len(metas) == 1 and metas[0] is not None:  # the common case, without the search below
+        shape, dt = metas[0]
+        return [{"shape": list(map(int, shape)), "dtype": _dtype(dt, where)}]
     first = next((m for m in metas if m is not None), None)
     outs = []
     for m in metas:
@@ -191,8 +194,18 @@ class _Skip(Exception):
     pass
 
 
+_OP_NAMES: dict = {}
+
+
 def op_name(target) -> str:
     """"add.Tensor", "mm", "sum.dim_IntList"; non-aten namespaces keep their "ns::" prefix."""
+    hit = _OP_NAMES.get(target)
+    if hit is None:
+        hit = _OP_NAMES[target] = _op_name(target)
+    return hit
+
+
+def _op_name(target) -> str:
     schema = getattr(target, "_schema", None)
     if schema is None:
         return getattr(target, "__name__", str(target))
@@ -370,7 +383,8 @@ def _to_graph_dict(traced: TracedStep, name: str, keep_dead: bool) -> dict:
         # call_function
         inputs, attrs = [], {}
         for arg_name, value in _bind(fx_node):
-            value = _resolve_consts(value, consts)
+            if consts:
+                value = _resolve_consts(value, consts)
             if isinstance(value, _NODES):
                 inputs.append(ref(value))
             elif isinstance(value, (list, tuple)) and any(isinstance(v, _NODES)
