@@ -186,6 +186,9 @@ class _Recording(TorchDispatchMode):
         self.n_constants = 0
         self.memo: dict = {}
         self.hits = 0
+        # id(func) -> (func, cacheable, name candidate): OpOverload hashes in Python (a call per
+        # dict lookup), an int key does not; the entry keeps func alive, so its id stays its own.
+        self.op_info: dict = {}
 
     def new_node(self, op: str, target, candidate: str, args: tuple = (),
                  kwargs: dict | None = None, inputs: list | None = None) -> TraceNode:
@@ -219,15 +222,19 @@ class _Recording(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        decomp = self.decompositions.get(func)
-        if decomp is not None:
-            with self:
-                r = decomp(*args, **kwargs)
-            if r is not NotImplemented:
-                return r
-        out = self._run(func, args, kwargs)
+        if self.decompositions:
+            decomp = self.decompositions.get(func)
+            if decomp is not None:
+                with self:
+                    r = decomp(*args, **kwargs)
+                if r is not NotImplemented:
+                    return r
+        info = self.op_info.get(id(func))
+        if info is None:
+            info = self.op_info[id(func)] = (func, _cacheable(func), func.overloadpacket.__name__)
+        out = self._run(func, args, kwargs, info[1])
         inputs: list = []
-        node = self.new_node("call_function", func, func.overloadpacket.__name__,
+        node = self.new_node("call_function", func, info[2],
                              tuple([self._arg(a, inputs) for a in args]),
                              {k: self._arg(v, inputs) for k, v in kwargs.items()}, inputs)
         node.meta[OUT_META] = output_metas(out)
@@ -241,11 +248,11 @@ class _Recording(TorchDispatchMode):
                                                (node, i), None, [node]))
         return out
 
-    def _run(self, func, args, kwargs):
-        if not _cacheable(func):
+    def _run(self, func, args, kwargs, cacheable: bool):
+        if not cacheable:
             return func(*args, **kwargs)
         try:
-            key = (func, _key(args), _key(tuple(sorted(kwargs.items()))))
+            key = (id(func), _key(args), _key(tuple(sorted(kwargs.items()))))
             metas = self.memo.get(key)
         except TypeError:
             return func(*args, **kwargs)

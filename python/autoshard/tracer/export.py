@@ -199,10 +199,10 @@ _OP_NAMES: dict = {}
 
 def op_name(target) -> str:
     """"add.Tensor", "mm", "sum.dim_IntList"; non-aten namespaces keep their "ns::" prefix."""
-    hit = _OP_NAMES.get(target)
-    if hit is None:
-        hit = _OP_NAMES[target] = _op_name(target)
-    return hit
+    hit = _OP_NAMES.get(id(target))  # OpOverload hashes in Python; id() keys do not
+    if hit is None or hit[0] is not target:  # the entry keeps target alive: its id is its own
+        hit = _OP_NAMES[id(target)] = (target, _op_name(target))
+    return hit[1]
 
 
 def _op_name(target) -> str:
@@ -223,13 +223,12 @@ _SCHEMA_ARGS: dict = {}
 def _schema_args(target):
     """(name, kwarg_only, has_default, default) per schema argument of an op, cached per op:
     reading a schema from C++ costs more than the whole rest of one node's export."""
-    hit = _SCHEMA_ARGS.get(target)
-    if hit is None:
-        hit = tuple((a.name, a.kwarg_only, _has_default(a),
-                     a.default_value if _has_default(a) else None)
-                    for a in target._schema.arguments)
-        _SCHEMA_ARGS[target] = hit
-    return hit
+    hit = _SCHEMA_ARGS.get(id(target))  # keyed as _OP_NAMES
+    if hit is None or hit[0] is not target:
+        hit = _SCHEMA_ARGS[id(target)] = (target, tuple(
+            (a.name, a.kwarg_only, _has_default(a), a.default_value if _has_default(a) else None)
+            for a in target._schema.arguments))
+    return hit[1]
 
 
 def _bind(node) -> list:
