@@ -113,7 +113,7 @@ class _Recorder:
         self.torch_dir = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
         self.stdlib_dir = os.path.dirname(os.path.abspath(os.__file__)) + os.sep
         self.internal = _internal_files()
-        self._file_ok: dict[str, bool] = {}
+        self._file_ok: dict[str, str] = {}
         self.marking = False           # the next call_function node marks a model output
         self.marked: list[str] = []
         self.marking_grad = None       # the next call_function node marks a gradient: key
@@ -167,20 +167,23 @@ class _Recorder:
             except Exception:  # pragma: no cover - e.g. AccumulateGrad on exotic releases
                 pass
 
-    def _user_file(self, filename: str) -> bool:
-        ok = self._file_ok.get(filename)
-        if ok is None:
+    def _user_file(self, filename: str) -> str:
+        """The file's base name when it is user code (not torch, the standard library or this
+        tracer), else ""; cached per file name."""
+        base = self._file_ok.get(filename)
+        if base is None:
             path = os.path.abspath(filename)
-            ok = not (path.startswith(self.torch_dir) or path.startswith(self.stdlib_dir)
-                      or path in self.internal or filename.startswith("<"))
-            self._file_ok[filename] = ok
-        return ok
+            user = not (path.startswith(self.torch_dir) or path.startswith(self.stdlib_dir)
+                        or path in self.internal or filename.startswith("<"))
+            base = self._file_ok[filename] = os.path.basename(filename) if user else ""
+        return base
 
     def _source(self) -> str:
         f = sys._getframe(2)
         while f is not None:
-            if self._user_file(f.f_code.co_filename):
-                return f"{os.path.basename(f.f_code.co_filename)}:{f.f_lineno}"
+            base = self._user_file(f.f_code.co_filename)
+            if base:
+                return f"{base}:{f.f_lineno}"
             f = f.f_back
         return ""
 
