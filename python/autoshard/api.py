@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Callable, Sequence
+from collections.abc import Mapping
+from typing import Any, Callable, Iterator, Sequence
 
 from . import core
 from . import placements as _pl
@@ -293,23 +294,18 @@ class AutoParallel:
         return self.sharding_optimizer.add_parameter_memory_constraint(low, high)
 
     # --- solving -------------------------------------------------------------------------
-    def optimize_placement(self, verbose: bool = False) -> dict[str, dict[str, list]]:
+    def optimize_placement(self, verbose: bool = False) -> "SolutionPlacements":
         """Solves; returns node name -> {"outputs": [placements per output],
         "inputs": [placements per input]} with DTensor placement tuples when torch is
-        importable (strings otherwise)."""
-        from .tracer.trace import gc_paused
-
+        importable (strings otherwise): a read-only mapping of this solution, filled from
+        the plan when first read (see SolutionPlacements)."""
         opt = self.sharding_optimizer or self.build()
         plan = opt.get_solution()
         if not plan.has_solution:
             raise RuntimeError(f"no plan found ({plan.status}); warnings: {plan.warnings}")
         if verbose:
             print(plan)
-        # The placements dict is ~10^5 new objects while the traced graph keeps ~10^5 alive:
-        # with the collector running, its full collections took 0.6 s CPU on LLaMA-3 8B (more
-        # than the solve), docs/benchmarks.md "Issue 24, item 4".
-        with gc_paused():
-            return convert_placements(opt.get_placements(plan))
+        return SolutionPlacements(lambda: opt.get_placements(plan))
 
     @property
     def output_nodes(self) -> list[str]:
@@ -328,7 +324,7 @@ class AutoParallel:
             return os.fspath(sharding_placement)
         if sharding_placement is None or isinstance(sharding_placement, core.Plan):
             return json.loads(opt.placements_json(sharding_placement))
-        if isinstance(sharding_placement, dict):
+        if isinstance(sharding_placement, Mapping):
             if "placements" in sharding_placement:
                 return sharding_placement
             return placements_document(sharding_placement, self.mesh.shape, self.mesh.dim_names)
@@ -390,6 +386,46 @@ def auto_parallel(model: Any, mesh: Any, sample_inputs: Any, out_shardings: Any,
             autop.add_output_constraints(outs)
         autop.optimize_placement()
         return autop.apply_placement()
+
+
+class SolutionPlacements(Mapping):
+    """What `optimize_placement` returns: node name -> {"outputs": [...], "inputs": [...]}
+    (DTensor placement tuples; strings without torch), for one plan.
+
+    A read-only mapping rather than a dict: the ~9,000 entries of LLaMA-3 8B (the core's
+    strings, then DTensor tuples) are only built when first read -- most workflows hand the
+    solution to apply_placement or save it through the optimizer and never read it here
+    (docs/benchmarks.md, "Issue 24, item 4").  `dict(placements)` gives a plain dict."""
+
+    def __init__(self, fetch: Callable[[], dict]) -> None:
+        self._fetch: Callable[[], dict] | None = fetch
+        self._data: dict | None = None
+
+    def _entries(self) -> dict:
+        if self._data is None:
+            from .tracer.trace import gc_paused
+
+            # ~10^5 new objects while the traced graph keeps ~10^5 alive: with the collector
+            # running, its full collections took 0.6 s CPU on LLaMA-3 8B (more than the solve).
+            with gc_paused():
+                self._data = convert_placements(self._fetch())
+            self._fetch = None
+        return self._data
+
+    def __getitem__(self, name: str) -> dict:
+        return self._entries()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._entries())
+
+    def __len__(self) -> int:
+        return len(self._entries())
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._entries()
+
+    def __repr__(self) -> str:
+        return f"SolutionPlacements({self._entries()!r})"
 
 
 def convert_placements(raw: dict[str, dict[str, list[str]]], dtensor: bool | None = None) -> dict:
