@@ -200,10 +200,13 @@ class _Recording(TorchDispatchMode):
             self.on_node(node)
         return node
 
-    def bind(self, t: torch.Tensor, node: TraceNode) -> None:
+    def bind(self, t: torch.Tensor, node: TraceNode, meta: bool = True) -> None:
+        """Makes `node` the producer of tensor t (and records t's metadata on it, unless the
+        caller already did)."""
         self.env[id(t)] = node
         self.keep.append(t)
-        node.meta[OUT_META] = [(list(t.shape), t.dtype)]
+        if meta:
+            node.meta[OUT_META] = [(list(t.shape), t.dtype)]
 
     def _arg(self, a, inputs: list):
         if isinstance(a, torch.Tensor):
@@ -240,7 +243,7 @@ class _Recording(TorchDispatchMode):
         node.meta[OUT_META] = output_metas(out)
         node.meta[OUT_SEQUENCE] = isinstance(out, (tuple, list))
         if isinstance(out, torch.Tensor):
-            self.bind(out, node)
+            self.bind(out, node, meta=False)  # output_metas above recorded it
         elif isinstance(out, (tuple, list)):
             for i, t in enumerate(out):
                 if isinstance(t, torch.Tensor):

@@ -118,6 +118,7 @@ class _Recorder:
         self.marked: list[str] = []
         self.marking_grad = None       # the next call_function node marks a gradient: key
         self.grad_marks: dict = {}     # key (output index or "loss") -> node name
+        self._next_fns: dict = {}      # autograd node -> its non-None next_functions
 
     # Module stack via hooks.  The post-hook also labels the autograd nodes the module created
     # (walking grad_fn edges from its outputs back to its inputs), so that backward ops can be
@@ -143,7 +144,15 @@ class _Recorder:
                 continue
             seen.add(fn)
             self.fn_module.setdefault(fn, name)
-            todo.extend(nxt for nxt, _ in fn.next_functions if nxt is not None)
+            todo.extend(self._next(fn))
+
+    def _next(self, fn) -> list:
+        """fn.next_functions without the None edges, cached: every enclosing module walks its
+        children's autograd nodes again, and each next_functions read builds new tuples."""
+        nxt = self._next_fns.get(fn)
+        if nxt is None:
+            nxt = self._next_fns[fn] = [n for n, _ in fn.next_functions if n is not None]
+        return nxt
 
     def _label_backward(self, loss):
         """Registers autograd pre-hooks that set the module of the backward ops to come."""
@@ -153,7 +162,7 @@ class _Recorder:
             if fn is None or fn in seen:
                 continue
             seen.add(fn)
-            todo.extend(nxt for nxt, _ in fn.next_functions if nxt is not None)
+            todo.extend(self._next(fn))
             if not hasattr(fn, "register_prehook"):
                 continue
             name = self.fn_module.get(fn, "")
