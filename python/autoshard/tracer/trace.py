@@ -34,7 +34,8 @@ _META_KEY = "autoshard"  # node.meta[_META_KEY] = {"phase":..., "module":..., "s
 class TracedStep:
     """The traced training step and how its placeholders map back to the model."""
 
-    gm: torch.nn.Module        # holds .graph (a torch.fx.Graph) and its constants
+    gm: torch.nn.Module        # holds .graph (a torch.fx.Graph) and its constants; from the
+    #                            dispatch tracer a TracedRoot (.graph built on first use)
     flat_args: list            # the meta tensors the graph was traced with (placeholder order)
     placeholder_kinds: list    # per placeholder: "parameter" | "buffer" | "input"
     placeholder_names: list    # per placeholder: parameter/buffer name or input name
