@@ -233,10 +233,14 @@ class AutoParallel:
         # The hand-off: the C++ core converts the dict straight into the JSON value its file
         # reader checks (no json.dumps, no text parse: 0.16 -> ~0.05 s CPU on LLaMA-3 8B's
         # 9,000 nodes, docs/benchmarks.md "Issue 24, item 4"); the same Graph as from_json.
-        # The dict itself is not kept (`graph_dict` exports it again when asked for): its
-        # ~10^5 objects would be walked by the collector's next pass for nothing.
-        graph = core.Graph.from_dict(to_graph_dict(self.traced, self.name),
-                                     f"<traced {self.name}>")
+        graph_dict = to_graph_dict(self.traced, self.name)
+        graph = core.Graph.from_dict(graph_dict, f"<traced {self.name}>")
+        # The dispatch recorder's dict is not kept (`graph_dict` exports it again when asked
+        # for: that export reads only what was recorded): its ~10^5 objects would be walked by
+        # the collector for nothing.  make_fx's export re-runs the graph on its tensors, which
+        # _restore_captures below may turn real: that dict is kept.
+        self._graph_dict = None if hasattr(self.traced.gm, "trace_nodes") else graph_dict
+        del graph_dict
         if self.loss_fn is not None:
             _restore_captures(self.traced, loss.twins)
         self.sharding_optimizer = ShardingOptimizer(

@@ -133,6 +133,13 @@ def test_placements_are_read_from_the_plan_on_first_use(tiny_autop):
     assert doc == autop.placements_document(expected)
 
 
+def test_graph_dict_is_the_graph_the_planner_got(tiny_autop, core):
+    autop, _ = tiny_autop  # the hand-off's dict is not kept: graph_dict exports it again
+    again = core.Graph.from_dict(autop.graph_dict, "<again>")
+    assert again.to_json() == autop.sharding_optimizer.graph.to_json()
+    assert autop.graph_dict is autop.graph_dict  # exported once
+
+
 def test_save_load_resolve(tiny_autop, core, tmp_path):
     opt = tiny_autop[0].sharding_optimizer
     if not hasattr(opt, "save"):
