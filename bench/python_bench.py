@@ -6,7 +6,7 @@ of the same architecture (docs/benchmarks.md, section Python).
 
     AUTOSHARD_CORE=build/_core*.so PYTHONPATH=python build/venv/bin/python \
         bench/python_bench.py --cli build/autoshard [--model llama3_8b --batch 8 --seq 2048 \
-        --mesh 8x8 --builtin llama3-8b --repeat 3]
+        --mesh 8x8 --builtin llama3-8b --repeat 3 --phases 10]
 
 Prints a table: phase, wall seconds, CPU seconds (the CLI's: its user + system time).  On a
 shared machine CPU seconds are the steadier figure; the end-to-end rows are the fastest of
@@ -40,6 +40,71 @@ def run_cli(cmd: list[str]):
     return r, w, cpu
 
 
+def phase_table(workflow, runs: int) -> None:
+    """Runs the workflow `runs` times with a CPU timer on each phase; prints the fastest of each.
+
+    The timers wrap the functions AutoParallel calls (the trace, the export, the dict hand-off,
+    the solve, the placements' conversion) and Python's collector callbacks; "rest" is the
+    workflow's time outside them."""
+    import gc
+
+    import autoshard.api as api
+    import autoshard.optimizer as optimizer
+    import autoshard.tracer.export as export
+    import autoshard.tracer.trace as trace
+    from autoshard import core
+
+    acc: dict = {}
+
+    def timer(label, fn):
+        def wrapped(*args, **kwargs):
+            c = time.process_time()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                acc[label] = acc.get(label, 0.0) + time.process_time() - c
+        return wrapped
+
+    patches = [(trace, "trace_training_step", "trace"), (export, "to_graph_dict", "export"),
+               (api, "convert_placements", "placements (when read)"),
+               (optimizer.ShardingOptimizer, "get_solution", "solve")]
+    saved = [(obj, name, getattr(obj, name)) for obj, name, _ in patches]
+    saved_from_dict = core.Graph.from_dict
+    gc_start: list = []
+
+    def on_gc(phase, info):
+        if phase == "start":
+            gc_start.append(time.process_time())
+        elif gc_start:
+            key = f"collection (gen {info['generation']})"
+            acc[key] = acc.get(key, 0.0) + time.process_time() - gc_start.pop()
+    best: dict = {}
+    try:
+        for obj, name, label in patches:
+            setattr(obj, name, timer(label, getattr(obj, name)))
+        core.Graph.from_dict = staticmethod(timer("from_dict", saved_from_dict))
+        gc.callbacks.append(on_gc)
+        for _ in range(runs):
+            acc.clear()
+            c = time.process_time()
+            result = workflow()
+            dict(result[0])  # read the placements (a lazy mapping in recent builds)
+            total = time.process_time() - c
+            acc["rest"] = total - sum(acc.values())
+            acc["total"] = total
+            for k, v in acc.items():
+                best.setdefault(k, []).append(v)
+    finally:
+        gc.callbacks.remove(on_gc)
+        for obj, name, fn in saved:
+            setattr(obj, name, fn)
+        core.Graph.from_dict = saved_from_dict
+    print(f"\nAutoParallel workflow by phase (CPU s, fastest of {runs}; a collection counts "
+          "only in the runs it happens in):")
+    for k, v in best.items():
+        print(f"  {k:<38} {min(v):>8.3f}   ({len(v)} of {runs} runs)")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="llama3_8b", help="factory in autoshard.tracer.examples.llama")
@@ -53,6 +118,10 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3,
                     help="runs of the AutoParallel workflow and of the CLI; the table shows "
                          "the fastest of each (a shared machine's noise only adds time)")
+    ap.add_argument("--phases", type=int, default=0, metavar="N",
+                    help="also run N workflows with a CPU timer on each phase (trace, export, "
+                         "from_dict, solve, placements, collections) and print the fastest of "
+                         "each")
     a = ap.parse_args()
     import torch  # noqa: F401  (import time is not part of the figures)
 
@@ -99,6 +168,11 @@ def main() -> int:
     plan = runs[0][0][1]
     w_py, c_py = min(r[1] for r in runs), min(r[2] for r in runs)
     rows.append(("AutoParallel: trace+export+hand-off+plan", w_py, c_py))
+    # optimize_placement's result is filled from the plan when first read (a lazy mapping in
+    # builds that have SolutionPlacements; a dict, already filled, before): reading it all.
+    reads = [timed(lambda r=r: dict(r[0][0]))[1:] for r in runs]
+    rows.append(("  then reading every placement (dict(...))", min(x[0] for x in reads),
+                 min(x[1] for x in reads)))
     cmd = [a.cli, "plan", "--model", a.builtin, "--batch", str(a.batch), "--seq", str(a.seq),
            "--mesh", a.mesh, "--mesh-dims", a.dims, "--json"]
     cli_runs = [run_cli(cmd) for _ in range(a.repeat)]
@@ -113,6 +187,8 @@ def main() -> int:
     print(f"nodes {len(graph['nodes'])}; same objective as the CLI: {same}; AutoParallel plan "
           f"{plan.status} {plan.objective_us / 1e3:.1f} ms, built-in {builtin['status']} "
           f"{builtin['objective_us'] / 1e3:.1f} ms")
+    if a.phases:
+        phase_table(autoparallel, a.phases)
     return 0 if same else 1
 
 

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Callable, Sequence
+from collections.abc import Mapping
+from typing import Any, Callable, Iterator, Sequence
 
 from . import core
 from . import placements as _pl
@@ -188,7 +189,7 @@ class AutoParallel:
         self.options = planner_options_for(options, cost_model, repeated_subgraphs)
         self.decompose = decompose
         self.name = name or type(model).__name__
-        self.graph_dict: dict | None = None
+        self._graph_dict: dict | None = None
         self.traced = None
         self.sharding_optimizer: ShardingOptimizer | None = None
         self._output_nodes: list[str] = []
@@ -229,19 +230,36 @@ class AutoParallel:
                                           decompose=self.decompose, param_dtype=param_dtype,
                                           mark_outputs=True, attention=attention)
         self._output_nodes = list(self.traced.output_nodes)
-        self.graph_dict = to_graph_dict(self.traced, self.name)
-        if self.loss_fn is not None:
-            _restore_captures(self.traced, loss.twins)
         # The hand-off: the C++ core converts the dict straight into the JSON value its file
         # reader checks (no json.dumps, no text parse: 0.16 -> ~0.05 s CPU on LLaMA-3 8B's
         # 9,000 nodes, docs/benchmarks.md "Issue 24, item 4"); the same Graph as from_json.
-        graph = core.Graph.from_dict(self.graph_dict, f"<traced {self.name}>")
+        graph_dict = to_graph_dict(self.traced, self.name)
+        graph = core.Graph.from_dict(graph_dict, f"<traced {self.name}>")
+        # The dispatch recorder's dict is not kept (`graph_dict` exports it again when asked
+        # for: that export reads only what was recorded): its ~10^5 objects would be walked by
+        # the collector for nothing.  make_fx's export re-runs the graph on its tensors, which
+        # _restore_captures below may turn real: that dict is kept.
+        self._graph_dict = None if hasattr(self.traced.gm, "trace_nodes") else graph_dict
+        del graph_dict
+        if self.loss_fn is not None:
+            _restore_captures(self.traced, loss.twins)
         self.sharding_optimizer = ShardingOptimizer(
             core.ShardingOptimizer(graph, self.mesh, self.options))
         for kind, args in self._pending:
             getattr(self, kind)(*args)
         self._pending.clear()
         return self.sharding_optimizer
+
+    @property
+    def graph_dict(self) -> dict | None:
+        """The traced step as a graph dict (the graph JSON the planner was given,
+        autoshard.tracer.export.to_graph_dict); None before tracing.  Exported from the
+        trace on first use (the export is deterministic: the same dict as the hand-off's)."""
+        if self._graph_dict is None and self.traced is not None:
+            from .tracer.export import to_graph_dict
+
+            self._graph_dict = to_graph_dict(self.traced, self.name)
+        return self._graph_dict
 
     def _ready(self, kind: str, *args: Any) -> bool:
         if self.sharding_optimizer is None:
@@ -280,23 +298,18 @@ class AutoParallel:
         return self.sharding_optimizer.add_parameter_memory_constraint(low, high)
 
     # --- solving -------------------------------------------------------------------------
-    def optimize_placement(self, verbose: bool = False) -> dict[str, dict[str, list]]:
+    def optimize_placement(self, verbose: bool = False) -> "SolutionPlacements":
         """Solves; returns node name -> {"outputs": [placements per output],
         "inputs": [placements per input]} with DTensor placement tuples when torch is
-        importable (strings otherwise)."""
-        from .tracer.trace import gc_paused
-
+        importable (strings otherwise): a read-only mapping of this solution, filled from
+        the plan when first read (see SolutionPlacements)."""
         opt = self.sharding_optimizer or self.build()
         plan = opt.get_solution()
         if not plan.has_solution:
             raise RuntimeError(f"no plan found ({plan.status}); warnings: {plan.warnings}")
         if verbose:
             print(plan)
-        # The placements dict is ~10^5 new objects while the traced graph keeps ~10^5 alive:
-        # with the collector running, its full collections took 0.6 s CPU on LLaMA-3 8B (more
-        # than the solve), docs/benchmarks.md "Issue 24, item 4".
-        with gc_paused():
-            return convert_placements(opt.get_placements(plan))
+        return SolutionPlacements(lambda: opt.get_placements(plan))
 
     @property
     def output_nodes(self) -> list[str]:
@@ -315,7 +328,7 @@ class AutoParallel:
             return os.fspath(sharding_placement)
         if sharding_placement is None or isinstance(sharding_placement, core.Plan):
             return json.loads(opt.placements_json(sharding_placement))
-        if isinstance(sharding_placement, dict):
+        if isinstance(sharding_placement, Mapping):
             if "placements" in sharding_placement:
                 return sharding_placement
             return placements_document(sharding_placement, self.mesh.shape, self.mesh.dim_names)
@@ -377,6 +390,46 @@ def auto_parallel(model: Any, mesh: Any, sample_inputs: Any, out_shardings: Any,
             autop.add_output_constraints(outs)
         autop.optimize_placement()
         return autop.apply_placement()
+
+
+class SolutionPlacements(Mapping):
+    """What `optimize_placement` returns: node name -> {"outputs": [...], "inputs": [...]}
+    (DTensor placement tuples; strings without torch), for one plan.
+
+    A read-only mapping rather than a dict: the ~9,000 entries of LLaMA-3 8B (the core's
+    strings, then DTensor tuples) are only built when first read -- most workflows hand the
+    solution to apply_placement or save it through the optimizer and never read it here
+    (docs/benchmarks.md, "Issue 24, item 4").  `dict(placements)` gives a plain dict."""
+
+    def __init__(self, fetch: Callable[[], dict]) -> None:
+        self._fetch: Callable[[], dict] | None = fetch
+        self._data: dict | None = None
+
+    def _entries(self) -> dict:
+        if self._data is None:
+            from .tracer.trace import gc_paused
+
+            # ~10^5 new objects while the traced graph keeps ~10^5 alive: with the collector
+            # running, its full collections took 0.6 s CPU on LLaMA-3 8B (more than the solve).
+            with gc_paused():
+                self._data = convert_placements(self._fetch())
+            self._fetch = None
+        return self._data
+
+    def __getitem__(self, name: str) -> dict:
+        return self._entries()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._entries())
+
+    def __len__(self) -> int:
+        return len(self._entries())
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._entries()
+
+    def __repr__(self) -> str:
+        return f"SolutionPlacements({self._entries()!r})"
 
 
 def convert_placements(raw: dict[str, dict[str, list[str]]], dtensor: bool | None = None) -> dict:

@@ -111,6 +111,35 @@ def test_trace_plan_placements(tiny_autop):
     assert len(autop.output_nodes) == 1
 
 
+def test_placements_are_read_from_the_plan_on_first_use(tiny_autop):
+    from autoshard.api import SolutionPlacements, convert_placements
+
+    autop, _ = tiny_autop
+    opt = autop.sharding_optimizer
+    plan = opt.get_solution()
+    calls = []
+
+    def fetch():
+        calls.append(1)
+        return opt.get_placements(plan)
+    lazy = SolutionPlacements(fetch)
+    assert calls == []  # nothing built until read
+    expected = convert_placements(opt.get_placements(plan))
+    assert dict(lazy) == expected and lazy == expected and len(lazy) == len(expected)
+    assert "tokens" in lazy and lazy["tokens"] == expected["tokens"]
+    assert calls == [1]  # built once
+    # What optimize_placement returns is accepted where its dict was.
+    doc = autop.placements_document(autop.optimize_placement())
+    assert doc == autop.placements_document(expected)
+
+
+def test_graph_dict_is_the_graph_the_planner_got(tiny_autop, core):
+    autop, _ = tiny_autop  # the hand-off's dict is not kept: graph_dict exports it again
+    again = core.Graph.from_dict(autop.graph_dict, "<again>")
+    assert again.to_json() == autop.sharding_optimizer.graph.to_json()
+    assert autop.graph_dict is autop.graph_dict  # exported once
+
+
 def test_save_load_resolve(tiny_autop, core, tmp_path):
     opt = tiny_autop[0].sharding_optimizer
     if not hasattr(opt, "save"):

@@ -112,6 +112,47 @@ class LlamaTraceTest(unittest.TestCase):
             self.assertEqual(p(fixture), p(self.graph))
 
 
+@unittest.skipIf(torch is None, "PyTorch not installed")
+class LazyFxGraphTest(unittest.TestCase):
+    """The dispatch recorder keeps a plain node list; the FX graph is built from it on first
+    use of `.graph`, with the same nodes, and exporting either gives the same graph."""
+
+    def test_export_from_the_list_equals_export_from_fx(self):
+        import operator
+
+        from autoshard.tracer.dispatch_trace import TraceNode
+        from autoshard.tracer.examples.llama import llama_tiny
+        from autoshard.tracer.export import to_graph_dict
+        from autoshard.tracer.trace import trace_training_step
+
+        model, inputs, loss_fn, targets = llama_tiny(batch=2, seq=32, dtype="bf16")
+        traced = trace_training_step(model, inputs, loss_fn, targets, mark_outputs=True)
+        self.assertFalse(traced.gm.has_fx_graph)
+        from_list = to_graph_dict(traced, "m")
+        self.assertFalse(traced.gm.has_fx_graph)  # planning never needs the FX graph
+        recorded = list(traced.gm.trace_nodes)
+        fx_nodes = list(traced.gm.graph.nodes)  # built now
+        self.assertTrue(traced.gm.has_fx_graph)
+        self.assertEqual([n.name for n in fx_nodes], [n.name for n in recorded])
+        self.assertEqual([(n.op, n.target) for n in fx_nodes],
+                         [(n.op, n.target) for n in recorded])
+        fx_of = dict(zip(recorded, fx_nodes))
+        for r, f in zip(recorded, fx_nodes):
+            self.assertEqual(f.all_input_nodes, [fx_of[i] for i in r.all_input_nodes], r.name)
+            self.assertEqual(f.meta, r.meta, r.name)
+        self.assertTrue(any(n.target is operator.getitem for n in recorded))
+        self.assertTrue(all(isinstance(n, TraceNode) for n in recorded))
+        self.assertEqual(to_graph_dict(traced, "m"), from_list)  # now read from the FX graph
+        # The marks the tracer reports name nodes of both.
+        names = {n.name for n in recorded}
+        self.assertTrue(traced.output_nodes and set(traced.output_nodes) <= names)
+        self.assertIn(traced.loss_tangent, names)
+        # The FX graph is a runnable GraphModule's graph.
+        gm = torch.fx.GraphModule(traced.gm, traced.gm.graph)
+        out = gm(*traced.flat_args)
+        self.assertEqual(len(out), 1 + len(traced.grad_params))
+
+
 @unittest.skipIf(torch is None or torchvision is None, "PyTorch/torchvision not installed")
 class ResNetTraceTest(unittest.TestCase):
     def test_resnet18(self):

@@ -3,7 +3,7 @@
 `make_fx` builds the same graph (it also intercepts ops at the Python dispatch key, below
 autograd), but on PyTorch 2.x it costs ~1-2 ms per op: every value gets a FakeTensor
 snapshot, which creates a FakeTensorMode (and a Python stack trace) per node.  Here the ops
-run eagerly on meta tensors -- C++ shape functions, no data -- and the mode only appends an FX
+run eagerly on meta tensors -- C++ shape functions, no data -- and the mode only appends a
 node per op, so a 9,000-op LLaMA-3 8B training step records in a few seconds.
 
 Repeated layers run the same ops on the same shapes, so the output metadata of functional
@@ -21,6 +21,14 @@ that both tracers export the same graph.
 
 Every node also gets its output metadata as the op produced it, `node.meta[OUT_META]` (see
 `output_metas`), so that the exporter does not run the graph a second time to learn shapes.
+
+The recording itself is a plain list of `TraceNode`s (op, target, name, args, kwargs, meta:
+what an FX node holds, without FX's linked list, users maps and argument checks); the
+`torch.fx.Graph` is built from it the first time `.graph` is read (`TracedRoot`).  Planning
+needs only the exporter, which reads the list directly: on LLaMA-3 8B building the FX nodes
+was a third of the trace (docs/benchmarks.md, "Issue 24, item 4").  Names are given by FX's
+own namespace with the candidates FX would use, so the lazily built graph has the same node
+names as the list (and as an FX graph recorded directly).
 """
 from __future__ import annotations
 
@@ -28,6 +36,7 @@ import operator
 
 import torch
 import torch.fx
+from torch.fx.graph import _Namespace
 from torch.utils._python_dispatch import TorchDispatchMode
 
 
@@ -80,6 +89,83 @@ def _key(a):
     raise TypeError  # not memoisable
 
 
+class TraceNode:
+    """One recorded node, with the attributes of a `torch.fx.Node` that the exporter reads:
+    op ("placeholder", "get_attr", "call_function", "output"), target, name, args and kwargs
+    (other TraceNodes where FX has nodes), meta, all_input_nodes."""
+
+    __slots__ = ("op", "target", "name", "args", "kwargs", "meta", "inputs")
+
+    def __init__(self, op: str, target, name: str, args: tuple = (), kwargs: dict | None = None,
+                 inputs: list | None = None) -> None:
+        self.op = op
+        self.target = target
+        self.name = name
+        self.args = args
+        self.kwargs = kwargs if kwargs is not None else {}
+        self.meta: dict = {}
+        self.inputs = inputs if inputs is not None else []  # tensor arguments, with repeats
+
+    @property
+    def all_input_nodes(self) -> list:
+        """The distinct nodes among the arguments, in order of first use (as FX's)."""
+        return list(dict.fromkeys(self.inputs))
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+class TracedRoot(torch.nn.Module):
+    """The recorded step: `trace_nodes` (TraceNodes in execution order) and the constants the
+    step read (attributes `_tensor_constant<i>`).  `.graph` is the `torch.fx.Graph` of the
+    same nodes (same names, targets, arguments and meta), built on first use;
+    `torch.fx.GraphModule(root, root.graph)` makes a runnable module of it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.trace_nodes: list[TraceNode] = []
+        self._fx_graph: torch.fx.Graph | None = None
+
+    @property
+    def graph(self) -> torch.fx.Graph:  # type: ignore[override]
+        if self._fx_graph is None:
+            self._fx_graph = build_fx_graph(self.trace_nodes)
+        return self._fx_graph
+
+    @property
+    def has_fx_graph(self) -> bool:
+        """Whether `.graph` was built (from then on it is the graph the exporter reads)."""
+        return self._fx_graph is not None
+
+
+def build_fx_graph(nodes: list[TraceNode]) -> torch.fx.Graph:
+    """The torch.fx.Graph of recorded nodes: one FX node each, with the same name (FX's
+    namespace keeps a name that is already unique), target, arguments and a copy of meta."""
+    graph = torch.fx.Graph()
+    fx: dict = {}
+
+    def to_fx(a):
+        if isinstance(a, TraceNode):
+            return fx[a]
+        if isinstance(a, (list, tuple)) and not isinstance(a, torch.Size):
+            return type(a)(to_fx(x) for x in a)
+        return a
+
+    for n in nodes:
+        if n.op == "call_function":
+            node = _call_node(graph, n.target, to_fx(n.args),
+                              {k: to_fx(v) for k, v in n.kwargs.items()}, n.name)
+        elif n.op == "output":
+            node = graph.output(to_fx(n.args[0]))
+        else:
+            node = graph.create_node(n.op, n.target, name=n.name)
+        if node.name != n.name:  # pragma: no cover - an FX namespace that renames
+            raise RuntimeError(f"FX renamed recorded node {n.name!r} to {node.name!r}")
+        node.meta = dict(n.meta)
+        fx[n] = node
+    return graph
+
+
 class _Recording(TorchDispatchMode):
     @classmethod
     def _should_skip_dynamo(cls) -> bool:
@@ -88,64 +174,88 @@ class _Recording(TorchDispatchMode):
         ops was ~5 % of the trace."""
         return False
 
-    def __init__(self, graph: torch.fx.Graph, root: torch.nn.Module, decompositions=None):
+    def __init__(self, root: TracedRoot, decompositions=None, on_node=None):
         super().__init__()
-        self.graph = graph
         self.root = root
+        self.nodes = root.trace_nodes
+        self.names = _Namespace()  # FX's: the names an FX graph would give the same nodes
+        self.on_node = on_node
         self.decompositions = decompositions or {}
-        self.env: dict[int, torch.fx.Node] = {}
+        self.env: dict[int, TraceNode] = {}
         self.keep: list = []  # every tensor seen stays alive, so id() is never reused
         self.n_constants = 0
         self.memo: dict = {}
         self.hits = 0
+        # id(func) -> (func, cacheable, name candidate): OpOverload hashes in Python (a call per
+        # dict lookup), an int key does not; the entry keeps func alive, so its id stays its own.
+        self.op_info: dict = {}
 
-    def bind(self, t: torch.Tensor, node: torch.fx.Node) -> None:
+    def new_node(self, op: str, target, candidate: str, args: tuple = (),
+                 kwargs: dict | None = None, inputs: list | None = None) -> TraceNode:
+        """Appends a node named as FX names `candidate` (what create_node would take)."""
+        node = TraceNode(op, target, self.names.create_name(candidate, None), args, kwargs,
+                         inputs)
+        self.nodes.append(node)
+        if self.on_node is not None:
+            self.on_node(node)
+        return node
+
+    def bind(self, t: torch.Tensor, node: TraceNode, meta: bool = True) -> None:
+        """Makes `node` the producer of tensor t (and records t's metadata on it, unless the
+        caller already did)."""
         self.env[id(t)] = node
         self.keep.append(t)
-        node.meta[OUT_META] = [(list(t.shape), t.dtype)]
+        if meta:
+            node.meta[OUT_META] = [(list(t.shape), t.dtype)]
 
-    def _arg(self, a):
+    def _arg(self, a, inputs: list):
         if isinstance(a, torch.Tensor):
             node = self.env.get(id(a))
             if node is None:  # a tensor no recorded op made: a constant of the step
                 name = f"_tensor_constant{self.n_constants}"
                 self.n_constants += 1
                 setattr(self.root, name, a)
-                node = self.graph.create_node("get_attr", name)
+                node = self.new_node("get_attr", name, name)
                 self.bind(a, node)
+            inputs.append(node)
             return node
         if isinstance(a, (list, tuple)):
-            return type(a)(self._arg(x) for x in a)
+            return type(a)(self._arg(x, inputs) for x in a)
         return a
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        decomp = self.decompositions.get(func)
-        if decomp is not None:
-            with self:
-                r = decomp(*args, **kwargs)
-            if r is not NotImplemented:
-                return r
-        out = self._run(func, args, kwargs)
-        node = _call_node(self.graph, func, tuple(self._arg(a) for a in args),
-                          {k: self._arg(v) for k, v in kwargs.items()},
-                          func.overloadpacket.__name__)
+        if self.decompositions:
+            decomp = self.decompositions.get(func)
+            if decomp is not None:
+                with self:
+                    r = decomp(*args, **kwargs)
+                if r is not NotImplemented:
+                    return r
+        info = self.op_info.get(id(func))
+        if info is None:
+            info = self.op_info[id(func)] = (func, _cacheable(func), func.overloadpacket.__name__)
+        out = self._run(func, args, kwargs, info[1])
+        inputs: list = []
+        node = self.new_node("call_function", func, info[2],
+                             tuple([self._arg(a, inputs) for a in args]),
+                             {k: self._arg(v, inputs) for k, v in kwargs.items()}, inputs)
         node.meta[OUT_META] = output_metas(out)
         node.meta[OUT_SEQUENCE] = isinstance(out, (tuple, list))
         if isinstance(out, torch.Tensor):
-            self.bind(out, node)
+            self.bind(out, node, meta=False)  # output_metas above recorded it
         elif isinstance(out, (tuple, list)):
             for i, t in enumerate(out):
                 if isinstance(t, torch.Tensor):
-                    self.bind(t, _call_node(self.graph, operator.getitem, (node, i), {}))
+                    self.bind(t, self.new_node("call_function", operator.getitem, "getitem",
+                                               (node, i), None, [node]))
         return out
 
-
-    def _run(self, func, args, kwargs):
-        if not _cacheable(func):
+    def _run(self, func, args, kwargs, cacheable: bool):
+        if not cacheable:
             return func(*args, **kwargs)
         try:
-            key = (func, _key(args), _key(tuple(sorted(kwargs.items()))))
+            key = (id(func), _key(args), _key(tuple(sorted(kwargs.items()))))
             metas = self.memo.get(key)
         except TypeError:
             return func(*args, **kwargs)
@@ -168,9 +278,9 @@ def _call_node(graph: torch.fx.Graph, target, args: tuple, kwargs: dict,
                name: str | None = None) -> torch.fx.Node:
     """graph.create_node("call_function", ...) without its scan of the arguments: recent
     PyTorch walks every call's args and kwargs through pytree looking for raw SymInts (a
-    warning for symbolic tracing), a quarter of this tracer's time on LLaMA-3 8B; shapes are
-    concrete here.  The node is created without arguments, then given them (Node.args and
-    Node.kwargs setters: the same users bookkeeping)."""
+    warning for symbolic tracing), a quarter of the FX graph's construction on LLaMA-3 8B;
+    shapes are concrete here.  The node is created without arguments, then given them
+    (Node.args and Node.kwargs setters: the same users bookkeeping)."""
     node = graph.create_node("call_function", target, None, None, name=name)
     if args:
         node.args = args
@@ -187,19 +297,17 @@ def _tensor_args(args):
             yield from _tensor_args(a)
 
 
-def dispatch_trace(fn, flat_args: list, decomposition_table=None) -> torch.nn.Module:
+def dispatch_trace(fn, flat_args: list, decomposition_table=None, on_node=None) -> TracedRoot:
     """Runs fn(flat_args) (a list of meta tensors -> a list of tensors) under the recording
-    mode; returns a module holding the recorded graph (`.graph`) and its constants."""
-    graph = torch.fx.Graph()
-    root = torch.nn.Module()
-    mode = _Recording(graph, root, decomposition_table)
+    mode; returns the recorded nodes and constants (TracedRoot; its `.graph` is the FX graph).
+    on_node(node) is called on each new node (the tracer stamps phase, module and source)."""
+    root = TracedRoot()
+    mode = _Recording(root, decomposition_table, on_node)
     for i, t in enumerate(flat_args):
-        mode.bind(t, graph.create_node("placeholder", f"arg{i}"))
+        mode.bind(t, mode.new_node("placeholder", f"arg{i}", f"arg{i}"))
     with mode:
         result = fn(flat_args)
-    graph.output([mode.env[id(t)] if isinstance(t, torch.Tensor) else t for t in result])
-    # The graph and its constants, without GraphModule's Python code generation (seconds on
-    # 10k nodes, and nothing here runs the graph): `torch.fx.GraphModule(root, graph)` turns
-    # it into a runnable module when wanted.
-    root.graph = graph
+    outs = [mode.env[id(t)] if isinstance(t, torch.Tensor) else t for t in result]
+    mode.new_node("output", "output", "output", (outs,), None,
+                  [o for o in outs if isinstance(o, TraceNode)])
     return root

@@ -23,7 +23,7 @@ import torch
 import torch.fx
 
 from . import _compat
-from .dispatch_trace import OUT_META, OUT_SEQUENCE, output_metas
+from .dispatch_trace import OUT_META, OUT_SEQUENCE, TraceNode, output_metas
 from .trace import _META_KEY, TracedStep, gc_paused
 
 FORMAT = "autoshard-graph"
@@ -36,13 +36,25 @@ class ExportError(ValueError):
     pass
 
 
+_NODES = (torch.fx.Node, TraceNode)  #: what a node argument can be
+
+
+def graph_nodes(gm) -> list:
+    """The nodes to export, in order: the dispatch recorder's list (its TraceNodes carry what
+    the FX nodes would) until the FX graph has been built from it, then the FX graph's."""
+    nodes = getattr(gm, "trace_nodes", None)
+    if nodes is not None and not gm.has_fx_graph:
+        return nodes
+    return list(gm.graph.nodes)
+
+
 # --- output metadata -----------------------------------------------------------------------
 def _node_metas(traced: TracedStep):
     """(node -> metas, tuple nodes) as the tracer recorded them (dispatch_trace.OUT_META), or
     from re-running the graph when some node has none (make_fx)."""
     results: dict = {}
     sequences: set = set()
-    for node in traced.gm.graph.nodes:
+    for node in graph_nodes(traced.gm):
         if node.op == "output":
             break
         m = node.meta.get(OUT_META)
@@ -135,6 +147,9 @@ def _dtype(dt, where: str) -> str:
 
 
 def _out_json(metas, where: str) -> list:
+    if len(metas) == 1 and metas[0] is not None:  # the common case, without the search below
+        shape, dt = metas[0]
+        return [{"shape": list(map(int, shape)), "dtype": _dtype(dt, where)}]
     first = next((m for m in metas if m is not None), None)
     outs = []
     for m in metas:
@@ -179,8 +194,18 @@ class _Skip(Exception):
     pass
 
 
+_OP_NAMES: dict = {}
+
+
 def op_name(target) -> str:
     """"add.Tensor", "mm", "sum.dim_IntList"; non-aten namespaces keep their "ns::" prefix."""
+    hit = _OP_NAMES.get(id(target))  # OpOverload hashes in Python; id() keys do not
+    if hit is None or hit[0] is not target:  # the entry keeps target alive: its id is its own
+        hit = _OP_NAMES[id(target)] = (target, _op_name(target))
+    return hit[1]
+
+
+def _op_name(target) -> str:
     schema = getattr(target, "_schema", None)
     if schema is None:
         return getattr(target, "__name__", str(target))
@@ -198,13 +223,12 @@ _SCHEMA_ARGS: dict = {}
 def _schema_args(target):
     """(name, kwarg_only, has_default, default) per schema argument of an op, cached per op:
     reading a schema from C++ costs more than the whole rest of one node's export."""
-    hit = _SCHEMA_ARGS.get(target)
-    if hit is None:
-        hit = tuple((a.name, a.kwarg_only, _has_default(a),
-                     a.default_value if _has_default(a) else None)
-                    for a in target._schema.arguments)
-        _SCHEMA_ARGS[target] = hit
-    return hit
+    hit = _SCHEMA_ARGS.get(id(target))  # keyed as _OP_NAMES
+    if hit is None or hit[0] is not target:
+        hit = _SCHEMA_ARGS[id(target)] = (target, tuple(
+            (a.name, a.kwarg_only, _has_default(a), a.default_value if _has_default(a) else None)
+            for a in target._schema.arguments))
+    return hit[1]
 
 
 def _bind(node) -> list:
@@ -234,18 +258,19 @@ def _has_default(arg) -> bool:
 
 
 # --- conversion ----------------------------------------------------------------------------
-def _dead_nodes(graph) -> set:
+def _dead_nodes(nodes: list) -> set:
     """call_function nodes whose results nobody uses (e.g. the empty uint8 "reserve" tensors
     that 1.13's batch-norm emits), transitively.  In-place ops ("add_") are kept: they have
-    side effects (buffer updates such as num_batches_tracked)."""
+    side effects (buffer updates such as num_batches_tracked).  One backward pass: a node is
+    live when a live node uses it."""
     dead: set = set()
-    for node in reversed(list(graph.nodes)):
-        if node.op not in ("call_function", "get_attr"):
-            continue
-        if all(u in dead for u in node.users):
-            if node.op == "call_function" and _is_inplace(node.target):
-                continue
+    live: set = set()
+    for node in reversed(nodes):
+        if node.op in ("call_function", "get_attr") and node not in live and not (
+                node.op == "call_function" and _is_inplace(node.target)):
             dead.add(node)
+            continue
+        live.update(node.all_input_nodes)
     return dead
 
 
@@ -261,9 +286,9 @@ def to_graph_dict(traced: TracedStep, name: str = "model", *, keep_dead: bool = 
 
 
 def _to_graph_dict(traced: TracedStep, name: str, keep_dead: bool) -> dict:
-    graph = traced.gm.graph
+    graph_nodes_ = graph_nodes(traced.gm)
     metas, sequences = _node_metas(traced)
-    dead = set() if keep_dead else _dead_nodes(graph)
+    dead = set() if keep_dead else _dead_nodes(graph_nodes_)
     nodes_out: list[dict] = []
     out_name: dict = {}      # fx node -> autoshard name
     folded: dict = {}        # getitem fx node -> (producer fx node, index)
@@ -290,7 +315,7 @@ def _to_graph_dict(traced: TracedStep, name: str, keep_dead: bool) -> dict:
         return out_name[fx_node]
 
     # Placeholder names first, so that op names never steal a parameter's name.
-    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    placeholders = [n for n in graph_nodes_ if n.op == "placeholder"]
     if len(placeholders) != len(traced.placeholder_names):
         raise ExportError(f"{len(placeholders)} placeholders for "
                           f"{len(traced.placeholder_names)} flat arguments")
@@ -304,7 +329,7 @@ def _to_graph_dict(traced: TracedStep, name: str, keep_dead: bool) -> dict:
     loss_ref = None
     consts: dict = {}        # fx node -> plain number it evaluates to
     attr_nodes: dict = {}    # get_attr target -> exported buffer name
-    for fx_node in graph.nodes:
+    for fx_node in graph_nodes_:
         if fx_node in dead:
             continue
         info = fx_node.meta.get(_META_KEY, {})
@@ -321,8 +346,8 @@ def _to_graph_dict(traced: TracedStep, name: str, keep_dead: bool) -> dict:
             continue
         if fx_node.op == "output":
             flat = []
-            for a in torch.fx.node.map_aggregate(fx_node.args[0], lambda x: x) or []:
-                if isinstance(a, torch.fx.Node):
+            for a in _flatten(fx_node.args[0]):
+                if isinstance(a, _NODES):
                     flat.append(ref(a))
             loss_ref = flat[0]
             grad_refs = flat[1:]
@@ -357,10 +382,11 @@ def _to_graph_dict(traced: TracedStep, name: str, keep_dead: bool) -> dict:
         # call_function
         inputs, attrs = [], {}
         for arg_name, value in _bind(fx_node):
-            value = _resolve_consts(value, consts)
-            if isinstance(value, torch.fx.Node):
+            if consts:
+                value = _resolve_consts(value, consts)
+            if isinstance(value, _NODES):
                 inputs.append(ref(value))
-            elif isinstance(value, (list, tuple)) and any(isinstance(v, torch.fx.Node)
+            elif isinstance(value, (list, tuple)) and any(isinstance(v, _NODES)
                                                           for v in value):
                 present = [i for i, v in enumerate(value) if v is not None]
                 inputs.extend(ref(value[i]) for i in present)
@@ -403,7 +429,7 @@ def _to_graph_dict(traced: TracedStep, name: str, keep_dead: bool) -> dict:
     out = {"format": FORMAT, "version": VERSION, "name": name, "nodes": nodes_out,
            "grad_pairs": grad_pairs, "loss": loss_ref}
     # Gradient marks (TracedStep.loss_tangent, tangent_nodes): where a runtime feeds gradients.
-    fx_by_name = {n.name: n for n in graph.nodes}
+    fx_by_name = {n.name: n for n in graph_nodes_}
     marks = [traced.loss_tangent, *traced.tangent_nodes]
     tangents = [out_name[fx_by_name[m]] for m in marks
                 if m is not None and fx_by_name.get(m) in out_name]
@@ -412,8 +438,15 @@ def _to_graph_dict(traced: TracedStep, name: str, keep_dead: bool) -> dict:
     return out
 
 
+def _flatten(value) -> list:
+    """Leaves of nested lists / tuples (the output node's argument)."""
+    if isinstance(value, (list, tuple)):
+        return [x for v in value for x in _flatten(v)]
+    return [value]
+
+
 def _resolve_consts(value, consts):
-    if isinstance(value, torch.fx.Node):
+    if isinstance(value, _NODES):
         return consts.get(value, value)
     if isinstance(value, (list, tuple)):
         return type(value)(_resolve_consts(v, consts) for v in value)
@@ -430,7 +463,7 @@ def _backward_module(fx_node, mod_of, phase_of) -> str:
     for inp in fx_node.all_input_nodes:
         src = inp
         while src not in mod_of and src.op == "call_function" and src.args \
-                and isinstance(src.args[0], torch.fx.Node):  # folded getitem -> producer
+                and isinstance(src.args[0], _NODES):  # folded getitem -> producer
             src = src.args[0]
         if src not in mod_of:
             continue

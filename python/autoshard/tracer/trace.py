@@ -5,8 +5,9 @@ run through `make_fx` with everything on the meta device: no weights are allocat
 arithmetic is done, only shapes are propagated.  Parameters, buffers, inputs and targets are
 passed as one flat list so that FX placeholders map back to them by position.
 
-While tracing, a temporary wrapper around `torch.fx.Graph.create_node` stamps every new node
-with (a) the phase ("forward" until `autograd.grad` starts, then "backward"), (b) the qualified
+While tracing, every new node is stamped (by the dispatch recorder, which calls
+`_Recorder.stamp` on each node it records; under make_fx by a temporary wrapper around
+`torch.fx.Graph.create_node`) with (a) the phase ("forward" until `autograd.grad` starts, then "backward"), (b) the qualified
 name of the innermost module whose forward is running (module pre/post hooks keep a stack) and
 (c) the first user-code frame ("file.py:line").  This works the same on 1.13, where make_fx
 records neither `nn_module_stack` nor `stack_trace`, and on 2.x.
@@ -33,7 +34,8 @@ _META_KEY = "autoshard"  # node.meta[_META_KEY] = {"phase":..., "module":..., "s
 class TracedStep:
     """The traced training step and how its placeholders map back to the model."""
 
-    gm: torch.nn.Module        # holds .graph (a torch.fx.Graph) and its constants
+    gm: torch.nn.Module        # holds .graph (a torch.fx.Graph) and its constants; from the
+    #                            dispatch tracer a TracedRoot (.graph built on first use)
     flat_args: list            # the meta tensors the graph was traced with (placeholder order)
     placeholder_kinds: list    # per placeholder: "parameter" | "buffer" | "input"
     placeholder_names: list    # per placeholder: parameter/buffer name or input name
@@ -109,15 +111,15 @@ class _Recorder:
         self.bwd_module = ""           # module of the autograd node running in backward
         self.backward_hooked = False
         self.handles = []
-        self.saved_create_node = None
         self.torch_dir = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
         self.stdlib_dir = os.path.dirname(os.path.abspath(os.__file__)) + os.sep
         self.internal = _internal_files()
-        self._file_ok: dict[str, bool] = {}
+        self._file_ok: dict[str, str] = {}
         self.marking = False           # the next call_function node marks a model output
         self.marked: list[str] = []
         self.marking_grad = None       # the next call_function node marks a gradient: key
         self.grad_marks: dict = {}     # key (output index or "loss") -> node name
+        self._next_fns: dict = {}      # autograd node -> its non-None next_functions
 
     # Module stack via hooks.  The post-hook also labels the autograd nodes the module created
     # (walking grad_fn edges from its outputs back to its inputs), so that backward ops can be
@@ -143,7 +145,15 @@ class _Recorder:
                 continue
             seen.add(fn)
             self.fn_module.setdefault(fn, name)
-            todo.extend(nxt for nxt, _ in fn.next_functions if nxt is not None)
+            todo.extend(self._next(fn))
+
+    def _next(self, fn) -> list:
+        """fn.next_functions without the None edges, cached: every enclosing module walks its
+        children's autograd nodes again, and each next_functions read builds new tuples."""
+        nxt = self._next_fns.get(fn)
+        if nxt is None:
+            nxt = self._next_fns[fn] = [n for n, _ in fn.next_functions if n is not None]
+        return nxt
 
     def _label_backward(self, loss):
         """Registers autograd pre-hooks that set the module of the backward ops to come."""
@@ -153,7 +163,7 @@ class _Recorder:
             if fn is None or fn in seen:
                 continue
             seen.add(fn)
-            todo.extend(nxt for nxt, _ in fn.next_functions if nxt is not None)
+            todo.extend(self._next(fn))
             if not hasattr(fn, "register_prehook"):
                 continue
             name = self.fn_module.get(fn, "")
@@ -167,54 +177,73 @@ class _Recorder:
             except Exception:  # pragma: no cover - e.g. AccumulateGrad on exotic releases
                 pass
 
-    def _user_file(self, filename: str) -> bool:
-        ok = self._file_ok.get(filename)
-        if ok is None:
+    def _user_file(self, filename: str) -> str:
+        """The file's base name when it is user code (not torch, the standard library or this
+        tracer), else ""; cached per file name."""
+        base = self._file_ok.get(filename)
+        if base is None:
             path = os.path.abspath(filename)
-            ok = not (path.startswith(self.torch_dir) or path.startswith(self.stdlib_dir)
-                      or path in self.internal or filename.startswith("<"))
-            self._file_ok[filename] = ok
-        return ok
+            user = not (path.startswith(self.torch_dir) or path.startswith(self.stdlib_dir)
+                        or path in self.internal or filename.startswith("<"))
+            base = self._file_ok[filename] = os.path.basename(filename) if user else ""
+        return base
 
     def _source(self) -> str:
         f = sys._getframe(2)
         while f is not None:
-            if self._user_file(f.f_code.co_filename):
-                return f"{os.path.basename(f.f_code.co_filename)}:{f.f_lineno}"
+            base = self._user_file(f.f_code.co_filename)
+            if base:
+                return f"{base}:{f.f_lineno}"
             f = f.f_back
         return ""
+
+    def stamp(self, node) -> None:
+        """Labels a new node (FX node or dispatch_trace.TraceNode) with the phase, module and
+        source in force, and takes it as the pending output / gradient mark, if any."""
+        if self.phase == "forward":
+            info = {"phase": "forward", "module": self.stack[-1] if self.stack else ""}
+            if node.op == "call_function":
+                info["source"] = self._source()
+        else:
+            info = {"phase": "backward", "module": self.bwd_module,
+                    "module_known": self.backward_hooked}
+        node.meta[_META_KEY] = info
+        if node.op == "call_function":
+            if self.marking:
+                self.marked.append(node.name)
+                self.marking = False
+            if self.marking_grad is not None:
+                self.grad_marks[self.marking_grad] = node.name
+                self.marking_grad = None
 
     def __enter__(self):
         for name, mod in self.model.named_modules():
             self.handles.append(mod.register_forward_pre_hook(self._push(name)))
             self.handles.append(mod.register_forward_hook(self._pop))
-        rec = self
-        original = torch.fx.Graph.create_node
-        self.saved_create_node = original
-
-        def create_node(graph, *args, **kwargs):
-            node = original(graph, *args, **kwargs)
-            if rec.phase == "forward":
-                info = {"phase": "forward", "module": rec.stack[-1] if rec.stack else ""}
-            else:
-                info = {"phase": "backward", "module": rec.bwd_module,
-                        "module_known": rec.backward_hooked}
-            if rec.phase == "forward" and node.op == "call_function":
-                info["source"] = rec._source()
-            node.meta[_META_KEY] = info
-            if rec.marking and node.op == "call_function":
-                rec.marked.append(node.name)
-                rec.marking = False
-            if rec.marking_grad is not None and node.op == "call_function":
-                rec.grad_marks[rec.marking_grad] = node.name
-                rec.marking_grad = None
-            return node
-
-        torch.fx.Graph.create_node = create_node
         return self
 
+    def stamping_fx(self):
+        """A context in which every torch.fx.Graph.create_node stamps its node (make_fx's
+        graph; the dispatch recorder calls `stamp` itself)."""
+        rec = self
+
+        @contextlib.contextmanager
+        def patched():
+            original = torch.fx.Graph.create_node
+
+            def create_node(graph, *args, **kwargs):
+                node = original(graph, *args, **kwargs)
+                rec.stamp(node)
+                return node
+
+            torch.fx.Graph.create_node = create_node
+            try:
+                yield
+            finally:
+                torch.fx.Graph.create_node = original
+        return patched()
+
     def __exit__(self, *exc):
-        torch.fx.Graph.create_node = self.saved_create_node
         for h in self.handles:
             h.remove()
         self.handles.clear()
@@ -439,9 +468,10 @@ def _trace(model, example_inputs, loss_fn, targets, decompose, param_dtype, mark
     with rec, _fused_attention(attention), _compat.compiling():
         if tracer == "dispatch" and table is None:
             from .dispatch_trace import dispatch_trace
-            gm = dispatch_trace(step, flat, table)
+            gm = dispatch_trace(step, flat, table, on_node=rec.stamp)
         else:
-            gm = _compat.make_fx(step, decomposition_table=table, tracing_mode="real")(flat)
+            with rec.stamping_fx():
+                gm = _compat.make_fx(step, decomposition_table=table, tracing_mode="real")(flat)
 
     kinds = (["parameter"] * counts[0] + ["buffer"] * counts[1]
              + ["input"] * (counts[2] + counts[3] + counts[4] + counts[5]))
