@@ -182,11 +182,13 @@ struct RecomputeSchedule {
   std::vector<StrategyIdx> choice;  ///< recompute_choice (empty without recomputation)
   std::vector<double> us;           ///< per graph node: recomputation time; < 0: not re-executed
   std::map<NodeIdx, std::vector<NodeIdx>> before;  ///< point b -> re-executed ops, graph order
+  std::vector<NodeIdx> point;       ///< per graph node: its point b when re-executed, else -1
 };
 
 RecomputeSchedule recompute_schedule(const Graph& g, const BuiltProblem& bp, const Plan& plan) {
   RecomputeSchedule rs;
   rs.us.assign(static_cast<size_t>(g.size()), -1.0);
+  rs.point.assign(static_cast<size_t>(g.size()), -1);
   if (bp.recompute_aux.empty()) return rs;
   rs.choice = recompute_choice(g, bp, plan);
   const std::vector<int64_t> points = region_points(g, bp);
@@ -199,6 +201,7 @@ RecomputeSchedule recompute_schedule(const Graph& g, const BuiltProblem& bp, con
     // The gap node charges the recomputation: the owner's compute under its strategy.
     const ProblemNode& gap = bp.problem.nodes[static_cast<size_t>(a.node)];
     rs.us[static_cast<size_t>(v)] = gap.costs[static_cast<size_t>(rs.choice[static_cast<size_t>(a.node)])];
+    rs.point[static_cast<size_t>(v)] = static_cast<NodeIdx>(points[static_cast<size_t>(a.region)]);
     rs.before[static_cast<NodeIdx>(points[static_cast<size_t>(a.region)])].push_back(v);
   }
   for (auto& [b, ops] : rs.before) {
@@ -250,6 +253,7 @@ StepSimulation simulate_step(ShardingOptimizer& opt, const Plan& plan, const Sim
   // Redistributions.
   std::vector<CommJob> jobs;
   std::vector<std::vector<int32_t>> issued_after(n);                      // by producer op
+  std::vector<std::vector<int32_t>> issued_after_redo(n);  // by re-executed producer (backward uses)
   std::vector<std::vector<int32_t>> released_at(static_cast<size_t>(std::max(sim.num_layers, 1)));
   std::vector<int32_t> released_first;                                    // before any op
   std::map<std::pair<NodeIdx, int32_t>, int32_t> job_of_slot;
@@ -294,7 +298,10 @@ StepSimulation simulate_step(ShardingOptimizer& opt, const Plan& plan, const Sim
     }
     if (origin.slot >= 0) job_of_slot[{origin.consumer, origin.slot}] = id;
     const int32_t cl = layer[static_cast<size_t>(origin.consumer)];
-    if (!job.prefetchable)
+    const NodeIdx redo_at = rs.point[static_cast<size_t>(pu)];
+    if (!job.prefetchable && redo_at >= 0 && origin.consumer >= redo_at)
+      issued_after_redo[static_cast<size_t>(pu)].push_back(id);  // reads the recomputed tensor
+    else if (!job.prefetchable)
       issued_after[static_cast<size_t>(pu)].push_back(id);
     else if (cl < 0)
       released_first.push_back(id);
@@ -382,6 +389,7 @@ StepSimulation simulate_step(ShardingOptimizer& opt, const Plan& plan, const Sim
       }
       compute(v, ready, rs.us[static_cast<size_t>(v)], true);
       redone_end[static_cast<size_t>(v)] = cursor;
+      for (int32_t id : issued_after_redo[static_cast<size_t>(v)]) issue(id, cursor, false);
     }
   };
   /// A context-parallel attention's own K/V transfers (planner/cp_cost.h): its node cost

@@ -47,15 +47,17 @@
 /// once a recomputed producer is done), and the re-executed op waits for them.  The memory
 /// timeline takes the recomputation's lifetimes from its gap, tail and keep nodes (time point
 /// b maps to the start of the recomputation), so with no redistribution buffers its peak is
-/// the plan's.  Each region's mode is read back from Plan::recomputed_nodes.
+/// the plan's.  A redistribution from a re-executed op to a consumer at or after its point b
+/// (a backward use) moves the recomputed tensor: it is issued when the recomputation produces
+/// it, not after the forward (whose buffer would otherwise live through the whole step).
+/// Each region's mode is read back from Plan::recomputed_nodes.
 ///
 /// A context-parallel attention (planner/cp_cost.h) runs on the compute stream for its node
 /// cost: its compute plus the exposed part of its K/V transfers, exactly what the objective
 /// charges; the transfers themselves occupy its mesh dim's stream from the op's start.
 ///
 /// Not modelled: kernel-level contention between a stream's collective and compute, and
-/// collectives of different mesh dims sharing links.  Backward redistributions of a
-/// recomputed tensor keep their place after its forward producer.
+/// collectives of different mesh dims sharing links.
 #include <cstdint>
 #include <string>
 #include <vector>
