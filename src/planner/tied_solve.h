@@ -43,6 +43,9 @@ struct TiedSolveInput {
   /// Most message-passing iterations per solve (SolverOptions::message_passing_iterations);
   /// 0: the solver's default.
   int message_passing_iterations = 0;
+  /// Messages to start the memory-free solve's message passing from, replaced by its own
+  /// (SolverOptions::messages); nullptr: none.
+  MessageMemory* messages = nullptr;
 };
 
 struct TiedSolve {

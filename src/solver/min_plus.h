@@ -23,6 +23,19 @@ struct MinPlusProduct {
 /// has it; the results are the same bits: a compare and a select, no reassociation).
 void min_plus_row(double* row, double* arg, const double* onward, double x, double q, int32_t n);
 
+/// The message-passing kernels (trws.cc) and the dominance test (reducer.cc): the inner loops
+/// of the solver's hottest phases.  Each gives exactly the bits of the plain loop it replaces
+/// (min is exact and order-free on numbers; the planner's reduced problems hold no NaN), but
+/// keeps several partial minima at once so that the loop vectorises rather than waiting on one
+/// chain of add-and-compare (the message-passing kernels and the dominance test were 35 % and 12 % of planning
+/// llama3-70b on 8x8x8, docs/benchmarks.md "Round 3" of the overlap-aware objective).
+/// out[t] = min(out[t], x + row[t]) for t < n.
+void min_plus_into(double* out, const double* row, double x, int32_t n);
+/// min over t < n of ((x + r[t]) + p[t]) - q[t], evaluated in that order; +inf when n is 0.
+double min_plus_dot3(double x, const double* r, const double* p, const double* q, int32_t n);
+/// Whether a[i] <= b[i] for every i < n (false if some a[i] > b[i]).
+bool all_at_most(const double* a, const double* b, int32_t n);
+
 /// The product for v's strategies in `order` (each of 0 .. |S_v|-1 once).
 template <class Through, class Onward>
 MinPlusProduct min_plus_product(int32_t ku, int32_t kw, const std::vector<int32_t>& order, Through through,

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 
 namespace autoshard {
@@ -53,6 +54,36 @@ TEST(MinPlus, MatchesTheTripleLoop) {
         EXPECT_EQ(mp.arg[static_cast<size_t>(p * kw + r)], arg) << trial;
       }
   }
+}
+
+/// The message-passing kernels and the dominance test against their plain loops: the same
+/// bits, on random rows with infinities, of every length around the kernels' blocks of eight.
+TEST(MinPlus, KernelsMatchThePlainLoops) {
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int> cost(0, 40);
+  auto value = [&] { return cost(rng) == 0 ? kInfCost : cost(rng) * 0.37 - 3; };
+  for (int32_t n = 0; n <= 37; ++n)
+    for (int trial = 0; trial < 20; ++trial) {
+      SCOPED_TRACE("n " + std::to_string(n) + " trial " + std::to_string(trial));
+      std::vector<double> a(static_cast<size_t>(n)), b(a), c(a), out(a);
+      for (size_t i = 0; i < a.size(); ++i) a[i] = value(), b[i] = value(), c[i] = value(), out[i] = value();
+      if (trial % 3 == 0) c = a;  // equal and nearly equal rows, where the dominance test runs
+      if (trial % 3 == 1 && n > 0) c = a, c[static_cast<size_t>(trial) % a.size()] -= 1;
+      const double x = value() == kInfCost ? 0.5 : cost(rng) * 0.25;
+      std::vector<double> want = out;
+      for (size_t t = 0; t < want.size(); ++t) want[t] = std::min(want[t], x + a[t]);
+      std::vector<double> got = out;
+      min_plus_into(got.data(), a.data(), x, n);
+      EXPECT_EQ(got, want);
+      // b must stay finite here: inf - inf is NaN, which the planner's problems never hold.
+      for (double& v : b) v = v == kInfCost ? 7 : v;
+      double best = kInfCost;
+      for (size_t t = 0; t < a.size(); ++t) best = std::min(best, x + a[t] + c[t] - b[t]);
+      EXPECT_EQ(min_plus_dot3(x, a.data(), c.data(), b.data(), n), best);
+      bool at_most = true;
+      for (size_t i = 0; i < a.size(); ++i) at_most = at_most && !(c[i] > a[i]);
+      EXPECT_EQ(all_at_most(c.data(), a.data(), n), at_most);
+    }
 }
 
 }  // namespace

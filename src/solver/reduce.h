@@ -121,6 +121,9 @@ class GroupReduction {
   std::vector<int32_t> restrict(const std::vector<StrategyIdx>& choice) const {
     return map_.map_forward(choice);
   }
+  /// The correspondence: group g stands for original node map().orig_node[g], its strategy s
+  /// for map().orig_strategy[g][s].
+  const ReductionMap& map() const { return map_; }
   /// One-line summary (sizes before and after).
   const std::string& summary() const { return summary_; }
 

@@ -435,12 +435,8 @@ bool Rules::remove_dominated(PNodeIdx v) {
     if (n.cost[sz(a)] > n.cost[sz(b)] || total[sz(a)] > total[sz(b)]) return false;
     for (const WPiece& pc : n.pieces)
       if (pc.u[sz(a)] > pc.u[sz(b)]) return false;
-    for (size_t i = 0; i < n.adj.size(); ++i) {
-      const Cost* ra = row_of(i, a);
-      const Cost* rb = row_of(i, b);
-      for (int32_t o = 0; o < width[i]; ++o)
-        if (ra[o] > rb[o]) return false;
-    }
+    for (size_t i = 0; i < n.adj.size(); ++i)
+      if (!all_at_most(row_of(i, a), row_of(i, b), width[i])) return false;
     return true;
   };
   for (int32_t b = 0; b < k; ++b) {

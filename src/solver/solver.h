@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "problem/problem.h"
+#include "solver/trws.h"
 
 namespace autoshard {
 
@@ -48,6 +49,9 @@ struct SolverOptions {
   /// Most message-passing (TRW-S) iterations before the exact search; its bound is valid at
   /// every iteration.  The overlap objective's dual solves take fewer (overlap_solve.h).
   int message_passing_iterations = 2000;
+  /// Message passing starts from these messages and leaves its own (trws.h); for a series
+  /// of solves of one problem shape with other costs.  nullptr: from zero.
+  MessageMemory* messages = nullptr;
   /// Receives one-line progress messages (phases, incumbents, bounds).
   std::function<void(std::string_view)> progress;
 };

@@ -7,10 +7,13 @@
 /// changing the penalties and iterating again warm-starts from the previous messages.
 #include <chrono>
 #include <cstdint>
+#include <map>
+#include <utility>
 #include <vector>
 
 #include "problem/problem.h"
 #include "solver/group_model.h"
+#include "solver/reduce.h"
 
 namespace autoshard {
 
@@ -27,12 +30,32 @@ class Trws {
   double lower_bound(const std::vector<std::vector<double>>* pen) const;
   /// Resets the messages to zero.
   void reset();
+  /// Edge e's messages a->b (one per strategy of b) and b->a (one per strategy of a).
+  std::vector<double>& to_b(size_t e) { return to_b_[e]; }
+  std::vector<double>& to_a(size_t e) { return to_a_[e]; }
 
  private:
   const GroupModel& m_;
   std::vector<std::vector<double>> to_b_, to_a_;  ///< per edge: message a->b (|S_b|), b->a (|S_a|)
+  /// Per edge, its matrix transposed (|S_b| x |S_a|): the message b->a then reads rows, as
+  /// a->b does, and vectorises (reading columns was 60 % of message passing on llama3-70b
+  /// 8x8x8).  Doubles the edges' memory, which the reduced models afford.
+  std::vector<std::vector<Cost>> transposed_;
   std::vector<double> gamma_;
   std::vector<int32_t> x_;
+};
+
+/// The messages a message passing ended with, by the nodes and strategies of the problem the
+/// caller knows (before any reduction), so that the next one on a problem of the same shape
+/// with other costs starts from them (the overlap objective's dual solves, overlap_solve.h).
+/// Any messages are a valid start -- the bound holds for every reparametrisation -- so a
+/// stale or partial memory costs iterations at worst, never correctness.
+struct MessageMemory {
+  struct EdgeMessages {
+    std::vector<StrategyIdx> sa, sb;  ///< strategies of the edge's two nodes
+    std::vector<double> to_b, to_a;   ///< per strategy of b, of a
+  };
+  std::map<std::pair<PNodeIdx, PNodeIdx>, EdgeMessages> edges;  ///< by (node a, node b)
 };
 
 /// TRW-S on a plain Problem, memory ignored, until its bound meets its labeling's cost.
@@ -50,7 +73,12 @@ struct MessagePassingResult {
 /// milliseconds where the LP takes a third of a second (docs/benchmarks.md, "Round 7").  Stops
 /// at the proof, at `deadline`, at `max_iterations`, or when the bound has not risen for
 /// `stall` iterations.
+///
+/// With `memory`, starts from its messages where an edge joins the same two nodes (unknown
+/// strategies start at 0) and leaves its own there; `outer` maps p's nodes and strategies to
+/// the memory's (p is then the reduction of the caller's problem), or null when p's are.
 MessagePassingResult solve_by_message_passing(const Problem& p, std::chrono::steady_clock::time_point deadline,
-                                              double tolerance, int max_iterations = 2000, int stall = 200);
+                                              double tolerance, int max_iterations = 2000, int stall = 200,
+                                              MessageMemory* memory = nullptr, const ReductionMap* outer = nullptr);
 
 }  // namespace autoshard
