@@ -83,6 +83,7 @@ OverlapSolve solve_overlap(const TiedSolveInput& in, const OverlapModel& m) {
     out.status = out.last.r.status;  // infeasible (memory does not depend on the objective)
     return out;
   }
+  const int64_t floor = out.last.peak_floor;  // usages do not depend on the multipliers
   std::vector<StrategyIdx> warm = out.last.cp.expand(out.last.r.choice);
   const OverlapTerms ta = st.consider(warm);
   // A given start (the best recipe under --compare, a preloaded plan) is a candidate too: the
@@ -112,6 +113,7 @@ OverlapSolve solve_overlap(const TiedSolveInput& in, const OverlapModel& m) {
                         /*relaxed_only=*/true};
     dual.message_passing_iterations = out.solves == 1 ? kFirstDualIterations : kDualIterations;
     dual.messages = &messages;
+    dual.known_peak_floor = floor;
     out.last = solve_tied(dual);
     ++out.solves;
     add_phases(out.phase_seconds, out.last.r.phase_seconds);

@@ -181,8 +181,12 @@ TiedSolve solve_tied(const TiedSolveInput& in) {
   int64_t& peak_floor = out.peak_floor;
   std::vector<StrategyIdx> least;
   if (bp.problem.usage_limit >= 0 && !has_shadows) {
-    least = least_usage_choice(bp.problem);
-    peak_floor = peak_usage(bp.problem, least);
+    if (in.known_peak_floor >= -1 && in.known_peak_floor <= bp.problem.usage_limit) {
+      peak_floor = in.known_peak_floor;  // fits: `least` is not needed
+    } else {
+      least = least_usage_choice(bp.problem);
+      peak_floor = peak_usage(bp.problem, least);
+    }
   }
   SolveResult& r = out.r;
   if (peak_floor > bp.problem.usage_limit) {

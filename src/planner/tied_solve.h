@@ -46,6 +46,10 @@ struct TiedSolveInput {
   /// Messages to start the memory-free solve's message passing from, replaced by its own
   /// (SolverOptions::messages); nullptr: none.
   MessageMemory* messages = nullptr;
+  /// The memory floor (TiedSolve::peak_floor) of a solve of a problem with the same usages (the
+  /// overlap dual's first solve: the multipliers scale costs only), reused instead of
+  /// recomputed; -2: unknown.
+  int64_t known_peak_floor = -2;
 };
 
 struct TiedSolve {
