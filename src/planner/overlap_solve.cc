@@ -105,7 +105,6 @@ OverlapSolve solve_overlap(const TiedSolveInput& in, const OverlapModel& m) {
   // solve from the additive solve's messages did not help: 400 iterations either way on
   // llama3-70b 8x8x8.)
   MessageMemory messages;
-
   const double tol = std::max(in.options.mip_gap, kProofTolerance);
   while (out.solves < kMaxOverlapSolves && std::chrono::steady_clock::now() < in.deadline) {
     scale_overlap_costs(m, bp, mu, scaled);

@@ -219,7 +219,7 @@ SolveResult solve(const Problem& p, const SolverOptions& opt) {
     // labeling and bound help the MIP where it cannot.  A tenth of the time at most.
     const MessagePassingResult mp =
         solve_by_message_passing(r, Clock::now() + (deadline - Clock::now()) / 10, kProofTolerance,
-                                 opt.message_passing_iterations, 200, opt.messages, &rp);
+                                 opt.message_passing_iterations, /*stall=*/200, opt.messages, &rp);
     if (mp.cost < best_obj) best_obj = mp.cost, best = mp.choice;
     if (mp.lower_bound > lb && mp.lower_bound < kInfCost) lb = mp.lower_bound;
     by_message_passing = mp.proven;  // best is no dearer than its plan, so proven too
