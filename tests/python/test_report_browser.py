@@ -159,7 +159,8 @@ def test_search_filters_the_node_table(page: Any, planned: dict) -> None:
 
 def test_pipeline_page_draws_every_op_of_the_schedule(tmp_path: Path, playwright_api: Any) -> None:
     """A pipelined plan's page: the stage table and one rectangle per forward and backward of
-    every stage and microbatch, drawn without console errors."""
+    every stage and microbatch (the backward drawn as B and W where the schedule splits it),
+    drawn without console errors."""
     res = subprocess.run(
         [autoshard_bin(), "plan", "--model", "llama3-1b", "--layers", "4", "--batch", "4",
          "--seq", "128", "--mesh", "2x2", "--mesh-dims", "pp,dp", "--microbatches", "4",
@@ -177,10 +178,16 @@ def test_pipeline_page_draws_every_op_of_the_schedule(tmp_path: Path, playwright
         pg.goto((tmp_path / "report.html").as_uri())
         pg.wait_for_selector("body[data-ready='1']", timeout=60_000)
         assert pg.locator("#pipeline-table tbody tr").count() == stages
-        ops = pg.locator("#pipeline-svg rect title").count()
+        titles = pg.eval_on_selector_all(
+            "#pipeline-svg rect title", "ts => ts.map(t => t.textContent)")
         ctx.close()
     assert errors == []
-    assert ops == 2 * stages * j["microbatches"]
+    # Zero-bubble schedules split each backward into an input-gradient B and a weight-gradient W.
+    splits = j["schedule"] in ("InterleavedZeroBubble", "ZBVZeroBubble", "DualPipeV")
+    per_op = 3 if splits else 2
+    assert len(titles) == per_op * stages * j["microbatches"]
+    weights = sum(t.startswith("W ") for t in titles)
+    assert weights == (stages * j["microbatches"] if splits else 0)
 
 
 def test_screenshot(page: Any, tmp_path: Path) -> None:
