@@ -28,11 +28,10 @@ struct Layout {
   int32_t v = 1, n = 1, P = 1, L = 1;
   int64_t limit = 0;            ///< per device; 0: none
   std::vector<double> inflight;  ///< per position: its rank's microbatches in flight
-  std::vector<double> deferred;  ///< per position: of those, whose weight gradients wait
   /// Per position, what its stage is planned for: the most in flight over the positions of
   /// its kind, so that one plan per (kind, layers) serves every rank (a plan that fits more in
   /// flight fits fewer).
-  std::vector<double> planned_inflight, planned_deferred;
+  std::vector<double> planned_inflight;
   /// The budgets are a relaxation of the rank's memory (one stage per rank): bounds of solves
   /// under them hold.  With v stages per rank they are shares of it, which are not.
   bool budget_is_relaxation() const { return v == 1; }
@@ -43,24 +42,18 @@ struct Layout {
     if (limit <= 0 || v == 1) return limit;
     return std::min(limit, static_cast<int64_t>(std::ceil(static_cast<double>(limit) * k * P / L)));
   }
-  StageMemory planned(int32_t s, int32_t k) const {
-    return {planned_inflight[psz(s)], budget(k), planned_deferred[psz(s)]};
-  }
+  StageMemory actual(int32_t s, int32_t k) const { return {inflight[psz(s)], budget(k)}; }
+  StageMemory planned(int32_t s, int32_t k) const { return {planned_inflight[psz(s)], budget(k)}; }
 };
 
 Layout layout_of(PipelineSchedule sched, int32_t P, int32_t L, int32_t v, int32_t M, int64_t limit) {
-  Layout l{sched, v, P * v, P, L, limit, {}, {}, {}, {}};
-  double most[4] = {0, 0, 0, 0}, most_deferred[4] = {0, 0, 0, 0};
+  Layout l{sched, v, P * v, P, L, limit, {}, {}};
+  double most[4] = {0, 0, 0, 0};
   for (int32_t s = 0; s < l.n; ++s) {
     l.inflight.push_back(inflight_microbatches(sched, P, v, M, stage_rank(sched, P, s)));
-    l.deferred.push_back(deferred_microbatches(sched, P, v, M, stage_rank(sched, P, s)));
     most[kind_of(s, l.n)] = std::max(most[kind_of(s, l.n)], l.inflight.back());
-    most_deferred[kind_of(s, l.n)] = std::max(most_deferred[kind_of(s, l.n)], l.deferred.back());
   }
-  for (int32_t s = 0; s < l.n; ++s) {
-    l.planned_inflight.push_back(most[kind_of(s, l.n)]);
-    l.planned_deferred.push_back(most_deferred[kind_of(s, l.n)]);
-  }
+  for (int32_t s = 0; s < l.n; ++s) l.planned_inflight.push_back(most[kind_of(s, l.n)]);
   return l;
 }
 
@@ -115,8 +108,8 @@ struct Search {
       std::vector<double> v = chords[kind];
       if (l.budget_is_relaxation())
         for (const auto& [key, sv] : solver.fitted_solves()) {
-          const auto& [kk, k0, f, b, d] = key;
-          if (kk != kind || f > l.inflight[psz(s)] || d > l.deferred[psz(s)] || b < l.limit) continue;
+          const auto& [kk, k0, f, b] = key;
+          if (kk != kind || f > l.inflight[psz(s)] || b < l.limit) continue;
           for (int32_t k = kind == kStageBoth ? K : std::max(k0, 1); k <= K; ++k) v[psz(k)] = std::max(v[psz(k)], sv->lower_bound_us);
         }
       t.stages.push_back(std::move(v));
@@ -138,9 +131,9 @@ struct Search {
         if (key.first == kind && (kind == kStageBoth || key.second <= K) && StageSolver::fits(*sv, l.planned(s, key.second)))
           at(key.second) = std::min(at(key.second), sv->microbatch_us);
       for (const auto& [key, sv] : solver.fitted_solves()) {
-        const auto& [kk, k, f, b, d] = key;
+        const auto& [kk, k, f, b] = key;
         const StageMemory mem = l.planned(s, k);
-        if (kk == kind && (kind == kStageBoth || k <= K) && f >= mem.inflight && d >= mem.deferred && b <= mem.budget)
+        if (kk == kind && (kind == kStageBoth || k <= K) && f >= mem.inflight && b <= mem.budget)
           at(k) = std::min(at(k), sv->microbatch_us);
       }
       t.stages.push_back(std::move(v));
@@ -288,8 +281,7 @@ void assemble(Search& S, const Layout& l, PipelinePlan& pl, const std::vector<in
       for (PipelineStage& st : pl.stages) {
         if (st.pp_rank != r) continue;
         const int64_t share = pl.memory_limit_bytes * (st.hi - st.lo) / held;
-        auto again = S.solver.fitted(kind_of(st.index, n), st.hi - st.lo,
-                                     {l.planned_inflight[psz(st.index)], share, l.planned_deferred[psz(st.index)]});
+        auto again = S.solver.fitted(kind_of(st.index, n), st.hi - st.lo, {l.planned_inflight[psz(st.index)], share});
         if (std::isfinite(again->microbatch_us)) st.solve = again;
       }
       rank_peaks(pl);
@@ -393,7 +385,7 @@ std::string no_fit_message(const Search& S, const PipelinePlan& pl) {
       at = key;
     }
   if (!worst || pl.memory_limit_bytes <= 0) return "pipeline: no stage split has a plan";
-  const auto& [kind, k, f, budget, deferred] = at;
+  const auto& [kind, k, f, budget] = at;
   const StageSolve& relaxed = *S.solver.free_solves().at({kind, k});
   const int64_t floor = worst->plan.min_peak_lower_bound_bytes;
   const bool none = S.solver.options().recompute == RecomputePolicy::kNone;

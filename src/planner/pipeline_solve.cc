@@ -108,15 +108,11 @@ StageSolver::StageSolver(const Graph& g, const Mesh& mesh, const PlannerOptions&
                          const LayerMap& m, int32_t pp)
     : g_(g), mesh_(mesh), opt_(opt), popt_(popt), m_(m), pp_(pp), L_(m.num_layers()), sub_(stage_mesh(mesh, pp)) {}
 
-double StageSolver::extra_bytes(const StageSolve& s, StageMemory mem) {
-  return (mem.inflight - 1) * static_cast<double>(s.activation_bytes) +
-         mem.deferred * static_cast<double>(s.parts.kept_for_w_bytes);
-}
-
 bool StageSolver::fits(const StageSolve& s, StageMemory mem) {
   if (mem.budget <= 0) return true;
   if (!s.plan.has_solution) return false;
-  return static_cast<double>(s.microbatch_peak_bytes) + extra_bytes(s, mem) <= static_cast<double>(mem.budget);
+  const double extra = (mem.inflight - 1) * static_cast<double>(s.activation_bytes);
+  return static_cast<double>(s.microbatch_peak_bytes) + extra <= static_cast<double>(mem.budget);
 }
 
 PlannerOptions StageSolver::stage_options(const StageGraph& sg, double inflight, int64_t limit) const {
@@ -189,7 +185,7 @@ std::shared_ptr<StageSolve> StageSolver::recompute_all(const StageSolve& relaxed
 
 void StageSolver::report(const StageSolve& s, std::string_view what, StageMemory mem) const {
   if (!opt_.progress) return;
-  const double need = static_cast<double>(s.microbatch_peak_bytes) + extra_bytes(s, mem);
+  const double need = static_cast<double>(s.microbatch_peak_bytes) + (mem.inflight - 1) * static_cast<double>(s.activation_bytes);
   opt_.progress(fmt::format("  {}: {:.3f} us, {:.0f} B per device with {} in flight", what, s.microbatch_us, need,
                             mem.inflight));
 }
@@ -243,14 +239,14 @@ bool StageSolver::resolved(StageKind kind, int32_t k, StageMemory mem) const {
   const auto it = free_.find({kind, k});
   if (it == free_.end()) return false;
   if (fits(*it->second, mem)) return true;
-  return fitted_.count({kind, k, mem.inflight, mem.budget, mem.deferred}) > 0;
+  return fitted_.count({kind, k, mem.inflight, mem.budget}) > 0;
 }
 
 std::shared_ptr<const StageSolve> StageSolver::fitted(StageKind kind, int32_t k, StageMemory mem) {
   if (kind == kStageBoth) k = L_;
   auto relaxed = free(kind, k);
   if (mem.budget <= 0 || fits(*relaxed, mem)) return relaxed;
-  const FitKey key{kind, k, mem.inflight, mem.budget, mem.deferred};
+  const FitKey key{kind, k, mem.inflight, mem.budget};
   if (auto it = fitted_.find(key); it != fitted_.end()) return it->second;
   // A plan at hand: the memory-free one with every region recomputed (no solve), where the
   // policy allows full recomputation.
@@ -265,7 +261,7 @@ std::shared_ptr<const StageSolve> StageSolver::fitted(StageKind kind, int32_t k,
   const double bound = s->lower_bound_us;  // the scaled model is a relaxation: it holds
   if (s->plan.has_solution && !fits(*s, mem) && !(best && s->microbatch_us >= best->microbatch_us)) {
     // Over the exact in-flight peak: plan again under the limit less the excess.
-    const double extra = extra_bytes(*s, mem);
+    const double extra = (mem.inflight - 1) * static_cast<double>(s->activation_bytes);
     const int64_t excess = s->microbatch_peak_bytes + static_cast<int64_t>(std::ceil(extra)) - mem.budget;
     if (const int64_t limit = s->plan.peak_memory_bytes - excess; limit > 0) {
       auto t = solve(kind, k, mem, limit, best ? best->microbatch_us : kSolveInf);

@@ -42,9 +42,6 @@ StageKind kind_of(int32_t s, int32_t S);
 struct StageMemory {
   double inflight = 1;
   int64_t budget = 0;
-  /// Microbatches whose weight gradients wait (zero-bubble schedules): each keeps what the
-  /// input-gradient pass made for them (PartTimes::kept_for_w_bytes).
-  double deferred = 0;
 };
 
 class StageSolver {
@@ -60,12 +57,9 @@ class StageSolver {
   bool resolved(StageKind kind, int32_t k, StageMemory mem) const;
   /// `s`'s plan fits `mem` with its in-flight activations.
   static bool fits(const StageSolve& s, StageMemory mem);
-  /// What `mem`'s other microbatches add to `s`'s one-microbatch peak.
-  static double extra_bytes(const StageSolve& s, StageMemory mem);
 
   using FreeKey = std::pair<int32_t, int32_t>;                  ///< (kind, k)
-  /// (kind, k, inflight, budget, deferred)
-  using FitKey = std::tuple<int32_t, int32_t, double, int64_t, double>;
+  using FitKey = std::tuple<int32_t, int32_t, double, int64_t>;  ///< (kind, k, inflight, budget)
   const std::map<FreeKey, std::shared_ptr<const StageSolve>>& free_solves() const { return free_; }
   const std::map<FitKey, std::shared_ptr<const StageSolve>>& fitted_solves() const { return fitted_; }
   int32_t solves() const { return solves_; }
