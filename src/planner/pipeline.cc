@@ -37,7 +37,7 @@ struct Layout {
   bool budget_is_relaxation() const { return v == 1; }
   /// A stage of k layers: the limit with one stage per rank, else its layers' share of the
   /// limit at the balanced L / P layers per rank (stages of one rank then add up to the limit
-  /// when the split is balanced; assemble() re-plans a rank that holds more).
+  /// when the split is balanced; assemble() re-plans a rank over the limit).
   int64_t budget(int32_t k) const {
     if (limit <= 0 || v == 1) return limit;
     return std::min(limit, static_cast<int64_t>(std::ceil(static_cast<double>(limit) * k * P / L)));
@@ -275,13 +275,16 @@ void assemble(Search& S, const Layout& l, PipelinePlan& pl, const std::vector<in
   rank_peaks(pl);
   for (int32_t r = 0; r < pl.P; ++r)
     if (l.v > 1 && pl.memory_limit_bytes > 0 && pl.rank_peak_bytes[psz(r)] > pl.memory_limit_bytes) {
-      // More layers than the balanced share: each stage gets its share of the rank's layers.
-      int32_t held = 0;
-      for (const PipelineStage& st : pl.stages) held += st.pp_rank == r ? st.hi - st.lo : 0;
+      // More layers than the balanced share: each stage's budget is its need scaled so that
+      // the rank's add up to the limit (the least change to the plans).
+      const double scale = static_cast<double>(pl.memory_limit_bytes) / static_cast<double>(pl.rank_peak_bytes[psz(r)]);
       for (PipelineStage& st : pl.stages) {
         if (st.pp_rank != r) continue;
-        const int64_t share = pl.memory_limit_bytes * (st.hi - st.lo) / held;
-        auto again = S.solver.fitted(kind_of(st.index, n), st.hi - st.lo, {l.planned_inflight[psz(st.index)], share});
+        const StageMemory was = l.planned(st.index, st.hi - st.lo);
+        const double need = static_cast<double>(st.solve->microbatch_peak_bytes) +
+                            (was.inflight - 1) * static_cast<double>(st.solve->activation_bytes);
+        const StageMemory mem{was.inflight, static_cast<int64_t>(need * scale)};
+        auto again = S.solver.fitted(kind_of(st.index, n), st.hi - st.lo, mem);
         if (std::isfinite(again->microbatch_us)) st.solve = again;
       }
       rank_peaks(pl);

@@ -31,7 +31,8 @@
 /// f_r microbatches in flight (the schedule's count); its memory is its one-microbatch peak
 /// plus (f_r - 1) x what one microbatch keeps for its backward after recomputation.  Each
 /// stage gets the device limit (with v stages per rank, its layers' share of it at L / P layers
-/// per rank; assemble re-plans a rank that holds more).  A stage whose memory-free
+/// per rank; assemble re-plans the stages of a rank over the limit with their needs scaled to
+/// it).  A stage whose memory-free
 /// plan does not fit is planned with its kept activations counted f times, so the solver's
 /// recomputation trades recompute time against the in-flight memory; that model is a
 /// relaxation of the in-flight constraint, so its bounds hold, and its plan is checked
