@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include <iostream>
+#include <map>
 
 #include "cli/pipeline_cli.h"
 #include "cli/recipes_cli.h"
@@ -22,6 +23,16 @@ std::string layer_range(const PipelinePlan& pl, const PipelineStage& st) {
   return fmt::format("{}..{} ({})", a, pl.layers[static_cast<size_t>(st.hi - 1)], st.hi - st.lo);
 }
 
+/// A stage's recomputation: "full 3, selective 1" (layers per mode), "-" for none.
+std::string recompute_label(const Plan& p) {
+  std::map<std::string, int> by_mode;
+  for (const auto& [layer, mode] : p.layer_recompute)
+    if (mode != "none") ++by_mode[mode];
+  std::string r;
+  for (const auto& [mode, n] : by_mode) r += fmt::format("{}{} {}", r.empty() ? "" : ", ", mode, n);
+  return r.empty() ? "-" : r;
+}
+
 void print_pipeline(const PipelinePlan& pl, const Graph& g, const Mesh& mesh) {
   fmt::print("autoshard plan: {} on mesh {} of {} ({} devices), pipelined over {}\n", g.name,
              mesh.describe(), mesh.hardware().name, mesh.num_devices(), mesh.dim(pl.pp_dim).name);
@@ -39,14 +50,14 @@ void print_pipeline(const PipelinePlan& pl, const Graph& g, const Mesh& mesh) {
     tried += fmt::format("{}{}{} {} (bound {})", tried.empty() ? "" : ", ", schedule_name(c.schedule),
                          c.v > 1 ? fmt::format(" v={}", c.v) : "", format_us(c.step_us), format_us(c.lower_bound_us));
   fmt::print("schedules tried: {}\n", tried);
-  fmt::print("\n{:>5} {:>7}  {:<34} {:>7} {:>14} {:>12} {:>12} {:>9} {:>12}\n", "stage", "pp rank", "layers",
-             "devices", "per microbatch", "p2p", "once/step", "in flight", "memory");
+  fmt::print("\n{:>5} {:>7}  {:<34} {:>7} {:>14} {:>12} {:>12} {:>9} {:>12}  {}\n", "stage", "pp rank", "layers",
+             "devices", "per microbatch", "p2p", "once/step", "in flight", "memory", "recompute");
   for (const PipelineStage& st : pl.stages) {
     std::string ends = st.first && st.last ? " +first+last" : st.first ? " +first" : st.last ? " +last" : "";
-    fmt::print("{:>5} {:>7}  {:<34} {:>7} {:>14} {:>12} {:>12} {:>9.2f} {:>12}\n", st.index, st.pp_rank,
+    fmt::print("{:>5} {:>7}  {:<34} {:>7} {:>14} {:>12} {:>12} {:>9.2f} {:>12}  {}\n", st.index, st.pp_rank,
                layer_range(pl, st) + ends, pl.stage_mesh.num_devices(), format_us(st.solve->microbatch_us),
                format_us(st.solve->p2p_us), format_us(st.solve->once_us), st.inflight,
-               format_bytes(pl.rank_peak_bytes[static_cast<size_t>(st.pp_rank)]));
+               format_bytes(pl.rank_peak_bytes[static_cast<size_t>(st.pp_rank)]), recompute_label(st.solve->plan));
   }
 }
 

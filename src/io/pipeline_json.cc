@@ -1,5 +1,7 @@
 #include "io/pipeline_json.h"
 
+#include <map>
+
 #include "io/placements_json.h"
 #include "io/state.h"
 
@@ -45,6 +47,20 @@ std::string write_pipeline_placements_json(const PipelinePlan& pl, const Graph& 
   return j.dump(1) + "\n";
 }
 
+namespace {
+
+/// Layers per recomputation mode of a stage's plan ({"full": 3}; empty: none recomputed).
+nlohmann::ordered_json recompute_counts(const Plan& p) {
+  std::map<std::string, int> n;
+  for (const auto& [layer, mode] : p.layer_recompute)
+    if (mode != "none") ++n[mode];
+  nlohmann::ordered_json j = nlohmann::ordered_json::object();
+  for (const auto& [mode, k] : n) j[mode] = k;
+  return j;
+}
+
+}  // namespace
+
 nlohmann::ordered_json pipeline_summary_json(const PipelinePlan& pl, const Graph& g, const Mesh& mesh) {
   nlohmann::ordered_json j;
   j["graph"] = g.name;
@@ -79,6 +95,8 @@ nlohmann::ordered_json pipeline_summary_json(const PipelinePlan& pl, const Graph
                                    {"weight_grad", s.parts.weight_grad_us}}},
                       {"kept_for_w_bytes", s.parts.kept_for_w_bytes},
                       {"activation_bytes", s.activation_bytes},
+                      {"recompute_us", s.plan.recompute_us},
+                      {"recompute_layers", recompute_counts(s.plan)},
                       {"peak_memory_bytes", pl.rank_peak_bytes[static_cast<size_t>(st.pp_rank)]},
                       {"status", std::string(solve_status_name(s.plan.status))}});
   }

@@ -77,6 +77,10 @@ struct PlannerOptions {
     double us_per_byte = 0;
   };
   std::vector<OutputCost> output_costs;
+  /// Microbatches whose activations a pipeline rank keeps in flight (planner/inflight_memory.h):
+  /// what one microbatch keeps across its forward/backward boundary counts this many times in
+  /// the memory model, so recomputation is traded against the in-flight memory.  1: a plain step.
+  double inflight_microbatches = 1.0;
   /// Memory of parameter state when the graph has no optimizer step of its own.
   OptimizerConfig optimizer;
   /// Verify the solution independently after solving (recompute cost and memory from scratch).

@@ -10,7 +10,9 @@
 #include <set>
 #include <stdexcept>
 
+#include "planner/fit_advice.h"
 #include "planner/pipeline_dp.h"
+#include "planner/pipeline_solve.h"
 #include "planner/sharding_optimizer.h"
 
 namespace autoshard {
@@ -20,170 +22,121 @@ namespace {
 constexpr double kPipeInf = std::numeric_limits<double>::infinity();
 size_t psz(int64_t i) { return static_cast<size_t>(i); }
 
-/// Stage kinds of the cost tables.
-enum StageKind : int32_t { kStageFirst = 0, kStageMid = 1, kStageLast = 2, kStageBoth = 3 };
-
-StageKind kind_of(int32_t s, int32_t S) {
-  if (S == 1) return kStageBoth;
-  return s == 0 ? kStageFirst : s == S - 1 ? kStageLast : kStageMid;
-}
-
-/// Seconds a send of `bytes` takes over the pp dim's link.
-double p2p_time_us(const Mesh& mesh, int32_t pp, double bytes) {
-  const MeshDim& d = mesh.dim(pp);
-  return d.latency_us + bytes / (d.busbw_gbps * 1e3);
-}
-
-/// The figures of a solved stage problem: sends, once-per-step work, kept activations.  The
-/// plan's objective already holds the sends (PlannerOptions::output_costs).
-void stage_figures(const Mesh& full, int32_t pp, const Mesh& sub, int32_t M, StageSolve& s) {
-  const Graph& g = s.sg.graph;
-  const auto uses = g.uses();
-  for (const TensorRef& t : s.sg.sent) {
-    const auto& np = s.plan.nodes[psz(t.node)];
-    s.p2p_us += p2p_time_us(full, pp, static_cast<double>(np->chosen.outputs.at(psz(t.output)).local_bytes(sub)));
+/// One (schedule, v) of the search: its stages' kinds and memory (per stage position).
+struct Layout {
+  PipelineSchedule schedule = PipelineSchedule::k1F1B;
+  int32_t v = 1, n = 1, P = 1, L = 1;
+  int64_t limit = 0;            ///< per device; 0: none
+  std::vector<double> inflight;  ///< per position: its rank's microbatches in flight
+  /// Per position, what its stage is planned for: the most in flight over the positions of
+  /// its kind, so that one plan per (kind, layers) serves every rank (a plan that fits more in
+  /// flight fits fewer).
+  std::vector<double> planned_inflight;
+  /// The budgets are a relaxation of the rank's memory (one stage per rank): bounds of solves
+  /// under them hold.  With v stages per rank they are shares of it, which are not.
+  bool budget_is_relaxation() const { return v == 1; }
+  /// A stage of k layers: the limit with one stage per rank, else its layers' share of the
+  /// limit at the balanced L / P layers per rank (stages of one rank then add up to the limit
+  /// when the split is balanced; assemble() re-plans a rank over the limit).
+  int64_t budget(int32_t k) const {
+    if (limit <= 0 || v == 1) return limit;
+    return std::min(limit, static_cast<int64_t>(std::ceil(static_cast<double>(limit) * k * P / L)));
   }
-  for (NodeIdx i = 0; i < g.size(); ++i) {
-    const Node& x = g.node(i);
-    const auto& np = s.plan.nodes[psz(i)];
-    if (!np) continue;
-    if (x.kind == NodeKind::kOp && x.phase == Phase::kOptimizer) s.once_us += (np->compute_us + np->comm_us) * M;
-    if (x.phase != Phase::kForward || (x.kind != NodeKind::kOp && !s.sg.received[psz(i)])) continue;
-    for (size_t k = 0; k < x.outputs.size(); ++k) {
-      const bool kept = std::any_of(uses[psz(i)].begin(), uses[psz(i)].end(), [&](const Graph::Use& u) {
-        return u.output == static_cast<int32_t>(k) && g.node(u.consumer).phase == Phase::kBackward;
-      });
-      if (kept) s.activation_bytes += np->chosen.outputs[k].local_bytes(sub);
-    }
-  }
-  s.microbatch_us = s.plan.objective_us;
-  s.parts = part_times(s.sg, s.plan, sub);
-  // A solve stopped by the time limit may have no bound (-inf): costs are >= 0.
-  s.lower_bound_us = std::isfinite(s.plan.lower_bound_us) ? std::max(0.0, s.plan.lower_bound_us) : 0.0;
-}
+  StageMemory actual(int32_t s, int32_t k) const { return {inflight[psz(s)], budget(k)}; }
+  StageMemory planned(int32_t s, int32_t k) const { return {planned_inflight[psz(s)], budget(k)}; }
+};
 
-/// The sum over layer `layer`'s problem nodes of their cheapest strategy's cost: a lower bound
-/// of what one more layer adds to a stage under any decisions (its edges cost >= 0, and the
-/// overlap model hides communication only, never compute).
-double layer_floor(const ShardingOptimizer& so, const StageGraph& sg, int32_t layer, const LayerMap& m) {
-  const BuiltProblem* built = so.built_problem();  // problem() would build it again
-  if (!built) return 0;
-  const BuiltProblem& bp = *built;
-  double f = 0;
-  for (NodeIdx j = 0; j < sg.graph.size(); ++j) {
-    const NodeIdx o = sg.origin[psz(j)];
-    const PNodeIdx v = bp.pnode[psz(j)];
-    if (o < 0 || sg.received[psz(j)] || v < 0 || m.pos[psz(o)] != layer) continue;
-    const auto& c = bp.problem.nodes[psz(v)].costs;
-    f += *std::min_element(c.begin(), c.end());
+Layout layout_of(PipelineSchedule sched, int32_t P, int32_t L, int32_t v, int32_t M, int64_t limit) {
+  Layout l{sched, v, P * v, P, L, limit, {}, {}};
+  double most[4] = {0, 0, 0, 0};
+  for (int32_t s = 0; s < l.n; ++s) {
+    l.inflight.push_back(inflight_microbatches(sched, P, v, M, stage_rank(sched, P, s)));
+    most[kind_of(s, l.n)] = std::max(most[kind_of(s, l.n)], l.inflight.back());
   }
-  return f;
-}
-
-/// Layers [lo, hi) of the canonical stage of a kind with k layers.
-std::pair<int32_t, int32_t> canonical_range(StageKind kind, int32_t k, int32_t L) {
-  switch (kind) {
-    case kStageFirst: return {0, k};
-    case kStageLast: return {L - k, L};
-    case kStageMid: return {1, 1 + k};
-    case kStageBoth: return {0, L};
-  }
-  return {0, k};
+  for (int32_t s = 0; s < l.n; ++s) l.planned_inflight.push_back(most[kind_of(s, l.n)]);
+  return l;
 }
 
 /// Everything one plan_pipeline call shares: the graph, the meshes and the solved stages.
 struct Search {
   const Graph& g;
   const Mesh& mesh;
-  const PlannerOptions& opt;
   const PipelineOptions& popt;
-  LayerMap m;
+  const LayerMap& m;
+  StageSolver& solver;
   int32_t pp = 0, P = 1, L = 0;
-  Mesh sub;
-  std::map<std::pair<int32_t, int32_t>, std::shared_ptr<const StageSolve>> solved;  // (kind, k)
-  int32_t solves = 0;
-
-  /// Plans the canonical stage (kind, k) once; memory_limit: 0 none (the relaxation), else bytes.
-  std::shared_ptr<const StageSolve> solve(StageKind kind, int32_t k, int64_t memory_limit = 0) {
-    const auto key = std::make_pair(static_cast<int32_t>(kind), k);
-    if (memory_limit == 0)
-      if (auto it = solved.find(key); it != solved.end()) return it->second;
-    auto [lo, hi] = canonical_range(kind, k, L);
-    auto s = std::make_shared<StageSolve>();
-    s->sg = extract_stage(g, m, lo, hi);
-    PlannerOptions o = opt;
-    o.memory_limit_bytes = memory_limit;
-    o.optimizer_cost_scale = 1.0 / popt.microbatches;
-    o.progress = nullptr;
-    const MeshDim& link = mesh.dim(pp);
-    for (const TensorRef& t : s->sg.sent)  // the sends, priced on the pp link
-      o.output_costs.push_back({s->sg.graph.node(t.node).name, t.output, link.latency_us, 1.0 / (link.busbw_gbps * 1e3)});
-    o.ilp_solution_file.clear();
-    const auto t0 = std::chrono::steady_clock::now();
-    s->optimizer = std::make_shared<ShardingOptimizer>(s->sg.graph, sub, o);
-    ShardingOptimizer& so = *s->optimizer;
-    if (popt.stage_hook) popt.stage_hook(so);
-    s->plan = so.get_solution();
-    s->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (opt.progress)
-      opt.progress(fmt::format("stage kind {} with {} layers: {} {:.3f} us, bound {:.3f} us, in {:.3f}s",
-                               static_cast<int>(kind), k, solve_status_name(s->plan.status),
-                               s->plan.objective_us, s->plan.lower_bound_us, s->seconds));
-    s->layer_floor_us = layer_floor(so, s->sg, lo, m);
-    ++solves;
-    if (s->plan.has_solution) stage_figures(mesh, pp, sub, popt.microbatches, *s);
-    else {  // no plan (e.g. the time limit): no cost, but the solver's bound still holds
-      s->microbatch_us = kPipeInf;
-      s->lower_bound_us = std::isfinite(s->plan.lower_bound_us) ? std::max(0.0, s->plan.lower_bound_us) : 0.0;
-    }
-    if (memory_limit == 0) solved[key] = s;
-    return s;
-  }
 
   /// Per kind, the least a layer can add to a stage (StageSolve::layer_floor_us of its samples).
   double floor_of(int32_t kind) const {
     double f = kPipeInf;
-    for (const auto& [key, s] : solved)
+    for (const auto& [key, s] : solver.free_solves())
       if (key.first == kind) f = std::min(f, s->layer_floor_us);
     return std::isfinite(f) ? f : 0.0;
   }
 
-  /// Lower bounds per kind and k from the solved samples: chords between them (concavity), and
-  /// above the largest its bound plus layer_floor_us per further layer.
-  StageCostTable lower_table(int32_t S) const {
-    StageCostTable t;
-    const int32_t K = L - S + 1;
-    for (int32_t kind = 0; kind < 4; ++kind) {
-      std::vector<double>& v = kind == kStageFirst ? t.first : kind == kStageMid ? t.mid : kind == kStageLast ? t.last : t.both;
-      v.assign(psz(K) + 1, kPipeInf);
-      std::vector<std::pair<int32_t, double>> pts;
-      for (const auto& [key, s] : solved)
-        if (key.first == kind) pts.emplace_back(key.second, s->lower_bound_us);
-      if (pts.empty()) continue;
-      for (int32_t k = 1; k <= K; ++k) {
-        auto hi = std::lower_bound(pts.begin(), pts.end(), std::make_pair(k, -kPipeInf));
-        if (hi == pts.end()) v[psz(k)] = pts.back().second + (k - pts.back().first) * floor_of(kind);
-        else if (hi->first == k || hi == pts.begin()) v[psz(k)] = hi->first == k ? hi->second : 0.0;
-        else {
-          auto lo = hi - 1;
-          const double w = static_cast<double>(k - lo->first) / (hi->first - lo->first);
-          v[psz(k)] = lo->second + w * (hi->second - lo->second);
-        }
+  /// Memory-free lower bounds of a kind per k from its samples: chords between them
+  /// (concavity), and above the largest its bound plus layer_floor_us per further layer.
+  std::vector<double> chord_bounds(int32_t kind, int32_t K) const {
+    std::vector<double> v(psz(K) + 1, kPipeInf);
+    std::vector<std::pair<int32_t, double>> pts;
+    for (const auto& [key, s] : solver.free_solves())
+      if (key.first == kind) pts.emplace_back(key.second, s->lower_bound_us);
+    if (pts.empty()) return v;
+    for (int32_t k = 1; k <= K; ++k) {
+      auto hi = std::lower_bound(pts.begin(), pts.end(), std::make_pair(k, -kPipeInf));
+      if (hi == pts.end()) v[psz(k)] = pts.back().second + (k - pts.back().first) * floor_of(kind);
+      else if (hi->first == k || hi == pts.begin()) v[psz(k)] = hi->first == k ? hi->second : 0.0;
+      else {
+        auto lo = hi - 1;
+        const double w = static_cast<double>(k - lo->first) / (hi->first - lo->first);
+        v[psz(k)] = lo->second + w * (hi->second - lo->second);
       }
+    }
+    return v;
+  }
+
+  /// Lower bounds per stage position and k: the memory-free chords, and where the budgets are
+  /// a relaxation the fitted solves' bounds (monotone: a stage with more layers, more in flight
+  /// or less memory costs no less).
+  StageCostTable lower_table(const Layout& l) const {
+    StageCostTable t;
+    const int32_t K = L - l.n + 1;
+    std::vector<double> chords[4];
+    for (int32_t kind = 0; kind < 4; ++kind) chords[kind] = chord_bounds(kind, K);
+    for (int32_t s = 0; s < l.n; ++s) {
+      const int32_t kind = kind_of(s, l.n);
+      std::vector<double> v = chords[kind];
+      if (l.budget_is_relaxation())
+        for (const auto& [key, sv] : solver.fitted_solves()) {
+          const auto& [kk, k0, f, b] = key;
+          if (kk != kind || f > l.inflight[psz(s)] || b < l.limit) continue;
+          for (int32_t k = kind == kStageBoth ? K : std::max(k0, 1); k <= K; ++k) v[psz(k)] = std::max(v[psz(k)], sv->lower_bound_us);
+        }
+      t.stages.push_back(std::move(v));
     }
     return t;
   }
 
-  /// Solved costs per kind and k (+inf where not solved).
-  StageCostTable upper_table(int32_t S) const {
+  /// Solved costs per stage position and k that fit its planned memory (+inf elsewhere): a
+  /// fitted solve of as many in flight or more and no more memory, or the memory-free plan
+  /// when it fits.
+  StageCostTable upper_table(const Layout& l) const {
     StageCostTable t;
-    const int32_t K = L - S + 1;
-    for (auto* v : {&t.first, &t.mid, &t.last, &t.both}) v->assign(psz(K) + 1, kPipeInf);
-    for (const auto& [key, s] : solved) {
-      if (key.second > K) continue;
-      std::vector<double>& v = key.first == kStageFirst ? t.first : key.first == kStageMid ? t.mid
-                               : key.first == kStageLast ? t.last : t.both;
-      v[psz(key.second)] = s->microbatch_us;
+    const int32_t K = L - l.n + 1;
+    for (int32_t s = 0; s < l.n; ++s) {
+      const int32_t kind = kind_of(s, l.n);
+      std::vector<double> v(psz(K) + 1, kPipeInf);
+      auto at = [&](int32_t k) -> double& { return v[psz(kind == kStageBoth ? K : k)]; };
+      for (const auto& [key, sv] : solver.free_solves())  // what assemble() plans it for
+        if (key.first == kind && (kind == kStageBoth || key.second <= K) && StageSolver::fits(*sv, l.planned(s, key.second)))
+          at(key.second) = std::min(at(key.second), sv->microbatch_us);
+      for (const auto& [key, sv] : solver.fitted_solves()) {
+        const auto& [kk, k, f, b] = key;
+        const StageMemory mem = l.planned(s, k);
+        if (kk == kind && (kind == kStageBoth || k <= K) && f >= mem.inflight && b <= mem.budget)
+          at(k) = std::min(at(k), sv->microbatch_us);
+      }
+      t.stages.push_back(std::move(v));
     }
     return t;
   }
@@ -217,9 +170,9 @@ double stage_factor(PipelineSchedule sch, const std::vector<const StageSolve*>& 
 /// solved stages.
 double layer_factor(Search& S, PipelineSchedule sch, int32_t n) {
   if (!splits_backward(sch)) return 1.0;
-  if (n > 2 && S.L - n + 1 >= 1) return stage_factor(sch, {S.solve(kStageMid, 1).get()});
+  if (n > 2 && S.L - n + 1 >= 1) return stage_factor(sch, {S.solver.free(kStageMid, 1).get()});
   double k = 1.0;
-  for (const auto& [key, s] : S.solved) k = std::min(k, stage_factor(sch, {s.get()}));
+  for (const auto& [key, s] : S.solver.free_solves()) k = std::min(k, stage_factor(sch, {s.get()}));
   return k;
 }
 
@@ -240,22 +193,23 @@ Evaluated split_step(const StageCostTable& t, int32_t L, int32_t P, int32_t v, i
 /// Solves stage sizes until the (schedule, v) gap is below the target, or its lower bound
 /// reaches `cutoff` (the best step of another schedule: this one cannot win; step_us stays
 /// infinite).
-Evaluated search_split(Search& S, PipelineSchedule sch, int32_t v, double cutoff) {
-  const int32_t P = S.P, L = S.L, M = S.popt.microbatches, n = P * v;
+Evaluated search_split(Search& S, const Layout& l, double cutoff) {
+  const int32_t P = S.P, L = S.L, M = S.popt.microbatches, n = l.n, v = l.v;
   const int32_t K = L - n + 1;
   // A kind never solved yet: one layer and the balanced size; the DP on the bounds asks for more.
   for (int32_t s = 0; s < n; s = s == 0 && n > 2 ? n - 2 : s + 1) {
     const StageKind kind = kind_of(s, n);
-    if (std::none_of(S.solved.begin(), S.solved.end(), [&](const auto& e) { return e.first.first == kind; }))
-      for (int32_t k : {1, std::min(K, (L + n - 1) / n)}) S.solve(kind, kind == kStageBoth ? L : k);
+    const auto& fs = S.solver.free_solves();
+    if (std::none_of(fs.begin(), fs.end(), [&](const auto& e) { return e.first.first == kind; }))
+      for (int32_t k : {1, std::min(K, (L + n - 1) / n)}) S.solver.free(kind, k);
   }
   Evaluated best;
-  for (int iter = 0; iter < 12; ++iter) {
-    const double k = layer_factor(S, sch, n);
-    const Evaluated low = split_step(S.lower_table(n), L, P, v, M, sch, k);
+  for (int iter = 0; iter < 16; ++iter) {
+    const double k = layer_factor(S, l.schedule, n);
+    const Evaluated low = split_step(S.lower_table(l), L, P, v, M, l.schedule, k);
     best.lower_bound_us = std::max(best.lower_bound_us, low.lower_bound_us);  // each is valid
     if (best.lower_bound_us >= cutoff) return best;
-    Evaluated e = split_step(S.upper_table(n), L, P, v, M, sch, k);
+    Evaluated e = split_step(S.upper_table(l), L, P, v, M, l.schedule, k);
     if (e.step_us < best.step_us) {
       e.lower_bound_us = best.lower_bound_us;
       best = e;
@@ -264,11 +218,10 @@ Evaluated search_split(Search& S, PipelineSchedule sch, int32_t v, double cutoff
     bool added = false;
     for (int32_t s = 0; s < static_cast<int32_t>(low.layers.size()); ++s) {
       const StageKind kind = kind_of(s, n);
-      const int32_t k = kind == kStageBoth ? L : low.layers[psz(s)];
-      if (!S.solved.count({kind, k})) {
-        S.solve(kind, k);
-        added = true;
-      }
+      const StageMemory mem = l.planned(s, low.layers[psz(s)]);
+      if (S.solver.resolved(kind, low.layers[psz(s)], mem)) continue;
+      S.solver.fitted(kind, low.layers[psz(s)], mem);
+      added = true;
     }
     if (!added) break;
   }
@@ -288,31 +241,23 @@ Strategy with_pp(const Strategy& s, const Mesh& mesh, int32_t pp) {
   return r;
 }
 
-/// Per pp rank, the peak per device: its stages' peaks plus the activations of the other
-/// microbatches it keeps in flight.  True when a rank is over the limit.
-bool rank_peaks(PipelinePlan& pl) {
+/// Per pp rank, the peak per device: its stages' one-microbatch peaks plus the activations of
+/// the other microbatches it keeps in flight.
+void rank_peaks(PipelinePlan& pl) {
   pl.rank_peak_bytes.assign(psz(pl.P), 0);
-  std::vector<int64_t> act(psz(pl.P), 0), kept(psz(pl.P), 0);
+  std::vector<double> extra(psz(pl.P), 0);
   for (const PipelineStage& st : pl.stages) {
-    pl.rank_peak_bytes[psz(st.pp_rank)] += st.solve->plan.peak_memory_bytes;
-    act[psz(st.pp_rank)] += st.solve->activation_bytes;
-    kept[psz(st.pp_rank)] += st.solve->parts.kept_for_w_bytes;
-  }
-  bool over = false;
-  for (int32_t r = 0; r < pl.P; ++r) {
+    pl.rank_peak_bytes[psz(st.pp_rank)] += st.solve->microbatch_peak_bytes;
     // A zero-bubble schedule also keeps, per microbatch whose W waits, the gradients B made
     // for it (its activations are counted in flight until W).
-    const double extra = (inflight_microbatches(pl.schedule, pl.P, pl.v, pl.M, r) - 1) * static_cast<double>(act[psz(r)]) +
-                         deferred_microbatches(pl.schedule, pl.P, pl.v, pl.M, r) * static_cast<double>(kept[psz(r)]);
-    pl.rank_peak_bytes[psz(r)] += static_cast<int64_t>(extra);
-    over = over || (pl.memory_limit_bytes > 0 && pl.rank_peak_bytes[psz(r)] > pl.memory_limit_bytes);
+    extra[psz(st.pp_rank)] += (st.inflight - 1) * static_cast<double>(st.solve->activation_bytes) +
+                              st.deferred * static_cast<double>(st.solve->parts.kept_for_w_bytes);
   }
-  return over;
+  for (int32_t r = 0; r < pl.P; ++r) pl.rank_peak_bytes[psz(r)] += static_cast<int64_t>(std::ceil(extra[psz(r)]));
 }
 
-/// Stages of the chosen split, their memory (re-planned under the limit when over it) and
-/// every full-graph node's stage and placements.
-void assemble(Search& S, PipelinePlan& pl, const std::vector<int32_t>& layers) {
+/// The stages of the chosen split, each with its plan under its rank's memory.
+void assemble(Search& S, const Layout& l, PipelinePlan& pl, const std::vector<int32_t>& layers) {
   const int32_t n = static_cast<int32_t>(layers.size());
   for (int32_t s = 0, lo = 0; s < n; lo += layers[psz(s)], ++s) {
     PipelineStage st;
@@ -322,30 +267,28 @@ void assemble(Search& S, PipelinePlan& pl, const std::vector<int32_t>& layers) {
     st.hi = lo + layers[psz(s)];
     st.first = s == 0;
     st.last = s == n - 1;
-    const StageKind kind = kind_of(s, n);
-    st.solve = S.solve(kind, kind == kStageBoth ? S.L : layers[psz(s)]);
-    st.inflight = inflight_microbatches(pl.schedule, pl.P, pl.v, pl.M, st.pp_rank);
+    st.solve = S.solver.fitted(kind_of(s, n), layers[psz(s)], l.planned(s, layers[psz(s)]));
+    st.inflight = l.inflight[psz(s)];
     st.deferred = deferred_microbatches(pl.schedule, pl.P, pl.v, pl.M, st.pp_rank);
     pl.stages.push_back(st);
   }
-  if (rank_peaks(pl)) {
-    // Over the limit: plan the stages again under the limit less their other in-flight
-    // microbatches' activations; keep that only when every rank then fits.
-    std::vector<std::shared_ptr<const StageSolve>> before;
-    for (PipelineStage& st : pl.stages) {
-      before.push_back(st.solve);
-      const double extra = (st.inflight - 1) * static_cast<double>(st.solve->activation_bytes);
-      const int64_t limit = pl.memory_limit_bytes - static_cast<int64_t>(extra) / pl.v;
-      if (limit <= 0) continue;
-      const StageKind kind = kind_of(st.index, n);
-      auto again = S.solve(kind, kind == kStageBoth ? S.L : st.hi - st.lo, limit);
-      if (again->plan.has_solution) st.solve = again;
-    }
-    if (rank_peaks(pl)) {
-      for (size_t i = 0; i < pl.stages.size(); ++i) pl.stages[i].solve = before[i];
+  rank_peaks(pl);
+  for (int32_t r = 0; r < pl.P; ++r)
+    if (l.v > 1 && pl.memory_limit_bytes > 0 && pl.rank_peak_bytes[psz(r)] > pl.memory_limit_bytes) {
+      // More layers than the balanced share: each stage's budget is its need scaled so that
+      // the rank's add up to the limit (the least change to the plans).
+      const double scale = static_cast<double>(pl.memory_limit_bytes) / static_cast<double>(pl.rank_peak_bytes[psz(r)]);
+      for (PipelineStage& st : pl.stages) {
+        if (st.pp_rank != r) continue;
+        const StageMemory was = l.planned(st.index, st.hi - st.lo);
+        const double need = static_cast<double>(st.solve->microbatch_peak_bytes) +
+                            (was.inflight - 1) * static_cast<double>(st.solve->activation_bytes);
+        const StageMemory mem{was.inflight, static_cast<int64_t>(need * scale)};
+        auto again = S.solver.fitted(kind_of(st.index, n), st.hi - st.lo, mem);
+        if (std::isfinite(again->microbatch_us)) st.solve = again;
+      }
       rank_peaks(pl);
     }
-  }
   for (int32_t r = 0; r < pl.P; ++r)
     if (pl.memory_limit_bytes > 0 && pl.rank_peak_bytes[psz(r)] > pl.memory_limit_bytes)
       pl.warnings.push_back(fmt::format("pp rank {} needs {} bytes per device with its in-flight activations, "
@@ -410,7 +353,8 @@ std::vector<std::pair<PipelineSchedule, int32_t>> schedules_to_try(const Pipelin
 }
 
 /// A fixed split's step and bound (PipelineOptions::fixed_layers).
-Evaluated fixed_split(Search& S, PipelineSchedule sch, int32_t v) {
+Evaluated fixed_split(Search& S, const Layout& l) {
+  const int32_t v = l.v;
   const std::vector<int32_t>& layers = S.popt.fixed_layers;
   const int32_t n = static_cast<int32_t>(layers.size());
   int32_t total = 0;
@@ -420,17 +364,44 @@ Evaluated fixed_split(Search& S, PipelineSchedule sch, int32_t v) {
                                             S.P * v, S.L));
   std::vector<double> up, low;
   for (int32_t s = 0; s < n; ++s) {
-    const StageKind kind = kind_of(s, n);
-    auto st = S.solve(kind, kind == kStageBoth ? S.L : layers[psz(s)]);
+    auto st = S.solver.fitted(kind_of(s, n), layers[psz(s)], l.planned(s, layers[psz(s)]));
     up.push_back(st->microbatch_us);
-    low.push_back(st->lower_bound_us);
+    // A bound under a budget that is not a relaxation: the memory-free one.
+    low.push_back(l.budget_is_relaxation() ? st->lower_bound_us : S.solver.free(kind_of(s, n), layers[psz(s)])->lower_bound_us);
   }
-  const double k = layer_factor(S, sch, n);
+  const double k = layer_factor(S, l.schedule, n);
   Evaluated e;
   e.layers = layers;
-  e.step_us = pipelined_step_us(sch, up, S.P, v, S.popt.microbatches, k);
-  e.lower_bound_us = pipelined_step_us(sch, low, S.P, v, S.popt.microbatches, k);
+  e.step_us = pipelined_step_us(l.schedule, up, S.P, v, S.popt.microbatches, k);
+  e.lower_bound_us = pipelined_step_us(l.schedule, low, S.P, v, S.popt.microbatches, k);
   return e;
+}
+
+/// Why no split fits the memory, and what would: the smallest stage planned under its budget
+/// that found no plan, its proven floor and what one microbatch keeps.
+std::string no_fit_message(const Search& S, const PipelinePlan& pl) {
+  std::shared_ptr<const StageSolve> worst;
+  StageSolver::FitKey at{};
+  for (const auto& [key, sv] : S.solver.fitted_solves())
+    if (!std::isfinite(sv->microbatch_us) && (!worst || std::get<1>(key) < std::get<1>(at))) {
+      worst = sv;
+      at = key;
+    }
+  if (!worst || pl.memory_limit_bytes <= 0) return "pipeline: no stage split has a plan";
+  const auto& [kind, k, f, budget] = at;
+  const StageSolve& relaxed = *S.solver.free_solves().at({kind, k});
+  const int64_t floor = worst->plan.min_peak_lower_bound_bytes;
+  const bool none = S.solver.options().recompute == RecomputePolicy::kNone;
+  return fmt::format(
+      "pipeline: no stage split fits {} per device: a stage of {} layers with {} microbatches in flight on its "
+      "budget of {} has no plan{}{}; without recomputation one microbatch keeps {} of activations over {} of "
+      "parameter state and working memory.  It would fit with {}fewer layers or more devices per stage (a larger pp "
+      "or stage mesh), or smaller microbatches (more --microbatches for the same batch: in-flight activations "
+      "shrink with the microbatch)",
+      bytes_ceil(pl.memory_limit_bytes), k, f, bytes_ceil(budget), none ? " without recomputation" : " even with recomputation",
+      floor > 0 ? fmt::format(" (it needs at least {})", bytes_ceil(floor)) : "",
+      bytes_ceil(relaxed.activation_bytes), bytes_ceil(relaxed.microbatch_peak_bytes - relaxed.activation_bytes),
+      none ? "recomputation (--recompute auto), " : "");
 }
 
 }  // namespace
@@ -446,8 +417,9 @@ PipelinePlan plan_pipeline(const Graph& g, const Mesh& mesh, const PlannerOption
   const auto t0 = std::chrono::steady_clock::now();
   const int32_t pp = pp_dim_of(mesh);
   if (pp < 0) throw std::invalid_argument("pipeline: the mesh has no dim named pp");
-  Search S{g, mesh, opt, popt, map_layers(g), pp, static_cast<int32_t>(mesh.size(pp)), 0, stage_mesh(mesh, pp), {}, 0};
-  S.L = S.m.num_layers();
+  const LayerMap m = map_layers(g);
+  StageSolver solver(g, mesh, opt, popt, m, pp);
+  Search S{g, mesh, popt, m, solver, pp, static_cast<int32_t>(mesh.size(pp)), m.num_layers()};
   if (S.P > S.L)
     throw std::invalid_argument(fmt::format("pp size {} exceeds the graph's {} layers", S.P, S.L));
   if (popt.microbatches < 1)
@@ -456,37 +428,37 @@ PipelinePlan plan_pipeline(const Graph& g, const Mesh& mesh, const PlannerOption
   pl.P = S.P;
   pl.M = popt.microbatches;
   pl.pp_dim = pp;
-  pl.stage_mesh = S.sub;
-  pl.layers = S.m.layers;
+  pl.stage_mesh = solver.sub();
+  pl.layers = m.layers;
   pl.memory_limit_bytes = opt.memory_limit_bytes < 0 ? mesh.hardware().memory_bytes : opt.memory_limit_bytes;
   if (!popt.fixed_layers.empty() && !popt.schedule)
     throw std::invalid_argument("pipeline: a fixed split needs a schedule");
-  const auto tries = schedules_to_try(popt, S.P, S.L);
   Evaluated chosen;
+  Layout layout;
   double lower = kPipeInf;
-  for (const auto& [s, v] : tries) {
-    const Evaluated e = popt.fixed_layers.empty() ? search_split(S, s, v, chosen.step_us) : fixed_split(S, s, v);
+  for (const auto& [s, v] : schedules_to_try(popt, S.P, S.L)) {
+    const Layout l = layout_of(s, S.P, S.L, v, pl.M, pl.memory_limit_bytes);
+    const Evaluated e = popt.fixed_layers.empty() ? search_split(S, l, chosen.step_us) : fixed_split(S, l);
     pl.candidates.push_back({s, v, e.step_us, e.lower_bound_us});
     lower = std::min(lower, e.lower_bound_us);
     if (e.step_us < chosen.step_us) {
       chosen = e;
+      layout = l;
       pl.schedule = s;
       pl.v = v;
     }
   }
-  if (chosen.layers.empty()) throw std::runtime_error("pipeline: no stage split has a plan");
-  pl.step_us = chosen.step_us;
-  pl.lower_bound_us = std::min(lower, pl.step_us);
-  pl.gap = pl.step_us > 0 ? (pl.step_us - pl.lower_bound_us) / pl.step_us : 0;
-  assemble(S, pl, chosen.layers);
+  if (chosen.layers.empty() || !std::isfinite(chosen.step_us)) throw std::runtime_error(no_fit_message(S, pl));
+  assemble(S, layout, pl, chosen.layers);
   std::vector<double> costs;
   for (const PipelineStage& st : pl.stages) costs.push_back(st.solve->microbatch_us);
   const double k = layer_factor(S, pl.schedule, static_cast<int32_t>(pl.stages.size()));
-  pl.step_us = pipelined_step_us(pl.schedule, costs, pl.P, pl.v, pl.M, k);  // a re-planned stage may cost more
+  pl.step_us = pipelined_step_us(pl.schedule, costs, pl.P, pl.v, pl.M, k);
   pl.bubble_us = bubble_us(pl.schedule, costs, pl.P, pl.v, pl.M, k);
+  pl.lower_bound_us = std::min(lower, pl.step_us);
   pl.gap = pl.step_us > 0 ? (pl.step_us - pl.lower_bound_us) / pl.step_us : 0;
   map_nodes(S, pl);
-  pl.intra_op_solves = S.solves;
+  pl.intra_op_solves = solver.solves();
   pl.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return pl;
 }

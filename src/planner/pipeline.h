@@ -25,9 +25,21 @@
 /// and on the solved costs (a plan), solves the stages the lower-bound split uses, and repeats
 /// until the gap is below PipelineOptions::target_gap or nothing new is left to solve:
 /// typically 2 to 4 solves per stage kind, shared by the schedules, independent of L and P
-/// (a stage problem grows with its k ~ L / S, so each solve costs O(L / S)).  Memory: samples are planned without
-/// the device limit (the relaxation keeps the bound valid); a chosen stage over the limit with
-/// its in-flight activations is planned again under limit - (in-flight - 1) x activations.
+/// (a stage problem grows with its k ~ L / S, so each solve costs O(L / S)).
+///
+/// Memory (planner/pipeline_solve.h, planner/inflight_memory.h).  A stage on pp rank r keeps
+/// f_r microbatches in flight (the schedule's count); its memory is its one-microbatch peak
+/// plus (f_r - 1) x what one microbatch keeps for its backward after recomputation.  Each
+/// stage gets the device limit (with v stages per rank, its layers' share of it at L / P layers
+/// per rank; assemble re-plans the stages of a rank over the limit with their needs scaled to
+/// it).  A stage whose memory-free
+/// plan does not fit is planned with its kept activations counted f times, so the solver's
+/// recomputation trades recompute time against the in-flight memory; that model is a
+/// relaxation of the in-flight constraint, so its bounds hold, and its plan is checked
+/// against the exact peak.  With one stage per rank the fitted solves' bounds enter the DP's
+/// lower bounds (costs are non-decreasing in layers and in-flight count); with v > 1 the
+/// budget split is not a relaxation and only the memory-free bounds do.  One plan per
+/// (kind, layers) is made for the most in flight among the positions of that kind.
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -75,7 +87,14 @@ struct StageSolve {
   double lower_bound_us = 0; ///< the plan's proven lower bound
   double p2p_us = 0;         ///< the part of c spent sending (forward activation, backward gradient)
   double once_us = 0;        ///< optimizer compute + redistributions into it, once per step
-  int64_t activation_bytes = 0;  ///< per device, one microbatch's tensors kept for the backward
+  /// Per device, what one microbatch keeps from its forward to its backward after the plan's
+  /// recomputation (planner/inflight_memory.h).
+  int64_t activation_bytes = 0;
+  /// Peak per device of one microbatch alone (parameter state included); with f microbatches
+  /// in flight the stage needs microbatch_peak_bytes + (f - 1) x activation_bytes.
+  int64_t microbatch_peak_bytes = 0;
+  double inflight = 1;        ///< the in-flight count its problem was built with (1: memory-free)
+  int64_t memory_budget = 0;  ///< the per-device budget it was planned for (0: none)
   /// Cheapest cost of one layer's nodes: a stage of this kind with more layers costs at least
   /// this much more per layer (the slope of the lower bound above the largest solved size).
   double layer_floor_us = 0;

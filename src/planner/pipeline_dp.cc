@@ -55,6 +55,7 @@ double capped_min_sum(const StageCostTable& c, int32_t L, int32_t S, double cap,
 }  // namespace
 
 double StageCostTable::cost(int32_t s, int32_t S, int32_t k) const {
+  if (!stages.empty()) return dp_at(stages.at(static_cast<size_t>(s)), k);
   if (S == 1) return dp_at(both, k);
   if (s == 0) return dp_at(first, k);
   if (s == S - 1) return dp_at(last, k);
@@ -84,17 +85,16 @@ struct RankTable {
   std::vector<std::vector<int32_t>> sizes;    ///< per n: its stage sizes, in stage order
 };
 
-/// The v stages of a rank: `head` (first kind on rank 0, else mid), v - 2 mid, and `tail` (last
-/// kind on rank P - 1, else mid); n layers in all, each stage >= 1.
-RankTable rank_table(const std::vector<double>& head, const std::vector<double>& mid,
-                     const std::vector<double>& tail, int32_t L, int32_t v) {
+/// The v stages of a rank, stage j with table `t[j]`; n layers in all, each stage >= 1.
+RankTable rank_table(const std::vector<const std::vector<double>*>& tables, int32_t L) {
+  const int32_t v = static_cast<int32_t>(tables.size());
   // F[j][n]: stages 0..j-1 of the rank with n layers.
   const size_t W = static_cast<size_t>(L) + 1;
   std::vector<std::vector<double>> F(static_cast<size_t>(v) + 1, std::vector<double>(W, kDpInf));
   std::vector<std::vector<int32_t>> A(F.size(), std::vector<int32_t>(W, 0));
   F[0][0] = 0;
   for (int32_t j = 1; j <= v; ++j) {
-    const std::vector<double>& t = j == 1 ? head : j == v ? tail : mid;
+    const std::vector<double>& t = *tables[static_cast<size_t>(j - 1)];
     for (int32_t n = j; n <= L; ++n)
       for (int32_t k = 1; k <= n - (j - 1); ++k) {
         const double x = F[static_cast<size_t>(j - 1)][static_cast<size_t>(n - k)] + dp_at(t, k);
@@ -158,17 +158,25 @@ StageSplit best_split_ranks(const StageCostTable& c, int32_t L, int32_t P, int32
   StageSplit r;
   r.value = kDpInf;
   if (P < 2 || v < 1 || L < P * v || (v_shape && v != 2)) return r;
-  // V: rank 0's two stages are the first and the last.
-  const RankTable head = v_shape ? rank_table(c.first, c.mid, c.last, L, v)
-                                 : rank_table(c.first, c.mid, v == 1 ? c.first : c.mid, L, v);
-  const RankTable mid = rank_table(c.mid, c.mid, c.mid, L, v);
-  const RankTable tail = rank_table(v == 1 ? c.last : c.mid, c.mid, v_shape ? c.mid : c.last, L, v);
-  std::vector<const RankTable*> rank(static_cast<size_t>(P), &mid);
-  rank.back() = v_shape ? &mid : &tail;
-  rank.front() = &head;
+  const int32_t S = P * v;
+  // Rank q's j-th stage: q + j P (looped), or in a V rank q holds q and 2P - 1 - q (rank 0
+  // holds the first and the last stage).
+  auto stage_of = [&](int32_t q, int32_t j) { return v_shape && j == 1 ? 2 * P - 1 - q : q + j * P; };
+  auto table_of = [&](int32_t s) -> const std::vector<double>* {
+    if (!c.stages.empty()) return &c.stages.at(static_cast<size_t>(s));
+    return s == 0 ? &c.first : s == S - 1 ? &c.last : &c.mid;
+  };
+  std::vector<RankTable> tables;
+  for (int32_t q = 0; q < P; ++q) {
+    std::vector<const std::vector<double>*> t;
+    for (int32_t j = 0; j < v; ++j) t.push_back(table_of(stage_of(q, j)));
+    tables.push_back(rank_table(t, L));
+  }
+  std::vector<const RankTable*> rank;
+  for (const RankTable& t : tables) rank.push_back(&t);
   std::vector<double> caps;
-  for (const RankTable* t : {&head, &mid, &tail})
-    for (double x : t->g)
+  for (const RankTable& t : tables)
+    for (double x : t.g)
       if (x < kDpInf) caps.push_back(x);
   std::sort(caps.begin(), caps.end());
   caps.erase(std::unique(caps.begin(), caps.end()), caps.end());
@@ -183,12 +191,11 @@ StageSplit best_split_ranks(const StageCostTable& c, int32_t L, int32_t P, int32
     const double value = a * mx + factor * sum / v;
     if (value < r.value) {
       r.value = value;
-      r.layers.assign(static_cast<size_t>(P * v), 0);
+      r.layers.assign(static_cast<size_t>(S), 0);
       for (int32_t q = 0; q < P; ++q)
-        for (int32_t j = 0; j < v; ++j) {
-          const int32_t stage = v_shape && j == 1 ? 2 * P - 1 - q : q + j * P;
-          r.layers[static_cast<size_t>(stage)] = rank[static_cast<size_t>(q)]->sizes[static_cast<size_t>(n[static_cast<size_t>(q)])][static_cast<size_t>(j)];
-        }
+        for (int32_t j = 0; j < v; ++j)
+          r.layers[static_cast<size_t>(stage_of(q, j))] =
+              rank[static_cast<size_t>(q)]->sizes[static_cast<size_t>(n[static_cast<size_t>(q)])][static_cast<size_t>(j)];
     }
   }
   return r;

@@ -21,6 +21,10 @@ struct StageCostTable {
   std::vector<double> mid;
   std::vector<double> last;   ///< holds the last layer and what follows it
   std::vector<double> both;   ///< a single stage holding everything
+  /// Per stage position (pipeline order), when not empty: its own table, in place of the kind
+  /// tables above (a stage's cost then also depends on its rank, e.g. its memory budget with
+  /// the rank's in-flight microbatches).
+  std::vector<std::vector<double>> stages;
   double cost(int32_t s, int32_t S, int32_t k) const;
 };
 

@@ -72,6 +72,28 @@ TEST(PipelineDp, VShapeAndBubbleFactor) {
   EXPECT_TRUE(best_split_ranks(c, 5, 2, 1, 2, 1.0, true).layers.empty());  // a V needs v = 2
 }
 
+TEST(PipelineDp, PerStageTablesPriceEachRankApart) {
+  // RanksOfAnInterleavedSplit's tables per position give its optimum (1, 1, 2, 1), 15.
+  StageCostTable c;
+  c.stages = {{kInf, 3, 5}, {kInf, 2, 3}, {kInf, 2, 3}, {kInf, 4, 6}};
+  StageSplit s = best_split_ranks(c, 5, 2, 2, 2);
+  EXPECT_EQ(s.layers, (std::vector<int32_t>{1, 1, 2, 1}));
+  EXPECT_DOUBLE_EQ(s.value, 15);
+  // Rank 0 cannot hold 2 layers in its second stage (say, its memory with more microbatches
+  // in flight): the next best puts them on rank 1, s1 -> R = (5, 7): 1.5 x 7 + 12 / 2 = 16.5.
+  c.stages[2] = {kInf, 2, kInf};
+  s = best_split_ranks(c, 5, 2, 2, 2);
+  EXPECT_EQ(s.layers, (std::vector<int32_t>{1, 2, 1, 1}));
+  EXPECT_DOUBLE_EQ(s.value, 16.5);
+  // The latency DP reads them too: TwoStages with the first stage unable to hold 2 layers:
+  // (1, 4) 11 + 3 x 10 = 41, (3, 2) 42, (4, 1) 52.
+  StageCostTable t;
+  t.stages = {{kInf, 1, kInf, 9, 12}, {kInf, 4, 6, 7, 10}};
+  const StageSplit lat = best_split_latency(t, 5, 2, 4);
+  EXPECT_EQ(lat.layers, (std::vector<int32_t>{1, 4}));
+  EXPECT_DOUBLE_EQ(lat.value, 41);
+}
+
 TEST(PipelineDp, InfeasibleEntriesAndTooFewLayers) {
   StageCostTable c;
   c.first = {kInf, kInf, 5, 9};

@@ -210,3 +210,71 @@ TEST(PipelinePlan, BadInputs) {
 
 }  // namespace
 }  // namespace autoshard
+
+namespace autoshard {
+namespace {
+
+/// A LLaMA small enough to plan in milliseconds whose activations outweigh its parameters:
+/// 4 layers of width 256, seq 512, 8 sequences per microbatch.
+Graph pp_small_llama() {
+  ModelOptions o{8, 512, 2, {}};
+  o.hidden = 256;
+  o.heads = 4;
+  o.kv_heads = 2;
+  o.ffn = 512;
+  o.vocab = 512;
+  return build_model("llama3-8b", o);
+}
+
+/// rank r's peak per device: its stage's one-microbatch peak plus the kept activations of the
+/// other microbatches in flight (one stage per rank).
+int64_t expected_rank_peak(const PipelineStage& st) {
+  return st.solve->microbatch_peak_bytes + static_cast<int64_t>((st.inflight - 1) * st.solve->activation_bytes);
+}
+
+TEST(PipelineMemory, RecomputationMakesTheInFlightActivationsFit) {
+  const Graph g = pp_small_llama();
+  const Mesh mesh({2, 2}, {"pp", "dp"}, h100());
+  PipelineOptions po;
+  po.microbatches = 4;
+  po.schedule = PipelineSchedule::k1F1B;
+  PlannerOptions o = additive();
+  o.memory_limit_bytes = 0;
+  const PipelinePlan free = plan_pipeline(g, mesh, o, po);
+  ASSERT_EQ(free.stages.size(), 2u);
+  EXPECT_DOUBLE_EQ(free.stages[0].inflight, 2);  // 1F1B rank 0: min(P - r, M) = 2
+  for (const PipelineStage& st : free.stages) {
+    EXPECT_GT(st.solve->activation_bytes, 0);
+    EXPECT_EQ(free.rank_peak_bytes[static_cast<size_t>(st.pp_rank)], expected_rank_peak(st));
+  }
+  // Half of rank 0's need: its second microbatch's activations no longer fit as they are.
+  o.memory_limit_bytes = free.rank_peak_bytes[0] / 2;
+  ASSERT_GT(free.stages[0].solve->microbatch_peak_bytes, o.memory_limit_bytes / 2);
+  o.recompute = RecomputePolicy::kNone;
+  try {
+    plan_pipeline(g, mesh, o, po);
+    FAIL() << "expected no plan without recomputation";
+  } catch (const std::runtime_error& e) {
+    const std::string w = e.what();
+    EXPECT_NE(w.find("without recomputation"), std::string::npos) << w;
+    EXPECT_NE(w.find("--recompute auto"), std::string::npos) << w;
+    EXPECT_NE(w.find("--microbatches"), std::string::npos) << w;
+  }
+  o.recompute = RecomputePolicy::kIfNeeded;
+  const PipelinePlan fit = plan_pipeline(g, mesh, o, po);
+  ASSERT_EQ(fit.stages.size(), 2u);
+  for (const PipelineStage& st : fit.stages) {
+    EXPECT_EQ(fit.rank_peak_bytes[static_cast<size_t>(st.pp_rank)], expected_rank_peak(st));
+    EXPECT_LE(fit.rank_peak_bytes[static_cast<size_t>(st.pp_rank)], o.memory_limit_bytes);
+  }
+  EXPECT_GT(fit.stages[0].solve->plan.recompute_us, 0);  // rank 0 recomputes
+  EXPECT_LT(fit.stages[0].solve->activation_bytes, free.stages[0].solve->activation_bytes);
+  EXPECT_GT(fit.step_us, free.step_us);
+  // The bound sees the memory: above the memory-free optimum, below the plan.
+  EXPECT_GT(fit.lower_bound_us, free.step_us);
+  EXPECT_LE(fit.lower_bound_us, fit.step_us);
+  EXPECT_TRUE(fit.warnings.empty() || fit.warnings[0].find("over the") == std::string::npos);
+}
+
+}  // namespace
+}  // namespace autoshard

@@ -16,6 +16,7 @@
 #include "cost/memory.h"
 #include "cost/redistribute.h"
 #include "planner/cp_cost.h"
+#include "planner/inflight_memory.h"
 #include "planner/recompute.h"
 
 namespace autoshard {
@@ -473,6 +474,7 @@ BuiltProblem build_problem(const Graph& g, const Mesh& mesh, const PlannerOption
       costs[q] += oc.latency_us + oc.us_per_byte * static_cast<double>(strats[q].outputs.at(static_cast<size_t>(oc.output)).local_bytes(mesh));
   }
   add_recomputation(g, opt, bp);
+  if (opt.inflight_microbatches != 1.0) scale_inflight_usages(g, opt.inflight_microbatches, bp);
 
   // Memory limit.
   int64_t limit = opt.memory_limit_bytes < 0 ? mesh.hardware().memory_bytes

@@ -158,6 +158,10 @@ std::string hash_options(const PlannerOptions& o) {
   h.u64(o.objective == Objective::kOverlap ? 1 : 0);
   if (!o.context_parallel) h.str("no context parallelism");  // fingerprints from before stay
   if (o.optimizer_cost_scale != 1.0) h.f64(o.optimizer_cost_scale);  // older files: 1
+  if (o.inflight_microbatches != 1.0) {  // older files: 1
+    h.str("inflight");
+    h.f64(o.inflight_microbatches);
+  }
   for (const auto& c : o.output_costs) {  // older files: none
     h.str(c.node);
     h.i64(c.output);

@@ -1,0 +1,64 @@
+#include "planner/inflight_memory.h"
+
+#include <cmath>
+
+namespace autoshard {
+
+namespace {
+
+size_t isz(int64_t i) { return static_cast<size_t>(i); }
+
+/// The first backward op: the forward/backward boundary of the microbatch's schedule (a
+/// stage's received gradient is a placeholder, listed with the inputs).
+int64_t boundary(const Graph& g) {
+  for (NodeIdx i = 0; i < g.size(); ++i)
+    if (g.node(i).phase == Phase::kBackward && g.node(i).kind == NodeKind::kOp) return i;
+  return g.size();
+}
+
+/// kept_across_boundary's node `v`'s usage with `inflight` undone.
+int64_t unscaled(int64_t usage, double inflight) {
+  return inflight == 1.0 ? usage : static_cast<int64_t>(std::floor(static_cast<double>(usage) / inflight));
+}
+
+}  // namespace
+
+std::vector<PNodeIdx> kept_across_boundary(const Graph& g, const BuiltProblem& bp) {
+  const int64_t t = boundary(g);
+  std::vector<PNodeIdx> r;
+  for (PNodeIdx v = 0; v < bp.problem.num_nodes(); ++v) {
+    const ProblemNode& n = bp.problem.nodes[isz(v)];
+    // A recomputation node's graph node is its owner's (gap, tail) or the tensor it keeps.
+    const NodeIdx o = isz(v) < bp.graph_node.size() ? bp.graph_node[isz(v)] : kNoNode;
+    if (o < 0 || !(n.start < t && n.end > t)) continue;  // shadows live past the schedule
+    const Node& x = g.node(o);
+    if (x.kind == NodeKind::kParameter || x.kind == NodeKind::kBuffer) continue;
+    // A stage's received gradient is a placeholder too: it arrives in the backward.
+    if (x.kind == NodeKind::kInput && x.phase == Phase::kBackward) continue;
+    r.push_back(v);
+  }
+  return r;
+}
+
+void scale_inflight_usages(const Graph& g, double inflight, BuiltProblem& bp) {
+  for (PNodeIdx v : kept_across_boundary(g, bp))
+    for (int64_t& u : bp.problem.nodes[isz(v)].usages)
+      u = static_cast<int64_t>(std::ceil(static_cast<double>(u) * inflight));
+}
+
+InflightMemory inflight_memory(const Graph& g, const BuiltProblem& bp, double inflight,
+                               const std::vector<StrategyIdx>& choice) {
+  const Problem& p = bp.problem;
+  std::vector<int64_t> usage(isz(p.num_nodes()));
+  for (size_t i = 0; i < usage.size(); ++i) usage[i] = p.nodes[i].usages[isz(choice[i])];
+  InflightMemory m;
+  for (PNodeIdx v : kept_across_boundary(g, bp)) {
+    usage[isz(v)] = unscaled(usage[isz(v)], inflight);
+    m.kept_bytes += usage[isz(v)];
+  }
+  m.microbatch_peak = peak_of_usages(p, usage, g.size() + 1);  // shadows live past the schedule
+  m.peak = m.microbatch_peak + static_cast<int64_t>(std::ceil((inflight - 1) * static_cast<double>(m.kept_bytes)));
+  return m;
+}
+
+}  // namespace autoshard

@@ -1,0 +1,46 @@
+#pragma once
+/// In-flight microbatches in a pipeline stage's memory model (planner/pipeline.h).
+///
+/// A pp rank running 1F1B or an interleaved schedule keeps the activations of f microbatches
+/// (pipeline_schedule.h: inflight_microbatches): every microbatch it has run forward but not
+/// yet backward.  What one microbatch keeps between its forward and its backward is what the
+/// stage's one-microbatch problem holds live across the forward/backward boundary t* (the
+/// first backward op): the problem nodes with start < t* < end that are not parameter state
+/// (parameters, buffers: one copy per rank).  After recomputation those are the gap and keep
+/// nodes of recompute.h whose mode keeps them, so the solver's recomputation decides them.
+///
+/// The stage's memory with f microbatches in flight is, at every time t of the microbatch,
+///     true(t) = state + (f - 1) A + live(t),
+/// A the kept bytes, live(t) the microbatch's own tensors (its kept ones among them).  The
+/// solver sees one interval per node, so the problem is built with the kept nodes' usages
+/// scaled by f instead:
+///     scaled(t) = state + f kept(t) + other(t),   kept(t) <= A,
+/// which equals true(t) at t* (every kept node is live there) and is below it elsewhere:
+/// scaled(t) <= true(t) at every t.  Planning under a limit with the scaled usages is a
+/// relaxation of the in-flight constraint (its bounds stay valid); its plan is then checked
+/// against max_t true(t) (inflight_memory) and re-planned under a lower limit if over.
+#include <cstdint>
+#include <vector>
+
+#include "ir/graph.h"
+#include "planner/problem_builder.h"
+
+namespace autoshard {
+
+/// Problem nodes one microbatch keeps across the forward/backward boundary (ascending).
+std::vector<PNodeIdx> kept_across_boundary(const Graph& g, const BuiltProblem& bp);
+
+/// Multiplies the usages of kept_across_boundary's nodes by `inflight` (>= 1), rounded up.
+/// build_problem calls it for PlannerOptions::inflight_microbatches != 1.
+void scale_inflight_usages(const Graph& g, double inflight, BuiltProblem& bp);
+
+/// A plan's memory with `inflight` microbatches in flight (bp built with that factor).
+struct InflightMemory {
+  int64_t kept_bytes = 0;        ///< A: one microbatch's kept activations, per device
+  int64_t microbatch_peak = 0;   ///< max_t (state + live(t)): one microbatch alone
+  int64_t peak = 0;              ///< max_t true(t) = microbatch_peak + (f - 1) A
+};
+InflightMemory inflight_memory(const Graph& g, const BuiltProblem& bp, double inflight,
+                               const std::vector<StrategyIdx>& choice);
+
+}  // namespace autoshard

@@ -1,0 +1,281 @@
+#include "planner/pipeline_solve.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+
+#include "planner/inflight_memory.h"
+#include "planner/recipes.h"
+#include "planner/sharding_optimizer.h"
+
+namespace autoshard {
+
+namespace {
+
+constexpr double kSolveInf = std::numeric_limits<double>::infinity();
+size_t ssz(int64_t i) { return static_cast<size_t>(i); }
+
+/// Seconds a send of `bytes` takes over the pp dim's link.
+double p2p_time_us(const Mesh& mesh, int32_t pp, double bytes) {
+  const MeshDim& d = mesh.dim(pp);
+  return d.latency_us + bytes / (d.busbw_gbps * 1e3);
+}
+
+/// The figures of a solved stage problem: sends, once-per-step work, kept activations and the
+/// one-microbatch peak.  The plan's objective already holds the sends (output_costs).
+void stage_figures(const Mesh& full, int32_t pp, const Mesh& sub, int32_t M, StageSolve& s) {
+  const Graph& g = s.sg.graph;
+  for (const TensorRef& t : s.sg.sent) {
+    const auto& np = s.plan.nodes[ssz(t.node)];
+    s.p2p_us += p2p_time_us(full, pp, static_cast<double>(np->chosen.outputs.at(ssz(t.output)).local_bytes(sub)));
+  }
+  for (NodeIdx i = 0; i < g.size(); ++i) {
+    const Node& x = g.node(i);
+    const auto& np = s.plan.nodes[ssz(i)];
+    if (np && x.kind == NodeKind::kOp && x.phase == Phase::kOptimizer) s.once_us += (np->compute_us + np->comm_us) * M;
+  }
+  const InflightMemory mem = inflight_memory(g, *s.optimizer->built_problem(), s.inflight, s.optimizer->solution_choice());
+  s.activation_bytes = mem.kept_bytes;
+  s.microbatch_peak_bytes = mem.microbatch_peak;
+  s.microbatch_us = s.plan.objective_us;
+  s.parts = part_times(s.sg, s.plan, sub);
+}
+
+/// The sum over the problem's nodes of their cheapest strategy's compute: a lower bound of any
+/// plan's objective (edges cost >= 0; the overlap model hides communication only, so a node's
+/// in-op communication, op_comm, is left out).  What a solve stopped by the time limit before
+/// proving a bound still has.
+double node_floor(const ShardingOptimizer& so) {
+  const BuiltProblem* bp = so.built_problem();
+  if (!bp) return 0;
+  double f = 0;
+  for (PNodeIdx v = 0; v < bp->problem.num_nodes(); ++v) {
+    const auto& c = bp->problem.nodes[ssz(v)].costs;
+    double least = kSolveInf;
+    for (size_t q = 0; q < c.size(); ++q) least = std::min(least, c[q] - bp->op_comm_us(v, static_cast<StrategyIdx>(q)));
+    if (std::isfinite(least)) f += std::max(0.0, least);
+  }
+  return f;
+}
+
+/// A solve's proven bound: at least the node floor (a time-limited solve may prove none), +inf
+/// when the problem is proven infeasible.
+double proven_bound(const Plan& p, double floor) {
+  if (!p.has_solution && p.status == SolveStatus::kInfeasible) return kSolveInf;
+  return std::max(floor, std::isfinite(p.lower_bound_us) ? p.lower_bound_us : 0.0);
+}
+
+/// The sum over layer `layer`'s problem nodes of their cheapest strategy's cost: a lower bound
+/// of what one more layer adds to a stage under any decisions (its edges cost >= 0, and the
+/// overlap model hides communication only, never compute).
+double layer_floor(const ShardingOptimizer& so, const StageGraph& sg, int32_t layer, const LayerMap& m) {
+  const BuiltProblem* built = so.built_problem();  // problem() would build it again
+  if (!built) return 0;
+  const BuiltProblem& bp = *built;
+  double f = 0;
+  for (NodeIdx j = 0; j < sg.graph.size(); ++j) {
+    const NodeIdx o = sg.origin[ssz(j)];
+    const PNodeIdx v = bp.pnode[ssz(j)];
+    if (o < 0 || sg.received[ssz(j)] || v < 0 || m.pos[ssz(o)] != layer) continue;
+    const auto& c = bp.problem.nodes[ssz(v)].costs;
+    f += *std::min_element(c.begin(), c.end());
+  }
+  return f;
+}
+
+/// Layers [lo, hi) of the canonical stage of a kind with k layers.
+std::pair<int32_t, int32_t> canonical_range(StageKind kind, int32_t k, int32_t L) {
+  switch (kind) {
+    case kStageFirst: return {0, k};
+    case kStageLast: return {L - k, L};
+    case kStageMid: return {1, 1 + k};
+    case kStageBoth: return {0, L};
+  }
+  return {0, k};
+}
+
+}  // namespace
+
+StageKind kind_of(int32_t s, int32_t S) {
+  if (S == 1) return kStageBoth;
+  return s == 0 ? kStageFirst : s == S - 1 ? kStageLast : kStageMid;
+}
+
+StageSolver::StageSolver(const Graph& g, const Mesh& mesh, const PlannerOptions& opt, const PipelineOptions& popt,
+                         const LayerMap& m, int32_t pp)
+    : g_(g), mesh_(mesh), opt_(opt), popt_(popt), m_(m), pp_(pp), L_(m.num_layers()), sub_(stage_mesh(mesh, pp)) {}
+
+bool StageSolver::fits(const StageSolve& s, StageMemory mem) {
+  if (mem.budget <= 0) return true;
+  if (!s.plan.has_solution) return false;
+  const double extra = (mem.inflight - 1) * static_cast<double>(s.activation_bytes);
+  return static_cast<double>(s.microbatch_peak_bytes) + extra <= static_cast<double>(mem.budget);
+}
+
+PlannerOptions StageSolver::stage_options(const StageGraph& sg, double inflight, int64_t limit) const {
+  PlannerOptions o = opt_;
+  o.memory_limit_bytes = limit;
+  o.inflight_microbatches = inflight;
+  o.optimizer_cost_scale = 1.0 / popt_.microbatches;
+  o.progress = nullptr;
+  const MeshDim& link = mesh_.dim(pp_);
+  for (const TensorRef& t : sg.sent)  // the sends, priced on the pp link
+    o.output_costs.push_back({sg.graph.node(t.node).name, t.output, link.latency_us, 1.0 / (link.busbw_gbps * 1e3)});
+  o.ilp_solution_file.clear();
+  return o;
+}
+
+std::shared_ptr<StageSolve> StageSolver::solve(StageKind kind, int32_t k, StageMemory mem, int64_t limit,
+                                               double cutoff) {
+  auto [lo, hi] = canonical_range(kind, k, L_);
+  auto s = std::make_shared<StageSolve>();
+  s->sg = extract_stage(g_, m_, lo, hi);
+  s->inflight = limit > 0 ? mem.inflight : 1.0;
+  s->memory_budget = mem.budget;
+  const auto t0 = std::chrono::steady_clock::now();
+  PlannerOptions o = stage_options(s->sg, s->inflight, limit);
+  o.cutoff_us = cutoff;
+  s->optimizer = std::make_shared<ShardingOptimizer>(s->sg.graph, sub_, o);
+  ShardingOptimizer& so = *s->optimizer;
+  if (popt_.stage_hook) popt_.stage_hook(so);
+  s->plan = so.get_solution();
+  s->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  s->layer_floor_us = layer_floor(so, s->sg, lo, m_);
+  ++solves_;
+  s->lower_bound_us = proven_bound(s->plan, node_floor(so));
+  if (s->plan.has_solution) stage_figures(mesh_, pp_, sub_, popt_.microbatches, *s);
+  else s->microbatch_us = kSolveInf;  // no plan (infeasible, or the time limit)
+  if (opt_.progress)
+    opt_.progress(fmt::format("stage kind {} with {} layers{}: {} {:.3f} us, bound {:.3f} us, in {:.3f}s",
+                              static_cast<int>(kind), k,
+                              limit > 0 ? fmt::format(" ({} in flight, limit {} B)", mem.inflight, limit) : "",
+                              solve_status_name(s->plan.status), s->plan.objective_us, s->plan.lower_bound_us,
+                              s->seconds));
+  return s;
+}
+
+std::shared_ptr<StageSolve> StageSolver::recompute_all(const StageSolve& relaxed, StageMemory mem) {
+  if (!relaxed.plan.has_solution) return nullptr;
+  auto s = std::make_shared<StageSolve>();
+  s->sg = relaxed.sg;
+  s->memory_budget = mem.budget;
+  s->layer_floor_us = relaxed.layer_floor_us;
+  PlannerOptions o = stage_options(s->sg, 1.0, 0);
+  o.recompute = RecomputePolicy::kFull;
+  s->optimizer = std::make_shared<ShardingOptimizer>(s->sg.graph, sub_, o);
+  ShardingOptimizer& so = *s->optimizer;
+  if (popt_.stage_hook) popt_.stage_hook(so);
+  std::vector<std::optional<Strategy>> wanted(relaxed.plan.nodes.size());
+  for (size_t i = 0; i < wanted.size(); ++i)
+    if (relaxed.plan.nodes[i]) wanted[i] = relaxed.plan.nodes[i]->chosen;
+  const std::vector<StrategyIdx> choice = so.match_strategies(wanted);
+  if (std::find(choice.begin(), choice.end(), -1) != choice.end()) return nullptr;
+  s->plan = so.evaluate(choice);
+  if (!std::isfinite(s->plan.objective_us)) return nullptr;
+  s->plan.status = SolveStatus::kFeasible;
+  s->plan.lower_bound_us = 0;  // a plan, no bound
+  so.set_solution(s->plan, choice);
+  stage_figures(mesh_, pp_, sub_, popt_.microbatches, *s);
+  report(*s, "its memory-free plan fully recomputed", mem);
+  return s;
+}
+
+void StageSolver::report(const StageSolve& s, std::string_view what, StageMemory mem) const {
+  if (!opt_.progress) return;
+  const double need = static_cast<double>(s.microbatch_peak_bytes) + (mem.inflight - 1) * static_cast<double>(s.activation_bytes);
+  opt_.progress(fmt::format("  {}: {:.3f} us, {:.0f} B per device with {} in flight", what, s.microbatch_us, need,
+                            mem.inflight));
+}
+
+std::shared_ptr<StageSolve> StageSolver::recipe_candidate(StageKind kind, int32_t k, StageMemory mem) {
+  if (popt_.stage_hook) return nullptr;  // the caller pins its own recipe
+  auto [lo, hi] = canonical_range(kind, k, L_);
+  auto s = std::make_shared<StageSolve>();
+  s->sg = extract_stage(g_, m_, lo, hi);
+  s->memory_budget = mem.budget;
+  PlannerOptions o = stage_options(s->sg, 1.0, 0);
+  o.recompute = RecomputePolicy::kFull;
+  const Recipe r = tensor_parallel_dim(sub_) >= 0 ? Recipe::kFsdpTp : Recipe::kFsdp;
+  const RecipePins pins = recipe_pins(r, s->sg.graph, sub_, o.require_divisible);
+  if (!pins.not_applicable.empty()) return nullptr;
+  const auto t0 = std::chrono::steady_clock::now();
+  s->optimizer = std::make_shared<ShardingOptimizer>(s->sg.graph, sub_, o);
+  ShardingOptimizer& so = *s->optimizer;
+  for (const Constraint& c : pins.constraints) so.add_constraint(c);
+  for (const Constraint& c : pins.use_constraints) so.add_constraint(c);
+  try {
+    (void)so.problem();
+  } catch (const std::runtime_error&) {
+    for (const Constraint& c : pins.use_constraints) so.remove_constraint(c.name);
+  }
+  try {
+    s->plan = so.get_solution();
+  } catch (const std::runtime_error&) {
+    return nullptr;  // the stage cannot take the recipe's pins
+  }
+  ++solves_;
+  if (!s->plan.has_solution) return nullptr;
+  s->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  s->plan.lower_bound_us = 0;  // a bound of the pinned problem only
+  s->plan.status = SolveStatus::kFeasible;
+  stage_figures(mesh_, pp_, sub_, popt_.microbatches, *s);
+  report(*s, fmt::format("torchtitan's {} with full recomputation", recipe_name(r)), mem);
+  return s;
+}
+
+std::shared_ptr<const StageSolve> StageSolver::free(StageKind kind, int32_t k) {
+  const FreeKey key{kind, kind == kStageBoth ? L_ : k};
+  if (auto it = free_.find(key); it != free_.end()) return it->second;
+  auto s = solve(kind, key.second, StageMemory{}, 0);
+  free_[key] = s;
+  return s;
+}
+
+bool StageSolver::resolved(StageKind kind, int32_t k, StageMemory mem) const {
+  if (kind == kStageBoth) k = L_;
+  const auto it = free_.find({kind, k});
+  if (it == free_.end()) return false;
+  if (fits(*it->second, mem)) return true;
+  return fitted_.count({kind, k, mem.inflight, mem.budget}) > 0;
+}
+
+std::shared_ptr<const StageSolve> StageSolver::fitted(StageKind kind, int32_t k, StageMemory mem) {
+  if (kind == kStageBoth) k = L_;
+  auto relaxed = free(kind, k);
+  if (mem.budget <= 0 || fits(*relaxed, mem)) return relaxed;
+  const FitKey key{kind, k, mem.inflight, mem.budget};
+  if (auto it = fitted_.find(key); it != fitted_.end()) return it->second;
+  // A plan at hand: the memory-free one with every region recomputed (no solve), where the
+  // policy allows full recomputation.
+  const RecomputePolicy rp = opt_.recompute;
+  const bool full_allowed = rp == RecomputePolicy::kIfNeeded || rp == RecomputePolicy::kAuto || rp == RecomputePolicy::kFull;
+  std::shared_ptr<StageSolve> best;
+  if (full_allowed)
+    for (auto c : {recompute_all(*relaxed, mem), recipe_candidate(kind, k, mem)})
+      if (c && fits(*c, mem) && (!best || c->microbatch_us < best->microbatch_us)) best = c;
+  // The solve needs to beat the plan at hand only.
+  auto s = solve(kind, k, mem, mem.budget, best ? best->microbatch_us : kSolveInf);
+  const double bound = s->lower_bound_us;  // the scaled model is a relaxation: it holds
+  if (s->plan.has_solution && !fits(*s, mem) && !(best && s->microbatch_us >= best->microbatch_us)) {
+    // Over the exact in-flight peak: plan again under the limit less the excess.
+    const double extra = (mem.inflight - 1) * static_cast<double>(s->activation_bytes);
+    const int64_t excess = s->microbatch_peak_bytes + static_cast<int64_t>(std::ceil(extra)) - mem.budget;
+    if (const int64_t limit = s->plan.peak_memory_bytes - excess; limit > 0) {
+      auto t = solve(kind, k, mem, limit, best ? best->microbatch_us : kSolveInf);
+      if (t->plan.has_solution) s = t;
+    }
+  }
+  if (fits(*s, mem) && (!best || s->microbatch_us < best->microbatch_us)) best = s;
+  if (!best) {
+    s->microbatch_us = kSolveInf;  // no plan under the budget
+    best = s;
+  }
+  best->lower_bound_us = std::min(std::max(bound, relaxed->lower_bound_us), best->microbatch_us);
+  fitted_[key] = best;
+  return best;
+}
+
+}  // namespace autoshard

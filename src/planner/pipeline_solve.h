@@ -1,0 +1,95 @@
+#pragma once
+/// The stage problems of the pipeline search (planner/pipeline.h), solved once each and kept.
+///
+/// Two kinds of solve per canonical stage (kind, k layers):
+///  - memory-free (`free`): no device limit.  A relaxation of every memory budget, so its
+///    bounds hold for any in-flight count; with tied layers its optimum is concave in k
+///    (pipeline.h), which gives the chord bounds between solved sizes.
+///  - fitted (`fitted`): the plan a stage of that kind and size gets on a pp rank that keeps
+///    `inflight` microbatches in flight under `budget` bytes per device.  When the memory-free
+///    plan fits there (its one-microbatch peak + (inflight - 1) x its kept activations <=
+///    budget) it is the fitted optimum too (the relaxation's optimum is feasible); else the
+///    stage is planned with PlannerOptions::inflight_microbatches and the budget as its limit
+///    (planner/inflight_memory.h), so the solver's recomputation trades recompute time against
+///    the in-flight memory.  That scaled model is a relaxation of the in-flight constraint: the
+///    solve's bound holds; its plan is checked against the exact in-flight peak and planned
+///    again under a limit lowered by the excess when over (once).  The memory-free plan with
+///    every layer region fully recomputed (evaluated, not solved) and torchtitan's layout (FSDP
+///    + TP with full activation checkpointing, a small pinned solve) are plans at hand: the
+///    solve only looks for a cheaper one (its cutoff), and a time-limited solve of a large
+///    stage that finds none leaves the better of them.
+/// Fitted costs are non-decreasing in k and in inflight and non-increasing in budget (a plan
+/// of the larger problem restricted, or under the tighter budget, is one of the other).
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <string_view>
+#include <memory>
+#include <tuple>
+#include <utility>
+
+#include "planner/pipeline.h"
+
+namespace autoshard {
+
+/// Stage kinds of the cost tables.
+enum StageKind : int32_t { kStageFirst = 0, kStageMid = 1, kStageLast = 2, kStageBoth = 3 };
+
+StageKind kind_of(int32_t s, int32_t S);
+
+/// What a stage may use: `inflight` microbatches in flight on its rank, `budget` bytes per
+/// device (0: no limit).
+struct StageMemory {
+  double inflight = 1;
+  int64_t budget = 0;
+};
+
+class StageSolver {
+ public:
+  StageSolver(const Graph& g, const Mesh& mesh, const PlannerOptions& opt, const PipelineOptions& popt,
+              const LayerMap& m, int32_t pp);
+
+  /// The memory-free plan of the canonical stage (kind, k).
+  std::shared_ptr<const StageSolve> free(StageKind kind, int32_t k);
+  /// The plan of (kind, k) under `mem` (the memory-free one for budget 0).
+  std::shared_ptr<const StageSolve> fitted(StageKind kind, int32_t k, StageMemory mem);
+  /// Whether fitted(kind, k, mem) is known without solving.
+  bool resolved(StageKind kind, int32_t k, StageMemory mem) const;
+  /// `s`'s plan fits `mem` with its in-flight activations.
+  static bool fits(const StageSolve& s, StageMemory mem);
+
+  using FreeKey = std::pair<int32_t, int32_t>;                  ///< (kind, k)
+  using FitKey = std::tuple<int32_t, int32_t, double, int64_t>;  ///< (kind, k, inflight, budget)
+  const std::map<FreeKey, std::shared_ptr<const StageSolve>>& free_solves() const { return free_; }
+  const std::map<FitKey, std::shared_ptr<const StageSolve>>& fitted_solves() const { return fitted_; }
+  int32_t solves() const { return solves_; }
+  const LayerMap& layers() const { return m_; }
+  const Mesh& sub() const { return sub_; }
+  const PlannerOptions& options() const { return opt_; }
+
+ private:
+  PlannerOptions stage_options(const StageGraph& sg, double inflight, int64_t limit) const;
+  std::shared_ptr<StageSolve> solve(StageKind kind, int32_t k, StageMemory mem, int64_t limit,
+                                    double cutoff = std::numeric_limits<double>::infinity());
+  /// torchtitan's layout inside a stage (FSDP + TP, or FSDP without a tp dim; recipes.h) with
+  /// full activation checkpointing: a pinned, memory-free solve (small: the pins leave little
+  /// to decide); nullptr when the recipe does not apply.
+  std::shared_ptr<StageSolve> recipe_candidate(StageKind kind, int32_t k, StageMemory mem);
+  void report(const StageSolve& s, std::string_view what, StageMemory mem) const;
+  /// `relaxed`'s plan with every layer region fully recomputed (evaluated, not solved), or
+  /// nullptr when its strategies do not map.
+  std::shared_ptr<StageSolve> recompute_all(const StageSolve& relaxed, StageMemory mem);
+
+  const Graph& g_;
+  const Mesh& mesh_;
+  const PlannerOptions& opt_;
+  const PipelineOptions& popt_;
+  const LayerMap& m_;
+  int32_t pp_ = 0, L_ = 0;
+  Mesh sub_;
+  std::map<FreeKey, std::shared_ptr<const StageSolve>> free_;
+  std::map<FitKey, std::shared_ptr<const StageSolve>> fitted_;
+  int32_t solves_ = 0;
+};
+
+}  // namespace autoshard
