@@ -13,6 +13,7 @@
 #include "planner/fit_advice.h"
 #include "planner/pipeline_dp.h"
 #include "planner/pipeline_solve.h"
+#include "planner/pipeline_timeline.h"
 #include "planner/sharding_optimizer.h"
 
 namespace autoshard {
@@ -190,6 +191,86 @@ Evaluated split_step(const StageCostTable& t, int32_t L, int32_t P, int32_t v, i
   return e;
 }
 
+/// The solved stages of `layers` at their positions' planned memory; empty when one has no plan.
+std::vector<std::shared_ptr<const StageSolve>> split_solves(Search& S, const Layout& l, const std::vector<int32_t>& layers) {
+  std::vector<std::shared_ptr<const StageSolve>> st;
+  const int32_t n = static_cast<int32_t>(layers.size());
+  for (int32_t s = 0; s < n; ++s) {
+    auto sv = S.solver.fitted(kind_of(s, n), layers[psz(s)], l.planned(s, layers[psz(s)]));
+    if (!std::isfinite(sv->microbatch_us)) return {};
+    st.push_back(std::move(sv));
+  }
+  return st;
+}
+
+/// What the schedule really takes with these stages: the makespan of torch's op orders run
+/// against the stage dependencies (planner/pipeline_timeline.h), each stage with its own
+/// forward, input-gradient and weight-gradient time.
+double timeline_step(PipelineSchedule sch, int32_t P, int32_t v, int32_t M,
+                     const std::vector<std::shared_ptr<const StageSolve>>& st) {
+  std::vector<const StageSolve*> raw;
+  for (const auto& s : st) raw.push_back(s.get());
+  return schedule_timeline(sch, P, v, M, stage_times(raw)).makespan_us;
+}
+
+/// A lower bound of every split's timeline on tables of lower bounds: a rank runs its ops one
+/// at a time, so no schedule ends before M times the busiest rank's stage costs; the least of
+/// that over splits is the rank DP with no fill-and-drain (factor 0).  The schedule formula is
+/// no bound of the timeline for uneven splits (pipeline_test.cc shows one above it), so it
+/// is not used as one.  With P = 1 the formula is exactly M R.
+double busiest_rank_bound(const StageCostTable& low, int32_t L, int32_t P, int32_t v, int32_t M,
+                          PipelineSchedule sch) {
+  if (P < 2) return split_step(low, L, P, v, M, sch, 1.0).lower_bound_us;
+  const StageSplit s = best_split_ranks(low, L, P, v, M, 0.0, v_shaped(sch));
+  return s.layers.empty() ? kPipeInf : s.value;
+}
+
+/// Stage tables with every middle stage held to q or q + 1 layers (the first and last, which
+/// also hold the embedding and the head, stay free): the near-equal chunks the timeline
+/// favours, since an interleaved rank with one long chunk stalls the ranks it feeds.
+StageCostTable near_equal(StageCostTable t, int32_t q) {
+  const int32_t n = static_cast<int32_t>(t.stages.size());
+  for (int32_t s = 1; s + 1 < n; ++s)
+    for (size_t k = 0; k < t.stages[psz(s)].size(); ++k)
+      if (static_cast<int32_t>(k) != q && static_cast<int32_t>(k) != q + 1) t.stages[psz(s)][k] = kPipeInf;
+  return t;
+}
+
+/// The split the schedule runs fastest on its timeline among a few candidates: the formula
+/// DP's, the best formula split with near-equal middle stages, and torchtitan's equal split.
+/// The formula assumes a rank's chunks are alike; the DP left alone balances ranks with very
+/// uneven chunks, whose timeline is far longer (issue 25: 70B 753 ms formula, 988 ms timeline).
+/// Deterministic: the first of equal makespans.
+Evaluated best_on_timeline(Search& S, const Layout& l, Evaluated best) {
+  const int32_t n = l.n, L = S.L, M = S.popt.microbatches, q = L / n;
+  std::vector<std::vector<int32_t>> cands;
+  if (!best.layers.empty()) cands.push_back(best.layers);
+  if (n > 2) {
+    // The sizes the near-equal and equal splits use.
+    for (int32_t k : {q, q + 1})
+      if (k >= 1 && k <= L - n + 1) S.solver.fitted(kStageMid, k, l.planned(1, k));
+    for (int32_t s : {0, n - 1})
+      for (int32_t k : {q - 1, q})
+        if (k >= 1) S.solver.fitted(kind_of(s, n), k, l.planned(s, k));
+    const double k = layer_factor(S, l.schedule, n);
+    const Evaluated e = split_step(near_equal(S.upper_table(l), q), L, S.P, l.v, M, l.schedule, k);
+    if (!e.layers.empty()) cands.push_back(e.layers);
+  }
+  cands.push_back(equal_split(L, n));
+  Evaluated out;
+  out.lower_bound_us = best.lower_bound_us;
+  for (const auto& layers : cands) {
+    const auto st = split_solves(S, l, layers);
+    if (st.empty()) continue;
+    const double t = timeline_step(l.schedule, S.P, l.v, M, st);
+    if (t < out.step_us) {
+      out.step_us = t;
+      out.layers = layers;
+    }
+  }
+  return out;
+}
+
 /// Solves stage sizes until the (schedule, v) gap is below the target, or its lower bound
 /// reaches `cutoff` (the best step of another schedule: this one cannot win; step_us stays
 /// infinite).
@@ -204,11 +285,18 @@ Evaluated search_split(Search& S, const Layout& l, double cutoff) {
       for (int32_t k : {1, std::min(K, (L + n - 1) / n)}) S.solver.free(kind, k);
   }
   Evaluated best;
+  double bound = 0;  // of the timeline: the busiest rank's work
   for (int iter = 0; iter < 16; ++iter) {
     const double k = layer_factor(S, l.schedule, n);
-    const Evaluated low = split_step(S.lower_table(l), L, P, v, M, l.schedule, k);
-    best.lower_bound_us = std::max(best.lower_bound_us, low.lower_bound_us);  // each is valid
-    if (best.lower_bound_us >= cutoff) return best;
+    const StageCostTable lower = S.lower_table(l);
+    const Evaluated low = split_step(lower, L, P, v, M, l.schedule, k);
+    best.lower_bound_us = std::max(best.lower_bound_us, low.lower_bound_us);  // of the formula
+    bound = std::max(bound, busiest_rank_bound(lower, L, P, v, M, l.schedule));  // each is valid
+    if (bound >= cutoff) {
+      best.step_us = kPipeInf;
+      best.lower_bound_us = bound;
+      return best;
+    }
     Evaluated e = split_step(S.upper_table(l), L, P, v, M, l.schedule, k);
     if (e.step_us < best.step_us) {
       e.lower_bound_us = best.lower_bound_us;
@@ -225,7 +313,9 @@ Evaluated search_split(Search& S, const Layout& l, double cutoff) {
     }
     if (!added) break;
   }
-  return best;
+  Evaluated out = best_on_timeline(S, l, best);
+  out.lower_bound_us = std::min(bound, out.step_us);
+  return out;
 }
 
 /// Full-mesh strategy: R inserted on the pp dim of every spec.
@@ -369,11 +459,12 @@ Evaluated fixed_split(Search& S, const Layout& l) {
     // A bound under a budget that is not a relaxation: the memory-free one.
     low.push_back(l.budget_is_relaxation() ? st->lower_bound_us : S.solver.free(kind_of(s, n), layers[psz(s)])->lower_bound_us);
   }
-  const double k = layer_factor(S, l.schedule, n);
   Evaluated e;
   e.layers = layers;
-  e.step_us = pipelined_step_us(l.schedule, up, S.P, v, S.popt.microbatches, k);
-  e.lower_bound_us = pipelined_step_us(l.schedule, low, S.P, v, S.popt.microbatches, k);
+  const auto st = split_solves(S, l, layers);
+  e.step_us = st.empty() ? kPipeInf : timeline_step(l.schedule, S.P, v, S.popt.microbatches, st);
+  // The busiest rank's work (the formula with no fill-and-drain): a bound of the timeline.
+  e.lower_bound_us = std::min(e.step_us, pipelined_step_us(l.schedule, low, S.P, v, S.popt.microbatches, 0.0));
   return e;
 }
 
@@ -405,6 +496,28 @@ std::string no_fit_message(const Search& S, const PipelinePlan& pl) {
 }
 
 }  // namespace
+
+StageTimes stage_times(const std::vector<const StageSolve*>& stages) {
+  StageTimes t;
+  for (const StageSolve* st : stages) {
+    const PartTimes& p = st->parts;
+    const double all = p.forward_us + p.input_grad_us + p.weight_grad_us, c = st->microbatch_us;
+    t.forward_us.push_back(all > 0 ? c * p.forward_us / all : c / 2);
+    t.backward_us.push_back(all > 0 ? c * p.input_grad_us / all : c / 2);
+    t.weight_us.push_back(all > 0 ? c * p.weight_grad_us / all : 0.0);
+  }
+  return t;
+}
+
+StageTimes stage_times(const PipelinePlan& pl) {
+  std::vector<const StageSolve*> st;
+  for (const PipelineStage& s : pl.stages) st.push_back(s.solve.get());
+  return stage_times(st);
+}
+
+PipelineTimeline stage_timeline(const PipelinePlan& pl) {
+  return schedule_timeline(pl.schedule, pl.P, pl.v, pl.M, stage_times(pl));
+}
 
 std::vector<int32_t> equal_split(int32_t L, int32_t S) {
   std::vector<int32_t> r(psz(S), L / S);
@@ -450,11 +563,12 @@ PipelinePlan plan_pipeline(const Graph& g, const Mesh& mesh, const PlannerOption
   }
   if (chosen.layers.empty() || !std::isfinite(chosen.step_us)) throw std::runtime_error(no_fit_message(S, pl));
   assemble(S, layout, pl, chosen.layers);
+  // The step is the schedule's timeline with the assembled stages (assemble may re-plan a
+  // rank for memory); the bubble is what it adds to the busiest rank's own work.
   std::vector<double> costs;
   for (const PipelineStage& st : pl.stages) costs.push_back(st.solve->microbatch_us);
-  const double k = layer_factor(S, pl.schedule, static_cast<int32_t>(pl.stages.size()));
-  pl.step_us = pipelined_step_us(pl.schedule, costs, pl.P, pl.v, pl.M, k);
-  pl.bubble_us = bubble_us(pl.schedule, costs, pl.P, pl.v, pl.M, k);
+  pl.step_us = stage_timeline(pl).makespan_us;
+  pl.bubble_us = pl.step_us - pipelined_step_us(pl.schedule, costs, pl.P, pl.v, pl.M, 0.0);
   pl.lower_bound_us = std::min(lower, pl.step_us);
   pl.gap = pl.step_us > 0 ? (pl.step_us - pl.lower_bound_us) / pl.step_us : 0;
   map_nodes(S, pl);

@@ -54,6 +54,7 @@
 #include "planner/options.h"
 #include "planner/pipeline_schedule.h"
 #include "planner/pipeline_stage.h"
+#include "planner/pipeline_timeline.h"
 #include "planner/plan.h"
 
 namespace autoshard {
@@ -120,6 +121,9 @@ struct PipelinePlan {
   Mesh stage_mesh;
   std::vector<std::string> layers;  ///< layer keys
   std::vector<PipelineStage> stages;
+  /// step_us: the schedule's timeline on the stages (stage_timeline); bubble_us: what it adds
+  /// to the busiest rank's own work; lower_bound_us: a proven bound of every split's timeline
+  /// (the busiest rank's work over the stages' bounds, minimised over splits).
   double step_us = 0, bubble_us = 0, lower_bound_us = 0, gap = 0;
   /// Per pp rank: peak memory per device with its in-flight activations.
   std::vector<int64_t> rank_peak_bytes;
@@ -139,6 +143,16 @@ struct PipelinePlan {
   };
   std::vector<Candidate> candidates;
 };
+
+/// Per stage, its forward, input-gradient and weight-gradient time for one microbatch: the
+/// stage's microbatch time (which includes its transfers and its share of the once-per-step
+/// work) split in the ratio of its plan's node times by part (planner/backward_split.h); a
+/// schedule that does not split the backward runs the last two as one B.  The transfers are
+/// inside the microbatch time, so StageTimes::p2p_us stays 0.
+StageTimes stage_times(const std::vector<const StageSolve*>& stages);
+StageTimes stage_times(const PipelinePlan& pl);
+/// The plan's schedule run on its stages (schedule_timeline): its makespan is PipelinePlan::step_us.
+PipelineTimeline stage_timeline(const PipelinePlan& pl);
 
 /// Plans `g` (one microbatch) on `mesh`, which must have a dim named "pp".  Throws
 /// std::invalid_argument for P > layers, graphs without identical repeated layers, and a

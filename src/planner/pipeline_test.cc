@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <set>
 
 #include "models/models.h"
@@ -91,10 +92,13 @@ TEST(PipelinePlan, OneF1BOnTwoStages) {
   EXPECT_EQ(pl.stages[1].pp_rank, 1);
   EXPECT_DOUBLE_EQ(pl.stages[0].inflight, 2);  // 1F1B: min(P - r, M)
   EXPECT_DOUBLE_EQ(pl.stages[1].inflight, 1);
+  // The step is the schedule's timeline on the stages; the bound the busiest rank's work.
   const std::vector<double> c{pl.stages[0].solve->microbatch_us, pl.stages[1].solve->microbatch_us};
-  EXPECT_DOUBLE_EQ(pl.step_us, pipelined_step_us(c, 2, 1, 4));
-  EXPECT_LE(pl.lower_bound_us, pl.step_us);
-  EXPECT_LE(pl.gap, po.target_gap);
+  EXPECT_DOUBLE_EQ(pl.step_us, stage_timeline(pl).makespan_us);
+  EXPECT_NEAR(pl.bubble_us, pl.step_us - 4 * std::max(c[0], c[1]), 1e-6);
+  EXPECT_LE(pl.lower_bound_us, 4 * std::max(c[0], c[1]) + 1e-6);
+  EXPECT_GT(pl.lower_bound_us, 0);
+  EXPECT_NEAR(pl.gap, (pl.step_us - pl.lower_bound_us) / pl.step_us, 1e-12);
   EXPECT_GT(pl.stages[0].solve->p2p_us, 0);
   // Every node but the output has a stage and placements over the full mesh, R on pp.
   for (NodeIdx i = 0; i < g.size(); ++i) {
@@ -131,7 +135,8 @@ TEST(PipelinePlan, InterleavedPutsStageIOnRankIModP) {
     EXPECT_EQ(pl.stages[static_cast<size_t>(s)].pp_rank, s % 2);
     EXPECT_EQ(pl.stages[static_cast<size_t>(s)].hi - pl.stages[static_cast<size_t>(s)].lo, 1);
   }
-  EXPECT_LE(pl.gap, po.target_gap);
+  EXPECT_DOUBLE_EQ(pl.step_us, stage_timeline(pl).makespan_us);
+  EXPECT_LE(pl.lower_bound_us, pl.step_us);
   // Auto picks the faster of the two and is never worse than the pinned ones.
   po.schedule.reset();
   po.stages_per_rank = 0;
@@ -169,8 +174,8 @@ TEST(PipelinePlan, ZeroBubbleSplitsTheBackwardAndShrinksTheBubble) {
   const double k = bubble_factor(zb.schedule, {f[1]}, {b[1]}, {w[1]});
   EXPECT_GT(k, 0);
   EXPECT_LT(k, 1);
-  EXPECT_NEAR(zb.step_us, pipelined_step_us(zb.schedule, c, 2, 2, 4, k), 1e-6);
-  EXPECT_NEAR(zb.bubble_us, k * i1f1b.bubble_us, 1e-6 * zb.step_us);  // same stages, same split
+  EXPECT_DOUBLE_EQ(zb.step_us, stage_timeline(zb).makespan_us);
+  EXPECT_LT(zb.bubble_us, i1f1b.bubble_us);  // same stages, same split
   EXPECT_LT(zb.step_us, i1f1b.step_us);
   EXPECT_LE(zb.lower_bound_us, zb.step_us);
   EXPECT_GT(zb.stages[0].deferred, 0);
@@ -186,7 +191,30 @@ TEST(PipelinePlan, ZeroBubbleSplitsTheBackwardAndShrinksTheBubble) {
   po.stages_per_rank = 0;
   const PipelinePlan best = plan_pipeline(g, mesh, additive(), po);
   EXPECT_LE(best.step_us, zb.step_us + 1e-9);
-  EXPECT_TRUE(splits_backward(best.schedule)) << schedule_name(best.schedule);
+  EXPECT_TRUE(std::any_of(best.candidates.begin(), best.candidates.end(),
+                          [](const PipelinePlan::Candidate& c) { return splits_backward(c.schedule); }));
+  for (const PipelinePlan::Candidate& c : best.candidates) EXPECT_LE(best.step_us, c.step_us + 1e-9);
+}
+
+TEST(PipelinePlan, TheChosenSplitRunsNoLongerThanTheEqualSplit) {
+  // 8 layers on 2 ranks x 2 stages: the split is chosen on the timeline, whose makespan is
+  // the plan's step, and beats or equals torchtitan's equal split of the same schedule.
+  const Graph g = build_model("llama3-8b", ModelOptions{2, 256, 8, {}});
+  const Mesh mesh({2, 2}, {"pp", "dp"}, h100());
+  for (PipelineSchedule s : {PipelineSchedule::kInterleaved1F1B, PipelineSchedule::kInterleavedZeroBubble}) {
+    PipelineOptions po;
+    po.microbatches = 4;
+    po.schedule = s;
+    po.stages_per_rank = 2;
+    const PipelinePlan chosen = plan_pipeline(g, mesh, additive(), po);
+    EXPECT_DOUBLE_EQ(chosen.step_us, stage_timeline(chosen).makespan_us);
+    EXPECT_LE(chosen.lower_bound_us, chosen.step_us);
+    po.fixed_layers = equal_split(8, 4);
+    const PipelinePlan equal = plan_pipeline(g, mesh, additive(), po);
+    EXPECT_DOUBLE_EQ(equal.step_us, stage_timeline(equal).makespan_us);
+    EXPECT_LE(chosen.step_us, equal.step_us + 1e-9) << schedule_name(s);
+    EXPECT_LE(chosen.lower_bound_us, equal.step_us);
+  }
 }
 
 TEST(PipelinePlan, BadInputs) {
@@ -270,8 +298,8 @@ TEST(PipelineMemory, RecomputationMakesTheInFlightActivationsFit) {
   EXPECT_GT(fit.stages[0].solve->plan.recompute_us, 0);  // rank 0 recomputes
   EXPECT_LT(fit.stages[0].solve->activation_bytes, free.stages[0].solve->activation_bytes);
   EXPECT_GT(fit.step_us, free.step_us);
-  // The bound sees the memory: above the memory-free optimum, below the plan.
-  EXPECT_GT(fit.lower_bound_us, free.step_us);
+  // The bound sees the memory: above the memory-free bound, below the plan.
+  EXPECT_GT(fit.lower_bound_us, free.lower_bound_us);
   EXPECT_LE(fit.lower_bound_us, fit.step_us);
   EXPECT_TRUE(fit.warnings.empty() || fit.warnings[0].find("over the") == std::string::npos);
 }

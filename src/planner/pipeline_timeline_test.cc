@@ -4,6 +4,7 @@
 #include <map>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -148,6 +149,50 @@ TEST(PipelineTimeline, DualPipeVIsZeroBubbleWithEqualPhases) {
   }
   EXPECT_NE(schedule_problem(s, 4, 2, 7), "");  // fewer microbatches than stages
   EXPECT_GT(inflight_microbatches(s, 4, 2, 8, 0), 0);
+}
+
+/// Stages of cost c each, a third forward and two thirds backward (w: that share of the backward
+/// deferred to W).
+StageTimes stages_of(const std::vector<double>& c, double w_share = 0) {
+  StageTimes t;
+  for (double x : c) {
+    t.forward_us.push_back(x / 3);
+    t.backward_us.push_back(2 * x / 3 * (1 - w_share));
+    t.weight_us.push_back(2 * x / 3 * w_share);
+  }
+  return t;
+}
+
+TEST(PipelineTimeline, TheFormulaIsNoBoundOfTheTimelineForUnevenStages) {
+  // Interleaved 1F1B, P = 2, v = 2, equal rank sums 8: the formula says the same for the equal
+  // and the uneven chunks; the timeline runs the uneven ones longer (rank 1 waits for rank 0's
+  // long chunk; issue 25's 70B split is this).
+  const auto i1 = PipelineSchedule::kInterleaved1F1B;
+  const std::vector<double> equal{4, 4, 4, 4}, uneven{1, 7, 7, 1};
+  EXPECT_DOUBLE_EQ(pipelined_step_us(equal, 2, 2, 4), pipelined_step_us(uneven, 2, 2, 4));
+  EXPECT_NEAR(schedule_timeline(i1, 2, 2, 4, stages_of(equal)).makespan_us, pipelined_step_us(equal, 2, 2, 4), 1e-9);
+  EXPECT_GT(schedule_timeline(i1, 2, 2, 4, stages_of(uneven)).makespan_us, pipelined_step_us(uneven, 2, 2, 4) + 1);
+  // And no upper bound either: 1F1B with its slowest stage first runs below Alpa's latency.
+  const std::vector<double> slow_first{3, 1, 1, 1};
+  EXPECT_LT(schedule_timeline(PipelineSchedule::k1F1B, 4, 1, 4, stages_of(slow_first)).makespan_us,
+            pipelined_step_us(slow_first, 4, 1, 4) - 1);
+}
+
+TEST(PipelineTimeline, TheBusiestRanksWorkBoundsEverySplit) {
+  // The planner's bound (planner/pipeline.cc busiest_rank_bound): M times the busiest rank's
+  // stage costs, the formula with no fill-and-drain, is at most the timeline for any stages.
+  uint64_t x = 12345;
+  auto next = [&x] { x = x * 6364136223846793005ULL + 1442695040888963407ULL; return static_cast<int32_t>(x >> 33); };
+  for (PipelineSchedule s : all_schedules())
+    for (int32_t i = 0; i < 40; ++i) {
+      const int32_t P = 2 + next() % 4, v = stages_per_rank_options(s).front() == 1 ? 1 : (v_shaped(s) ? 2 : 2 + next() % 3);
+      int32_t M = P * (1 + next() % 3);
+      if (s == PipelineSchedule::kDualPipeV) M = std::max(M, 2 * P);
+      std::vector<double> c;
+      for (int32_t k = 0; k < P * v; ++k) c.push_back(1 + next() % 9);
+      const double tl = schedule_timeline(s, P, v, M, stages_of(c, splits_backward(s) ? 0.5 : 0)).makespan_us;
+      EXPECT_LE(pipelined_step_us(s, c, P, v, M, 0.0), tl + 1e-9) << schedule_name(s) << " " << P << " " << v << " " << M;
+    }
 }
 
 TEST(PipelineTimeline, ZeroBubbleMakespanIsTheFormula) {

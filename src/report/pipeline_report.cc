@@ -52,18 +52,6 @@ Json rank_rows(const PipelinePlan& pl, const PipelineTimeline& tl) {
 
 }  // namespace
 
-StageTimes stage_times(const PipelinePlan& pl) {
-  StageTimes t;
-  for (const PipelineStage& st : pl.stages) {
-    const PartTimes& p = st.solve->parts;
-    const double all = p.forward_us + p.input_grad_us + p.weight_grad_us, c = st.solve->microbatch_us;
-    t.forward_us.push_back(all > 0 ? c * p.forward_us / all : c / 2);
-    t.backward_us.push_back(all > 0 ? c * p.input_grad_us / all : c / 2);
-    t.weight_us.push_back(all > 0 ? c * p.weight_grad_us / all : 0.0);
-  }
-  return t;  // the transfers are inside microbatch_us, as in the closed form
-}
-
 int32_t bottleneck_stage(const PipelinePlan& pl) {
   std::vector<double> rank_us(static_cast<size_t>(pl.P), 0.0);
   for (const PipelineStage& st : pl.stages)
@@ -76,7 +64,7 @@ int32_t bottleneck_stage(const PipelinePlan& pl) {
 }
 
 Json pipeline_report_json(const PipelinePlan& pl, int32_t shown_stage) {
-  const PipelineTimeline tl = schedule_timeline(pl.schedule, pl.P, pl.v, pl.M, stage_times(pl));
+  const PipelineTimeline tl = stage_timeline(pl);
   Json j;
   j["schedule"] = std::string(schedule_name(pl.schedule));
   j["P"] = pl.P;

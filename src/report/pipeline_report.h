@@ -15,12 +15,6 @@ namespace autoshard {
 
 class ShardingOptimizer;
 
-/// Per stage, its forward, input-gradient and weight-gradient time for one microbatch: the
-/// stage's microbatch time (which includes its transfers and its share of the once-per-step
-/// work) split in the ratio of its plan's node times by part (planner/backward_split.h); a
-/// schedule that does not split the backward runs the last two as one B.
-StageTimes stage_times(const PipelinePlan& pl);
-
 /// The stage whose rank is busiest (ties: the lowest index): the bottleneck of the schedule.
 int32_t bottleneck_stage(const PipelinePlan& pl);
 
