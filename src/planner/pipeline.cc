@@ -215,14 +215,21 @@ double timeline_step(PipelineSchedule sch, int32_t P, int32_t v, int32_t M,
 
 /// A lower bound of every split's timeline on tables of lower bounds: a rank runs its ops one
 /// at a time, so no schedule ends before M times the busiest rank's stage costs; the least of
-/// that over splits is the rank DP with no fill-and-drain (factor 0).  The schedule formula is
+/// that over splits is the rank DP with no fill-and-drain (factor 0).  With one stage per rank
+/// and a whole backward (1F1B, GPipe), rank r's first op waits for the forwards of stages
+/// 0..r-1 and its last op is a backward of stage r, which stages r-1..0 wait for, so the
+/// timeline is at least M c_r + sum_{s < r} c_s for every r.  The schedule formula is
 /// no bound of the timeline for uneven splits (pipeline_test.cc shows one above it), so it
 /// is not used as one.  With P = 1 the formula is exactly M R.
 double busiest_rank_bound(const StageCostTable& low, int32_t L, int32_t P, int32_t v, int32_t M,
                           PipelineSchedule sch) {
   if (P < 2) return split_step(low, L, P, v, M, sch, 1.0).lower_bound_us;
   const StageSplit s = best_split_ranks(low, L, P, v, M, 0.0, v_shaped(sch));
-  return s.layers.empty() ? kPipeInf : s.value;
+  const double busiest = s.layers.empty() ? kPipeInf : s.value;
+  // One stage per rank without a split backward: also the fill ahead of and the drain after
+  // each rank's own work (split_head_tail_bound), exact for equal stages.
+  if (v == 1 && !splits_backward(sch)) return std::max(busiest, split_head_tail_bound(low, L, P, M));
+  return busiest;
 }
 
 /// Stage tables with every middle stage held to q or q + 1 layers (the first and last, which
@@ -464,7 +471,14 @@ Evaluated fixed_split(Search& S, const Layout& l) {
   const auto st = split_solves(S, l, layers);
   e.step_us = st.empty() ? kPipeInf : timeline_step(l.schedule, S.P, v, S.popt.microbatches, st);
   // The busiest rank's work (the formula with no fill-and-drain): a bound of the timeline.
-  e.lower_bound_us = std::min(e.step_us, pipelined_step_us(l.schedule, low, S.P, v, S.popt.microbatches, 0.0));
+  double bound = pipelined_step_us(l.schedule, low, S.P, v, S.popt.microbatches, 0.0);
+  if (v == 1 && !splits_backward(l.schedule))
+    for (int32_t r = 0, M = S.popt.microbatches; r < n; ++r) {
+      double before = 0;
+      for (int32_t s = 0; s < r; ++s) before += low[psz(s)];
+      bound = std::max(bound, M * low[psz(r)] + before);
+    }
+  e.lower_bound_us = std::min(e.step_us, bound);
   return e;
 }
 

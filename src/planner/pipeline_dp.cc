@@ -201,6 +201,41 @@ StageSplit best_split_ranks(const StageCostTable& c, int32_t L, int32_t P, int32
   return r;
 }
 
+namespace {
+
+/// Whether some split keeps every stage's M c_s + (the costs before it) within `cap`.
+bool head_tail_fits(const StageCostTable& c, int32_t L, int32_t S, int32_t M, double cap) {
+  const size_t W = static_cast<size_t>(L) + 1;
+  std::vector<double> F(W, kDpInf), G(W);
+  F[0] = 0;  // F[l]: least prefix of the stages so far over l layers
+  for (int32_t s = 0; s < S; ++s) {
+    std::fill(G.begin(), G.end(), kDpInf);
+    for (size_t l = 0; l < W; ++l) {
+      if (F[l] == kDpInf) continue;
+      for (size_t k = 1; l + k < W; ++k) {
+        const double x = c.cost(s, S, static_cast<int32_t>(k));
+        if (x < kDpInf && M * x + F[l] <= cap) G[l + k] = std::min(G[l + k], F[l] + x);
+      }
+    }
+    std::swap(F, G);
+  }
+  return F[W - 1] < kDpInf;
+}
+
+}  // namespace
+
+double split_head_tail_bound(const StageCostTable& c, int32_t L, int32_t S, int32_t M) {
+  if (S < 1 || L < S || !head_tail_fits(c, L, S, M, kDpInf)) return kDpInf;
+  double hi = 1;
+  while (!head_tail_fits(c, L, S, M, hi)) hi *= 2;
+  double lo = 0;  // never feasible below the optimum, so lo stays a lower bound
+  while (hi - lo > 1e-9 * hi) {
+    const double mid = (lo + hi) / 2;
+    (head_tail_fits(c, L, S, M, mid) ? hi : lo) = mid;
+  }
+  return lo;
+}
+
 StageSplit best_split_latency(const StageCostTable& c, int32_t L, int32_t S, int32_t M) {
   StageSplit r;
   r.value = kDpInf;

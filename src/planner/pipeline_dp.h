@@ -49,6 +49,14 @@ StageSplit best_split_latency(const StageCostTable& c, int32_t L, int32_t S, int
 /// rank 0 holds both the first and the last stage).
 StageSplit best_split_ranks(const StageCostTable& c, int32_t L, int32_t P, int32_t v, int32_t M,
                             double factor = 1.0, bool v_shape = false);
+/// A lower bound of min over splits of max_s (M c_s + sum_{s' < s} c_s'), within a relative 1e-9
+/// below it (+inf when no split exists): what one stage per rank takes at least whenever each
+/// rank runs its microbatches one op at a time and its last op is the backward that the stages
+/// before it wait for (1F1B, GPipe: the stage's own M c_s, the forwards of the stages before it
+/// ahead of its first op and their backwards after its last; planner/pipeline.cc).  A
+/// threshold search: for a cap t, the least prefix sum of s stages over l layers with every
+/// stage inside the cap is a DP (a smaller prefix never hurts a later stage).
+double split_head_tail_bound(const StageCostTable& c, int32_t L, int32_t S, int32_t M);
 /// Minimises sum_s c_s over the same splits.
 StageSplit best_split_sum(const StageCostTable& c, int32_t L, int32_t S);
 

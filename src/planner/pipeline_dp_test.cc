@@ -24,6 +24,17 @@ TEST(PipelineDp, TwoStages) {
   EXPECT_DOUBLE_EQ(sum.value, 11);
 }
 
+TEST(PipelineDp, HeadTailBoundIsTheBestSplitsFillAndDrain) {
+  StageCostTable c;
+  c.first = {kInf, 1, 5, 9, 12};
+  c.last = {kInf, 4, 6, 7, 10};
+  // max(M c_0, M c_1 + c_0) with M = 4 over (1,4) 40+1=41, (2,3) 28+5=33 (vs 20), (3,2)
+  // max(36, 24+9)=36, (4,1) 48: the least is 33.
+  EXPECT_NEAR(split_head_tail_bound(c, 5, 2, 4), 33, 33e-9);
+  EXPECT_LE(split_head_tail_bound(c, 5, 2, 4), 33);
+  EXPECT_EQ(split_head_tail_bound(c, 1, 2, 4), kInf);  // too few layers
+}
+
 TEST(PipelineDp, ThreeStagesWithAMiddleKind) {
   StageCostTable c;
   c.first = {kInf, 1, 5, 9};

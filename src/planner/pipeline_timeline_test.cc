@@ -192,6 +192,11 @@ TEST(PipelineTimeline, TheBusiestRanksWorkBoundsEverySplit) {
       for (int32_t k = 0; k < P * v; ++k) c.push_back(1 + next() % 9);
       const double tl = schedule_timeline(s, P, v, M, stages_of(c, splits_backward(s) ? 0.5 : 0)).makespan_us;
       EXPECT_LE(pipelined_step_us(s, c, P, v, M, 0.0), tl + 1e-9) << schedule_name(s) << " " << P << " " << v << " " << M;
+      if (v > 1 || splits_backward(s)) continue;
+      // One stage per rank, whole backwards: the stages before r fill ahead and drain after.
+      double before = 0;
+      for (int32_t r = 0; r < P; before += c[static_cast<size_t>(r)], ++r)
+        EXPECT_LE(M * c[static_cast<size_t>(r)] + before, tl + 1e-9) << schedule_name(s) << " " << P << " " << M;
     }
 }
 
