@@ -38,7 +38,11 @@ for n, e in pl.items():
 "
 pycheck "$TMP/p/plan.json" "
 assert j['schedule'] == '1F1B' and len(j['stages']) == 2
-assert j['lower_bound_us'] <= j['step_us'] * (1 + 1e-9) and j['gap'] <= 0.005, (j['step_us'], j['lower_bound_us'])
+# The step is the 1F1B timeline of the chosen stages; the bound (each rank's work with the
+# fill ahead of it and the drain after it) leaves out the stall a rank meets waiting for its
+# first backward, ~10 % here (docs/benchmarks.md, pipeline section).
+assert j['lower_bound_us'] <= j['step_us'] * (1 + 1e-9) and 0 <= j['gap'] <= 0.15, (j['step_us'], j['lower_bound_us'])
+assert abs(j['gap'] - (j['step_us'] - j['lower_bound_us']) / j['step_us']) < 1e-9
 assert all(s['peak_memory_bytes'] > 0 and s['microbatch_us'] > 0 for s in j['stages'])
 assert j['stages'][0]['inflight_microbatches'] == 2 and j['stages'][1]['inflight_microbatches'] == 1
 "
