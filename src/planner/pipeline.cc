@@ -11,6 +11,7 @@
 #include <stdexcept>
 
 #include "planner/fit_advice.h"
+#include "planner/pipeline_choice.h"
 #include "planner/pipeline_dp.h"
 #include "planner/pipeline_solve.h"
 #include "planner/pipeline_timeline.h"
@@ -539,6 +540,50 @@ std::vector<int32_t> equal_split(int32_t L, int32_t S) {
   return r;
 }
 
+namespace {
+
+/// A (schedule, v) and its best split, before assembly.
+struct ScheduleCandidate {
+  Evaluated e;
+  Layout l;
+  PipelineSchedule schedule = PipelineSchedule::k1F1B;
+  int32_t v = 1;
+};
+
+/// `head` with candidate c's stages assembled (assemble may re-plan a rank for memory), its
+/// step the schedule's timeline and its bubble what that adds to the busiest rank's own work.
+PipelinePlan assembled(Search& S, const PipelinePlan& head, const ScheduleCandidate& c) {
+  PipelinePlan pl = head;
+  pl.schedule = c.schedule;
+  pl.v = c.v;
+  assemble(S, c.l, pl, c.e.layers);
+  std::vector<double> costs;
+  for (const PipelineStage& st : pl.stages) costs.push_back(st.solve->microbatch_us);
+  pl.step_us = stage_timeline(pl).makespan_us;
+  pl.bubble_us = pl.step_us - pipelined_step_us(pl.schedule, costs, pl.P, pl.v, pl.M, 0.0);
+  return pl;
+}
+
+bool ranks_fit(const PipelinePlan& pl) {
+  return pl.memory_limit_bytes <= 0 ||
+         std::all_of(pl.rank_peak_bytes.begin(), pl.rank_peak_bytes.end(),
+                     [&](int64_t b) { return b <= pl.memory_limit_bytes; });
+}
+
+/// The candidate pipeline_choice.h keeps, assembled.
+PipelinePlan fastest_that_fits(Search& S, const PipelinePlan& head, const std::vector<ScheduleCandidate>& cands) {
+  std::vector<double> pre;
+  for (const ScheduleCandidate& c : cands) pre.push_back(c.e.step_us);
+  std::map<size_t, PipelinePlan> made;
+  const size_t keep = fastest_fitting(pre, [&](size_t i) {
+    const PipelinePlan& pl = made.emplace(i, assembled(S, head, cands[i])).first->second;
+    return AssembledFigures{pl.step_us, ranks_fit(pl)};
+  });
+  return std::move(made.at(keep));
+}
+
+}  // namespace
+
 PipelinePlan plan_pipeline(const Graph& g, const Mesh& mesh, const PlannerOptions& opt,
                            const PipelineOptions& popt) {
   const auto t0 = std::chrono::steady_clock::now();
@@ -560,29 +605,18 @@ PipelinePlan plan_pipeline(const Graph& g, const Mesh& mesh, const PlannerOption
   pl.memory_limit_bytes = opt.memory_limit_bytes < 0 ? mesh.hardware().memory_bytes : opt.memory_limit_bytes;
   if (!popt.fixed_layers.empty() && !popt.schedule)
     throw std::invalid_argument("pipeline: a fixed split needs a schedule");
-  Evaluated chosen;
-  Layout layout;
-  double lower = kPipeInf;
+  std::vector<ScheduleCandidate> cands;
+  double best_step = kPipeInf, lower = kPipeInf;
   for (const auto& [s, v] : schedules_to_try(popt, S.P, S.L)) {
     const Layout l = layout_of(s, S.P, S.L, v, pl.M, pl.memory_limit_bytes);
-    const Evaluated e = popt.fixed_layers.empty() ? search_split(S, l, chosen.step_us) : fixed_split(S, l);
+    const Evaluated e = popt.fixed_layers.empty() ? search_split(S, l, best_step) : fixed_split(S, l);
     pl.candidates.push_back({s, v, e.step_us, e.lower_bound_us});
     lower = std::min(lower, e.lower_bound_us);
-    if (e.step_us < chosen.step_us) {
-      chosen = e;
-      layout = l;
-      pl.schedule = s;
-      pl.v = v;
-    }
+    best_step = std::min(best_step, e.step_us);
+    if (!e.layers.empty() && std::isfinite(e.step_us)) cands.push_back({e, l, s, v});
   }
-  if (chosen.layers.empty() || !std::isfinite(chosen.step_us)) throw std::runtime_error(no_fit_message(S, pl));
-  assemble(S, layout, pl, chosen.layers);
-  // The step is the schedule's timeline with the assembled stages (assemble may re-plan a
-  // rank for memory); the bubble is what it adds to the busiest rank's own work.
-  std::vector<double> costs;
-  for (const PipelineStage& st : pl.stages) costs.push_back(st.solve->microbatch_us);
-  pl.step_us = stage_timeline(pl).makespan_us;
-  pl.bubble_us = pl.step_us - pipelined_step_us(pl.schedule, costs, pl.P, pl.v, pl.M, 0.0);
+  if (cands.empty()) throw std::runtime_error(no_fit_message(S, pl));
+  pl = fastest_that_fits(S, pl, cands);
   pl.lower_bound_us = std::min(lower, pl.step_us);
   pl.gap = pl.step_us > 0 ? (pl.step_us - pl.lower_bound_us) / pl.step_us : 0;
   map_nodes(S, pl);
