@@ -4,16 +4,17 @@
 
 #include <string_view>
 
-#include <nlohmann/json.hpp>
+#include "ir/graph.h"
 
 namespace autoshard::python {
 
 /// ShardingOptimizer and the files and reports built on it (optimizer.cc).
 void bind_optimizer(pybind11::module_& m);
 
-/// A graph dict (dicts, lists, tuples, str, int, float, bool, None) as the JSON value the graph
-/// reader takes (graph_dict.cc).  Throws std::invalid_argument "<origin>: <pointer>: <why>" on
-/// anything JSON cannot hold.  Needs the GIL.
-nlohmann::json json_from_python(pybind11::handle obj, std::string_view origin);
+/// The Graph of a graph dict (dicts, lists, tuples, str, int, float, bool, None), read in place
+/// by the graph file reader (graph_dict.cc): the same checks and one-line messages,
+/// std::runtime_error "<origin>: <pointer>: <why>", also for values JSON cannot hold.  Needs
+/// the GIL.
+Graph graph_from_python(pybind11::handle obj, std::string_view origin);
 
 }  // namespace autoshard::python

@@ -1,128 +1,167 @@
-/// A Python graph dict (what autoshard.tracer.export.to_graph_dict builds) converted straight
-/// into the JSON value the graph reader takes, so that a traced graph reaches the planner
-/// without `json.dumps` and a text parse: on LLaMA-3 8B's 9,000 nodes the text round trip was
-/// most of the hand-off (docs/benchmarks.md, "Issue 24, item 4").  The reader then runs its
-/// usual checks, so both paths give the same Graph and the same error messages.
+/// A Python graph dict (what autoshard.tracer.export.to_graph_dict builds) read in place by the
+/// graph reader (ir/graph_reader.h) through a view of the Python objects: no JSON text and no
+/// intermediate JSON tree, whose building and freeing were most of the hand-off on LLaMA-3 8B's
+/// 9,000 nodes (docs/benchmarks.md, "Issue 24, item 4").  The reader is the file reader, so
+/// both paths give the same Graph and the same error messages.
 #include <fmt/format.h>
 
 #include <cmath>
-#include <stdexcept>
+#include <optional>
 #include <string>
 #include <string_view>
 
-#include "ir/file_util.h"
+#include <nlohmann/json.hpp>
+
+#include "ir/graph_reader.h"
 #include "python/bindings.h"
 
 namespace autoshard::python {
 
 namespace {
 
-/// Where a value sits in the document: a chain of frames, turned into a JSON pointer only when
-/// an error is reported.
-struct Where {
-  const Where* parent = nullptr;
-  std::string_view key;  ///< object member (when index < 0)
-  Py_ssize_t index = -1;
-
-  std::string pointer() const {
-    if (!parent) return {};
-    std::string head = parent->pointer() + '/';
-    return index >= 0 ? head + std::to_string(index) : head + std::string(key);
+/// The UTF-8 of a str (cached inside the object by CPython), or nullopt when it cannot be
+/// encoded (lone surrogates).
+std::optional<std::string_view> utf8(PyObject* s) {
+  Py_ssize_t n = 0;
+  const char* p = PyUnicode_AsUTF8AndSize(s, &n);
+  if (!p) {
+    PyErr_Clear();
+    return std::nullopt;
   }
-};
+  return std::string_view(p, static_cast<size_t>(n));
+}
 
-class Converter {
+/// The reader's view of one Python value: dict = object, list or tuple = array, str, bool,
+/// int, finite float, None.  An int beyond int64 reads as the text reader would see it
+/// (unsigned when it fits, else a float); anything else (a set, a non-finite float, ...)
+/// is no JSON kind, and messages name it.  Needs the GIL; borrows the references.
+class PyView {
  public:
-  explicit Converter(std::string_view origin) : origin_(origin) {}
+  explicit PyView(PyObject* o) : o_(o) {}
 
-  nlohmann::json value(PyObject* o, const Where& w) const {
-    // Exact types first: the exporter only makes dicts, lists, str, int, float, bool, None.
-    if (PyUnicode_Check(o)) return string(o, w);
-    if (o == Py_None) return nullptr;
-    if (PyBool_Check(o)) return o == Py_True;
-    if (PyLong_Check(o)) return integer(o, w);
-    if (PyFloat_Check(o)) {
-      double d = PyFloat_AS_DOUBLE(o);
-      // JSON cannot spell these; the exporter writes {"float": "inf"} instead.
-      if (!std::isfinite(d)) fail(w, "non-finite float (write {\"float\": \"inf\"|\"-inf\"|\"nan\"})");
-      return d;
+  bool is_object() const { return PyDict_Check(o_); }
+  bool is_array() const { return PyList_Check(o_) || PyTuple_Check(o_); }
+  bool is_string() const { return PyUnicode_Check(o_); }
+  bool is_boolean() const { return PyBool_Check(o_); }
+  bool is_null() const { return o_ == Py_None; }
+  bool is_integer() const {
+    IntKind k = int_kind();
+    return k == IntKind::kInt64 || k == IntKind::kUint64;
+  }
+  bool is_float() const {
+    return (PyFloat_Check(o_) && std::isfinite(PyFloat_AS_DOUBLE(o_))) ||
+           int_kind() == IntKind::kDouble;
+  }
+  bool int64(int64_t& out) const {
+    int overflow = 0;
+    long long v = PyLong_AsLongLongAndOverflow(o_, &overflow);
+    if (overflow != 0) return false;
+    out = static_cast<int64_t>(v);
+    return true;
+  }
+  bool boolean() const { return o_ == Py_True; }
+  double number() const {
+    if (PyFloat_Check(o_)) return PyFloat_AS_DOUBLE(o_);
+    double d = PyLong_AsDouble(o_);  // an int beyond uint64 (int_kind() checked it fits)
+    if (d == -1.0 && PyErr_Occurred()) PyErr_Clear();
+    return d;
+  }
+  bool text(std::string_view& out) const {
+    std::optional<std::string_view> s = utf8(o_);
+    if (!s) return false;
+    out = *s;
+    return true;
+  }
+  size_t size() const {
+    return static_cast<size_t>(PyList_Check(o_) ? PyList_GET_SIZE(o_) : PyTuple_GET_SIZE(o_));
+  }
+  PyView at(size_t i) const {
+    const auto k = static_cast<Py_ssize_t>(i);
+    return PyView(PyList_Check(o_) ? PyList_GET_ITEM(o_, k) : PyTuple_GET_ITEM(o_, k));
+  }
+  /// A scan rather than a hashed lookup: graph dicts have a handful of keys, and a lookup would
+  /// first have to make a Python str of `key`.
+  std::optional<PyView> find(std::string_view key) const {
+    PyObject *k = nullptr, *v = nullptr;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(o_, &pos, &k, &v)) {
+      if (!PyUnicode_Check(k)) continue;  // reported by members()
+      std::optional<std::string_view> s = utf8(k);
+      if (s && *s == key) return PyView(v);
     }
-    if (PyDict_Check(o)) return object(o, w);
-    if (PyList_Check(o) || PyTuple_Check(o)) return array(o, w);
-    fail(w, fmt::format("unsupported value of type {} (expected dict, list, str, int, float, "
-                        "bool or None)", Py_TYPE(o)->tp_name));
+    return std::nullopt;
+  }
+  template <class F, class Bad>
+  void members(F&& f, Bad&& bad) const {
+    PyObject *k = nullptr, *v = nullptr;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(o_, &pos, &k, &v)) {
+      if (!PyUnicode_Check(k))
+        bad(fmt::format("object key of type {} (expected str)", Py_TYPE(k)->tp_name));
+      std::optional<std::string_view> s = utf8(k);
+      if (!s) bad("object key is not valid UTF-8");
+      f(*s, PyView(v));
+    }
+  }
+  std::string describe() const {
+    if (is_integer()) return fmt::format("integer {}", dump());
+    if (is_float()) return fmt::format("number {}", dump());
+    if (is_object()) return "object";
+    if (is_array()) return "array";
+    if (is_string()) return "string";
+    if (is_boolean()) return "boolean";
+    if (is_null()) return "null";
+    if (PyFloat_Check(o_))  // JSON cannot spell these; the exporter writes {"float": "inf"}
+      return fmt::format("non-finite float {} (JSON spells it {{\"float\": \"{}\"}})",
+                         PyFloat_AS_DOUBLE(o_), describe_non_finite());
+    if (PyLong_Check(o_)) return "integer out of range";
+    return fmt::format("value of type {} (not JSON)", Py_TYPE(o_)->tp_name);
+  }
+  /// A number as nlohmann's writer spells it, so that messages match the text reader's.
+  std::string dump() const {
+    switch (int_kind()) {
+      case IntKind::kInt64: return nlohmann::json(PyLong_AsLongLong(o_)).dump();
+      case IntKind::kUint64: return nlohmann::json(PyLong_AsUnsignedLongLong(o_)).dump();
+      case IntKind::kDouble: return nlohmann::json(number()).dump();
+      default: break;
+    }
+    return nlohmann::json(PyFloat_Check(o_) ? PyFloat_AS_DOUBLE(o_) : 0.0).dump();
   }
 
  private:
-  [[noreturn]] void fail(const Where& w, std::string_view why) const {
-    std::string where = w.pointer();
-    if (where.empty()) where = "top level";
-    throw std::invalid_argument(one_line(fmt::format("{}: {}: {}", origin_, where, why)));
-  }
+  enum class IntKind { kNone, kInt64, kUint64, kDouble, kHuge };
 
-  std::string_view utf8(PyObject* s, const Where& w) const {
-    Py_ssize_t n = 0;
-    const char* p = PyUnicode_AsUTF8AndSize(s, &n);
-    if (!p) {
-      PyErr_Clear();
-      fail(w, "string is not valid UTF-8");
-    }
-    return {p, static_cast<size_t>(n)};
-  }
-
-  nlohmann::json string(PyObject* s, const Where& w) const { return std::string(utf8(s, w)); }
-
-  nlohmann::json integer(PyObject* o, const Where& w) const {
+  /// How the text reader would hold this int: int64, uint64, a double, or not at all.
+  IntKind int_kind() const {
+    if (!PyLong_Check(o_) || PyBool_Check(o_)) return IntKind::kNone;
     int overflow = 0;
-    long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
-    if (overflow == 0) return static_cast<int64_t>(v);
-    // As the text reader would see it: unsigned when it fits, else a float.
+    (void)PyLong_AsLongLongAndOverflow(o_, &overflow);
+    if (overflow == 0) return IntKind::kInt64;
     if (overflow > 0) {
-      unsigned long long u = PyLong_AsUnsignedLongLong(o);
-      if (!PyErr_Occurred()) return static_cast<uint64_t>(u);
+      (void)PyLong_AsUnsignedLongLong(o_);
+      if (!PyErr_Occurred()) return IntKind::kUint64;
       PyErr_Clear();
     }
-    double d = PyLong_AsDouble(o);
-    if (PyErr_Occurred()) {
+    double d = PyLong_AsDouble(o_);
+    if (d == -1.0 && PyErr_Occurred()) {
       PyErr_Clear();
-      fail(w, "integer out of range");
+      return IntKind::kHuge;
     }
-    return d;
+    return IntKind::kDouble;
   }
 
-  nlohmann::json object(PyObject* d, const Where& w) const {
-    nlohmann::json out = nlohmann::json::object();
-    PyObject *k = nullptr, *v = nullptr;
-    Py_ssize_t pos = 0;
-    while (PyDict_Next(d, &pos, &k, &v)) {
-      if (!PyUnicode_Check(k)) fail(w, fmt::format("object key of type {} (expected str)",
-                                                   Py_TYPE(k)->tp_name));
-      std::string_view key = utf8(k, w);
-      Where here{&w, key, -1};
-      out[std::string(key)] = value(v, here);
-    }
-    return out;
+  const char* describe_non_finite() const {
+    double d = PyFloat_AS_DOUBLE(o_);
+    return std::isnan(d) ? "nan" : d > 0 ? "inf" : "-inf";
   }
 
-  nlohmann::json array(PyObject* seq, const Where& w) const {
-    bool list = PyList_Check(seq);
-    Py_ssize_t n = list ? PyList_GET_SIZE(seq) : PyTuple_GET_SIZE(seq);
-    nlohmann::json out = nlohmann::json::array();
-    out.get_ref<nlohmann::json::array_t&>().reserve(static_cast<size_t>(n));
-    for (Py_ssize_t i = 0; i < n; ++i) {
-      PyObject* item = list ? PyList_GET_ITEM(seq, i) : PyTuple_GET_ITEM(seq, i);
-      out.push_back(value(item, Where{&w, {}, i}));
-    }
-    return out;
-  }
-
-  std::string_view origin_;
+  PyObject* o_;
 };
 
 }  // namespace
 
-nlohmann::json json_from_python(pybind11::handle obj, std::string_view origin) {
-  return Converter(origin).value(obj.ptr(), Where{});
+Graph graph_from_python(pybind11::handle obj, std::string_view origin) {
+  return graph_reader::Reader<PyView>(origin).graph(PyView(obj.ptr()));
 }
 
 }  // namespace autoshard::python

@@ -18,7 +18,6 @@
 #include "io/plan_json.h"
 #include "ir/file_util.h"
 #include "ir/graph_json.h"
-#include "ir/graph_json_value.h"
 #include "mesh/hardware.h"
 #include "mesh/mesh.h"
 #include "models/models.h"
@@ -63,11 +62,11 @@ void bind_graph(py::module_& m) {
       .def_static(
           "from_dict",
           [](py::handle graph, const std::string& origin) {
-            return read_graph_json_value(json_from_python(graph, origin), origin);
+            return graph_from_python(graph, origin);
           },
           py::arg("graph"), py::arg("origin") = "<dict>",
           "The graph from a graph dict (autoshard.tracer.export.to_graph_dict): the same "
-          "Graph and checks as from_json(json.dumps(graph)), without the JSON text.")
+          "Graph and checks as from_json(json.dumps(graph)), read in place (no JSON text).")
       .def_static(
           "builtin",
           [](const std::string& name, int64_t batch, int64_t seq, int64_t layers,

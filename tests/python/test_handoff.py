@@ -1,8 +1,9 @@
-"""The traced graph's hand-off to the C++ core: `Graph.from_dict` (the dict converted straight
-into the reader's JSON value, what AutoParallel uses) gives the same graph and the same plan as
+"""The traced graph's hand-off to the C++ core: `Graph.from_dict` (the file reader walking the
+dict in place, what AutoParallel uses) gives the same graph and the same plan as
 the JSON text path (`Graph.from_json(json.dumps(...))`, the file reader), and the same errors."""
 import json
 import os
+import re
 
 import pytest
 
@@ -51,15 +52,67 @@ def test_tuples_are_lists(core, traced_dict):
 
 
 @pytest.mark.parametrize("value, why", [
-    (float("inf"), "non-finite float"),
-    ({1, 2}, "unsupported value of type set"),
+    (float("inf"), r"non-finite float inf \(JSON spells it \{\"float\": \"inf\"\}\)"),
+    ({1, 2}, r"value of type set \(not JSON\)"),
 ])
 def test_values_json_cannot_hold(core, traced_dict, value, why):
     doc = json.loads(json.dumps(traced_dict))
     op = next(i for i, n in enumerate(doc["nodes"]) if n["kind"] == "op")
     doc["nodes"][op]["attrs"]["bad"] = value
-    with pytest.raises(ValueError, match=f"^<traced>: /nodes/{op}/attrs/bad: {why}"):
+    name = doc["nodes"][op]["name"]
+    with pytest.raises(RuntimeError) as e:
         core.Graph.from_dict(doc, "<traced>")
+    assert re.match(f"^<traced>: /nodes/{op}/attrs/bad \\(node '{name}'\\): unsupported "
+                    f"attribute value {why}", str(e.value)), str(e.value)
+    assert "\n" not in str(e.value)
+
+
+def _bad_doc(traced_dict, edit):
+    """A copy of the traced dict with one op node edited by edit(node); -> (doc, index)."""
+    doc = json.loads(json.dumps(traced_dict))
+    op = next(i for i, n in enumerate(doc["nodes"]) if n["kind"] == "op")
+    edit(doc["nodes"][op])
+    return doc, op
+
+
+@pytest.mark.parametrize("edit, where, why", [
+    (lambda n: n.update(op={1}), "/op", "expected a string, got value of type set (not JSON)"),
+    (lambda n: n.update({7: 1}), "", "object key of type int (expected str)"),
+    (lambda n: n.update(op="mm\udc80"), "/op", "string is not valid UTF-8"),
+    (lambda n: n["outputs"][0]["shape"].__setitem__(0, 2 ** 70), "/outputs/0/shape/0",
+     "expected an integer, got number 1.1805916207174113e+21"),
+    (lambda n: n["outputs"][0]["shape"].__setitem__(0, 2 ** 63), "/outputs/0/shape/0",
+     "integer 9223372036854775808 out of range"),
+    (lambda n: n.update(inputs=[None]), "/inputs/0",
+     "expected a node name or {\"node\": name, \"output\": k}, got null"),
+])
+def test_bad_dict_one_line_at_location(core, traced_dict, edit, where, why):
+    """Bad values the dict reader meets in place: one line naming the node and the pointer."""
+    doc, op = _bad_doc(traced_dict, edit)
+    name = doc["nodes"][op]["name"]
+    with pytest.raises(RuntimeError) as e:
+        core.Graph.from_dict(doc, "<traced>")
+    assert str(e.value) == f"<traced>: /nodes/{op}{where} (node '{name}'): {why}"
+
+
+@pytest.mark.parametrize("edit", [
+    lambda n: n["outputs"][0]["shape"].__setitem__(0, 2 ** 63),
+    lambda n: n["outputs"][0]["shape"].__setitem__(0, 2 ** 70),
+    lambda n: n["outputs"][0]["shape"].__setitem__(0, 1.5),
+    lambda n: n.update(kind=True),
+    lambda n: n.update(attrs=[1]),
+    lambda n: n.update(unknown=1),
+])
+def test_bad_dict_same_message_as_text(core, traced_dict, edit):
+    """Where JSON can spell the bad value, the dict and the text give the same message."""
+    doc, _ = _bad_doc(traced_dict, edit)
+    messages = []
+    for load in (lambda: core.Graph.from_dict(doc, "g"),
+                 lambda: core.Graph.from_json(json.dumps(doc), "g")):
+        with pytest.raises(RuntimeError) as e:
+            load()
+        messages.append(str(e.value))
+    assert messages[0] == messages[1]
 
 
 def test_reader_errors_are_the_file_readers(core, traced_dict):
