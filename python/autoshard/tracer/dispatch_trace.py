@@ -36,6 +36,7 @@ import operator
 
 import torch
 import torch.fx
+from torch.fx import graph as _fx_graph
 from torch.fx.graph import _Namespace
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -83,10 +84,62 @@ def _key(a):
     if isinstance(a, torch.Tensor):
         return (a.shape, a.stride(), a.dtype, a.is_meta)
     if isinstance(a, (list, tuple)):
-        return tuple([_key(x) for x in a])
+        return _seq_key(a)
     if isinstance(a, _SCALARS):
         return (type(a), a)
     raise TypeError  # not memoisable
+
+
+def _seq_key(seq) -> tuple:
+    """_key of a list or tuple, its tensors and scalars keyed in place (one call per op's
+    arguments rather than one per argument)."""
+    out = []
+    for a in seq:
+        if isinstance(a, torch.Tensor):
+            out.append((a.shape, a.stride(), a.dtype, a.is_meta))
+        elif isinstance(a, _SCALARS):
+            out.append((type(a), a))
+        else:
+            out.append(_key(a))
+    return tuple(out)
+
+
+class _Names:
+    """Node names exactly as FX's namespace (`torch.fx.graph._Namespace.create_name`) gives
+    them, with a fast path for the candidates it keeps as they are (an op's name: a valid
+    identifier with no "_<digits>" suffix, not a Python keyword or builtin), which FX takes
+    through two regular expressions each time: name, name_1, name_2, ... in FX's own tables,
+    so other candidates still go through FX.  On LLaMA-3 8B's 9,300 nodes FX's create_name
+    was ~8 ms of the trace."""
+
+    def __init__(self) -> None:
+        self.ns = _Namespace()
+        self.used = getattr(self.ns, "_used_names", None)
+        self.counts = getattr(self.ns, "_base_count", None)
+        self.regex = getattr(_fx_graph, "_name_regex", None)
+        self.illegal = getattr(_fx_graph, "_illegal_names", None)
+        self.fast = (isinstance(self.used, set) and isinstance(self.counts, dict)
+                     and self.regex is not None and isinstance(self.illegal, dict))
+        self.plain: dict[str, bool] = {}  # candidate -> FX keeps it as its own base name
+
+    def create(self, candidate: str) -> str:
+        """The unique name FX's create_name(candidate, None) would return."""
+        plain = self.plain.get(candidate)
+        if plain is None:
+            m = self.regex.match(candidate) if self.fast else None
+            plain = self.plain[candidate] = (m is not None and m.group(2) is None
+                                             and self.illegal.get(candidate) is None)
+        if not plain:
+            return self.ns.create_name(candidate, None)
+        used = self.used
+        num = self.counts.get(candidate, 0)
+        name = candidate
+        while name in used:
+            num += 1
+            name = f"{candidate}_{num}"
+        used.add(name)
+        self.counts[candidate] = num
+        return name
 
 
 class TraceNode:
@@ -178,7 +231,7 @@ class _Recording(TorchDispatchMode):
         super().__init__()
         self.root = root
         self.nodes = root.trace_nodes
-        self.names = _Namespace()  # FX's: the names an FX graph would give the same nodes
+        self.names = _Names()  # FX's: the names an FX graph would give the same nodes
         self.on_node = on_node
         self.decompositions = decompositions or {}
         self.env: dict[int, TraceNode] = {}
@@ -193,8 +246,7 @@ class _Recording(TorchDispatchMode):
     def new_node(self, op: str, target, candidate: str, args: tuple = (),
                  kwargs: dict | None = None, inputs: list | None = None) -> TraceNode:
         """Appends a node named as FX names `candidate` (what create_node would take)."""
-        node = TraceNode(op, target, self.names.create_name(candidate, None), args, kwargs,
-                         inputs)
+        node = TraceNode(op, target, self.names.create(candidate), args, kwargs, inputs)
         self.nodes.append(node)
         if self.on_node is not None:
             self.on_node(node)
@@ -255,7 +307,8 @@ class _Recording(TorchDispatchMode):
         if not cacheable:
             return func(*args, **kwargs)
         try:
-            key = (id(func), _key(args), _key(tuple(sorted(kwargs.items()))))
+            key = (id(func), _seq_key(args),
+                   _seq_key(tuple(sorted(kwargs.items()))) if kwargs else ())
             metas = self.memo.get(key)
         except TypeError:
             return func(*args, **kwargs)

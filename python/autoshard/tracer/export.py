@@ -138,26 +138,34 @@ def _metas_from_node_meta(node):
     return None
 
 
-def _dtype(dt, where: str) -> str:
-    name = _compat.dtype_name(dt)
+_DTYPE_NAMES: dict = {}  #: torch dtype -> autoshard name (dtypes that have one)
+
+
+def _dtype(dt, node_name: str) -> str:
+    name = _DTYPE_NAMES.get(dt)
     if name is None:
-        raise ExportError(f"{where}: dtype {dt} has no autoshard name "
-                          "(supported: f32, bf16, f16, f8, i64, i32, bool)")
+        name = _compat.dtype_name(dt)
+        if name is None:
+            raise ExportError(f"node {node_name}: dtype {dt} has no autoshard name "
+                              "(supported: f32, bf16, f16, f8, i64, i32, bool)")
+        _DTYPE_NAMES[dt] = name
     return name
 
 
-def _out_json(metas, where: str) -> list:
+def _out_json(metas, node_name: str) -> list:
+    """The "outputs" of a node from its recorded metas; node_name is for error messages."""
     if len(metas) == 1 and metas[0] is not None:  # the common case, without the search below
         shape, dt = metas[0]
-        return [{"shape": list(map(int, shape)), "dtype": _dtype(dt, where)}]
+        return [{"shape": list(map(int, shape)), "dtype": _DTYPE_NAMES.get(dt)
+                 or _dtype(dt, node_name)}]
     first = next((m for m in metas if m is not None), None)
     outs = []
     for m in metas:
         if m is None:
-            dt = _dtype(first[1], where) if first else "f32"
+            dt = _dtype(first[1], node_name) if first else "f32"
             outs.append({"shape": [0], "dtype": dt, "none": True})
         else:
-            outs.append({"shape": [int(s) for s in m[0]], "dtype": _dtype(m[1], where)})
+            outs.append({"shape": [int(s) for s in m[0]], "dtype": _dtype(m[1], node_name)})
     return outs
 
 
@@ -231,16 +239,32 @@ def _schema_args(target):
     return hit[1]
 
 
-def _bind(node) -> list:
+_OP_FACTS: dict = {}
+
+
+def _op_facts(target) -> tuple:
+    """(op_name, _schema_args or None without a schema) of a call target, cached per target
+    (keyed as _OP_NAMES): one lookup per exported node instead of two."""
+    hit = _OP_FACTS.get(id(target))
+    if hit is None or hit[0] is not target:
+        schema = _schema_args(target) if getattr(target, "_schema", None) is not None else None
+        hit = _OP_FACTS[id(target)] = (target, (op_name(target), schema))
+    return hit[1]
+
+
+def _bind(node, schema_args: tuple | None = None) -> list:
     """(arg name, value) pairs in schema order; positional beyond the schema get arg{i}.
 
     Arguments the call left out take their schema default (so `add.Tensor` always has
-    `alpha`, `gelu` always has `approximate`), sparing consumers a table of ATen defaults."""
-    if getattr(node.target, "_schema", None) is None:
-        return [(f"arg{i}", a) for i, a in enumerate(node.args)] + list(node.kwargs.items())
+    `alpha`, `gelu` always has `approximate`), sparing consumers a table of ATen defaults.
+    schema_args: _schema_args(node.target) when the caller has it."""
+    if schema_args is None:
+        if getattr(node.target, "_schema", None) is None:
+            return [(f"arg{i}", a) for i, a in enumerate(node.args)] + list(node.kwargs.items())
+        schema_args = _schema_args(node.target)
     args, kwargs = node.args, node.kwargs
     pairs = []
-    for i, (name, kwarg_only, has_default, default) in enumerate(_schema_args(node.target)):
+    for i, (name, kwarg_only, has_default, default) in enumerate(schema_args):
         if i < len(args) and not kwarg_only:
             pairs.append((name, args[i]))
         elif name in kwargs:
@@ -270,7 +294,9 @@ def _dead_nodes(nodes: list) -> set:
                 node.op == "call_function" and _is_inplace(node.target)):
             dead.add(node)
             continue
-        live.update(node.all_input_nodes)
+        # A TraceNode's tensor arguments (repeats are harmless in a set) spare building
+        # all_input_nodes' de-duplicated list per node.
+        live.update(node.inputs if type(node) is TraceNode else node.all_input_nodes)
     return dead
 
 
@@ -304,7 +330,12 @@ def _to_graph_dict(traced: TracedStep, name: str, keep_dead: bool) -> dict:
         used_names.add(n)
         return n
 
+    single: dict = {}        # fx node -> its name, for nodes with one output (most references)
+
     def ref(fx_node):
+        name = single.get(fx_node)
+        if name is not None:
+            return name
         if fx_node in folded:
             prod, k = folded[fx_node]
             return {"node": out_name[prod], "output": k}
@@ -323,7 +354,7 @@ def _to_graph_dict(traced: TracedStep, name: str, keep_dead: bool) -> dict:
         if pname in used_names:
             raise ExportError(f"duplicate input/parameter name {pname!r}")
         used_names.add(pname)
-        out_name[fx_node] = pname
+        out_name[fx_node] = single[fx_node] = pname
 
     grad_refs = []
     loss_ref = None
@@ -332,19 +363,18 @@ def _to_graph_dict(traced: TracedStep, name: str, keep_dead: bool) -> dict:
     for fx_node in graph_nodes_:
         if fx_node in dead:
             continue
-        info = fx_node.meta.get(_META_KEY, {})
-        where = f"node {fx_node.name}"
-        if fx_node.op == "placeholder":
+        op = fx_node.op
+        if op == "placeholder":
             pname = out_name[fx_node]
             kind = traced.placeholder_kinds[traced.placeholder_names.index(pname)]
             entry = {"name": pname, "kind": kind,
-                     "outputs": _out_json(metas[fx_node], where)}
+                     "outputs": _out_json(metas[fx_node], fx_node.name)}
             if kind in ("parameter", "buffer"):
                 entry["module"] = pname.rsplit(".", 1)[0] if "." in pname else ""
                 mod_of[fx_node] = entry["module"]
             nodes_out.append(entry)
             continue
-        if fx_node.op == "output":
+        if op == "output":
             flat = []
             for a in _flatten(fx_node.args[0]):
                 if isinstance(a, _NODES):
@@ -354,34 +384,37 @@ def _to_graph_dict(traced: TracedStep, name: str, keep_dead: bool) -> dict:
             nodes_out.append({"name": unique("output"), "kind": "output", "inputs": flat})
             continue
         m = metas.get(fx_node)
-        if m is None or (isinstance(m, tuple) and m and m[0] == "nontensor"):
-            m = _metas_from_node_meta(fx_node) or m
-        is_const, cval = _constant(m)
-        if is_const and fx_node.op == "call_function":
-            consts[fx_node] = cval  # e.g. a SymInt/int output: consumers get the value as attr
-            continue
-        if fx_node.op == "call_function" and fx_node.target is operator.getitem:
+        if type(m) is not list:  # the recorder's metas are lists: tensors, no constant
+            if m is None or (isinstance(m, tuple) and m and m[0] == "nontensor"):
+                m = _metas_from_node_meta(fx_node) or m
+            is_const, cval = _constant(m)
+            if is_const and op == "call_function":
+                consts[fx_node] = cval  # e.g. a SymInt/int output: consumers get the value as attr
+                continue
+        target = fx_node.target
+        if target is operator.getitem and op == "call_function":
             prod, k = fx_node.args
             if prod in sequences and prod in n_outputs and isinstance(k, int):
                 folded[fx_node] = (prod, k if k >= 0 else n_outputs[prod] + k)
                 continue
         if isinstance(m, tuple) and m and m[0] == "nontensor":
-            raise ExportError(f"{where} ({fx_node.target}) produces a non-tensor value "
+            raise ExportError(f"node {fx_node.name} ({target}) produces a non-tensor value "
                               f"{type(m[1]).__name__}; symbolic shapes are not supported")
-        if fx_node.op == "get_attr":
+        if op == "get_attr":
             # A tensor constant captured by the trace; FX makes a node per use: keep one.
-            if fx_node.target in attr_nodes:
-                out_name[fx_node] = attr_nodes[fx_node.target]
+            if target in attr_nodes:
+                out_name[fx_node] = single[fx_node] = attr_nodes[target]
                 continue
-            attr_nodes[fx_node.target] = unique(str(fx_node.target).replace(".", "_"))
-            entry = {"name": attr_nodes[fx_node.target], "kind": "buffer",
-                     "outputs": _out_json(m, where), "module": ""}
-            out_name[fx_node] = entry["name"]
+            attr_nodes[target] = unique(str(target).replace(".", "_"))
+            entry = {"name": attr_nodes[target], "kind": "buffer",
+                     "outputs": _out_json(m, fx_node.name), "module": ""}
+            out_name[fx_node] = single[fx_node] = entry["name"]
             nodes_out.append(entry)
             continue
         # call_function
         inputs, attrs = [], {}
-        for arg_name, value in _bind(fx_node):
+        opname, schema_args = _op_facts(target)
+        for arg_name, value in _bind(fx_node, schema_args):
             if consts:
                 value = _resolve_consts(value, consts)
             if isinstance(value, _NODES):
@@ -403,17 +436,21 @@ def _to_graph_dict(traced: TracedStep, name: str, keep_dead: bool) -> dict:
         nm = unique(fx_node.name)
         out_name[fx_node] = nm
         n_outputs[fx_node] = len(m)
+        if len(m) == 1:
+            single[fx_node] = nm
+        info = fx_node.meta.get(_META_KEY) or {}
         phase = info.get("phase", "forward")
         phase_of[fx_node] = phase
         module = info.get("module", "")
         if phase == "backward" and not info.get("module_known"):
             module = _backward_module(fx_node, mod_of, phase_of)
         mod_of[fx_node] = module
-        entry = {"name": nm, "kind": "op", "op": op_name(fx_node.target), "phase": phase,
-                 "inputs": inputs, "attrs": attrs, "outputs": _out_json(m, where),
+        entry = {"name": nm, "kind": "op", "op": opname, "phase": phase,
+                 "inputs": inputs, "attrs": attrs, "outputs": _out_json(m, fx_node.name),
                  "module": module}
-        if info.get("source"):
-            entry["source"] = info["source"]
+        source = info.get("source")
+        if source:
+            entry["source"] = source
         nodes_out.append(entry)
 
     if len(grad_refs) != len(traced.grad_params):
@@ -429,8 +466,9 @@ def _to_graph_dict(traced: TracedStep, name: str, keep_dead: bool) -> dict:
     out = {"format": FORMAT, "version": VERSION, "name": name, "nodes": nodes_out,
            "grad_pairs": grad_pairs, "loss": loss_ref}
     # Gradient marks (TracedStep.loss_tangent, tangent_nodes): where a runtime feeds gradients.
-    fx_by_name = {n.name: n for n in graph_nodes_}
     marks = [traced.loss_tangent, *traced.tangent_nodes]
+    wanted = set(marks)
+    fx_by_name = {n.name: n for n in graph_nodes_ if n.name in wanted}
     tangents = [out_name[fx_by_name[m]] for m in marks
                 if m is not None and fx_by_name.get(m) in out_name]
     if tangents:
