@@ -239,6 +239,7 @@ class _Recording(TorchDispatchMode):
         self.n_constants = 0
         self.memo: dict = {}
         self.hits = 0
+        self.metas: dict = {}  # (shape, dtype) -> the shared OUT_META of one such tensor
         # id(func) -> (func, cacheable, name candidate): OpOverload hashes in Python (a call per
         # dict lookup), an int key does not; the entry keeps func alive, so its id stays its own.
         self.op_info: dict = {}
@@ -258,7 +259,19 @@ class _Recording(TorchDispatchMode):
         self.env[id(t)] = node
         self.keep.append(t)
         if meta:
-            node.meta[OUT_META] = [(list(t.shape), t.dtype)]
+            node.meta[OUT_META] = self.tensor_meta(t)
+
+    def tensor_meta(self, t: torch.Tensor) -> list:
+        """output_metas(t), one object shared by all nodes whose tensor has t's shape and
+        dtype (read it, never change it): repeated layers make the same few hundred, and
+        each node's own three containers were a third of the objects a trace leaves for
+        Python's collector to walk and free (docs/benchmarks.md, "Issue 24, item 4")."""
+        shape = t.shape
+        key = (shape, t.dtype)
+        m = self.metas.get(key)
+        if m is None:
+            m = self.metas[key] = [(list(shape), t.dtype)]
+        return m
 
     def _arg(self, a, inputs: list):
         if isinstance(a, torch.Tensor):
@@ -292,7 +305,8 @@ class _Recording(TorchDispatchMode):
         node = self.new_node("call_function", func, info[2],
                              tuple([self._arg(a, inputs) for a in args]),
                              {k: self._arg(v, inputs) for k, v in kwargs.items()}, inputs)
-        node.meta[OUT_META] = output_metas(out)
+        node.meta[OUT_META] = (self.tensor_meta(out) if isinstance(out, torch.Tensor)
+                               else output_metas(out))
         node.meta[OUT_SEQUENCE] = isinstance(out, (tuple, list))
         if isinstance(out, torch.Tensor):
             self.bind(out, node, meta=False)  # output_metas above recorded it

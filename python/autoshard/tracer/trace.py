@@ -247,6 +247,12 @@ class _Recorder:
         for h in self.handles:
             h.remove()
         self.handles.clear()
+        # The autograd nodes' pre-hooks close over this recorder, which maps those nodes: a
+        # cycle holding the step's whole autograd graph (and its tensors) until Python's
+        # collector finds it.  Dropping the maps lets reference counting free it here.
+        self.fn_module.clear()
+        self._next_fns.clear()
+        self.in_fns.clear()
         return False
 
 
