@@ -288,6 +288,25 @@ class _Recording(TorchDispatchMode):
             return type(a)(self._arg(x, inputs) for x in a)
         return a
 
+    def _args(self, args: tuple, inputs: list) -> tuple:
+        """tuple(self._arg(a, inputs) for a in args), with the recorded tensors (most
+        arguments) looked up in place rather than through a call each."""
+        out = []
+        env = self.env
+        for a in args:
+            if isinstance(a, torch.Tensor):
+                node = env.get(id(a))
+                if node is None:
+                    out.append(self._arg(a, inputs))  # a constant: recorded by _arg
+                else:
+                    inputs.append(node)
+                    out.append(node)
+            elif isinstance(a, (list, tuple)):
+                out.append(self._arg(a, inputs))
+            else:
+                out.append(a)
+        return tuple(out)
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if self.decompositions:
@@ -303,8 +322,9 @@ class _Recording(TorchDispatchMode):
         out = self._run(func, args, kwargs, info[1])
         inputs: list = []
         node = self.new_node("call_function", func, info[2],
-                             tuple([self._arg(a, inputs) for a in args]),
-                             {k: self._arg(v, inputs) for k, v in kwargs.items()}, inputs)
+                             self._args(args, inputs),
+                             {k: self._arg(v, inputs) for k, v in kwargs.items()} if kwargs
+                             else {}, inputs)
         node.meta[OUT_META] = (self.tensor_meta(out) if isinstance(out, torch.Tensor)
                                else output_metas(out))
         node.meta[OUT_SEQUENCE] = isinstance(out, (tuple, list))
