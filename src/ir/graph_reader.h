@@ -22,6 +22,7 @@
 /// kinds above; the reader's messages then name them through describe().
 #include <fmt/format.h>
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
@@ -101,6 +102,30 @@ class Reader {
         },
         [&](std::string_view why) { fail(p, why); });
   }
+  /// The members of `obj` named in `names` (in that order; nullopt when absent), with unknown
+  /// members rejected as check_keys does, in one pass: looking each field up on its own would
+  /// scan a Python dict once per field.
+  template <size_t N>
+  std::array<std::optional<V>, N> fields(const V& obj, const Path& p,
+                                         const std::string_view (&names)[N]) const {
+    std::array<std::optional<V>, N> out;
+    obj.members(
+        [&](std::string_view k, const V& value) {
+          for (size_t i = 0; i < N; ++i)
+            if (names[i] == k) {
+              out[i] = value;
+              return;
+            }
+          if (!k.empty() && k[0] == '_') return;
+          fail(p.at(k), "unknown field");
+        },
+        [&](std::string_view why) { fail(p, why); });
+    return out;
+  }
+  V required(const std::optional<V>& v, const Path& p, std::string_view key) const {
+    if (!v) fail(p, fmt::format("missing field '{}'", key));
+    return *v;
+  }
   V field(const V& obj, const Path& p, std::string_view key) const {
     std::optional<V> v = obj.find(key);
     if (!v) fail(p, fmt::format("missing field '{}'", key));
@@ -145,12 +170,12 @@ TensorMeta Reader<V>::tensor_meta(const V& v, const Path& p) const {
   // "none": true marks an output the op did not produce (Python None, e.g. a masked-off
   // gradient of convolution_backward); exporters give it shape [0], so it is a zero-byte
   // tensor and the flag needs no storage.
-  check_keys(v, p, {"shape", "dtype", "none"});
-  if (std::optional<V> none = v.find("none"); none && !none->is_boolean())
+  const auto [shape_v, dtype_v, none] = fields(v, p, {"shape", "dtype", "none"});
+  if (none && !none->is_boolean())
     fail(p.at("none"), fmt::format("expected true or false, got {}", none->describe()));
   TensorMeta m;
   Path ps = p.at("shape");
-  V shape = field(v, p, "shape");
+  V shape = required(shape_v, p, "shape");
   expect_array(shape, ps);
   // The product of the non-zero dims is bounded (not only numel, which a single 0 makes 0),
   // so products over any subset of dims stay in range too.
@@ -168,7 +193,7 @@ TensorMeta Reader<V>::tensor_meta(const V& v, const Path& p) const {
     m.shape.push_back(d);
   }
   Path pd = p.at("dtype");
-  std::string_view dt = string_view(field(v, p, "dtype"), pd);
+  std::string_view dt = string_view(required(dtype_v, p, "dtype"), pd);
   auto t = parse_dtype(dt);
   if (!t) fail(pd, fmt::format("unknown dtype '{}' (expected f32, bf16, f16, f8, i64, i32 or bool)", dt));
   m.dtype = *t;
@@ -215,10 +240,10 @@ TensorRef Reader<V>::ref(const Graph& g, const V& v, const Path& p, NodeIdx limi
   if (v.is_string()) {
     name = string_view(v, p);
   } else if (v.is_object()) {
-    check_keys(v, p, {"node", "output"});
+    const auto [node_v, output_v] = fields(v, p, {"node", "output"});
     pn = p.at("node");
-    name = string_view(field(v, p, "node"), pn);
-    if (std::optional<V> o = v.find("output")) {
+    name = string_view(required(node_v, p, "node"), pn);
+    if (const std::optional<V>& o = output_v) {
       output = integer(*o, p.at("output"));
       if (output < 0) fail(p.at("output"), fmt::format("negative output index {}", output));
     }
@@ -243,24 +268,25 @@ TensorRef Reader<V>::ref(const Graph& g, const V& v, const Path& p, NodeIdx limi
 
 template <class V>
 Node Reader<V>::node(const Graph& g, const V& v, const Path& p, NodeIdx index) const {
-  check_keys(v, p,
-             {"name", "kind", "op", "phase", "inputs", "attrs", "outputs", "module", "source"});
+  const auto [name_v, kind_v, op_v, phase_v, inputs_v, attrs_v, outputs_v, module_v, source_v] =
+      fields(v, p, {"name", "kind", "op", "phase", "inputs", "attrs", "outputs", "module",
+                    "source"});
   Node n;
   n.name = *names_[static_cast<size_t>(index)];  // checked by the first pass
   Path pk = p.at("kind");
-  std::string_view kind = string_view(field(v, p, "kind"), pk);
+  std::string_view kind = string_view(required(kind_v, p, "kind"), pk);
   auto k = parse_node_kind(kind);
   if (!k)
     fail(pk, fmt::format("unknown kind '{}' (expected input, parameter, buffer, op or output)",
                          kind));
   n.kind = *k;
   if (n.kind == NodeKind::kOp) {
-    n.op = string(field(v, p, "op"), p.at("op"));
+    n.op = string(required(op_v, p, "op"), p.at("op"));
     if (n.op.empty()) fail(p.at("op"), "empty op name");
-  } else if (std::optional<V> op = v.find("op")) {
+  } else if (const std::optional<V>& op = op_v) {
     n.op = string(*op, p.at("op"));
   }
-  if (std::optional<V> ph = v.find("phase")) {
+  if (const std::optional<V>& ph = phase_v) {
     std::string_view s = string_view(*ph, p.at("phase"));
     auto phase = parse_phase(s);
     if (!phase)
@@ -268,7 +294,7 @@ Node Reader<V>::node(const Graph& g, const V& v, const Path& p, NodeIdx index) c
            fmt::format("unknown phase '{}' (expected forward, backward or optimizer)", s));
     n.phase = *phase;
   }
-  if (std::optional<V> in = v.find("inputs")) {
+  if (const std::optional<V>& in = inputs_v) {
     Path pi = p.at("inputs");
     expect_array(*in, pi);
     const size_t count = in->size();
@@ -278,7 +304,7 @@ Node Reader<V>::node(const Graph& g, const V& v, const Path& p, NodeIdx index) c
     n.inputs.reserve(count);
     for (size_t s = 0; s < count; ++s) n.inputs.push_back(ref(g, in->at(s), pi.at(s), index));
   }
-  if (std::optional<V> at = v.find("attrs")) {
+  if (const std::optional<V>& at = attrs_v) {
     Path pa = p.at("attrs");
     expect_object(*at, pa);
     at->members(
@@ -288,7 +314,7 @@ Node Reader<V>::node(const Graph& g, const V& v, const Path& p, NodeIdx index) c
         },
         [&](std::string_view why) { fail(pa, why); });
   }
-  std::optional<V> outs = v.find("outputs");
+  const std::optional<V>& outs = outputs_v;
   if (n.kind == NodeKind::kOutput) {
     if (outs && !(outs->is_array() && outs->size() == 0))
       fail(p.at("outputs"), "an output node produces no tensors");
@@ -301,8 +327,8 @@ Node Reader<V>::node(const Graph& g, const V& v, const Path& p, NodeIdx index) c
     n.outputs.reserve(count);
     for (size_t i = 0; i < count; ++i) n.outputs.push_back(tensor_meta(outs->at(i), po.at(i)));
   }
-  if (std::optional<V> m = v.find("module")) n.module_path = string(*m, p.at("module"));
-  if (std::optional<V> s = v.find("source")) n.source = string(*s, p.at("source"));
+  if (module_v) n.module_path = string(*module_v, p.at("module"));
+  if (source_v) n.source = string(*source_v, p.at("source"));
   return n;
 }
 
