@@ -60,6 +60,7 @@ def output_metas(val):
     return ("nontensor", val)
 
 
+_META = torch.device("meta")
 _CACHEABLE: dict = {}
 _SCALARS = (int, float, bool, str, type(None), torch.dtype, torch.device, torch.layout,
             torch.memory_format)
@@ -348,7 +349,7 @@ class _Recording(TorchDispatchMode):
             return func(*args, **kwargs)
         if metas is not None:
             self.hits += 1
-            outs = [torch.empty_strided(shape, stride, dtype=dtype, device="meta")
+            outs = [torch.empty_strided(shape, stride, dtype=dtype, device=_META)
                     for shape, stride, dtype in metas]
             return outs[0] if len(outs) == 1 and not isinstance(metas, tuple) else tuple(outs)
         out = func(*args, **kwargs)
