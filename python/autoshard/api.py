@@ -230,11 +230,13 @@ class AutoParallel:
                                           decompose=self.decompose, param_dtype=param_dtype,
                                           mark_outputs=True, attention=attention)
         self._output_nodes = list(self.traced.output_nodes)
-        # The hand-off: the C++ core converts the dict straight into the JSON value its file
-        # reader checks (no json.dumps, no text parse: 0.16 -> ~0.05 s CPU on LLaMA-3 8B's
-        # 9,000 nodes, docs/benchmarks.md "Issue 24, item 4"); the same Graph as from_json.
+        # The hand-off: the C++ core's file reader walks the dict in place (no json.dumps, no
+        # text parse, no intermediate JSON tree: 0.16 -> ~0.015 s CPU on LLaMA-3 8B's 9,000
+        # nodes, docs/benchmarks.md "Issue 24, item 4"), the same Graph as from_json, read
+        # straight into the optimizer.
         graph_dict = to_graph_dict(self.traced, self.name)
-        graph = core.Graph.from_dict(graph_dict, f"<traced {self.name}>")
+        core_opt = core.ShardingOptimizer.from_dict(graph_dict, self.mesh, self.options,
+                                                    f"<traced {self.name}>")
         # The dispatch recorder's dict is not kept (`graph_dict` exports it again when asked
         # for: that export reads only what was recorded): its ~10^5 objects would be walked by
         # the collector for nothing.  make_fx's export re-runs the graph on its tensors, which
@@ -243,8 +245,7 @@ class AutoParallel:
         del graph_dict
         if self.loss_fn is not None:
             _restore_captures(self.traced, loss.twins)
-        self.sharding_optimizer = ShardingOptimizer(
-            core.ShardingOptimizer(graph, self.mesh, self.options))
+        self.sharding_optimizer = ShardingOptimizer(core_opt)
         for kind, args in self._pending:
             getattr(self, kind)(*args)
         self._pending.clear()

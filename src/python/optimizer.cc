@@ -166,6 +166,18 @@ void bind_optimizer(py::module_& m) {
            return ShardingOptimizer(g, mesh, o.value_or(PlannerOptions{}));
          }),
          py::arg("graph"), py::arg("mesh"), py::arg("options") = std::nullopt)
+      .def_static(
+          "from_dict",
+          [](py::handle graph, const Mesh& mesh, std::optional<PlannerOptions> o,
+             const std::string& origin) {
+            // The graph goes straight into the optimizer: no Python Graph to copy it from.
+            return ShardingOptimizer(graph_from_python(graph, origin), mesh,
+                                     o.value_or(PlannerOptions{}));
+          },
+          py::arg("graph"), py::arg("mesh"), py::arg("options") = std::nullopt,
+          py::arg("origin") = "<dict>",
+          "ShardingOptimizer(Graph.from_dict(graph, origin), mesh, options) without the "
+          "Graph's copy.")
       .def_property_readonly("graph", &ShardingOptimizer::graph, py::return_value_policy::reference_internal)
       .def_property_readonly("mesh", &ShardingOptimizer::mesh, py::return_value_policy::reference_internal)
       .def_property_readonly("options", &ShardingOptimizer::options)

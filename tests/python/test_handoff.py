@@ -39,6 +39,23 @@ def test_traced_graph_same_as_json_path(core, traced_dict):
     assert plans[0] == plans[1]
 
 
+def test_optimizer_from_dict_same_plan(core, traced_dict):
+    """ShardingOptimizer.from_dict (what AutoParallel uses: the graph read straight into the
+    optimizer) plans as ShardingOptimizer(Graph.from_dict(...)), and reports bad input alike."""
+    mesh = core.Mesh([2, 4], ["dp", "tp"])
+    options = core.planner_options(threads=1)
+    direct = core.ShardingOptimizer.from_dict(traced_dict, mesh, options, "<traced>")
+    via_graph = core.ShardingOptimizer(core.Graph.from_dict(traced_dict, "<traced>"), mesh,
+                                       options)
+    assert direct.graph.to_json() == via_graph.graph.to_json()
+    plans = [opt.get_solution() for opt in (direct, via_graph)]
+    assert all(p.has_solution for p in plans)
+    assert direct.placements_json(plans[0]) == via_graph.placements_json(plans[1])
+    bad = dict(traced_dict, version=2)
+    with pytest.raises(RuntimeError, match=r"^<traced>: /version: unsupported version 2"):
+        core.ShardingOptimizer.from_dict(bad, mesh, options, "<traced>")
+
+
 def test_fixture_file_same_as_file_reader(core):
     path = os.path.join(FIXTURES, "llama2l.graph.json")
     with open(path, encoding="utf-8") as f:
