@@ -152,8 +152,21 @@ class LazyFxGraphTest(unittest.TestCase):
         out = gm(*traced.flat_args)
         self.assertEqual(len(out), 1 + len(traced.grad_params))
 
+    def test_names_are_fx_namespace_names(self):
+        """The recorder's fast namer gives exactly what FX's namespace gives, for plain op
+        names and for the candidates FX renames (suffixes, keywords, builtins, bad chars)."""
+        from torch.fx.graph import _Namespace
 
-@unittest.skipIf(torch is None or torchvision is None, "PyTorch/torchvision not installed")
+        from autoshard.tracer.dispatch_trace import _Names
+
+        candidates = ["mm", "mm", "mm_1", "mm", "arg0", "arg0", "getitem", "getitem_2",
+                      "getitem", "getitem", "_tensor_constant0", "add_", "add", "list", "for",
+                      "1abc", "a.b", "", "output", "mm_1", "sum_1", "sum", "sum", "add_1"]
+        fx, ours = _Namespace(), _Names()
+        self.assertEqual([ours.create(c) for c in candidates],
+                         [fx.create_name(c, None) for c in candidates])
+
+
 class ResNetTraceTest(unittest.TestCase):
     def test_resnet18(self):
         from autoshard.tracer import export_training_graph
