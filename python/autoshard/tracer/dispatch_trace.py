@@ -329,8 +329,9 @@ class _Recording(TorchDispatchMode):
         node.meta[OUT_META] = (self.tensor_meta(out) if isinstance(out, torch.Tensor)
                                else output_metas(out))
         node.meta[OUT_SEQUENCE] = isinstance(out, (tuple, list))
-        if isinstance(out, torch.Tensor):
-            self.bind(out, node, meta=False)  # output_metas above recorded it
+        if isinstance(out, torch.Tensor):  # self.bind(out, node, meta=False), inlined
+            self.env[id(out)] = node
+            self.keep.append(out)
         elif isinstance(out, (tuple, list)):
             for i, t in enumerate(out):
                 if isinstance(t, torch.Tensor):

@@ -190,8 +190,12 @@ class _Recorder:
 
     def _source(self) -> str:
         f = sys._getframe(2)
+        known = self._file_ok
         while f is not None:
-            base = self._user_file(f.f_code.co_filename)
+            filename = f.f_code.co_filename
+            base = known.get(filename)  # _user_file's cache, read here: a call per frame less
+            if base is None:
+                base = self._user_file(filename)
             if base:
                 return f"{base}:{f.f_lineno}"
             f = f.f_back
