@@ -167,6 +167,7 @@ class LazyFxGraphTest(unittest.TestCase):
                          [fx.create_name(c, None) for c in candidates])
 
 
+@unittest.skipIf(torch is None or torchvision is None, "PyTorch/torchvision not installed")
 class ResNetTraceTest(unittest.TestCase):
     def test_resnet18(self):
         from autoshard.tracer import export_training_graph
