@@ -198,6 +198,9 @@ def _attr(value):
     raise _Skip
 
 
+_PLAIN_ATTRS = (bool, int, str)  #: exact types _attr returns unchanged
+
+
 class _Skip(Exception):
     pass
 
@@ -418,7 +421,8 @@ def _to_graph_dict(traced: TracedStep, name: str, keep_dead: bool) -> dict:
             if consts:
                 value = _resolve_consts(value, consts)
             if isinstance(value, _NODES):
-                inputs.append(ref(value))
+                known = single.get(value)  # ref(value), its common case in place
+                inputs.append(known if known is not None else ref(value))
             elif isinstance(value, (list, tuple)) and any(isinstance(v, _NODES)
                                                           for v in value):
                 present = [i for i, v in enumerate(value) if v is not None]
@@ -428,6 +432,8 @@ def _to_graph_dict(traced: TracedStep, name: str, keep_dead: bool) -> dict:
                     attrs[arg_name + "_positions"] = present
             elif value is None or arg_name in _OMIT_ARGS:
                 continue
+            elif type(value) in _PLAIN_ATTRS:  # _attr(value) is value itself
+                attrs[arg_name] = value
             else:
                 try:
                     attrs[arg_name] = _attr(value)
