@@ -125,13 +125,19 @@ TEST(PipelinePlan, OneF1BOnTwoStages) {
   EXPECT_EQ(stage("layers.3.attention.wq.weight"), 1);
 }
 
+/// 4 microbatches, `s` pinned with 2 stages per rank.
+PipelineOptions two_per_rank(PipelineSchedule s) {
+  PipelineOptions po;
+  po.microbatches = 4;
+  po.schedule = s;
+  po.stages_per_rank = 2;
+  return po;
+}
+
 TEST(PipelinePlan, InterleavedPutsStageIOnRankIModP) {
   const Graph g = pp_llama();
   const Mesh mesh({2, 2}, {"pp", "dp"}, h100());
-  PipelineOptions po;
-  po.microbatches = 4;
-  po.schedule = PipelineSchedule::kInterleaved1F1B;
-  po.stages_per_rank = 2;
+  PipelineOptions po = two_per_rank(PipelineSchedule::kInterleaved1F1B);
   const PipelinePlan pl = plan_pipeline(g, mesh, additive(), po);
   ASSERT_EQ(pl.stages.size(), 4u);
   for (int32_t s = 0; s < 4; ++s) {
@@ -150,10 +156,7 @@ TEST(PipelinePlan, InterleavedPutsStageIOnRankIModP) {
 TEST(PipelinePlan, ZeroBubbleSplitsTheBackwardAndShrinksTheBubble) {
   const Graph g = pp_llama();
   const Mesh mesh({2, 2}, {"pp", "dp"}, h100());
-  PipelineOptions po;
-  po.microbatches = 4;
-  po.schedule = PipelineSchedule::kInterleaved1F1B;
-  po.stages_per_rank = 2;
+  PipelineOptions po = two_per_rank(PipelineSchedule::kInterleaved1F1B);
   const PipelinePlan i1f1b = plan_pipeline(g, mesh, additive(), po);
   po.schedule = PipelineSchedule::kInterleavedZeroBubble;
   const PipelinePlan zb = plan_pipeline(g, mesh, additive(), po);
