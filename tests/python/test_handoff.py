@@ -4,6 +4,7 @@ the JSON text path (`Graph.from_json(json.dumps(...))`, the file reader), and th
 import json
 import os
 import re
+from typing import Any
 
 import pytest
 
@@ -112,6 +113,17 @@ def test_bad_dict_one_line_at_location(core, traced_dict, edit, where, why):
     assert str(e.value) == f"<traced>: /nodes/{op}{where} (node '{name}'): {why}"
 
 
+def _dict_and_text_errors(core: Any, doc: dict, kind: type) -> list[str]:
+    """The messages `Graph.from_dict` and `Graph.from_json` raise on `doc`, in that order."""
+    messages = []
+    for load in (lambda: core.Graph.from_dict(doc, "g"),
+                 lambda: core.Graph.from_json(json.dumps(doc), "g")):
+        with pytest.raises(kind) as e:
+            load()
+        messages.append(str(e.value))
+    return messages
+
+
 @pytest.mark.parametrize("edit", [
     lambda n: n["outputs"][0]["shape"].__setitem__(0, 2 ** 63),
     lambda n: n["outputs"][0]["shape"].__setitem__(0, 2 ** 70),
@@ -123,12 +135,7 @@ def test_bad_dict_one_line_at_location(core, traced_dict, edit, where, why):
 def test_bad_dict_same_message_as_text(core, traced_dict, edit):
     """Where JSON can spell the bad value, the dict and the text give the same message."""
     doc, _ = _bad_doc(traced_dict, edit)
-    messages = []
-    for load in (lambda: core.Graph.from_dict(doc, "g"),
-                 lambda: core.Graph.from_json(json.dumps(doc), "g")):
-        with pytest.raises(RuntimeError) as e:
-            load()
-        messages.append(str(e.value))
+    messages = _dict_and_text_errors(core, doc, RuntimeError)
     assert messages[0] == messages[1]
 
 
@@ -136,12 +143,7 @@ def test_reader_errors_are_the_file_readers(core, traced_dict):
     doc = json.loads(json.dumps(traced_dict))
     op = next(i for i, n in enumerate(doc["nodes"]) if n["kind"] == "op")
     doc["nodes"][op]["inputs"] = ["no_such_node"]
-    messages = []
-    for load in (lambda: core.Graph.from_dict(doc, "g"),
-                 lambda: core.Graph.from_json(json.dumps(doc), "g")):
-        with pytest.raises(Exception) as e:
-            load()
-        messages.append(str(e.value))
+    messages = _dict_and_text_errors(core, doc, Exception)
     assert messages[0] == messages[1]
     assert f"/nodes/{op}/inputs/0" in messages[0] and "unknown node 'no_such_node'" in messages[0]
     assert "\n" not in messages[0]
