@@ -149,10 +149,10 @@ std::shared_ptr<StageSolve> StageSolver::solve(StageKind kind, int32_t k, StageM
   if (s->plan.has_solution) stage_figures(mesh_, pp_, sub_, popt_.microbatches, *s);
   else s->microbatch_us = kSolveInf;  // no plan (infeasible, or the time limit)
   if (opt_.progress)
-    opt_.progress(fmt::format("stage kind {} with {} layers{}: {} {:.3f} us, bound {:.3f} us, in {:.3f}s",
+    opt_.progress(fmt::format("stage kind {} with {} layers{}: {} {:.3f} us, proven bound {:.3f} us, in {:.3f}s",
                               static_cast<int>(kind), k,
                               limit > 0 ? fmt::format(" ({} in flight, limit {} B)", mem.inflight, limit) : "",
-                              solve_status_name(s->plan.status), s->plan.objective_us, s->plan.lower_bound_us,
+                              solve_status_name(s->plan.status), s->plan.objective_us, s->lower_bound_us,
                               s->seconds));
   return s;
 }
