@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets up (Debian packages when root), builds every target in Release (g++) and with
 # AddressSanitizer + UndefinedBehaviorSanitizer (clang), runs every test in both builds, and
-# fuzzes every file loader for 20 s.  What CI runs; about 18 min on 2 cores from a clean clone.
+# fuzzes every file loader for 20 s.  What CI runs; 15 min 38 s on 2 cores from a clean clone
+# (2026-12-03, ccache off, Debian and PyPI packages already cached; 11 min with a warm ccache).
 #
 # One clang build serves the sanitizer tests and the libFuzzer harnesses (its objects carry
 # libFuzzer's coverage instrumentation, which costs the tests little), and `pip install .`
