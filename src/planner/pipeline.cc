@@ -460,10 +460,9 @@ Evaluated fixed_split(Search& S, const Layout& l) {
   if (n != S.P * v || total != S.L || *std::min_element(layers.begin(), layers.end()) < 1)
     throw std::invalid_argument(fmt::format("pipeline: a fixed split needs {} stages of >= 1 layer summing to {}",
                                             S.P * v, S.L));
-  std::vector<double> up, low;
+  std::vector<double> low;
   for (int32_t s = 0; s < n; ++s) {
     auto st = S.solver.fitted(kind_of(s, n), layers[psz(s)], l.planned(s, layers[psz(s)]));
-    up.push_back(st->microbatch_us);
     // A bound under a budget that is not a relaxation: the memory-free one.
     low.push_back(l.budget_is_relaxation() ? st->lower_bound_us : S.solver.free(kind_of(s, n), layers[psz(s)])->lower_bound_us);
   }
@@ -473,12 +472,11 @@ Evaluated fixed_split(Search& S, const Layout& l) {
   e.step_us = st.empty() ? kPipeInf : timeline_step(l.schedule, S.P, v, S.popt.microbatches, st);
   // The busiest rank's work (the formula with no fill-and-drain): a bound of the timeline.
   double bound = pipelined_step_us(l.schedule, low, S.P, v, S.popt.microbatches, 0.0);
+  // One stage per rank, whole backwards: also the stages before each rank fill and drain.
+  double before = 0;
   if (v == 1 && !splits_backward(l.schedule))
-    for (int32_t r = 0, M = S.popt.microbatches; r < n; ++r) {
-      double before = 0;
-      for (int32_t s = 0; s < r; ++s) before += low[psz(s)];
-      bound = std::max(bound, M * low[psz(r)] + before);
-    }
+    for (int32_t r = 0; r < n; before += low[psz(r)], ++r)
+      bound = std::max(bound, S.popt.microbatches * low[psz(r)] + before);
   e.lower_bound_us = std::min(e.step_us, bound);
   return e;
 }
