@@ -254,13 +254,11 @@ class _Recording(TorchDispatchMode):
             self.on_node(node)
         return node
 
-    def bind(self, t: torch.Tensor, node: TraceNode, meta: bool = True) -> None:
-        """Makes `node` the producer of tensor t (and records t's metadata on it, unless the
-        caller already did)."""
+    def bind(self, t: torch.Tensor, node: TraceNode) -> None:
+        """Makes `node` the producer of tensor t and records t's metadata on it."""
         self.env[id(t)] = node
         self.keep.append(t)
-        if meta:
-            node.meta[OUT_META] = self.tensor_meta(t)
+        node.meta[OUT_META] = self.tensor_meta(t)
 
     def tensor_meta(self, t: torch.Tensor) -> list:
         """output_metas(t), one object shared by all nodes whose tensor has t's shape and
@@ -329,7 +327,7 @@ class _Recording(TorchDispatchMode):
         node.meta[OUT_META] = (self.tensor_meta(out) if isinstance(out, torch.Tensor)
                                else output_metas(out))
         node.meta[OUT_SEQUENCE] = isinstance(out, (tuple, list))
-        if isinstance(out, torch.Tensor):  # self.bind(out, node, meta=False), inlined
+        if isinstance(out, torch.Tensor):  # bind() without its metadata (recorded above)
             self.env[id(out)] = node
             self.keep.append(out)
         elif isinstance(out, (tuple, list)):

@@ -138,17 +138,11 @@ def _metas_from_node_meta(node):
     return None
 
 
-_DTYPE_NAMES: dict = {}  #: torch dtype -> autoshard name (dtypes that have one)
-
-
 def _dtype(dt, node_name: str) -> str:
-    name = _DTYPE_NAMES.get(dt)
+    name = _compat.dtype_name(dt)
     if name is None:
-        name = _compat.dtype_name(dt)
-        if name is None:
-            raise ExportError(f"node {node_name}: dtype {dt} has no autoshard name "
-                              "(supported: f32, bf16, f16, f8, i64, i32, bool)")
-        _DTYPE_NAMES[dt] = name
+        raise ExportError(f"node {node_name}: dtype {dt} has no autoshard name "
+                          "(supported: f32, bf16, f16, f8, i64, i32, bool)")
     return name
 
 
@@ -156,7 +150,7 @@ def _out_json(metas, node_name: str) -> list:
     """The "outputs" of a node from its recorded metas; node_name is for error messages."""
     if len(metas) == 1 and metas[0] is not None:  # the common case, without the search below
         shape, dt = metas[0]
-        return [{"shape": list(map(int, shape)), "dtype": _DTYPE_NAMES.get(dt)
+        return [{"shape": list(map(int, shape)), "dtype": _compat.dtype_name(dt)
                  or _dtype(dt, node_name)}]
     first = next((m for m in metas if m is not None), None)
     outs = []
