@@ -255,11 +255,16 @@ Evaluated best_on_timeline(Search& S, const Layout& l, Evaluated best) {
   if (!best.layers.empty()) cands.push_back(best.layers);
   if (n > 2) {
     // The sizes the near-equal and equal splits use.
+    std::vector<std::pair<int32_t, int32_t>> sizes;  // (stage position, k)
     for (int32_t k : {q, q + 1})
-      if (k >= 1 && k <= L - n + 1) S.solver.fitted(kStageMid, k, l.planned(1, k));
+      if (k >= 1 && k <= L - n + 1) sizes.emplace_back(1, k);
     for (int32_t s : {0, n - 1})
       for (int32_t k : {q - 1, q})
-        if (k >= 1) S.solver.fitted(kind_of(s, n), k, l.planned(s, k));
+        if (k >= 1) sizes.emplace_back(s, k);
+    std::vector<std::pair<StageKind, int32_t>> keys;
+    for (const auto& [s, k] : sizes) keys.emplace_back(kind_of(s, n), k);
+    S.solver.prefetch(keys);
+    for (const auto& [s, k] : sizes) S.solver.fitted(kind_of(s, n), k, l.planned(s, k));
     const double k = layer_factor(S, l.schedule, n);
     const Evaluated e = split_step(near_equal(S.upper_table(l), q), L, S.P, l.v, M, l.schedule, k);
     if (!e.layers.empty()) cands.push_back(e.layers);
@@ -285,13 +290,18 @@ Evaluated best_on_timeline(Search& S, const Layout& l, Evaluated best) {
 Evaluated search_split(Search& S, const Layout& l, double cutoff) {
   const int32_t P = S.P, L = S.L, M = S.popt.microbatches, n = l.n, v = l.v;
   const int32_t K = L - n + 1;
-  // A kind never solved yet: one layer and the balanced size; the DP on the bounds asks for more.
+  // A kind never solved yet: one and two layers, the balanced size and two layers above a
+  // rank's share with one stage per rank, so that the sizes the DP asks for between are mostly
+  // evaluated patterns (StageSolver::free), all at once; the DP on the bounds asks for more.
+  std::vector<std::pair<StageKind, int32_t>> first;
   for (int32_t s = 0; s < n; s = s == 0 && n > 2 ? n - 2 : s + 1) {
     const StageKind kind = kind_of(s, n);
     const auto& fs = S.solver.free_solves();
     if (std::none_of(fs.begin(), fs.end(), [&](const auto& e) { return e.first.first == kind; }))
-      for (int32_t k : {1, std::min(K, (L + n - 1) / n)}) S.solver.free(kind, k);
+      for (int32_t k : {1, std::min(K, 2), std::min(K, (L + n - 1) / n), std::min(K, (L + P - 1) / P + 2)})
+        first.emplace_back(kind, k);
   }
+  S.solver.prefetch(first);
   Evaluated best;
   double bound = 0;  // of the timeline: the busiest rank's work
   for (int iter = 0; iter < 16; ++iter) {
@@ -311,14 +321,16 @@ Evaluated search_split(Search& S, const Layout& l, double cutoff) {
       best = e;
     }
     if (std::isfinite(best.step_us) && best.step_us - best.lower_bound_us <= S.popt.target_gap * best.step_us) break;
-    bool added = false;
-    for (int32_t s = 0; s < static_cast<int32_t>(low.layers.size()); ++s) {
-      const StageKind kind = kind_of(s, n);
-      const StageMemory mem = l.planned(s, low.layers[psz(s)]);
-      if (S.solver.resolved(kind, low.layers[psz(s)], mem)) continue;
-      S.solver.fitted(kind, low.layers[psz(s)], mem);
-      added = true;
-    }
+    std::vector<int32_t> wanted;  // stage positions
+    std::vector<std::pair<StageKind, int32_t>> keys;
+    for (int32_t s = 0; s < static_cast<int32_t>(low.layers.size()); ++s)
+      if (!S.solver.resolved(kind_of(s, n), low.layers[psz(s)], l.planned(s, low.layers[psz(s)]))) {
+        wanted.push_back(s);
+        keys.emplace_back(kind_of(s, n), low.layers[psz(s)]);
+      }
+    S.solver.prefetch(keys);  // the memory-free solves at once; the fitted ones below
+    for (int32_t s : wanted) S.solver.fitted(kind_of(s, n), low.layers[psz(s)], l.planned(s, low.layers[psz(s)]));
+    const bool added = !wanted.empty();
     if (!added) break;
   }
   Evaluated out = best_on_timeline(S, l, best);
@@ -554,6 +566,11 @@ PipelinePlan assembled(Search& S, const PipelinePlan& head, const ScheduleCandid
   PipelinePlan pl = head;
   pl.schedule = c.schedule;
   pl.v = c.v;
+  // The split's sizes that were evaluated as patterns are solved now (a solve may find better).
+  std::vector<std::pair<StageKind, int32_t>> keys;
+  const int32_t n = static_cast<int32_t>(c.e.layers.size());
+  for (int32_t s = 0; s < n; ++s) keys.emplace_back(kind_of(s, n), c.e.layers[psz(s)]);
+  S.solver.refine(keys);
   assemble(S, c.l, pl, c.e.layers);
   std::vector<double> costs;
   for (const PipelineStage& st : pl.stages) costs.push_back(st.solve->microbatch_us);

@@ -70,6 +70,9 @@ struct PipelineOptions {
   /// `schedule`): for recipes such as torchtitan's equal stages.  The bound is then this
   /// split's (its stages' bounds in the schedule's formula).
   std::vector<int32_t> fixed_layers;
+  /// Threads solving independent stage problems at once (StageSolver::prefetch); 0: the
+  /// cores available.  Without a time limit the plan does not depend on it.
+  int32_t stage_threads = 0;
   /// Called on every stage's optimizer before it solves (a recipe's pins).
   std::function<void(ShardingOptimizer&)> stage_hook;
 };
@@ -103,6 +106,8 @@ struct StageSolve {
   /// keeps for W (planner/backward_split.h): the zero-bubble schedules' figures.
   PartTimes parts;
   double seconds = 0;  ///< wall time of the solve
+  /// Evaluated as the pattern of two solved sizes (planner/stage_pattern.h), not solved.
+  bool interpolated = false;
 };
 
 struct PipelineStage {

@@ -5,11 +5,14 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <exception>
 #include <limits>
+#include <thread>
 
 #include "planner/inflight_memory.h"
 #include "planner/recipes.h"
 #include "planner/sharding_optimizer.h"
+#include "planner/stage_pattern.h"
 
 namespace autoshard {
 
@@ -129,7 +132,7 @@ PlannerOptions StageSolver::stage_options(const StageGraph& sg, double inflight,
 }
 
 std::shared_ptr<StageSolve> StageSolver::solve(StageKind kind, int32_t k, StageMemory mem, int64_t limit,
-                                               double cutoff) {
+                                               double cutoff, std::string* log) {
   auto [lo, hi] = canonical_range(kind, k, L_);
   auto s = std::make_shared<StageSolve>();
   s->sg = extract_stage(g_, m_, lo, hi);
@@ -148,12 +151,15 @@ std::shared_ptr<StageSolve> StageSolver::solve(StageKind kind, int32_t k, StageM
   s->lower_bound_us = proven_bound(s->plan, node_floor(so));
   if (s->plan.has_solution) stage_figures(mesh_, pp_, sub_, popt_.microbatches, *s);
   else s->microbatch_us = kSolveInf;  // no plan (infeasible, or the time limit)
-  if (opt_.progress)
-    opt_.progress(fmt::format("stage kind {} with {} layers{}: {} {:.3f} us, proven bound {:.3f} us, in {:.3f}s",
-                              static_cast<int>(kind), k,
-                              limit > 0 ? fmt::format(" ({} in flight, limit {} B)", mem.inflight, limit) : "",
-                              solve_status_name(s->plan.status), s->plan.objective_us, s->lower_bound_us,
-                              s->seconds));
+  if (opt_.progress) {
+    std::string line = fmt::format("stage kind {} with {} layers{}: {} {:.3f} us, proven bound {:.3f} us, in {:.3f}s",
+                                   static_cast<int>(kind), k,
+                                   limit > 0 ? fmt::format(" ({} in flight, limit {} B)", mem.inflight, limit) : "",
+                                   solve_status_name(s->plan.status), s->plan.objective_us, s->lower_bound_us,
+                                   s->seconds);
+    if (log) *log = std::move(line);
+    else opt_.progress(line);
+  }
   return s;
 }
 
@@ -226,12 +232,137 @@ std::shared_ptr<StageSolve> StageSolver::recipe_candidate(StageKind kind, int32_
   return s;
 }
 
+std::shared_ptr<StageSolve> StageSolver::interpolate(StageKind kind, int32_t k) {
+  if (kind == kStageBoth) return nullptr;
+  // The nearest solved sizes below and above k (evaluated ones are no new information).
+  std::shared_ptr<const StageSolve> below, above;
+  int32_t kb = 0, ka = 0;
+  for (const auto& [key, sv] : free_) {
+    if (key.first != kind || sv->interpolated || !sv->plan.has_solution) continue;
+    if (key.second < k && key.second >= 2) below = sv, kb = key.second;
+    if (key.second > k && !above) above = sv, ka = key.second;
+  }
+  if (!below || !above) return nullptr;
+  auto range = [&](int32_t n) { return canonical_range(kind, n, L_); };
+  const auto pb = stage_pattern(below->sg, below->plan, m_, range(kb).first, range(kb).second);
+  const auto pa = stage_pattern(above->sg, above->plan, m_, range(ka).first, range(ka).second);
+  if (!pa) return nullptr;
+  // One pattern at both ends is optimal between them up to their gaps; where they differ,
+  // each is a candidate (the one below only with a middle layer of its own).
+  std::vector<StagePattern> pats;
+  if (auto both = pb ? merge_patterns(*pb, *pa) : std::nullopt) pats.push_back(std::move(*both));
+  else {
+    pats.push_back(*pa);
+    if (pb && kb >= 3) pats.push_back(*pb);
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  auto [lo, hi] = range(k);
+  auto s = std::make_shared<StageSolve>();
+  s->sg = extract_stage(g_, m_, lo, hi);
+  s->optimizer = std::make_shared<ShardingOptimizer>(s->sg.graph, sub_, stage_options(s->sg, 1.0, 0));
+  ShardingOptimizer& so = *s->optimizer;
+  if (popt_.stage_hook) popt_.stage_hook(so);
+  std::vector<StrategyIdx> choice;
+  for (const StagePattern& pat : pats) {
+    const auto wanted = pattern_strategies(pat, s->sg, m_, lo, hi);
+    if (!wanted) continue;
+    std::vector<StrategyIdx> c = so.match_strategies(*wanted);
+    if (std::find(c.begin(), c.end(), -1) != c.end()) continue;
+    Plan p = so.evaluate(c);
+    if (std::isfinite(p.objective_us) && (choice.empty() || p.objective_us < s->plan.objective_us)) {
+      s->plan = std::move(p);
+      choice = std::move(c);
+    }
+  }
+  if (choice.empty()) return nullptr;
+  // The stage optimum is concave in k (pipeline.h): the chord of the proven bounds holds.
+  const double w = static_cast<double>(k - kb) / (ka - kb);
+  const double chord = below->lower_bound_us + w * (above->lower_bound_us - below->lower_bound_us);
+  const double bound = std::min(std::max(chord, node_floor(so)), s->plan.objective_us);
+  // No wider a gap (in us) than the solves at its ends left, or the search's target: else
+  // solve it.  With one pattern at both ends that always holds (the plan's cost and the chord
+  // both interpolate the ends).
+  const double allowed = std::max({below->microbatch_us - below->lower_bound_us,
+                                   above->microbatch_us - above->lower_bound_us,
+                                   popt_.target_gap * s->plan.objective_us});
+  if (s->plan.objective_us - bound > allowed * (1 + 1e-9)) return nullptr;
+  s->lower_bound_us = s->plan.lower_bound_us = bound;
+  s->plan.status = bound >= s->plan.objective_us ? SolveStatus::kOptimal : SolveStatus::kFeasible;
+  so.set_solution(s->plan, choice);
+  s->interpolated = true;
+  s->layer_floor_us = layer_floor(so, s->sg, lo, m_);
+  stage_figures(mesh_, pp_, sub_, popt_.microbatches, *s);
+  s->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (opt_.progress)
+    opt_.progress(fmt::format("stage kind {} with {} layers: the plan of {} or {} layers, {:.3f} us, bound {:.3f} us, "
+                              "in {:.3f}s", static_cast<int>(kind), k, kb, ka, s->plan.objective_us,
+                              s->lower_bound_us, s->seconds));
+  return s;
+}
+
 std::shared_ptr<const StageSolve> StageSolver::free(StageKind kind, int32_t k) {
   const FreeKey key{kind, kind == kStageBoth ? L_ : k};
   if (auto it = free_.find(key); it != free_.end()) return it->second;
-  auto s = solve(kind, key.second, StageMemory{}, 0);
+  std::shared_ptr<StageSolve> s = interpolate(kind, key.second);
+  if (!s) s = solve(kind, key.second, StageMemory{}, 0);
   free_[key] = s;
   return s;
+}
+
+std::vector<std::shared_ptr<StageSolve>> StageSolver::solve_all(const std::vector<FreeKey>& keys) {
+  std::vector<std::shared_ptr<StageSolve>> out(keys.size());
+  std::vector<std::string> logs(keys.size());
+  std::vector<std::exception_ptr> failed(keys.size());
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i = next++; i < keys.size(); i = next++) try {
+        out[i] = solve(static_cast<StageKind>(keys[i].first), keys[i].second, StageMemory{}, 0, kSolveInf, &logs[i]);
+      } catch (...) {
+        failed[i] = std::current_exception();
+      }
+  };
+  const int32_t hw = static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency()));
+  const size_t n = std::min(keys.size(), static_cast<size_t>(popt_.stage_threads > 0 ? popt_.stage_threads : hw));
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < n; ++t) pool.emplace_back(work);
+  work();
+  for (std::thread& t : pool) t.join();
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (failed[i]) std::rethrow_exception(failed[i]);  // the first in key order, as in sequence
+    if (opt_.progress && !logs[i].empty()) opt_.progress(logs[i]);
+  }
+  return out;
+}
+
+void StageSolver::prefetch(const std::vector<std::pair<StageKind, int32_t>>& keys) {
+  std::vector<FreeKey> todo;
+  for (auto [kind, k] : keys) {
+    const FreeKey key{kind, kind == kStageBoth ? L_ : k};
+    if (free_.count(key) || std::find(todo.begin(), todo.end(), key) != todo.end()) continue;
+    if (auto s = interpolate(kind, key.second)) free_[key] = s;
+    else todo.push_back(key);
+  }
+  std::vector<std::shared_ptr<StageSolve>> out = solve_all(todo);
+  for (size_t i = 0; i < todo.size(); ++i) free_[todo[i]] = std::move(out[i]);
+}
+
+void StageSolver::refine(const std::vector<std::pair<StageKind, int32_t>>& keys) {
+  std::vector<FreeKey> todo;
+  for (auto [kind, k] : keys) {
+    const FreeKey key{kind, kind == kStageBoth ? L_ : k};
+    const auto it = free_.find(key);
+    if (it != free_.end() && it->second->interpolated && std::find(todo.begin(), todo.end(), key) == todo.end())
+      todo.push_back(key);
+  }
+  std::vector<std::shared_ptr<StageSolve>> out = solve_all(todo);
+  for (size_t i = 0; i < todo.size(); ++i) {
+    const StageSolve& was = *free_.at(todo[i]);
+    std::shared_ptr<StageSolve> s = out[i];
+    if (!s->plan.has_solution || s->microbatch_us >= was.microbatch_us) s = std::make_shared<StageSolve>(was);
+    s->lower_bound_us = std::min(std::max(out[i]->lower_bound_us, was.lower_bound_us), s->microbatch_us);
+    s->interpolated = false;  // solved now: a bracket end like any solve
+    free_[todo[i]] = std::move(s);
+  }
 }
 
 bool StageSolver::resolved(StageKind kind, int32_t k, StageMemory mem) const {

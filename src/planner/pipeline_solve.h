@@ -20,13 +20,16 @@
 ///    stage that finds none leaves the better of them.
 /// Fitted costs are non-decreasing in k and in inflight and non-increasing in budget (a plan
 /// of the larger problem restricted, or under the tighter budget, is one of the other).
+#include <atomic>
 #include <cstdint>
 #include <limits>
 #include <map>
-#include <string_view>
 #include <memory>
+#include <string>
+#include <string_view>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 #include "planner/pipeline.h"
 
@@ -49,8 +52,18 @@ class StageSolver {
   StageSolver(const Graph& g, const Mesh& mesh, const PlannerOptions& opt, const PipelineOptions& popt,
               const LayerMap& m, int32_t pp);
 
-  /// The memory-free plan of the canonical stage (kind, k).
+  /// The memory-free plan of the canonical stage (kind, k): solved, or -- where the nearest
+  /// solved sizes of the kind below and above k are one pattern (planner/stage_pattern.h) --
+  /// that pattern evaluated at k, with the chord of their bounds as its bound.
   std::shared_ptr<const StageSolve> free(StageKind kind, int32_t k);
+  /// free() of every key not known yet, the solves run on PipelineOptions::stage_threads
+  /// threads.  Which are solved and which evaluated is decided before any runs, in key order,
+  /// so the result does not depend on the threads' timing.
+  void prefetch(const std::vector<std::pair<StageKind, int32_t>>& keys);
+  /// Solves the memory-free stages of `keys` that were evaluated as patterns (the sizes a
+  /// chosen split uses), in parallel as prefetch does; a solve replaces the evaluated plan
+  /// where it is cheaper, and the better of the two bounds is kept either way.
+  void refine(const std::vector<std::pair<StageKind, int32_t>>& keys);
   /// The plan of (kind, k) under `mem` (the memory-free one for budget 0).
   std::shared_ptr<const StageSolve> fitted(StageKind kind, int32_t k, StageMemory mem);
   /// Whether fitted(kind, k, mem) is known without solving.
@@ -62,15 +75,23 @@ class StageSolver {
   using FitKey = std::tuple<int32_t, int32_t, double, int64_t>;  ///< (kind, k, inflight, budget)
   const std::map<FreeKey, std::shared_ptr<const StageSolve>>& free_solves() const { return free_; }
   const std::map<FitKey, std::shared_ptr<const StageSolve>>& fitted_solves() const { return fitted_; }
-  int32_t solves() const { return solves_; }
+  int32_t solves() const { return solves_.load(); }
   const LayerMap& layers() const { return m_; }
   const Mesh& sub() const { return sub_; }
   const PlannerOptions& options() const { return opt_; }
 
  private:
   PlannerOptions stage_options(const StageGraph& sg, double inflight, int64_t limit) const;
+  /// `log`: where its progress line goes (a solve on a prefetch thread); nullptr: the
+  /// options' progress callback.
   std::shared_ptr<StageSolve> solve(StageKind kind, int32_t k, StageMemory mem, int64_t limit,
-                                    double cutoff = std::numeric_limits<double>::infinity());
+                                    double cutoff = std::numeric_limits<double>::infinity(),
+                                    std::string* log = nullptr);
+  /// The memory-free (kind, k) as the pattern of its nearest solved sizes (free()), or nullptr.
+  std::shared_ptr<StageSolve> interpolate(StageKind kind, int32_t k);
+  /// Solves the memory-free `keys` on PipelineOptions::stage_threads threads; results in key
+  /// order, progress lines printed in key order.
+  std::vector<std::shared_ptr<StageSolve>> solve_all(const std::vector<FreeKey>& keys);
   /// torchtitan's layout inside a stage (FSDP + TP, or FSDP without a tp dim; recipes.h) with
   /// full activation checkpointing: a pinned, memory-free solve (small: the pins leave little
   /// to decide); nullptr when the recipe does not apply.
@@ -89,7 +110,7 @@ class StageSolver {
   Mesh sub_;
   std::map<FreeKey, std::shared_ptr<const StageSolve>> free_;
   std::map<FitKey, std::shared_ptr<const StageSolve>> fitted_;
-  int32_t solves_ = 0;
+  std::atomic<int32_t> solves_{0};
 };
 
 }  // namespace autoshard

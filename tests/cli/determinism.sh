@@ -66,6 +66,8 @@ plan_runs() {
 plan_runs gpt2 --model gpt2 --layers 1 --mesh 2x2 --time-limit 60
 plan_runs traced --graph "$SRC/tests/fixtures/llama2l.graph.json" --mesh 2x4 --time-limit 60
 plan_runs memory --model gpt2 --layers 2 --mesh 2x2 --memory-limit 2GiB --time-limit 60
+# Pipeline stages: independent stage problems solve on several threads (StageSolver::prefetch).
+plan_runs pipeline --model llama3-8b --layers 8 --seq 256 --batch 8 --mesh 2x2 --mesh-dims pp,dp --microbatches 4
 
 # The IOPDDL interface: same solution line with 1 and 2 threads, run twice.
 ex="$SRC/tests/fixtures/iopddl/example.json"
