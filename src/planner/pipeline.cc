@@ -261,10 +261,9 @@ Evaluated best_on_timeline(Search& S, const Layout& l, Evaluated best) {
     for (int32_t s : {0, n - 1})
       for (int32_t k : {q - 1, q})
         if (k >= 1) sizes.emplace_back(s, k);
-    std::vector<std::pair<StageKind, int32_t>> keys;
-    for (const auto& [s, k] : sizes) keys.emplace_back(kind_of(s, n), k);
-    S.solver.prefetch(keys);
-    for (const auto& [s, k] : sizes) S.solver.fitted(kind_of(s, n), k, l.planned(s, k));
+    std::vector<std::tuple<StageKind, int32_t, StageMemory>> keys;
+    for (const auto& [s, k] : sizes) keys.emplace_back(kind_of(s, n), k, l.planned(s, k));
+    S.solver.prefetch_fitted(keys);
     const double k = layer_factor(S, l.schedule, n);
     const Evaluated e = split_step(near_equal(S.upper_table(l), q), L, S.P, l.v, M, l.schedule, k);
     if (!e.layers.empty()) cands.push_back(e.layers);
@@ -322,14 +321,11 @@ Evaluated search_split(Search& S, const Layout& l, double cutoff) {
     }
     if (std::isfinite(best.step_us) && best.step_us - best.lower_bound_us <= S.popt.target_gap * best.step_us) break;
     std::vector<int32_t> wanted;  // stage positions
-    std::vector<std::pair<StageKind, int32_t>> keys;
     for (int32_t s = 0; s < static_cast<int32_t>(low.layers.size()); ++s)
-      if (!S.solver.resolved(kind_of(s, n), low.layers[psz(s)], l.planned(s, low.layers[psz(s)]))) {
-        wanted.push_back(s);
-        keys.emplace_back(kind_of(s, n), low.layers[psz(s)]);
-      }
-    S.solver.prefetch(keys);  // the memory-free solves at once; the fitted ones below
-    for (int32_t s : wanted) S.solver.fitted(kind_of(s, n), low.layers[psz(s)], l.planned(s, low.layers[psz(s)]));
+      if (!S.solver.resolved(kind_of(s, n), low.layers[psz(s)], l.planned(s, low.layers[psz(s)]))) wanted.push_back(s);
+    std::vector<std::tuple<StageKind, int32_t, StageMemory>> fits;
+    for (int32_t s : wanted) fits.emplace_back(kind_of(s, n), low.layers[psz(s)], l.planned(s, low.layers[psz(s)]));
+    S.solver.prefetch_fitted(fits);  // all at once, on threads
     const bool added = !wanted.empty();
     if (!added) break;
   }
@@ -383,22 +379,30 @@ void assemble(Search& S, const Layout& l, PipelinePlan& pl, const std::vector<in
     pl.stages.push_back(st);
   }
   rank_peaks(pl);
-  for (int32_t r = 0; r < pl.P; ++r)
-    if (l.v > 1 && pl.memory_limit_bytes > 0 && pl.rank_peak_bytes[psz(r)] > pl.memory_limit_bytes) {
-      // More layers than the balanced share: each stage's budget is its need scaled so that
-      // the rank's add up to the limit (the least change to the plans).
-      const double scale = static_cast<double>(pl.memory_limit_bytes) / static_cast<double>(pl.rank_peak_bytes[psz(r)]);
-      for (PipelineStage& st : pl.stages) {
-        if (st.pp_rank != r) continue;
-        const StageMemory was = l.planned(st.index, st.hi - st.lo);
-        const double need = static_cast<double>(st.solve->microbatch_peak_bytes) +
-                            (was.inflight - 1) * static_cast<double>(st.solve->activation_bytes);
-        const StageMemory mem{was.inflight, static_cast<int64_t>(need * scale)};
-        auto again = S.solver.fitted(kind_of(st.index, n), st.hi - st.lo, mem);
-        if (std::isfinite(again->microbatch_us)) st.solve = again;
-      }
-      rank_peaks(pl);
+  // A rank with more layers than the balanced share is over the limit: each of its stages'
+  // budget becomes its need scaled so that the rank's add up to the limit (the least change
+  // to the plans).  The re-plans of all ranks at once, on threads.
+  std::vector<std::tuple<StageKind, int32_t, StageMemory>> again;
+  std::vector<PipelineStage*> replanned;
+  for (PipelineStage& st : pl.stages) {
+    const int64_t peak = pl.rank_peak_bytes[psz(st.pp_rank)];
+    if (l.v == 1 || pl.memory_limit_bytes <= 0 || peak <= pl.memory_limit_bytes) continue;
+    const double scale = static_cast<double>(pl.memory_limit_bytes) / static_cast<double>(peak);
+    const StageMemory was = l.planned(st.index, st.hi - st.lo);
+    const double need = static_cast<double>(st.solve->microbatch_peak_bytes) +
+                        (was.inflight - 1) * static_cast<double>(st.solve->activation_bytes);
+    again.emplace_back(kind_of(st.index, n), st.hi - st.lo, StageMemory{was.inflight, static_cast<int64_t>(need * scale)});
+    replanned.push_back(&st);
+  }
+  if (!again.empty()) {
+    S.solver.prefetch_fitted(again);
+    for (size_t i = 0; i < again.size(); ++i) {
+      const auto& [kind, k, mem] = again[i];
+      auto plan = S.solver.fitted(kind, k, mem);
+      if (std::isfinite(plan->microbatch_us)) replanned[i]->solve = plan;
     }
+    rank_peaks(pl);
+  }
   for (int32_t r = 0; r < pl.P; ++r)
     if (pl.memory_limit_bytes > 0 && pl.rank_peak_bytes[psz(r)] > pl.memory_limit_bytes)
       pl.warnings.push_back(fmt::format("pp rank {} needs {} bytes per device with its in-flight activations, "

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <exception>
 #include <limits>
+#include <functional>
 #include <thread>
 
 #include "planner/inflight_memory.h"
@@ -20,6 +21,10 @@ namespace {
 
 constexpr double kSolveInf = std::numeric_limits<double>::infinity();
 size_t ssz(int64_t i) { return static_cast<size_t>(i); }
+
+/// Where a worker thread's progress lines go (StageSolver::run_parallel): printed in task order
+/// after the join, so that -v reads the same whatever the threads' timing.  nullptr: at once.
+thread_local std::string* t_progress_sink = nullptr;
 
 /// Seconds a send of `bytes` takes over the pp dim's link.
 double p2p_time_us(const Mesh& mesh, int32_t pp, double bytes) {
@@ -131,8 +136,14 @@ PlannerOptions StageSolver::stage_options(const StageGraph& sg, double inflight,
   return o;
 }
 
+void StageSolver::say(std::string line) const {
+  if (!opt_.progress) return;
+  if (t_progress_sink) *t_progress_sink += line + "\n";
+  else opt_.progress(line);
+}
+
 std::shared_ptr<StageSolve> StageSolver::solve(StageKind kind, int32_t k, StageMemory mem, int64_t limit,
-                                               double cutoff, std::string* log) {
+                                               double cutoff) {
   auto [lo, hi] = canonical_range(kind, k, L_);
   auto s = std::make_shared<StageSolve>();
   s->sg = extract_stage(g_, m_, lo, hi);
@@ -151,15 +162,11 @@ std::shared_ptr<StageSolve> StageSolver::solve(StageKind kind, int32_t k, StageM
   s->lower_bound_us = proven_bound(s->plan, node_floor(so));
   if (s->plan.has_solution) stage_figures(mesh_, pp_, sub_, popt_.microbatches, *s);
   else s->microbatch_us = kSolveInf;  // no plan (infeasible, or the time limit)
-  if (opt_.progress) {
-    std::string line = fmt::format("stage kind {} with {} layers{}: {} {:.3f} us, proven bound {:.3f} us, in {:.3f}s",
-                                   static_cast<int>(kind), k,
-                                   limit > 0 ? fmt::format(" ({} in flight, limit {} B)", mem.inflight, limit) : "",
-                                   solve_status_name(s->plan.status), s->plan.objective_us, s->lower_bound_us,
-                                   s->seconds);
-    if (log) *log = std::move(line);
-    else opt_.progress(line);
-  }
+  if (opt_.progress)
+    say(fmt::format("stage kind {} with {} layers{}: {} {:.3f} us, proven bound {:.3f} us, in {:.3f}s",
+                    static_cast<int>(kind), k,
+                    limit > 0 ? fmt::format(" ({} in flight, limit {} B)", mem.inflight, limit) : "",
+                    solve_status_name(s->plan.status), s->plan.objective_us, s->lower_bound_us, s->seconds));
   return s;
 }
 
@@ -192,7 +199,7 @@ std::shared_ptr<StageSolve> StageSolver::recompute_all(const StageSolve& relaxed
 void StageSolver::report(const StageSolve& s, std::string_view what, StageMemory mem) const {
   if (!opt_.progress) return;
   const double need = static_cast<double>(s.microbatch_peak_bytes) + (mem.inflight - 1) * static_cast<double>(s.activation_bytes);
-  opt_.progress(fmt::format("  {}: {:.3f} us, {:.0f} B per device with {} in flight", what, s.microbatch_us, need,
+  say(fmt::format("  {}: {:.3f} us, {:.0f} B per device with {} in flight", what, s.microbatch_us, need,
                             mem.inflight));
 }
 
@@ -232,20 +239,10 @@ std::shared_ptr<StageSolve> StageSolver::recipe_candidate(StageKind kind, int32_
   return s;
 }
 
-std::shared_ptr<StageSolve> StageSolver::interpolate(StageKind kind, int32_t k) {
-  if (kind == kStageBoth) return nullptr;
-  // The nearest solved sizes below and above k (evaluated ones are no new information).
-  std::shared_ptr<const StageSolve> below, above;
-  int32_t kb = 0, ka = 0;
-  for (const auto& [key, sv] : free_) {
-    if (key.first != kind || sv->interpolated || !sv->plan.has_solution) continue;
-    if (key.second < k && key.second >= 2) below = sv, kb = key.second;
-    if (key.second > k && !above) above = sv, ka = key.second;
-  }
-  if (!below || !above) return nullptr;
+std::shared_ptr<StageSolve> StageSolver::between(StageKind kind, int32_t k, const Bracket& b, bool full_recompute) {
   auto range = [&](int32_t n) { return canonical_range(kind, n, L_); };
-  const auto pb = stage_pattern(below->sg, below->plan, m_, range(kb).first, range(kb).second);
-  const auto pa = stage_pattern(above->sg, above->plan, m_, range(ka).first, range(ka).second);
+  const auto pb = stage_pattern(b.below->sg, b.below->plan, m_, range(b.kb).first, range(b.kb).second);
+  const auto pa = stage_pattern(b.above->sg, b.above->plan, m_, range(b.ka).first, range(b.ka).second);
   if (!pa) return nullptr;
   // One pattern at both ends is optimal between them up to their gaps; where they differ,
   // each is a candidate (the one below only with a middle layer of its own).
@@ -253,13 +250,15 @@ std::shared_ptr<StageSolve> StageSolver::interpolate(StageKind kind, int32_t k) 
   if (auto both = pb ? merge_patterns(*pb, *pa) : std::nullopt) pats.push_back(std::move(*both));
   else {
     pats.push_back(*pa);
-    if (pb && kb >= 3) pats.push_back(*pb);
+    if (pb && b.kb >= 3) pats.push_back(*pb);
   }
   const auto t0 = std::chrono::steady_clock::now();
   auto [lo, hi] = range(k);
   auto s = std::make_shared<StageSolve>();
   s->sg = extract_stage(g_, m_, lo, hi);
-  s->optimizer = std::make_shared<ShardingOptimizer>(s->sg.graph, sub_, stage_options(s->sg, 1.0, 0));
+  PlannerOptions o = stage_options(s->sg, 1.0, 0);
+  if (full_recompute) o.recompute = RecomputePolicy::kFull;
+  s->optimizer = std::make_shared<ShardingOptimizer>(s->sg.graph, sub_, o);
   ShardingOptimizer& so = *s->optimizer;
   if (popt_.stage_hook) popt_.stage_hook(so);
   std::vector<StrategyIdx> choice;
@@ -275,29 +274,71 @@ std::shared_ptr<StageSolve> StageSolver::interpolate(StageKind kind, int32_t k) 
     }
   }
   if (choice.empty()) return nullptr;
-  // The stage optimum is concave in k (pipeline.h): the chord of the proven bounds holds.
-  const double w = static_cast<double>(k - kb) / (ka - kb);
-  const double chord = below->lower_bound_us + w * (above->lower_bound_us - below->lower_bound_us);
-  const double bound = std::min(std::max(chord, node_floor(so)), s->plan.objective_us);
-  // No wider a gap (in us) than the solves at its ends left, or the search's target: else
-  // solve it.  With one pattern at both ends that always holds (the plan's cost and the chord
-  // both interpolate the ends).
-  const double allowed = std::max({below->microbatch_us - below->lower_bound_us,
-                                   above->microbatch_us - above->lower_bound_us,
-                                   popt_.target_gap * s->plan.objective_us});
-  if (s->plan.objective_us - bound > allowed * (1 + 1e-9)) return nullptr;
-  s->lower_bound_us = s->plan.lower_bound_us = bound;
-  s->plan.status = bound >= s->plan.objective_us ? SolveStatus::kOptimal : SolveStatus::kFeasible;
   so.set_solution(s->plan, choice);
   s->interpolated = true;
   s->layer_floor_us = layer_floor(so, s->sg, lo, m_);
   stage_figures(mesh_, pp_, sub_, popt_.microbatches, *s);
   s->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (opt_.progress)
-    opt_.progress(fmt::format("stage kind {} with {} layers: the plan of {} or {} layers, {:.3f} us, bound {:.3f} us, "
-                              "in {:.3f}s", static_cast<int>(kind), k, kb, ka, s->plan.objective_us,
-                              s->lower_bound_us, s->seconds));
   return s;
+}
+
+bool StageSolver::accept_between(StageSolve& s, StageKind kind, int32_t k, const Bracket& b, double bound,
+                                 std::string_view what) const {
+  // No wider a gap (in us) than the solves at its ends left, or the search's target: else
+  // solve it.  With one pattern at both ends that always holds for the memory-free plans (the
+  // plan's cost and the chord both interpolate the ends).
+  bound = std::min(bound, s.plan.objective_us);
+  const double allowed = std::max({b.below->microbatch_us - b.below->lower_bound_us,
+                                   b.above->microbatch_us - b.above->lower_bound_us,
+                                   popt_.target_gap * s.plan.objective_us});
+  if (s.plan.objective_us - bound > allowed * (1 + 1e-9)) return false;
+  s.lower_bound_us = s.plan.lower_bound_us = bound;
+  s.plan.status = bound >= s.plan.objective_us ? SolveStatus::kOptimal : SolveStatus::kFeasible;
+  say(fmt::format("stage kind {} with {} layers{}: the plan of {} or {} layers, {:.3f} us, bound {:.3f} us, in {:.3f}s",
+                  static_cast<int>(kind), k, what, b.kb, b.ka, s.plan.objective_us,
+                  s.lower_bound_us, s.seconds));
+  return true;
+}
+
+std::shared_ptr<StageSolve> StageSolver::interpolate(StageKind kind, int32_t k) {
+  if (kind == kStageBoth) return nullptr;
+  // The nearest solved sizes below and above k (evaluated ones are no new information).
+  Bracket b;
+  for (const auto& [key, sv] : free_) {
+    if (key.first != kind || sv->interpolated || !sv->plan.has_solution) continue;
+    if (key.second < k && key.second >= 2) b.below = sv, b.kb = key.second;
+    if (key.second > k && !b.above) b.above = sv, b.ka = key.second;
+  }
+  if (!b.below || !b.above) return nullptr;
+  auto s = between(kind, k, b, false);
+  if (!s) return nullptr;
+  // The stage optimum is concave in k (pipeline.h): the chord of the proven bounds holds.
+  const double w = static_cast<double>(k - b.kb) / (b.ka - b.kb);
+  const double chord = b.below->lower_bound_us + w * (b.above->lower_bound_us - b.below->lower_bound_us);
+  return accept_between(*s, kind, k, b, std::max(chord, node_floor(*s->optimizer)), "") ? s : nullptr;
+}
+
+std::shared_ptr<StageSolve> StageSolver::interpolate_fitted(StageKind kind, int32_t k, StageMemory mem,
+                                                            const StageSolve& relaxed) {
+  if (kind == kStageBoth) return nullptr;
+  // The nearest fitted plans of the kind for as many in flight, both with every layer
+  // recomputed (their recomputation is no decision, so their strategies are the pattern).
+  Bracket b;
+  for (const auto& [key, sv] : fitted_) {
+    const auto& [kk, kf, f, budget] = key;
+    if (kk != kind || f != mem.inflight || sv->interpolated || !std::isfinite(sv->microbatch_us) ||
+        sv->optimizer->options().recompute != RecomputePolicy::kFull)
+      continue;
+    if (kf < k && kf >= 2 && kf >= b.kb) b.below = sv, b.kb = kf;
+    if (kf > k && (!b.above || kf < b.ka)) b.above = sv, b.ka = kf;
+  }
+  if (!b.below || !b.above) return nullptr;
+  auto s = between(kind, k, b, true);
+  if (!s || !fits(*s, mem)) return nullptr;
+  s->memory_budget = mem.budget;
+  // A plan under a memory limit costs at least the memory-free optimum.
+  const std::string what = fmt::format(" ({} in flight, budget {} B)", mem.inflight, mem.budget);
+  return accept_between(*s, kind, k, b, relaxed.lower_bound_us, what) ? s : nullptr;
 }
 
 std::shared_ptr<const StageSolve> StageSolver::free(StageKind kind, int32_t k) {
@@ -309,28 +350,42 @@ std::shared_ptr<const StageSolve> StageSolver::free(StageKind kind, int32_t k) {
   return s;
 }
 
-std::vector<std::shared_ptr<StageSolve>> StageSolver::solve_all(const std::vector<FreeKey>& keys) {
-  std::vector<std::shared_ptr<StageSolve>> out(keys.size());
-  std::vector<std::string> logs(keys.size());
-  std::vector<std::exception_ptr> failed(keys.size());
+void StageSolver::run_parallel(size_t tasks, const std::function<void(size_t)>& task) const {
+  std::vector<std::string> logs(tasks);
+  std::vector<std::exception_ptr> failed(tasks);
   std::atomic<size_t> next{0};
   auto work = [&] {
-    for (size_t i = next++; i < keys.size(); i = next++) try {
-        out[i] = solve(static_cast<StageKind>(keys[i].first), keys[i].second, StageMemory{}, 0, kSolveInf, &logs[i]);
+    for (size_t i = next++; i < tasks; i = next++) {
+      t_progress_sink = &logs[i];
+      try {
+        task(i);
       } catch (...) {
         failed[i] = std::current_exception();
       }
+      t_progress_sink = nullptr;
+    }
   };
   const int32_t hw = static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency()));
-  const size_t n = std::min(keys.size(), static_cast<size_t>(popt_.stage_threads > 0 ? popt_.stage_threads : hw));
+  const size_t n = std::min(tasks, static_cast<size_t>(popt_.stage_threads > 0 ? popt_.stage_threads : hw));
   std::vector<std::thread> pool;
   for (size_t t = 1; t < n; ++t) pool.emplace_back(work);
   work();
   for (std::thread& t : pool) t.join();
-  for (size_t i = 0; i < keys.size(); ++i) {
-    if (failed[i]) std::rethrow_exception(failed[i]);  // the first in key order, as in sequence
-    if (opt_.progress && !logs[i].empty()) opt_.progress(logs[i]);
+  for (size_t i = 0; i < tasks; ++i) {
+    if (failed[i]) std::rethrow_exception(failed[i]);  // the first in task order, as in sequence
+    if (!opt_.progress) continue;
+    for (size_t a = 0, b; a < logs[i].size(); a = b + 1) {
+      b = logs[i].find('\n', a);
+      opt_.progress(logs[i].substr(a, b - a));
+    }
   }
+}
+
+std::vector<std::shared_ptr<StageSolve>> StageSolver::solve_all(const std::vector<FreeKey>& keys) {
+  std::vector<std::shared_ptr<StageSolve>> out(keys.size());
+  run_parallel(keys.size(), [&](size_t i) {
+    out[i] = solve(static_cast<StageKind>(keys[i].first), keys[i].second, StageMemory{}, 0);
+  });
   return out;
 }
 
@@ -379,6 +434,41 @@ std::shared_ptr<const StageSolve> StageSolver::fitted(StageKind kind, int32_t k,
   if (mem.budget <= 0 || fits(*relaxed, mem)) return relaxed;
   const FitKey key{kind, k, mem.inflight, mem.budget};
   if (auto it = fitted_.find(key); it != fitted_.end()) return it->second;
+  std::shared_ptr<StageSolve> best = interpolate_fitted(kind, k, mem, *relaxed);
+  if (!best) best = fit(kind, k, mem, *relaxed);
+  fitted_[key] = best;
+  return best;
+}
+
+void StageSolver::prefetch_fitted(const std::vector<std::tuple<StageKind, int32_t, StageMemory>>& keys) {
+  std::vector<std::pair<StageKind, int32_t>> sizes;
+  for (const auto& [kind, k, mem] : keys) sizes.emplace_back(kind, k);
+  prefetch(sizes);
+  std::vector<FitKey> todo;
+  std::vector<std::shared_ptr<const StageSolve>> relaxed;
+  for (auto [kind, k, mem] : keys) {
+    if (kind == kStageBoth) k = L_;
+    auto r = free(kind, k);
+    const FitKey key{kind, k, mem.inflight, mem.budget};
+    if (mem.budget <= 0 || fits(*r, mem) || fitted_.count(key) || std::find(todo.begin(), todo.end(), key) != todo.end())
+      continue;
+    if (auto e = interpolate_fitted(kind, k, mem, *r)) {
+      fitted_[key] = std::move(e);
+      continue;
+    }
+    todo.push_back(key);
+    relaxed.push_back(std::move(r));
+  }
+  std::vector<std::shared_ptr<StageSolve>> out(todo.size());
+  run_parallel(todo.size(), [&](size_t i) {
+    const auto& [kind, k, f, b] = todo[i];
+    out[i] = fit(static_cast<StageKind>(kind), k, StageMemory{f, b}, *relaxed[i]);
+  });
+  for (size_t i = 0; i < todo.size(); ++i) fitted_[todo[i]] = std::move(out[i]);
+}
+
+std::shared_ptr<StageSolve> StageSolver::fit(StageKind kind, int32_t k, StageMemory mem, const StageSolve& relaxed_s) {
+  const StageSolve* relaxed = &relaxed_s;
   // A plan at hand: the memory-free one with every region recomputed (no solve), where the
   // policy allows full recomputation.
   const RecomputePolicy rp = opt_.recompute;
@@ -405,7 +495,6 @@ std::shared_ptr<const StageSolve> StageSolver::fitted(StageKind kind, int32_t k,
     best = s;
   }
   best->lower_bound_us = std::min(std::max(bound, relaxed->lower_bound_us), best->microbatch_us);
-  fitted_[key] = best;
   return best;
 }
 

@@ -22,6 +22,7 @@
 /// of the larger problem restricted, or under the tighter budget, is one of the other).
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <map>
 #include <memory>
@@ -64,6 +65,9 @@ class StageSolver {
   /// chosen split uses), in parallel as prefetch does; a solve replaces the evaluated plan
   /// where it is cheaper, and the better of the two bounds is kept either way.
   void refine(const std::vector<std::pair<StageKind, int32_t>>& keys);
+  /// fitted() of every key, the memory-free plans first (prefetch), then the fitted solves
+  /// of those that do not fit, on threads as prefetch runs them.
+  void prefetch_fitted(const std::vector<std::tuple<StageKind, int32_t, StageMemory>>& keys);
   /// The plan of (kind, k) under `mem` (the memory-free one for budget 0).
   std::shared_ptr<const StageSolve> fitted(StageKind kind, int32_t k, StageMemory mem);
   /// Whether fitted(kind, k, mem) is known without solving.
@@ -82,13 +86,36 @@ class StageSolver {
 
  private:
   PlannerOptions stage_options(const StageGraph& sg, double inflight, int64_t limit) const;
-  /// `log`: where its progress line goes (a solve on a prefetch thread); nullptr: the
-  /// options' progress callback.
   std::shared_ptr<StageSolve> solve(StageKind kind, int32_t k, StageMemory mem, int64_t limit,
-                                    double cutoff = std::numeric_limits<double>::infinity(),
-                                    std::string* log = nullptr);
+                                    double cutoff = std::numeric_limits<double>::infinity());
+  /// The plan of (kind, k) under `mem` when `relaxed` (its memory-free plan) does not fit:
+  /// fitted()'s work, touching no shared state (prefetch_fitted runs it on threads).
+  std::shared_ptr<StageSolve> fit(StageKind kind, int32_t k, StageMemory mem, const StageSolve& relaxed);
+  /// A progress line: to the options' callback, or on a worker thread to its task's buffer.
+  void say(std::string line) const;
+  /// task(0..tasks-1) on PipelineOptions::stage_threads threads; their progress lines are
+  /// printed after, in task order, and the first exception in task order is rethrown.
+  void run_parallel(size_t tasks, const std::function<void(size_t)>& task) const;
+  /// Two solved stages of one kind around a size.
+  struct Bracket {
+    std::shared_ptr<const StageSolve> below, above;
+    int32_t kb = 0, ka = 0;
+  };
+  /// The cheapest of the bracket's patterns (planner/stage_pattern.h) evaluated at k (every
+  /// layer recomputed when `full_recompute`), its figures set and no bound yet; nullptr when
+  /// no pattern maps.
+  std::shared_ptr<StageSolve> between(StageKind kind, int32_t k, const Bracket& b, bool full_recompute);
+  /// Gives `s` its bound and status and says so when its gap is no wider than the bracket's
+  /// solves left (else the caller solves).
+  bool accept_between(StageSolve& s, StageKind kind, int32_t k, const Bracket& b, double bound,
+                      std::string_view what) const;
   /// The memory-free (kind, k) as the pattern of its nearest solved sizes (free()), or nullptr.
   std::shared_ptr<StageSolve> interpolate(StageKind kind, int32_t k);
+  /// (kind, k) under `mem` as the pattern of the nearest fitted plans of its kind and
+  /// in-flight count that recompute every layer (the plans at hand fit() prefers for large
+  /// stages): memory and cost are affine in the layers, so it is checked against `mem` and
+  /// bounded by the memory-free bound; nullptr when there is none or it does not fit.
+  std::shared_ptr<StageSolve> interpolate_fitted(StageKind kind, int32_t k, StageMemory mem, const StageSolve& relaxed);
   /// Solves the memory-free `keys` on PipelineOptions::stage_threads threads; results in key
   /// order, progress lines printed in key order.
   std::vector<std::shared_ptr<StageSolve>> solve_all(const std::vector<FreeKey>& keys);

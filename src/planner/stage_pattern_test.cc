@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "models/models.h"
 #include "planner/pipeline_solve.h"
 #include "planner/test_util.h"
@@ -148,6 +150,49 @@ TEST(StagePattern, PrefetchOnThreadsGivesTheSequentialSolves) {
     EXPECT_EQ(s->lower_bound_us, t->lower_bound_us);
     EXPECT_EQ(s->plan.nodes.size(), t->plan.nodes.size());
   }
+}
+
+}  // namespace
+}  // namespace autoshard
+
+namespace autoshard {
+namespace {
+
+TEST(StagePattern, FittedSizesBetweenTwoFullRecomputePlansAreEvaluated) {
+  const Graph g = llama8();
+  const LayerMap m = map_layers(g);
+  const Mesh mesh({2, 4}, {"pp", "dp"}, h100());
+  PlannerOptions o = additive();
+  o.time_limit_s = 2;
+  PipelineOptions popt;
+  popt.microbatches = 4;
+  // Budgets of what the best plan that recomputes every layer needs: the memory-free plan
+  // (which recomputes nothing) does not fit, and no plan that recomputes less does (its
+  // parameters are sharded already), so fit() keeps a plan that recomputes every layer:
+  // recomputation then is no decision, and the plans are patterns.
+  PlannerOptions full = o;
+  full.recompute = RecomputePolicy::kFull;
+  StageSolver recomputed(g, mesh, full, popt, m, 0);
+  const double f = 4;
+  auto mem = [&](int32_t k) {
+    const StageSolve& r = *recomputed.free(kStageMid, k);
+    const double need = static_cast<double>(r.microbatch_peak_bytes) + (f - 1) * static_cast<double>(r.activation_bytes);
+    return StageMemory{f, static_cast<int64_t>(need)};
+  };
+  StageSolver solver(g, mesh, o, popt, m, 0);
+  auto lo = solver.fitted(kStageMid, 2, mem(2)), hi = solver.fitted(kStageMid, 6, mem(6));
+  ASSERT_TRUE(std::isfinite(lo->microbatch_us) && std::isfinite(hi->microbatch_us));
+  ASSERT_EQ(lo->optimizer->options().recompute, RecomputePolicy::kFull);
+  ASSERT_EQ(hi->optimizer->options().recompute, RecomputePolicy::kFull);
+  const int32_t before = solver.solves();
+  auto mid = solver.fitted(kStageMid, 4, mem(4));
+  EXPECT_TRUE(mid->interpolated);
+  EXPECT_EQ(solver.solves(), before);
+  EXPECT_TRUE(StageSolver::fits(*mid, mem(4)));
+  // Its bound is the memory-free bound.
+  EXPECT_EQ(mid->lower_bound_us, std::min(solver.free(kStageMid, 4)->lower_bound_us, mid->microbatch_us));
+  // One plan pattern at both ends: its cost at 4 layers is the mean of theirs at 2 and 6.
+  EXPECT_NEAR(mid->microbatch_us, (lo->microbatch_us + hi->microbatch_us) / 2, 1e-6 * mid->microbatch_us);
 }
 
 }  // namespace
