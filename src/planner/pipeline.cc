@@ -13,142 +13,18 @@
 #include "planner/fit_advice.h"
 #include "planner/pipeline_choice.h"
 #include "planner/pipeline_dp.h"
+#include "planner/pipeline_layout.h"
 #include "planner/pipeline_solve.h"
 #include "planner/pipeline_timeline.h"
 #include "planner/sharding_optimizer.h"
 
 namespace autoshard {
 
+using namespace pipeline_detail;  // NOLINT(google-build-using-namespace): this file's own detail
+
 namespace {
 
-constexpr double kPipeInf = std::numeric_limits<double>::infinity();
-size_t psz(int64_t i) { return static_cast<size_t>(i); }
 
-/// One (schedule, v) of the search: its stages' kinds and memory (per stage position).
-struct Layout {
-  PipelineSchedule schedule = PipelineSchedule::k1F1B;
-  int32_t v = 1, n = 1, P = 1, L = 1;
-  int64_t limit = 0;            ///< per device; 0: none
-  std::vector<double> inflight;  ///< per position: its rank's microbatches in flight
-  /// Per position, what its stage is planned for: the most in flight over the positions of
-  /// its kind, so that one plan per (kind, layers) serves every rank (a plan that fits more in
-  /// flight fits fewer).
-  std::vector<double> planned_inflight;
-  /// The budgets are a relaxation of the rank's memory (one stage per rank): bounds of solves
-  /// under them hold.  With v stages per rank they are shares of it, which are not.
-  bool budget_is_relaxation() const { return v == 1; }
-  /// A stage of k layers: the limit with one stage per rank, else its layers' share of the
-  /// limit at the balanced L / P layers per rank (stages of one rank then add up to the limit
-  /// when the split is balanced; assemble() re-plans a rank over the limit).
-  int64_t budget(int32_t k) const {
-    if (limit <= 0 || v == 1) return limit;
-    return std::min(limit, static_cast<int64_t>(std::ceil(static_cast<double>(limit) * k * P / L)));
-  }
-  StageMemory actual(int32_t s, int32_t k) const { return {inflight[psz(s)], budget(k)}; }
-  StageMemory planned(int32_t s, int32_t k) const { return {planned_inflight[psz(s)], budget(k)}; }
-};
-
-Layout layout_of(PipelineSchedule sched, int32_t P, int32_t L, int32_t v, int32_t M, int64_t limit) {
-  Layout l{sched, v, P * v, P, L, limit, {}, {}};
-  double most[4] = {0, 0, 0, 0};
-  for (int32_t s = 0; s < l.n; ++s) {
-    l.inflight.push_back(inflight_microbatches(sched, P, v, M, stage_rank(sched, P, s)));
-    most[kind_of(s, l.n)] = std::max(most[kind_of(s, l.n)], l.inflight.back());
-  }
-  for (int32_t s = 0; s < l.n; ++s) l.planned_inflight.push_back(most[kind_of(s, l.n)]);
-  return l;
-}
-
-/// Everything one plan_pipeline call shares: the graph, the meshes and the solved stages.
-struct Search {
-  const Graph& g;
-  const Mesh& mesh;
-  const PipelineOptions& popt;
-  const LayerMap& m;
-  StageSolver& solver;
-  int32_t pp = 0, P = 1, L = 0;
-
-  /// Per kind, the least a layer can add to a stage (StageSolve::layer_floor_us of its samples).
-  double floor_of(int32_t kind) const {
-    double f = kPipeInf;
-    for (const auto& [key, s] : solver.free_solves())
-      if (key.first == kind) f = std::min(f, s->layer_floor_us);
-    return std::isfinite(f) ? f : 0.0;
-  }
-
-  /// Memory-free lower bounds of a kind per k from its samples: chords between them
-  /// (concavity), and above the largest its bound plus layer_floor_us per further layer.
-  std::vector<double> chord_bounds(int32_t kind, int32_t K) const {
-    std::vector<double> v(psz(K) + 1, kPipeInf);
-    std::vector<std::pair<int32_t, double>> pts;
-    for (const auto& [key, s] : solver.free_solves())
-      if (key.first == kind) pts.emplace_back(key.second, s->lower_bound_us);
-    if (pts.empty()) return v;
-    for (int32_t k = 1; k <= K; ++k) {
-      auto hi = std::lower_bound(pts.begin(), pts.end(), std::make_pair(k, -kPipeInf));
-      if (hi == pts.end()) v[psz(k)] = pts.back().second + (k - pts.back().first) * floor_of(kind);
-      else if (hi->first == k || hi == pts.begin()) v[psz(k)] = hi->first == k ? hi->second : 0.0;
-      else {
-        auto lo = hi - 1;
-        const double w = static_cast<double>(k - lo->first) / (hi->first - lo->first);
-        v[psz(k)] = lo->second + w * (hi->second - lo->second);
-      }
-    }
-    return v;
-  }
-
-  /// Lower bounds per stage position and k: the memory-free chords, and where the budgets are
-  /// a relaxation the fitted solves' bounds (monotone: a stage with more layers, more in flight
-  /// or less memory costs no less).
-  StageCostTable lower_table(const Layout& l) const {
-    StageCostTable t;
-    const int32_t K = L - l.n + 1;
-    std::vector<double> chords[4];
-    for (int32_t kind = 0; kind < 4; ++kind) chords[kind] = chord_bounds(kind, K);
-    for (int32_t s = 0; s < l.n; ++s) {
-      const int32_t kind = kind_of(s, l.n);
-      std::vector<double> v = chords[kind];
-      if (l.budget_is_relaxation())
-        for (const auto& [key, sv] : solver.fitted_solves()) {
-          const auto& [kk, k0, f, b] = key;
-          if (kk != kind || f > l.inflight[psz(s)] || b < l.limit) continue;
-          for (int32_t k = kind == kStageBoth ? K : std::max(k0, 1); k <= K; ++k) v[psz(k)] = std::max(v[psz(k)], sv->lower_bound_us);
-        }
-      t.stages.push_back(std::move(v));
-    }
-    return t;
-  }
-
-  /// Solved costs per stage position and k that fit its planned memory (+inf elsewhere): a
-  /// fitted solve of as many in flight or more and no more memory, or the memory-free plan
-  /// when it fits.
-  StageCostTable upper_table(const Layout& l) const {
-    StageCostTable t;
-    const int32_t K = L - l.n + 1;
-    for (int32_t s = 0; s < l.n; ++s) {
-      const int32_t kind = kind_of(s, l.n);
-      std::vector<double> v(psz(K) + 1, kPipeInf);
-      auto at = [&](int32_t k) -> double& { return v[psz(kind == kStageBoth ? K : k)]; };
-      for (const auto& [key, sv] : solver.free_solves())  // what assemble() plans it for
-        if (key.first == kind && (kind == kStageBoth || key.second <= K) && StageSolver::fits(*sv, l.planned(s, key.second)))
-          at(key.second) = std::min(at(key.second), sv->microbatch_us);
-      for (const auto& [key, sv] : solver.fitted_solves()) {
-        const auto& [kk, k, f, b] = key;
-        const StageMemory mem = l.planned(s, k);
-        if (kk == kind && (kind == kStageBoth || k <= K) && f >= mem.inflight && b <= mem.budget)
-          at(k) = std::min(at(k), sv->microbatch_us);
-      }
-      t.stages.push_back(std::move(v));
-    }
-    return t;
-  }
-};
-
-/// Step time of a split and its lower bound, for one (schedule, v).
-struct Evaluated {
-  std::vector<int32_t> layers;
-  double step_us = kPipeInf, lower_bound_us = 0;
-};
 
 /// k of pipeline_schedule.h for stages `st` (each stage's time split in its parts' ratio).
 double stage_factor(PipelineSchedule sch, const std::vector<const StageSolve*>& st) {
@@ -334,107 +210,6 @@ Evaluated search_split(Search& S, const Layout& l, double cutoff) {
   return out;
 }
 
-/// Full-mesh strategy: R inserted on the pp dim of every spec.
-Strategy with_pp(const Strategy& s, const Mesh& mesh, int32_t pp) {
-  Strategy r = s;
-  for (auto* list : {&r.outputs, &r.inputs})
-    for (ShardingSpec& spec : *list) {
-      if (mesh.ndim() == 1) spec.placements = {Placement::replicate()};
-      else spec.placements.insert(spec.placements.begin() + pp, Placement::replicate());
-    }
-  // A context-parallel attention's dim indexes the stage mesh: shift it past the pp dim.
-  if (r.cp.active() && r.cp.mesh_dim >= pp) ++r.cp.mesh_dim;
-  return r;
-}
-
-/// Per pp rank, the peak per device: its stages' one-microbatch peaks plus the activations of
-/// the other microbatches it keeps in flight.
-void rank_peaks(PipelinePlan& pl) {
-  pl.rank_peak_bytes.assign(psz(pl.P), 0);
-  std::vector<double> extra(psz(pl.P), 0);
-  for (const PipelineStage& st : pl.stages) {
-    pl.rank_peak_bytes[psz(st.pp_rank)] += st.solve->microbatch_peak_bytes;
-    // A zero-bubble schedule also keeps, per microbatch whose W waits, the gradients B made
-    // for it (its activations are counted in flight until W).
-    extra[psz(st.pp_rank)] += (st.inflight - 1) * static_cast<double>(st.solve->activation_bytes) +
-                              st.deferred * static_cast<double>(st.solve->parts.kept_for_w_bytes);
-  }
-  for (int32_t r = 0; r < pl.P; ++r) pl.rank_peak_bytes[psz(r)] += static_cast<int64_t>(std::ceil(extra[psz(r)]));
-}
-
-/// The stages of the chosen split, each with its plan under its rank's memory.
-void assemble(Search& S, const Layout& l, PipelinePlan& pl, const std::vector<int32_t>& layers) {
-  const int32_t n = static_cast<int32_t>(layers.size());
-  for (int32_t s = 0, lo = 0; s < n; lo += layers[psz(s)], ++s) {
-    PipelineStage st;
-    st.index = s;
-    st.pp_rank = stage_rank(pl.schedule, pl.P, s);
-    st.lo = lo;
-    st.hi = lo + layers[psz(s)];
-    st.first = s == 0;
-    st.last = s == n - 1;
-    st.solve = S.solver.fitted(kind_of(s, n), layers[psz(s)], l.planned(s, layers[psz(s)]));
-    st.inflight = l.inflight[psz(s)];
-    st.deferred = deferred_microbatches(pl.schedule, pl.P, pl.v, pl.M, st.pp_rank);
-    pl.stages.push_back(st);
-  }
-  rank_peaks(pl);
-  // A rank with more layers than the balanced share is over the limit: each of its stages'
-  // budget becomes its need scaled so that the rank's add up to the limit (the least change
-  // to the plans).  The re-plans of all ranks at once, on threads.
-  std::vector<std::tuple<StageKind, int32_t, StageMemory>> again;
-  std::vector<PipelineStage*> replanned;
-  for (PipelineStage& st : pl.stages) {
-    const int64_t peak = pl.rank_peak_bytes[psz(st.pp_rank)];
-    if (l.v == 1 || pl.memory_limit_bytes <= 0 || peak <= pl.memory_limit_bytes) continue;
-    const double scale = static_cast<double>(pl.memory_limit_bytes) / static_cast<double>(peak);
-    const StageMemory was = l.planned(st.index, st.hi - st.lo);
-    const double need = static_cast<double>(st.solve->microbatch_peak_bytes) +
-                        (was.inflight - 1) * static_cast<double>(st.solve->activation_bytes);
-    again.emplace_back(kind_of(st.index, n), st.hi - st.lo, StageMemory{was.inflight, static_cast<int64_t>(need * scale)});
-    replanned.push_back(&st);
-  }
-  if (!again.empty()) {
-    S.solver.prefetch_fitted(again);
-    for (size_t i = 0; i < again.size(); ++i) {
-      const auto& [kind, k, mem] = again[i];
-      auto plan = S.solver.fitted(kind, k, mem);
-      if (std::isfinite(plan->microbatch_us)) replanned[i]->solve = plan;
-    }
-    rank_peaks(pl);
-  }
-  for (int32_t r = 0; r < pl.P; ++r)
-    if (pl.memory_limit_bytes > 0 && pl.rank_peak_bytes[psz(r)] > pl.memory_limit_bytes)
-      pl.warnings.push_back(fmt::format("pp rank {} needs {} bytes per device with its in-flight activations, "
-                                        "over the {} byte limit", r, pl.rank_peak_bytes[psz(r)], pl.memory_limit_bytes));
-}
-
-/// Per full-graph node: stage and full-mesh placements, from the stages' plans by position.
-void map_nodes(const Search& S, PipelinePlan& pl) {
-  pl.node_stage.assign(psz(S.g.size()), -1);
-  pl.node_strategy.assign(psz(S.g.size()), std::nullopt);
-  bool disagree = false;
-  for (const PipelineStage& st : pl.stages) {
-    const StageGraph real = extract_stage(S.g, S.m, st.lo, st.hi);
-    const StageSolve& sv = *st.solve;
-    if (!same_structure(real.graph, sv.sg.graph))
-      throw std::logic_error(fmt::format("pipeline: stage [{}, {}) differs from its solved stage", st.lo, st.hi));
-    for (NodeIdx j = 0; j < real.graph.size(); ++j) {
-      const NodeIdx full = real.origin[psz(j)];
-      const auto& np = sv.plan.nodes[psz(j)];
-      if (full < 0 || real.received[psz(j)] || !np) continue;
-      const bool shared = S.m.pos[psz(full)] == LayerMap::kShared;
-      pl.node_stage[psz(full)] = shared ? -1 : st.index;
-      Strategy s = with_pp(np->chosen, S.mesh, S.pp);
-      auto& slot = pl.node_strategy[psz(full)];
-      if (!slot) slot = std::move(s);
-      else if (slot->name() != s.name()) disagree = true;
-    }
-  }
-  if (disagree)
-    pl.warnings.push_back("stages plan a shared node (a buffer every stage copies) differently; "
-                          "placements.json lists the first stage's");
-}
 
 /// The (schedule, v) pairs plan_pipeline tries.  Auto: the zero-bubble schedules, then
 /// interleaved 1F1B, with the most stages per rank first (smallest bubble, so its step prunes
@@ -476,6 +251,9 @@ Evaluated fixed_split(Search& S, const Layout& l) {
   if (n != S.P * v || total != S.L || *std::min_element(layers.begin(), layers.end()) < 1)
     throw std::invalid_argument(fmt::format("pipeline: a fixed split needs {} stages of >= 1 layer summing to {}",
                                             S.P * v, S.L));
+  std::vector<std::tuple<StageKind, int32_t, StageMemory>> keys;
+  for (int32_t s = 0; s < n; ++s) keys.emplace_back(kind_of(s, n), layers[psz(s)], l.planned(s, layers[psz(s)]));
+  S.solver.prefetch_fitted(keys);  // every stage's plan at once, on threads
   std::vector<double> low;
   for (int32_t s = 0; s < n; ++s) {
     auto st = S.solver.fitted(kind_of(s, n), layers[psz(s)], l.planned(s, layers[psz(s)]));
@@ -556,50 +334,6 @@ std::vector<int32_t> equal_split(int32_t L, int32_t S) {
 
 namespace {
 
-/// A (schedule, v) and its best split, before assembly.
-struct ScheduleCandidate {
-  Evaluated e;
-  Layout l;
-  PipelineSchedule schedule = PipelineSchedule::k1F1B;
-  int32_t v = 1;
-};
-
-/// `head` with candidate c's stages assembled (assemble may re-plan a rank for memory), its
-/// step the schedule's timeline and its bubble what that adds to the busiest rank's own work.
-PipelinePlan assembled(Search& S, const PipelinePlan& head, const ScheduleCandidate& c) {
-  PipelinePlan pl = head;
-  pl.schedule = c.schedule;
-  pl.v = c.v;
-  // The split's sizes that were evaluated as patterns are solved now (a solve may find better).
-  std::vector<std::pair<StageKind, int32_t>> keys;
-  const int32_t n = static_cast<int32_t>(c.e.layers.size());
-  for (int32_t s = 0; s < n; ++s) keys.emplace_back(kind_of(s, n), c.e.layers[psz(s)]);
-  S.solver.refine(keys);
-  assemble(S, c.l, pl, c.e.layers);
-  std::vector<double> costs;
-  for (const PipelineStage& st : pl.stages) costs.push_back(st.solve->microbatch_us);
-  pl.step_us = stage_timeline(pl).makespan_us;
-  pl.bubble_us = pl.step_us - pipelined_step_us(pl.schedule, costs, pl.P, pl.v, pl.M, 0.0);
-  return pl;
-}
-
-bool ranks_fit(const PipelinePlan& pl) {
-  return pl.memory_limit_bytes <= 0 ||
-         std::all_of(pl.rank_peak_bytes.begin(), pl.rank_peak_bytes.end(),
-                     [&](int64_t b) { return b <= pl.memory_limit_bytes; });
-}
-
-/// The candidate pipeline_choice.h keeps, assembled.
-PipelinePlan fastest_that_fits(Search& S, const PipelinePlan& head, const std::vector<ScheduleCandidate>& cands) {
-  std::vector<double> pre;
-  for (const ScheduleCandidate& c : cands) pre.push_back(c.e.step_us);
-  std::map<size_t, PipelinePlan> made;
-  const size_t keep = fastest_fitting(pre, [&](size_t i) {
-    const PipelinePlan& pl = made.emplace(i, assembled(S, head, cands[i])).first->second;
-    return AssembledFigures{pl.step_us, ranks_fit(pl)};
-  });
-  return std::move(made.at(keep));
-}
 
 }  // namespace
 

@@ -6,7 +6,7 @@ namespace autoshard {
 
 namespace {
 
-size_t psz(NodeIdx i) { return static_cast<size_t>(i); }
+size_t role_idx(NodeIdx i) { return static_cast<size_t>(i); }
 
 bool is_layer_role(StageRole r) {
   return r == StageRole::kFirstLayer || r == StageRole::kMiddleLayer || r == StageRole::kLastLayer ||
@@ -35,19 +35,19 @@ std::map<StageRole, int32_t> role_counts(const std::vector<std::optional<RoleKey
 }  // namespace
 
 std::vector<std::optional<RoleKey>> stage_roles(const StageGraph& sg, const LayerMap& m, int32_t lo, int32_t hi) {
-  std::vector<std::optional<RoleKey>> roles(psz(sg.graph.size()));
+  std::vector<std::optional<RoleKey>> roles(role_idx(sg.graph.size()));
   std::map<StageRole, int32_t> next;    // non-layer roles: ordinal within the stage
   std::map<int32_t, int32_t> in_layer;  // layer roles: ordinal within the node's own layer
   for (NodeIdx j = 0; j < sg.graph.size(); ++j) {
-    const NodeIdx o = sg.origin[psz(j)];
+    const NodeIdx o = sg.origin[role_idx(j)];
     if (o < 0) continue;  // the output node
-    if (sg.received[psz(j)]) {
-      roles[psz(j)] = RoleKey{StageRole::kReceived, next[StageRole::kReceived]++};
+    if (sg.received[role_idx(j)]) {
+      roles[role_idx(j)] = RoleKey{StageRole::kReceived, next[StageRole::kReceived]++};
       continue;
     }
-    const int32_t p = m.pos[psz(o)];
+    const int32_t p = m.pos[role_idx(o)];
     const StageRole r = role_at(p, lo, hi);
-    roles[psz(j)] = RoleKey{r, is_layer_role(r) ? in_layer[p]++ : next[r]++};
+    roles[role_idx(j)] = RoleKey{r, is_layer_role(r) ? in_layer[p]++ : next[r]++};
   }
   return roles;
 }

@@ -1,0 +1,161 @@
+#pragma once
+/// The pipeline search's shared state (planner/pipeline.cc searches splits, planner/
+/// pipeline_assemble.cc turns the chosen one into stages): one (schedule, v)'s layout of stage
+/// kinds and memory, the solved stage tables, and a split's figures.  Internal to the planner.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <utility>
+#include <vector>
+
+#include "planner/pipeline.h"
+#include "planner/pipeline_dp.h"
+#include "planner/pipeline_solve.h"
+
+namespace autoshard::pipeline_detail {
+
+inline constexpr double kPipeInf = std::numeric_limits<double>::infinity();
+inline size_t psz(int64_t i) { return static_cast<size_t>(i); }
+
+/// One (schedule, v) of the search: its stages' kinds and memory (per stage position).
+struct Layout {
+  PipelineSchedule schedule = PipelineSchedule::k1F1B;
+  int32_t v = 1, n = 1, P = 1, L = 1;
+  int64_t limit = 0;            ///< per device; 0: none
+  std::vector<double> inflight;  ///< per position: its rank's microbatches in flight
+  /// Per position, what its stage is planned for: the most in flight over the positions of
+  /// its kind, so that one plan per (kind, layers) serves every rank (a plan that fits more in
+  /// flight fits fewer).
+  std::vector<double> planned_inflight;
+  /// The budgets are a relaxation of the rank's memory (one stage per rank): bounds of solves
+  /// under them hold.  With v stages per rank they are shares of it, which are not.
+  bool budget_is_relaxation() const { return v == 1; }
+  /// A stage of k layers: the limit with one stage per rank, else its layers' share of the
+  /// limit at the balanced L / P layers per rank (stages of one rank then add up to the limit
+  /// when the split is balanced; assemble() re-plans a rank over the limit).
+  int64_t budget(int32_t k) const {
+    if (limit <= 0 || v == 1) return limit;
+    return std::min(limit, static_cast<int64_t>(std::ceil(static_cast<double>(limit) * k * P / L)));
+  }
+  StageMemory actual(int32_t s, int32_t k) const { return {inflight[psz(s)], budget(k)}; }
+  StageMemory planned(int32_t s, int32_t k) const { return {planned_inflight[psz(s)], budget(k)}; }
+};
+
+/// Everything one plan_pipeline call shares: the graph, the meshes and the solved stages.
+struct Search {
+  const Graph& g;
+  const Mesh& mesh;
+  const PipelineOptions& popt;
+  const LayerMap& m;
+  StageSolver& solver;
+  int32_t pp = 0, P = 1, L = 0;
+
+  /// Per kind, the least a layer can add to a stage (StageSolve::layer_floor_us of its samples).
+  double floor_of(int32_t kind) const {
+    double f = kPipeInf;
+    for (const auto& [key, s] : solver.free_solves())
+      if (key.first == kind) f = std::min(f, s->layer_floor_us);
+    return std::isfinite(f) ? f : 0.0;
+  }
+
+  /// Memory-free lower bounds of a kind per k from its samples: chords between them
+  /// (concavity), and above the largest its bound plus layer_floor_us per further layer.
+  std::vector<double> chord_bounds(int32_t kind, int32_t K) const {
+    std::vector<double> v(psz(K) + 1, kPipeInf);
+    std::vector<std::pair<int32_t, double>> pts;
+    for (const auto& [key, s] : solver.free_solves())
+      if (key.first == kind) pts.emplace_back(key.second, s->lower_bound_us);
+    if (pts.empty()) return v;
+    for (int32_t k = 1; k <= K; ++k) {
+      auto hi = std::lower_bound(pts.begin(), pts.end(), std::make_pair(k, -kPipeInf));
+      if (hi == pts.end()) v[psz(k)] = pts.back().second + (k - pts.back().first) * floor_of(kind);
+      else if (hi->first == k || hi == pts.begin()) v[psz(k)] = hi->first == k ? hi->second : 0.0;
+      else {
+        auto lo = hi - 1;
+        const double w = static_cast<double>(k - lo->first) / (hi->first - lo->first);
+        v[psz(k)] = lo->second + w * (hi->second - lo->second);
+      }
+    }
+    return v;
+  }
+
+  /// Lower bounds per stage position and k: the memory-free chords, and where the budgets are
+  /// a relaxation the fitted solves' bounds (monotone: a stage with more layers, more in flight
+  /// or less memory costs no less).
+  StageCostTable lower_table(const Layout& l) const {
+    StageCostTable t;
+    const int32_t K = L - l.n + 1;
+    std::vector<double> chords[4];
+    for (int32_t kind = 0; kind < 4; ++kind) chords[kind] = chord_bounds(kind, K);
+    for (int32_t s = 0; s < l.n; ++s) {
+      const int32_t kind = kind_of(s, l.n);
+      std::vector<double> v = chords[kind];
+      if (l.budget_is_relaxation())
+        for (const auto& [key, sv] : solver.fitted_solves()) {
+          const auto& [kk, k0, f, b] = key;
+          if (kk != kind || f > l.inflight[psz(s)] || b < l.limit) continue;
+          for (int32_t k = kind == kStageBoth ? K : std::max(k0, 1); k <= K; ++k) v[psz(k)] = std::max(v[psz(k)], sv->lower_bound_us);
+        }
+      t.stages.push_back(std::move(v));
+    }
+    return t;
+  }
+
+  /// Solved costs per stage position and k that fit its planned memory (+inf elsewhere): a
+  /// fitted solve of as many in flight or more and no more memory, or the memory-free plan
+  /// when it fits.
+  StageCostTable upper_table(const Layout& l) const {
+    StageCostTable t;
+    const int32_t K = L - l.n + 1;
+    for (int32_t s = 0; s < l.n; ++s) {
+      const int32_t kind = kind_of(s, l.n);
+      std::vector<double> v(psz(K) + 1, kPipeInf);
+      auto at = [&](int32_t k) -> double& { return v[psz(kind == kStageBoth ? K : k)]; };
+      for (const auto& [key, sv] : solver.free_solves())  // what assemble() plans it for
+        if (key.first == kind && (kind == kStageBoth || key.second <= K) && StageSolver::fits(*sv, l.planned(s, key.second)))
+          at(key.second) = std::min(at(key.second), sv->microbatch_us);
+      for (const auto& [key, sv] : solver.fitted_solves()) {
+        const auto& [kk, k, f, b] = key;
+        const StageMemory mem = l.planned(s, k);
+        if (kk == kind && (kind == kStageBoth || k <= K) && f >= mem.inflight && b <= mem.budget)
+          at(k) = std::min(at(k), sv->microbatch_us);
+      }
+      t.stages.push_back(std::move(v));
+    }
+    return t;
+  }
+};
+
+/// Step time of a split and its lower bound, for one (schedule, v).
+struct Evaluated {
+  std::vector<int32_t> layers;
+  double step_us = kPipeInf, lower_bound_us = 0;
+};
+
+/// A (schedule, v) and its best split, before assembly.
+struct ScheduleCandidate {
+  Evaluated e;
+  Layout l;
+  PipelineSchedule schedule = PipelineSchedule::k1F1B;
+  int32_t v = 1;
+};
+
+inline Layout layout_of(PipelineSchedule sched, int32_t P, int32_t L, int32_t v, int32_t M, int64_t limit) {
+  Layout l{sched, v, P * v, P, L, limit, {}, {}};
+  double most[4] = {0, 0, 0, 0};
+  for (int32_t s = 0; s < l.n; ++s) {
+    l.inflight.push_back(inflight_microbatches(sched, P, v, M, stage_rank(sched, P, s)));
+    most[kind_of(s, l.n)] = std::max(most[kind_of(s, l.n)], l.inflight.back());
+  }
+  for (int32_t s = 0; s < l.n; ++s) l.planned_inflight.push_back(most[kind_of(s, l.n)]);
+  return l;
+}
+
+/// Of `cands` (in the order their pre-assembly steps rank them, planner/pipeline_choice.h),
+/// the fastest whose assembled ranks fit the memory, assembled onto `head`.
+PipelinePlan fastest_that_fits(Search& S, const PipelinePlan& head, const std::vector<ScheduleCandidate>& cands);
+/// Per full-graph node: stage and full-mesh placements, from the stages' plans by position.
+void map_nodes(const Search& S, PipelinePlan& pl);
+
+}  // namespace autoshard::pipeline_detail
