@@ -19,13 +19,15 @@
 /// planner ties them) and no memory limit, a stage's cost under fixed decisions is affine in k,
 /// so the optimum min_d (a_d + k b_d) is concave in k and non-decreasing (b_d >= 0).  Between
 /// two solved k the chord of their proven lower bounds is a lower bound, above the largest its
-/// bound plus the cheapest cost of the added layers' nodes.  The search solves k = 1 and the
-/// balanced k = ceil(L / S) per stage kind, runs the DP on
+/// bound plus the cheapest cost of the added layers' nodes.  The search solves k = 1, 2, the
+/// balanced k = ceil(L / S) and ceil(L / P) + 2 per stage kind, runs the DP on
 /// those lower bounds (a lower bound of the pipelined step: the DP is monotone in stage costs)
 /// and on the solved costs (a plan), solves the stages the lower-bound split uses, and repeats
-/// until the gap is below PipelineOptions::target_gap or nothing new is left to solve:
-/// typically 2 to 4 solves per stage kind, shared by the schedules, independent of L and P
-/// (a stage problem grows with its k ~ L / S, so each solve costs O(L / S)).
+/// until the gap is below PipelineOptions::target_gap or nothing new is left to solve; sizes
+/// between two solved sizes of one plan pattern are evaluated instead (planner/stage_pattern.h,
+/// StageSolver::free): typically 4 to 6 solves per stage kind, shared by the schedules,
+/// independent of L and P (a stage problem grows with its k ~ L / S, but tied layers keep its
+/// solve near one layer's), and independent ones run on threads.
 ///
 /// Memory (planner/pipeline_solve.h, planner/inflight_memory.h).  A stage on pp rank r keeps
 /// f_r microbatches in flight (the schedule's count); its memory is its one-microbatch peak
