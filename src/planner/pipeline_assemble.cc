@@ -131,9 +131,9 @@ PipelinePlan assembled(Search& S, const PipelinePlan& head, const ScheduleCandid
   pl.schedule = c.schedule;
   pl.v = c.v;
   // The split's sizes that were evaluated as patterns are solved now (a solve may find better).
-  std::vector<std::pair<StageKind, int32_t>> keys;
+  std::vector<std::tuple<StageKind, int32_t, StageMemory>> keys;
   const int32_t n = static_cast<int32_t>(c.e.layers.size());
-  for (int32_t s = 0; s < n; ++s) keys.emplace_back(kind_of(s, n), c.e.layers[psz(s)]);
+  for (int32_t s = 0; s < n; ++s) keys.emplace_back(kind_of(s, n), c.e.layers[psz(s)], c.l.planned(s, c.e.layers[psz(s)]));
   S.solver.refine(keys);
   assemble(S, c.l, pl, c.e.layers);
   std::vector<double> costs;

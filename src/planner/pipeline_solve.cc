@@ -401,23 +401,42 @@ void StageSolver::prefetch(const std::vector<std::pair<StageKind, int32_t>>& key
   for (size_t i = 0; i < todo.size(); ++i) free_[todo[i]] = std::move(out[i]);
 }
 
-void StageSolver::refine(const std::vector<std::pair<StageKind, int32_t>>& keys) {
+void StageSolver::refine(const std::vector<std::tuple<StageKind, int32_t, StageMemory>>& keys) {
   std::vector<FreeKey> todo;
-  for (auto [kind, k] : keys) {
+  for (auto [kind, k, mem] : keys) {
     const FreeKey key{kind, kind == kStageBoth ? L_ : k};
     const auto it = free_.find(key);
     if (it != free_.end() && it->second->interpolated && std::find(todo.begin(), todo.end(), key) == todo.end())
       todo.push_back(key);
   }
   std::vector<std::shared_ptr<StageSolve>> out = solve_all(todo);
-  for (size_t i = 0; i < todo.size(); ++i) {
-    const StageSolve& was = *free_.at(todo[i]);
-    std::shared_ptr<StageSolve> s = out[i];
-    if (!s->plan.has_solution || s->microbatch_us >= was.microbatch_us) s = std::make_shared<StageSolve>(was);
-    s->lower_bound_us = std::min(std::max(out[i]->lower_bound_us, was.lower_bound_us), s->microbatch_us);
-    s->interpolated = false;  // solved now: a bracket end like any solve
-    free_[todo[i]] = std::move(s);
+  for (size_t i = 0; i < todo.size(); ++i) free_[todo[i]] = better_of(*free_.at(todo[i]), out[i]);
+  // The fitted plans evaluated as patterns: fit() each (its plans at hand and its solve).
+  std::vector<FitKey> fits;
+  std::vector<std::shared_ptr<const StageSolve>> relaxed;
+  for (auto [kind, k, mem] : keys) {
+    if (kind == kStageBoth) k = L_;
+    const FitKey key{kind, k, mem.inflight, mem.budget};
+    const auto it = fitted_.find(key);
+    if (it == fitted_.end() || !it->second->interpolated || std::find(fits.begin(), fits.end(), key) != fits.end())
+      continue;
+    fits.push_back(key);
+    relaxed.push_back(free(kind, k));
   }
+  std::vector<std::shared_ptr<StageSolve>> fitted(fits.size());
+  run_parallel(fits.size(), [&](size_t i) {
+    const auto& [kind, k, f, b] = fits[i];
+    fitted[i] = fit(static_cast<StageKind>(kind), k, StageMemory{f, b}, *relaxed[i]);
+  });
+  for (size_t i = 0; i < fits.size(); ++i) fitted_[fits[i]] = better_of(*fitted_.at(fits[i]), fitted[i]);
+}
+
+std::shared_ptr<const StageSolve> StageSolver::better_of(const StageSolve& was, std::shared_ptr<StageSolve> solved) {
+  std::shared_ptr<StageSolve> s = solved;
+  if (!s->plan.has_solution || !(s->microbatch_us < was.microbatch_us)) s = std::make_shared<StageSolve>(was);
+  s->lower_bound_us = std::min(std::max(solved->lower_bound_us, was.lower_bound_us), s->microbatch_us);
+  s->interpolated = false;  // solved now: a bracket end like any solve
+  return s;
 }
 
 bool StageSolver::resolved(StageKind kind, int32_t k, StageMemory mem) const {

@@ -61,10 +61,11 @@ class StageSolver {
   /// threads.  Which are solved and which evaluated is decided before any runs, in key order,
   /// so the result does not depend on the threads' timing.
   void prefetch(const std::vector<std::pair<StageKind, int32_t>>& keys);
-  /// Solves the memory-free stages of `keys` that were evaluated as patterns (the sizes a
-  /// chosen split uses), in parallel as prefetch does; a solve replaces the evaluated plan
-  /// where it is cheaper, and the better of the two bounds is kept either way.
-  void refine(const std::vector<std::pair<StageKind, int32_t>>& keys);
+  /// Solves the stages of `keys` that were evaluated as patterns (the sizes a chosen split
+  /// uses): their memory-free plans, and under `mem` their fitted plans (fit()), in parallel as
+  /// prefetch does; a solve replaces the evaluated plan where it is cheaper, and the better of
+  /// the two bounds is kept either way.
+  void refine(const std::vector<std::tuple<StageKind, int32_t, StageMemory>>& keys);
   /// fitted() of every key, the memory-free plans first (prefetch), then the fitted solves
   /// of those that do not fit, on threads as prefetch runs them.
   void prefetch_fitted(const std::vector<std::tuple<StageKind, int32_t, StageMemory>>& keys);
@@ -116,6 +117,9 @@ class StageSolver {
   /// stages): memory and cost are affine in the layers, so it is checked against `mem` and
   /// bounded by the memory-free bound; nullptr when there is none or it does not fit.
   std::shared_ptr<StageSolve> interpolate_fitted(StageKind kind, int32_t k, StageMemory mem, const StageSolve& relaxed);
+  /// `solved` where it is cheaper than `was`, else `was`; with the better of their bounds, as
+  /// a solved plan.
+  static std::shared_ptr<const StageSolve> better_of(const StageSolve& was, std::shared_ptr<StageSolve> solved);
   /// Solves the memory-free `keys` on PipelineOptions::stage_threads threads; results in key
   /// order, progress lines printed in key order.
   std::vector<std::shared_ptr<StageSolve>> solve_all(const std::vector<FreeKey>& keys);

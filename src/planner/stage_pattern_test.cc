@@ -121,7 +121,7 @@ TEST(StagePattern, SizesBetweenOnePatternAreEvaluatedAtTheirOptimum) {
   EXPECT_FALSE(above->interpolated);
   EXPECT_EQ(solver.solves(), 3);
   // refine() solves an evaluated size and keeps the better plan and bound.
-  solver.refine({{kStageMid, 4}});
+  solver.refine({{kStageMid, 4, StageMemory{}}});
   EXPECT_EQ(solver.solves(), 4);
   auto refined = solver.free(kStageMid, 4);
   EXPECT_FALSE(refined->interpolated);
