@@ -36,16 +36,20 @@ the full batch's loss and gradients.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 import torch
+import torch.fx
 from torch.distributed.device_mesh import DeviceMesh
 
 from .apply import (PlacementsArg, PlanError, StepRunner, graph_names, load_placements,
                     parse_placements, placements_str, read_placements, trace_for_apply,
                     _lowered_alias)
+from .deferred_grads import defer_reductions
 from .stages import SHARED, StageError, StageGraph, cut_stages
 
 #: the schedule names of docs/pipeline-format.md -> torch.distributed.pipelining class names
@@ -158,8 +162,9 @@ def _stage_function() -> type:
             else:
                 grads = list(module._split.backward(*ctx.saved_tensors, *tangents))
                 act_grads = grads[n_p:]
-                for slot, gr in zip(module._grad_param_slots, grads[:n_p]):
-                    per_input[slot] = gr
+                for k, (slot, gr) in enumerate(zip(module._grad_param_slots, grads[:n_p])):
+                    if not module._accumulate(k, gr):
+                        per_input[slot] = gr
             for k, gr in enumerate(act_grads):
                 per_input[module._n_primals - len(module._graph.act_in) + k] = gr
             return (None, *per_input)
@@ -199,6 +204,13 @@ class StageModule(torch.nn.Module):
         from .context_parallel import permute_placeholder
 
         self._layout = runner.layout  # load-balanced CP: sequences cut in head-tail order
+        # The gradient reductions run once per step on the microbatches' sum
+        # (autoshard.deferred_grads); the backward returns the un-reduced local gradients.
+        full = [traced.flat_args[graph.placeholders[slot]].numel()
+                for slot in self._grad_param_slots]
+        self._deferred = defer_reductions(split.backward, len(self._grad_param_slots), full)
+        self._split = dataclasses.replace(split, backward=self._deferred.backward)
+        self._unreduced: dict = {}  # param-gradient index -> sum over this step's microbatches
         self._parts = None  # BackwardParts when the schedule splits the backward
         self._pending: list = []  # per B not yet followed by its W: (W's inputs, handoff)
 
@@ -222,6 +234,69 @@ class StageModule(torch.nn.Module):
     def first(self) -> bool:
         return not self._graph.act_in
 
+    def _param_names(self) -> list:
+        return [self._slots[slot][0] for slot in self._grad_param_slots]
+
+    @property
+    def lowered_backward(self) -> torch.fx.GraphModule:
+        """The backward graph as lowered: every gradient reduction still in it."""
+        return self._deferred.lowered
+
+    @property
+    def deferred_params(self) -> list:
+        """The parameters whose gradient reductions run once per step (finish_step)."""
+        names = self._param_names()
+        return [names[k] for k in sorted(self._deferred.reductions)]
+
+    @property
+    def per_microbatch_params(self) -> dict:
+        """Parameter -> why its gradient's reduction stays in the backward (per microbatch)."""
+        names = self._param_names()
+        out = {names[k]: why for k, why in sorted(self._deferred.kept.items())}
+        for name in self._deferred.left:
+            out.setdefault(name, "a collective of its redistribution into the optimizer's "
+                                 "placement is read by other values of the backward")
+        return out
+
+    def _accumulate(self, k: int, grad: Optional[torch.Tensor]) -> bool:
+        """Adds parameter gradient k, if its reduction is deferred, to the step's sum of its
+        un-reduced values; False when the gradient goes to the parameter as it is."""
+        if k not in self._deferred.reductions:
+            return False
+        if grad is not None:
+            acc = self._unreduced.get(k)
+            if acc is None:
+                self._unreduced[k] = grad.detach().clone()
+            else:
+                acc.add_(grad)
+        return True
+
+    def finish_step(self, scale: float) -> None:
+        """After the step's last microbatch: reduces each deferred gradient's sum once, divides
+        it by `scale` (the schedule's scale_grads, as it divided the other gradients) and adds it
+        to the parameter's .grad, at the parameter's placements as the backward would have."""
+        from torch.distributed.tensor import DTensor
+
+        if not self._unreduced:
+            return
+        order = sorted(self._deferred.reductions)
+        if set(self._unreduced) != set(order):
+            missing = [self._param_names()[k] for k in order if k not in self._unreduced]
+            raise RuntimeError(f"stage {self.index}: no gradient this step for {missing}")
+        reduced = self._deferred.step(*[self._unreduced[k] for k in order])
+        self._unreduced = {}
+        params = dict(self.model.named_parameters())
+        names = self._param_names()
+        for k, red in zip(order, reduced):
+            p = params[names[k]]
+            d = DTensor.from_local(red / scale if scale != 1 else red, p.device_mesh,
+                                   p.placements, run_check=False, shape=p.shape,
+                                   stride=p.stride())
+            if p.grad is None:
+                p.grad = d
+            else:
+                p.grad += d
+
     def split_backward(self) -> None:
         """Runs the backward as B (in autograd's backward: activation gradients) and W
         (weight_runner(), when the zero-bubble schedule runs its W action)."""
@@ -238,13 +313,13 @@ class StageModule(torch.nn.Module):
         args, handoff = self._pending.pop()
         parts = self._parts
         params = dict(self.model.named_parameters())
-        names = [self._slots[slot][0] for slot in self._grad_param_slots]
+        names = self._param_names()
 
         def run() -> None:
             from torch.distributed.tensor import DTensor
 
-            for name, g in zip(names, parts.run_weight(*args, *handoff)):
-                if g is None:
+            for k, (name, g) in enumerate(zip(names, parts.run_weight(*args, *handoff))):
+                if self._accumulate(k, g) or g is None:
                     continue
                 p = params[name]
                 d = DTensor.from_local(g, p.device_mesh, p.placements, run_check=False,
@@ -332,13 +407,18 @@ class PipelineRunner:
         args = [tensors[k] for k in self._first_inputs] if has_first else []
         kwargs = {f"input{k}": t for k, t in enumerate(tensors) if k not in self._first_inputs}
         m = self.spec.microbatches
+        losses: list = []
         if self.has_last:
-            losses: list = []
             self.schedule.step(*args, target=torch.zeros(m), losses=losses,
                                return_outputs=False, **kwargs)
-            return torch.stack([x.detach().reshape(()) for x in losses]).mean()
-        self.schedule.step(*args, return_outputs=False, **kwargs)
-        return None
+        else:
+            self.schedule.step(*args, return_outputs=False, **kwargs)
+        scale = m if self.schedule.scale_grads else 1
+        for s in self.stages:  # the same order on every rank of a stage
+            s.finish_step(scale)
+        if not self.has_last:
+            return None
+        return torch.stack([x.detach().reshape(()) for x in losses]).mean()
 
 
 def _identity_loss(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -427,6 +507,10 @@ def apply_pipeline(model: torch.nn.Module, placements: PlacementsArg, mesh: Devi
     for cut in cuts:
         split = partition(cut.gm, cut.out_nodes, cut.grad_nodes, cut.tangent_nodes)
         mod = StageModule(model, cut, split, runner, traced, sub)
+        if mod.per_microbatch_params:
+            warnings.warn(f"stage {cut.index}: the gradient reductions of "
+                          f"{mod.per_microbatch_params} run per microbatch, not once per step "
+                          f"as planned", stacklevel=2)
         dw = None
         if spec.schedule in _SPLIT_BACKWARD:
             mod.split_backward()
