@@ -1,9 +1,9 @@
 """Deferring a pipeline stage's gradient reductions to once per step.
 
-    d = defer_reductions(split.backward, n_param_grads)
-    grads = d.backward(*saved, *tangents)      # param outputs in d.deferred: un-reduced, local
-    acc = sum of those over the step's microbatches
-    reduced = d.reductions[i](acc)             # the cut-out collectives, once per step
+    d = defer_reductions(split.backward, n_param_grads, full_numels)
+    grads = d.backward(*saved, *tangents)   # outputs i in d.reductions: un-reduced, local
+    acc[i] = the sum of grads[i] over the step's microbatches
+    reduced = d.step(*[acc[i] for i in sorted(d.reductions)])   # once per step
 
 A stage's backward graph is the lowered per-rank graph (autoshard.lower), so each parameter's
 gradient ends in the collectives that bring it from the placement its last op produces (a
@@ -16,15 +16,20 @@ inputs' redistributions), so the runtime must not run them once per microbatch.
 Per parameter gradient output g, this module finds the part of the graph that only feeds g, is
 linear in one tensor x and holds at least one collective: the collectives whose results flow
 only into g, everything after them on the way to g, and x, the value the first of them reads
-(the local, un-reduced gradient).  The backward then returns x in g's place, and the part is a
-graph of its own, run once per step on the sum of x over the microbatches.  The part being
+(the local, un-reduced gradient), at most the full gradient's size.  The backward then
+returns x in g's place, and the part is a graph of its own, run once per step on the sum of x
+over the microbatches.  (The size limit keeps an activation that a gather moves before the
+sum over tokens that makes it a gradient out of the accumulators: that gather stays per
+microbatch, as the planner priced it, and the part starts at the gradient's own collective.)  The part being
 linear (sums, concatenations, views, scalings), reducing the sum equals summing the reductions,
 up to float rounding.  torch.distributed.pipelining's own FSDP path does the same: it turns
 gradient sync off for every microbatch but the last (PipelineStage.backward_maybe_with_nosync).
 
 A gradient whose collectives cannot be cut so (something else reads them, or an op between
 them and g is not linear, or more than one un-reduced value enters them) keeps them in the
-backward, run per microbatch as before; `kept` names such gradients with the reason.
+backward, run per microbatch as before; `kept` names such gradients with the reason, and
+`left` the parameters whose planned redistribution into the optimizer (the lowering's
+"grad:<param>" stamps) still has a collective in the backward.
 """
 from __future__ import annotations
 
@@ -57,7 +62,8 @@ class DeferredReductions:
     backward: the cut backward graph; output i < n_param_grads, for i in `reductions`, is the
         un-reduced local gradient (x above) instead of the reduced one.
     reductions: output index -> graph (x) -> the reduced gradient, as the backward gave it.
-    kept: output index -> why its collectives stay in the backward.
+    kept: output index -> why an exclusive collective above it stays in the backward (one of
+        the plan's per-microbatch collectives, or a reduction that cannot be cut).
     """
 
     backward: torch.fx.GraphModule
@@ -172,21 +178,21 @@ def _numel(node: torch.fx.Node) -> Optional[int]:
 
 def _cut(g: torch.fx.Node, i: int, owner: dict, limit: Optional[int]) -> tuple[list, str]:
     """The part to cut out for gradient output g (empty: none) and, when g has exclusive
-    collectives none of which can start a part, why.
+    collectives but no part, why.
 
-    The part starts at the earliest collective among g's exclusive linear ancestors whose part
-    reaches g, reads one value x (the local gradient) and whose x has at most `limit` elements
-    (the full gradient's size: an accumulator never holds more than the un-sharded gradient,
-    as torch's FSDP no-sync accumulation does; a larger x, an activation a gather moves before
-    a sum, stays per microbatch, as the planner priced it)."""
+    The part starts at the earliest of g's exclusive linear ancestors whose part holds a
+    collective and reads one value x (the local gradient: a views' or a padding's input, or
+    the collective's own) of at most `limit` elements (the full gradient's size: an
+    accumulator never holds more than the un-sharded gradient, as torch's FSDP no-sync
+    accumulation does; a larger x, an activation a gather moves before a sum, stays per
+    microbatch, as the planner priced it)."""
     linear = _linear_ancestors(g, i, owner)
-    starts = [n for n in g.graph.nodes if n in linear and collective_kind(n) is not None]
     why = ""
-    for c in starts:
-        part, entering = _part(c, linear)
-        if g not in part:
-            why = why or "its reduction does not reach the gradient through linear ops alone"
-        elif len(entering) != 1:
+    for s in (n for n in g.graph.nodes if n in linear):
+        part, entering = _part(s, linear)
+        if not any(collective_kind(n) is not None for n in part):
+            continue
+        if len(entering) != 1:
             why = why or "more than one value enters its reduction"
         elif limit is not None and (_numel(entering[0]) is None
                                     or _numel(entering[0]) > limit):

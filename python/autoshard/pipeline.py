@@ -28,10 +28,23 @@ when the schedule's W action calls the runner that PipelineStage's dw_builder re
 accumulates the parameters' gradients as autograd would.  ZBVZeroBubble and DualPipeV place
 the stages in a V (stage_rank).
 
+Gradient reductions run once per step, as the planner prices them (its stage problems
+weigh the redistributions into the optimizer 1/M).  A stage's lowered backward ends, per
+parameter, in the collectives that reduce its gradient over the stage's mesh (an all_reduce
+or reduce_scatter of a Partial sum, an all_gather of a shard).  autoshard.deferred_grads cuts
+them out (before the B/W split, so W is cut too): the backward returns the un-reduced local
+gradient, the stage sums it over the microbatches, and after the schedule's last microbatch
+`step` runs the cut-out collectives once per parameter and adds the result to `.grad` at the
+parameter's placements.  The accumulated value is at most the full gradient's size (an
+activation gathered before the sum over tokens that makes it a gradient stays gathered per
+microbatch, as planned).  A gradient whose reduction cannot be cut (not linear in one local
+value, or read elsewhere) keeps it per microbatch, with a warning naming it.
+
 Loss: the last stage's graph ends with the traced loss of its microbatch (e.g. a mean); the
-schedule divides the accumulated gradients by the number of microbatches (scale_grads) and
-`step` returns the mean of the microbatch losses: for a mean loss over equal microbatches,
-the full batch's loss and gradients.
+schedule divides the accumulated gradients by the number of microbatches (scale_grads), and
+`step` divides the once-per-step reductions' results likewise, and returns the mean of the
+microbatch losses: for a mean loss over equal microbatches, the full batch's loss and
+gradients.
 """
 from __future__ import annotations
 
@@ -49,7 +62,7 @@ from torch.distributed.device_mesh import DeviceMesh
 from .apply import (PlacementsArg, PlanError, StepRunner, graph_names, load_placements,
                     parse_placements, placements_str, read_placements, trace_for_apply,
                     _lowered_alias)
-from .deferred_grads import defer_reductions
+from .deferred_grads import DeferredReductions, defer_reductions
 from .stages import SHARED, StageError, StageGraph, cut_stages
 
 #: the schedule names of docs/pipeline-format.md -> torch.distributed.pipelining class names
@@ -182,7 +195,7 @@ class StageModule(torch.nn.Module):
     Returns the activations for the next stage, or the microbatch's loss on the last stage."""
 
     def __init__(self, model: torch.nn.Module, graph: StageGraph, split: Any, runner: StepRunner,
-                 traced: Any, mesh: DeviceMesh):
+                 traced: Any, mesh: DeviceMesh, reduce_once_per_step: bool = True):
         super().__init__()
         from .module import _set_tensor
 
@@ -208,7 +221,9 @@ class StageModule(torch.nn.Module):
         # (autoshard.deferred_grads); the backward returns the un-reduced local gradients.
         full = [traced.flat_args[graph.placeholders[slot]].numel()
                 for slot in self._grad_param_slots]
-        self._deferred = defer_reductions(split.backward, len(self._grad_param_slots), full)
+        self._deferred = (defer_reductions(split.backward, len(self._grad_param_slots), full)
+                          if reduce_once_per_step else
+                          DeferredReductions(backward=split.backward, lowered=split.backward))
         self._split = dataclasses.replace(split, backward=self._deferred.backward)
         self._unreduced: dict = {}  # param-gradient index -> sum over this step's microbatches
         self._parts = None  # BackwardParts when the schedule splits the backward
@@ -250,13 +265,15 @@ class StageModule(torch.nn.Module):
 
     @property
     def per_microbatch_params(self) -> dict:
-        """Parameter -> why its gradient's reduction stays in the backward (per microbatch)."""
+        """Parameter -> why a collective of its gradient's redistribution into the optimizer's
+        placement, which the planner prices once per step, still runs in every backward.
+        (A collective of a gradient the plan puts before the optimizer's edge, such as the
+        gather of an activation before the sum that makes it a norm weight's gradient, runs
+        per microbatch as planned and is not listed.)"""
         names = self._param_names()
-        out = {names[k]: why for k, why in sorted(self._deferred.kept.items())}
-        for name in self._deferred.left:
-            out.setdefault(name, "a collective of its redistribution into the optimizer's "
-                                 "placement is read by other values of the backward")
-        return out
+        why = {names[k]: w for k, w in self._deferred.kept.items()}
+        return {name: why.get(name, "its result is read by other values of the backward")
+                for name in self._deferred.left}
 
     def _accumulate(self, k: int, grad: Optional[torch.Tensor]) -> bool:
         """Adds parameter gradient k, if its reduction is deferred, to the step's sum of its
@@ -376,9 +393,11 @@ class PipelineRunner:
     """This rank's stages of a pipelined plan and the schedule that runs them.
 
     step(*inputs, *targets): full-batch tensors (the same on every rank, trace order); runs one
-    training step of the schedule (forward and backward of every microbatch; gradients in the
-    stage modules' parameters, averaged over microbatches).  Returns the mean of the
-    microbatch losses on a rank holding the last stage, else None."""
+    training step of the schedule (forward and backward of every microbatch, then the
+    gradient reductions once; gradients in the stage modules' parameters, averaged over
+    microbatches).  Returns the mean of the microbatch losses on a rank holding the last
+    stage, else None.  Run the schedule through `step` only: it alone finishes the
+    reductions."""
 
     def __init__(self, spec: PipelineSpec, stages: list, schedule: Any, n_inputs: int,
                  first_inputs: list, pipe_stages: list):
@@ -407,6 +426,8 @@ class PipelineRunner:
         args = [tensors[k] for k in self._first_inputs] if has_first else []
         kwargs = {f"input{k}": t for k, t in enumerate(tensors) if k not in self._first_inputs}
         m = self.spec.microbatches
+        for s in self.stages:  # no partial sums left by a step cut short
+            s._unreduced.clear()
         losses: list = []
         if self.has_last:
             self.schedule.step(*args, target=torch.zeros(m), losses=losses,
@@ -428,7 +449,8 @@ def _identity_loss(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
 
 def apply_pipeline(model: torch.nn.Module, placements: PlacementsArg, mesh: DeviceMesh,
                    traced=None, *, example_inputs=None, loss_fn: Optional[Callable] = None,
-                   targets=None, graph: Optional[dict] = None) -> PipelineRunner:
+                   targets=None, graph: Optional[dict] = None,
+                   reduce_once_per_step: bool = True) -> PipelineRunner:
     """Builds this rank's pipeline stages of a plan with a "pipeline" section and the
     schedule that runs them.
 
@@ -436,6 +458,9 @@ def apply_pipeline(model: torch.nn.Module, placements: PlacementsArg, mesh: Devi
     mesh: that mesh (shape and dim names checked against the plan).
     traced / example_inputs, loss_fn, targets / graph: as for apply_placement, for ONE
         microbatch (the graph the plan was made for).
+    reduce_once_per_step: the gradient reductions run once per step, on the microbatches'
+        sum, as planned (autoshard.deferred_grads); False: once per microbatch, in each
+        backward, as the lowered graph has them (to compare).
     """
     from torch.distributed import pipelining
 
@@ -506,7 +531,7 @@ def apply_pipeline(model: torch.nn.Module, placements: PlacementsArg, mesh: Devi
     modules, pipe_stages = [], []
     for cut in cuts:
         split = partition(cut.gm, cut.out_nodes, cut.grad_nodes, cut.tangent_nodes)
-        mod = StageModule(model, cut, split, runner, traced, sub)
+        mod = StageModule(model, cut, split, runner, traced, sub, reduce_once_per_step)
         if mod.per_microbatch_params:
             warnings.warn(f"stage {cut.index}: the gradient reductions of "
                           f"{mod.per_microbatch_params} run per microbatch, not once per step "

@@ -121,8 +121,9 @@ class DeferredReductions(unittest.TestCase):
             return op(c10d.wait_tensor.default, op(getattr(c10d, kind).default, x, *extra))
 
         x, w, gy = (g.placeholder(n) for n in ("x", "w", "gy"))
-        # p0: Partial -> Replicate, then a scaling: cut at the matmul's transpose
-        t0 = op(aten.t.default, op(aten.mm.default, x, gy), shape=(4, 3))
+        # p0: Partial -> Replicate, then a scaling: cut at the matmul (its transpose moves)
+        mm0 = op(aten.mm.default, x, gy, shape=(3, 4))
+        t0 = op(aten.t.default, mm0, shape=(4, 3))
         g0 = op(aten.div.Tensor, reduce(t0, "all_reduce", "sum", "0"), 2)
         # p1: Partial over two dims (one after the other), then a scatter along dim 1
         m1 = op(aten.mm.default, gy, w, shape=(4, 8))
@@ -143,18 +144,22 @@ class DeferredReductions(unittest.TestCase):
         v4 = op(aten.sum.dim_IntList, reduce(a4, "all_gather_into_tensor", 2, "0"), [0],
                 shape=(4,))
         g4 = reduce(v4, "all_gather_into_tensor", 2, "0")
-        g.output((g0, g1, g2, r3, g4, gx))
+        # p5: an uneven Shard: padded to the group's multiple, scattered; x is the unpadded
+        m5 = op(aten.mm.default, x, w, shape=(10, 4))
+        pad5 = op(aten.constant_pad_nd.default, m5, [0, 0, 0, 2], shape=(12, 4))
+        g5 = reduce(pad5, "reduce_scatter_tensor", "sum", 4, "0")
+        g.output((g0, g1, g2, r3, g4, g5, gx))
         bwd = torch.fx.GraphModule(torch.nn.Module(), g)
-        d = defer_reductions(bwd, 5, [12, 64, 12, 12, 8])
+        d = defer_reductions(bwd, 6, [12, 64, 12, 12, 8, 40])
 
-        self.assertEqual(sorted(d.reductions), [0, 1, 4])
+        self.assertEqual(sorted(d.reductions), [0, 1, 4, 5])
         self.assertEqual(list(d.kept), [2])
         self.assertIn("not linear", d.kept[2])
         self.assertEqual(d.left, ["p3"])
-        self.assertEqual(d.collectives, 1 + 3 + 1)
+        self.assertEqual(d.collectives, 1 + 3 + 1 + 1)
         outs = next(n for n in d.backward.graph.nodes if n.op == "output").args[0]
-        self.assertEqual([o.name for o in outs[:2]] + [outs[4].name],
-                         [t0.name, m1.name, v4.name])
+        self.assertEqual([outs[k].name for k in (0, 1, 4, 5)],
+                         [mm0.name, m1.name, v4.name, m5.name])
         code = d.backward.code
         self.assertEqual(code.count("_c10d_functional.all_reduce"), 2)  # p2, p3
         self.assertEqual(code.count("all_gather_into_tensor.default"), 1)  # p4's first
@@ -166,9 +171,10 @@ class DeferredReductions(unittest.TestCase):
         names = [n.target._overloadpacket.__name__ if hasattr(n.target, "_overloadpacket")
                  else "getitem" for n in step]
         first_wait = names.index("wait_tensor")
-        self.assertEqual(names[:first_wait],
-                         ["all_reduce", "all_reduce", "all_gather_into_tensor"])
-        self.assertEqual(len([n for n in d.step.graph.nodes if n.op == "placeholder"]), 3)
+        self.assertEqual(names[:first_wait], ["t", "all_reduce", "all_reduce",
+                                              "all_gather_into_tensor", "constant_pad_nd",
+                                              "reduce_scatter_tensor"])
+        self.assertEqual(len([n for n in d.step.graph.nodes if n.op == "placeholder"]), 4)
 
 
 @unittest.skipIf(torch is None, "PyTorch not installed")
