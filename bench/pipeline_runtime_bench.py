@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The pipeline runtime's step with gradient reductions once per step against once per microbatch.
 
-    AUTOSHARD_BIN=build/autoshard build/venv/bin/python bench/pipeline_runtime_bench.py \
+    AUTOSHARD_BIN=build/autoshard AUTOSHARD_CORE=$(ls build/_core*.so) \
+        build/venv/bin/python bench/pipeline_runtime_bench.py \
         [--schedules 1F1B,InterleavedZeroBubble] [--microbatches 4,8] [--steps 10]
 
 Model and plans: test_pipeline.py's (tests/python/_pipeline_worker.py): a 4-layer LLaMA (dim 16),
