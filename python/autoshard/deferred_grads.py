@@ -152,17 +152,17 @@ def _linear_ancestors(g: torch.fx.Node, i: int, owner: dict) -> set:
     return linear
 
 
-def _part(start: torch.fx.Node, linear: set) -> tuple[list, list]:
-    """(start and the nodes of `linear` computed from it, in graph order; the values entering
-    them from elsewhere)."""
-    part: list = []
+def _part(start: torch.fx.Node, linear: set, pos: dict) -> tuple[list, list]:
+    """(start and the nodes of `linear` computed from it, in graph order (`pos`); the values
+    entering them from elsewhere)."""
     in_part: set = set()
-    node = start
-    while node.op != "output":  # graph order: inputs before users
-        if node is start or (node in linear and any(a in in_part for a in node.all_input_nodes)):
-            part.append(node)
-            in_part.add(node)
-        node = node.next
+    todo = [start]
+    while todo:
+        x = todo.pop()
+        if x not in in_part:
+            in_part.add(x)
+            todo.extend(u for u in x.users if u in linear)
+    part = sorted(in_part, key=pos.__getitem__)
     entering: list = []
     for node in part:
         for a in node.all_input_nodes:
@@ -176,7 +176,8 @@ def _numel(node: torch.fx.Node) -> Optional[int]:
     return val.numel() if isinstance(val, torch.Tensor) else None
 
 
-def _cut(g: torch.fx.Node, i: int, owner: dict, limit: Optional[int]) -> tuple[list, str]:
+def _cut(g: torch.fx.Node, i: int, owner: dict, limit: Optional[int],
+         pos: dict) -> tuple[list, str]:
     """The part to cut out for gradient output g (empty: none) and, when g has exclusive
     collectives but no part, why.
 
@@ -188,8 +189,8 @@ def _cut(g: torch.fx.Node, i: int, owner: dict, limit: Optional[int]) -> tuple[l
     microbatch, as the planner priced it)."""
     linear = _linear_ancestors(g, i, owner)
     why = ""
-    for s in (n for n in g.graph.nodes if n in linear):
-        part, entering = _part(s, linear)
+    for s in sorted(linear, key=pos.__getitem__):
+        part, entering = _part(s, linear, pos)
         if not any(collective_kind(n) is not None for n in part):
             continue
         if len(entering) != 1:
@@ -228,13 +229,14 @@ def defer_reductions(bwd: torch.fx.GraphModule, n_param_grads: int,
     out_node = next(n for n in graph.nodes if n.op == "output")
     outs = list(out_node.args[0])
     owner = _exclusive(graph, out_node, n_param_grads)
+    pos = {n: k for k, n in enumerate(graph.nodes)}
     result = DeferredReductions(backward=gm, lowered=bwd)
     cut_out: list = []  # the nodes of the cut parts, in graph order per part
     for i in range(n_param_grads):
         g = outs[i]
         if not isinstance(g, torch.fx.Node):
             continue
-        part, why = _cut(g, i, owner, limits[i] if limits is not None else None)
+        part, why = _cut(g, i, owner, limits[i] if limits is not None else None, pos)
         if not part:
             if why:
                 result.kept[i] = why
