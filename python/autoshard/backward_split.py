@@ -15,8 +15,9 @@ it, else in W.  B's graph computes the activation gradients and hands over the v
 nodes that W reads (the output gradients, dY of each dW = X^T dY); W's graph computes the
 parameter gradients from those and the saved forward values.  Both run the same ops as the
 whole backward, in the same order within each part, so the gradients are the same numbers;
-the collectives of W (the data-parallel gradient reductions) run on every rank of a stage in
-the schedule's common order.
+the collectives W keeps run on every rank of a stage in the schedule's common order (the
+gradient reductions are cut out before the split and run once per step:
+autoshard.deferred_grads).
 """
 from __future__ import annotations
 

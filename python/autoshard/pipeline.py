@@ -28,24 +28,41 @@ when the schedule's W action calls the runner that PipelineStage's dw_builder re
 accumulates the parameters' gradients as autograd would.  ZBVZeroBubble and DualPipeV place
 the stages in a V (stage_rank).
 
+Gradient reductions run once per step, as the planner prices them (its stage problems
+weigh the redistributions into the optimizer 1/M).  A stage's lowered backward ends, per
+parameter, in the collectives that reduce its gradient over the stage's mesh (an all_reduce
+or reduce_scatter of a Partial sum, an all_gather of a shard).  autoshard.deferred_grads cuts
+them out (before the B/W split, so W is cut too): the backward returns the un-reduced local
+gradient, the stage sums it over the microbatches, and after the schedule's last microbatch
+`step` runs the cut-out collectives once per parameter and adds the result to `.grad` at the
+parameter's placements.  The accumulated value is at most the full gradient's size (an
+activation gathered before the sum over tokens that makes it a gradient stays gathered per
+microbatch, as planned).  A gradient whose reduction cannot be cut (not linear in one local
+value, or read elsewhere) keeps it per microbatch, with a warning naming it.
+
 Loss: the last stage's graph ends with the traced loss of its microbatch (e.g. a mean); the
-schedule divides the accumulated gradients by the number of microbatches (scale_grads) and
-`step` returns the mean of the microbatch losses: for a mean loss over equal microbatches,
-the full batch's loss and gradients.
+schedule divides the accumulated gradients by the number of microbatches (scale_grads), and
+`step` divides the once-per-step reductions' results likewise, and returns the mean of the
+microbatch losses: for a mean loss over equal microbatches, the full batch's loss and
+gradients.
 """
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 import torch
+import torch.fx
 from torch.distributed.device_mesh import DeviceMesh
 
 from .apply import (PlacementsArg, PlanError, StepRunner, graph_names, load_placements,
                     parse_placements, placements_str, read_placements, trace_for_apply,
                     _lowered_alias)
+from .deferred_grads import DeferredReductions, defer_reductions
 from .stages import SHARED, StageError, StageGraph, cut_stages
 
 #: the schedule names of docs/pipeline-format.md -> torch.distributed.pipelining class names
@@ -158,8 +175,9 @@ def _stage_function() -> type:
             else:
                 grads = list(module._split.backward(*ctx.saved_tensors, *tangents))
                 act_grads = grads[n_p:]
-                for slot, gr in zip(module._grad_param_slots, grads[:n_p]):
-                    per_input[slot] = gr
+                for k, (slot, gr) in enumerate(zip(module._grad_param_slots, grads[:n_p])):
+                    if not module._accumulate(k, gr):
+                        per_input[slot] = gr
             for k, gr in enumerate(act_grads):
                 per_input[module._n_primals - len(module._graph.act_in) + k] = gr
             return (None, *per_input)
@@ -177,7 +195,7 @@ class StageModule(torch.nn.Module):
     Returns the activations for the next stage, or the microbatch's loss on the last stage."""
 
     def __init__(self, model: torch.nn.Module, graph: StageGraph, split: Any, runner: StepRunner,
-                 traced: Any, mesh: DeviceMesh):
+                 traced: Any, mesh: DeviceMesh, reduce_once_per_step: bool = True):
         super().__init__()
         from .module import _set_tensor
 
@@ -199,6 +217,15 @@ class StageModule(torch.nn.Module):
         from .context_parallel import permute_placeholder
 
         self._layout = runner.layout  # load-balanced CP: sequences cut in head-tail order
+        # The gradient reductions run once per step on the microbatches' sum
+        # (autoshard.deferred_grads); the backward returns the un-reduced local gradients.
+        full = [traced.flat_args[graph.placeholders[slot]].numel()
+                for slot in self._grad_param_slots]
+        self._deferred = (defer_reductions(split.backward, len(self._grad_param_slots), full)
+                          if reduce_once_per_step else
+                          DeferredReductions(backward=split.backward, lowered=split.backward))
+        self._split = dataclasses.replace(split, backward=self._deferred.backward)
+        self._unreduced: dict = {}  # param-gradient index -> sum over this step's microbatches
         self._parts = None  # BackwardParts when the schedule splits the backward
         self._pending: list = []  # per B not yet followed by its W: (W's inputs, handoff)
 
@@ -222,6 +249,71 @@ class StageModule(torch.nn.Module):
     def first(self) -> bool:
         return not self._graph.act_in
 
+    def _param_names(self) -> list:
+        return [self._slots[slot][0] for slot in self._grad_param_slots]
+
+    @property
+    def lowered_backward(self) -> torch.fx.GraphModule:
+        """The backward graph as lowered: every gradient reduction still in it."""
+        return self._deferred.lowered
+
+    @property
+    def deferred_params(self) -> list:
+        """The parameters whose gradient reductions run once per step (finish_step)."""
+        names = self._param_names()
+        return [names[k] for k in sorted(self._deferred.reductions)]
+
+    @property
+    def per_microbatch_params(self) -> dict:
+        """Parameter -> why a collective of its gradient's redistribution into the optimizer's
+        placement, which the planner prices once per step, still runs in every backward.
+        (A collective of a gradient the plan puts before the optimizer's edge, such as the
+        gather of an activation before the sum that makes it a norm weight's gradient, runs
+        per microbatch as planned and is not listed.)"""
+        names = self._param_names()
+        why = {names[k]: w for k, w in self._deferred.kept.items()}
+        return {name: why.get(name, "its result is read by other values of the backward")
+                for name in self._deferred.left}
+
+    def _accumulate(self, k: int, grad: Optional[torch.Tensor]) -> bool:
+        """Adds parameter gradient k, if its reduction is deferred, to the step's sum of its
+        un-reduced values; False when the gradient goes to the parameter as it is."""
+        if k not in self._deferred.reductions:
+            return False
+        if grad is not None:
+            acc = self._unreduced.get(k)
+            if acc is None:
+                self._unreduced[k] = grad.detach().clone()
+            else:
+                acc.add_(grad)
+        return True
+
+    def finish_step(self, scale: float) -> None:
+        """After the step's last microbatch: reduces each deferred gradient's sum once, divides
+        it by `scale` (the schedule's scale_grads, as it divided the other gradients) and adds it
+        to the parameter's .grad, at the parameter's placements as the backward would have."""
+        from torch.distributed.tensor import DTensor
+
+        if not self._unreduced:
+            return
+        order = sorted(self._deferred.reductions)
+        if set(self._unreduced) != set(order):
+            missing = [self._param_names()[k] for k in order if k not in self._unreduced]
+            raise RuntimeError(f"stage {self.index}: no gradient this step for {missing}")
+        reduced = self._deferred.step(*[self._unreduced[k] for k in order])
+        self._unreduced = {}
+        params = dict(self.model.named_parameters())
+        names = self._param_names()
+        for k, red in zip(order, reduced):
+            p = params[names[k]]
+            d = DTensor.from_local(red / scale if scale != 1 else red, p.device_mesh,
+                                   p.placements, run_check=False, shape=p.shape,
+                                   stride=p.stride())
+            if p.grad is None:
+                p.grad = d
+            else:
+                p.grad += d
+
     def split_backward(self) -> None:
         """Runs the backward as B (in autograd's backward: activation gradients) and W
         (weight_runner(), when the zero-bubble schedule runs its W action)."""
@@ -238,13 +330,13 @@ class StageModule(torch.nn.Module):
         args, handoff = self._pending.pop()
         parts = self._parts
         params = dict(self.model.named_parameters())
-        names = [self._slots[slot][0] for slot in self._grad_param_slots]
+        names = self._param_names()
 
         def run() -> None:
             from torch.distributed.tensor import DTensor
 
-            for name, g in zip(names, parts.run_weight(*args, *handoff)):
-                if g is None:
+            for k, (name, g) in enumerate(zip(names, parts.run_weight(*args, *handoff))):
+                if self._accumulate(k, g) or g is None:
                     continue
                 p = params[name]
                 d = DTensor.from_local(g, p.device_mesh, p.placements, run_check=False,
@@ -301,9 +393,11 @@ class PipelineRunner:
     """This rank's stages of a pipelined plan and the schedule that runs them.
 
     step(*inputs, *targets): full-batch tensors (the same on every rank, trace order); runs one
-    training step of the schedule (forward and backward of every microbatch; gradients in the
-    stage modules' parameters, averaged over microbatches).  Returns the mean of the
-    microbatch losses on a rank holding the last stage, else None."""
+    training step of the schedule (forward and backward of every microbatch, then the
+    gradient reductions once; gradients in the stage modules' parameters, averaged over
+    microbatches).  Returns the mean of the microbatch losses on a rank holding the last
+    stage, else None.  Run the schedule through `step` only: it alone finishes the
+    reductions."""
 
     def __init__(self, spec: PipelineSpec, stages: list, schedule: Any, n_inputs: int,
                  first_inputs: list, pipe_stages: list):
@@ -332,13 +426,20 @@ class PipelineRunner:
         args = [tensors[k] for k in self._first_inputs] if has_first else []
         kwargs = {f"input{k}": t for k, t in enumerate(tensors) if k not in self._first_inputs}
         m = self.spec.microbatches
+        for s in self.stages:  # no partial sums left by a step cut short
+            s._unreduced.clear()
+        losses: list = []
         if self.has_last:
-            losses: list = []
             self.schedule.step(*args, target=torch.zeros(m), losses=losses,
                                return_outputs=False, **kwargs)
-            return torch.stack([x.detach().reshape(()) for x in losses]).mean()
-        self.schedule.step(*args, return_outputs=False, **kwargs)
-        return None
+        else:
+            self.schedule.step(*args, return_outputs=False, **kwargs)
+        scale = m if self.schedule.scale_grads else 1
+        for s in self.stages:  # the same order on every rank of a stage
+            s.finish_step(scale)
+        if not self.has_last:
+            return None
+        return torch.stack([x.detach().reshape(()) for x in losses]).mean()
 
 
 def _identity_loss(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -348,7 +449,8 @@ def _identity_loss(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
 
 def apply_pipeline(model: torch.nn.Module, placements: PlacementsArg, mesh: DeviceMesh,
                    traced=None, *, example_inputs=None, loss_fn: Optional[Callable] = None,
-                   targets=None, graph: Optional[dict] = None) -> PipelineRunner:
+                   targets=None, graph: Optional[dict] = None,
+                   reduce_once_per_step: bool = True) -> PipelineRunner:
     """Builds this rank's pipeline stages of a plan with a "pipeline" section and the
     schedule that runs them.
 
@@ -356,6 +458,9 @@ def apply_pipeline(model: torch.nn.Module, placements: PlacementsArg, mesh: Devi
     mesh: that mesh (shape and dim names checked against the plan).
     traced / example_inputs, loss_fn, targets / graph: as for apply_placement, for ONE
         microbatch (the graph the plan was made for).
+    reduce_once_per_step: the gradient reductions run once per step, on the microbatches'
+        sum, as planned (autoshard.deferred_grads); False: once per microbatch, in each
+        backward, as the lowered graph has them (to compare).
     """
     from torch.distributed import pipelining
 
@@ -426,7 +531,11 @@ def apply_pipeline(model: torch.nn.Module, placements: PlacementsArg, mesh: Devi
     modules, pipe_stages = [], []
     for cut in cuts:
         split = partition(cut.gm, cut.out_nodes, cut.grad_nodes, cut.tangent_nodes)
-        mod = StageModule(model, cut, split, runner, traced, sub)
+        mod = StageModule(model, cut, split, runner, traced, sub, reduce_once_per_step)
+        if mod.per_microbatch_params:
+            warnings.warn(f"stage {cut.index}: the gradient reductions of "
+                          f"{mod.per_microbatch_params} run per microbatch, not once per step "
+                          f"as planned", stacklevel=2)
         dw = None
         if spec.schedule in _SPLIT_BACKWARD:
             mod.split_backward()

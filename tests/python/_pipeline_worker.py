@@ -1,9 +1,11 @@
 """Models, plans and the per-rank worker of test_pipeline.py (importable by spawned processes)."""
 from __future__ import annotations
 
+import contextlib
 import copy
 import faulthandler
 import sys
+from typing import Sequence
 
 import torch
 
@@ -42,16 +44,74 @@ def trace_microbatch(microbatches: int = MICROBATCHES):
     return traced, to_graph_dict(traced)
 
 
+# --- counting collectives -------------------------------------------------------------------
+#: the functional collectives the lowered graphs call (their waits are not counted)
+COLLECTIVE_OPS = ("all_reduce", "reduce_scatter_tensor", "all_gather_into_tensor",
+                  "all_to_all_single")
+
+
+def collective_counter():
+    """A TorchDispatchMode counting the functional collectives run while it is active
+    (.count), whoever runs them: the stages' graphs, the schedule, the step's end."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Counter(TorchDispatchMode):
+        count = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func.namespace == "_c10d_functional" and \
+                    func._overloadpacket.__name__ in COLLECTIVE_OPS:
+                Counter.count += 1
+            return func(*args, **(kwargs or {}))
+
+    return Counter()
+
+
+def reduced_params(stage) -> int:
+    """The stage's parameters whose gradient the lowering redistributes into the parameter's
+    placement with a collective (its "grad:<param>" stamps): what the planner prices once per
+    step."""
+    from autoshard.lower import META_KEY, collective_kind
+
+    names = set()
+    for n in stage.lowered_backward.graph.nodes:
+        edge = n.meta.get(META_KEY, {}).get("edge", "")
+        if collective_kind(n) is not None and edge.startswith("grad:"):
+            names.add(edge.rsplit(":", 1)[0])
+    return len(names)
+
+
+def count_step(mesh, placements: dict, model, microbatches: int, traced, graph) -> int:
+    """Collectives this rank runs in one step of `microbatches` microbatches (of the plan's
+    microbatch size) of the pipeline built from `placements`."""
+    from autoshard.pipeline import apply_pipeline
+
+    doc = copy.deepcopy(placements)
+    doc["pipeline"]["microbatches"] = microbatches
+    _, inputs, targets, _ = make_llama4(GLOBAL_BATCH // MICROBATCHES * microbatches)
+    pipe = apply_pipeline(copy.deepcopy(model), doc, mesh, traced=traced, graph=graph)
+    counter = collective_counter()
+    with counter:
+        pipe.step(*inputs, *targets)
+    return counter.count
+
+
 # --- the worker -----------------------------------------------------------------------------
-def run_pipeline(mesh, placements: dict, steps: int = 3, lr: float = 1e-2) -> dict:
+def run_pipeline(mesh, placements: dict, steps: int = 3, lr: float = 1e-2,
+                 count: bool = False) -> dict:
     """Builds this rank's stages, runs `steps` AdamW steps on the full batch, compares with the
-    single-process reference: loss (last stage), first-step gradients, final parameters."""
+    single-process reference: loss (last stage), first-step gradients, final parameters.
+    count: also the collectives of the first step ("collectives") and of a step of half the
+    microbatches ("collectives_half"), and the stages' reduced parameters ("reduced")."""
     faulthandler.dump_traceback_later(240, exit=True, file=sys.stderr)
     from autoshard.pipeline import apply_pipeline
 
     traced, graph = trace_microbatch(placements["pipeline"]["microbatches"])
     model, inputs, targets, loss_fn = make_llama4()
     ref_losses, ref_grads, ref_params = W._reference(model, inputs, targets, loss_fn, steps, lr)
+    if count:
+        half = count_step(mesh, placements, model, placements["pipeline"]["microbatches"] // 2,
+                          traced, graph)
     pipe = apply_pipeline(model, placements, mesh, traced=traced, graph=graph)
     opt = torch.optim.AdamW(pipe.parameters(), lr=lr)
     res: dict = {"loss_err": [], "grad_err": {}, "param_err": {},
@@ -59,8 +119,15 @@ def run_pipeline(mesh, placements: dict, steps: int = 3, lr: float = 1e-2) -> di
                  # zero bubble: per stage, the ops its W runs and the values B hands to W
                  "split": [[s._parts.weight_nodes, s._parts.n_handoff] if s._parts else None
                            for s in pipe.stages]}
+    if count:
+        res["collectives_half"] = half
+        res["reduced"] = sum(reduced_params(s) for s in pipe.stages)
     for i in range(steps):
-        loss = pipe.step(*inputs, *targets)
+        counter = collective_counter()
+        with counter if count and i == 0 else contextlib.nullcontext():
+            loss = pipe.step(*inputs, *targets)
+        if count and i == 0:
+            res["collectives"] = counter.count
         if loss is not None:
             res["loss_err"].append(abs(loss.item() - ref_losses[i]) / abs(ref_losses[i]))
         if i == 0:
@@ -74,7 +141,9 @@ def run_pipeline(mesh, placements: dict, steps: int = 3, lr: float = 1e-2) -> di
     return res
 
 
-def run_pipelines(mesh, plans: list, steps: int = 3, lr: float = 1e-2) -> dict:
+def run_pipelines(mesh, plans: list, steps: int = 3, lr: float = 1e-2,
+                  count: Sequence[bool] = ()) -> dict:
     """run_pipeline for several plans (e.g. one per schedule) in the same ranks, one after the
-    other: one process launch for all of them."""
-    return {"runs": [run_pipeline(mesh, p, steps, lr) for p in plans]}
+    other: one process launch for all of them (count: per plan, whether to count)."""
+    return {"runs": [run_pipeline(mesh, p, steps, lr, k < len(count) and count[k])
+                     for k, p in enumerate(plans)]}

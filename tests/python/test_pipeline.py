@@ -9,9 +9,12 @@ rank; the last three run each stage's backward as B and W, the V puts stage 3 ba
 rank 0).
 Each rank compares with one process running the full batch: the loss (mean of the microbatch
 losses, last stage), every gradient of its stage's parameters after the first step, and the
-parameters after three AdamW steps, within 1e-5 relative.
+parameters after three AdamW steps, within 1e-5 relative.  For 1F1B and
+InterleavedZeroBubble the ranks also count the collectives a step runs, at M and M / 2
+microbatches: the gradient reductions run once per step, as planned, not once per microbatch.
 """
 import functools
+import operator
 import shutil
 import tempfile
 import unittest
@@ -28,6 +31,8 @@ except ImportError:  # pragma: no cover
 
 TOL = 1e-5
 TIMEOUT_S = 240
+#: schedules whose runs also count the collectives of a step (one plain, one zero bubble)
+COUNTED = ("1F1B", "InterleavedZeroBubble")
 
 
 @unittest.skipIf(torch is None, "PyTorch not installed")
@@ -94,6 +99,85 @@ class BackwardSplit(unittest.TestCase):
 
 
 @unittest.skipIf(torch is None, "PyTorch not installed")
+class DeferredReductions(unittest.TestCase):
+    def test_reductions_are_cut_out_of_the_backward(self):
+        import torch.fx
+
+        from autoshard.deferred_grads import defer_reductions
+        from autoshard.lower import META_KEY
+
+        aten, c10d = torch.ops.aten, torch.ops._c10d_functional
+        g = torch.fx.Graph()
+
+        def op(target, *args, shape=None, edge=None):
+            n = g.call_function(target, args)
+            if shape is not None:
+                n.meta["val"] = torch.empty(shape)
+            if edge is not None:
+                n.meta[META_KEY] = {"edge": edge}
+            return n
+
+        def reduce(x, kind="all_reduce", *extra):
+            return op(c10d.wait_tensor.default, op(getattr(c10d, kind).default, x, *extra))
+
+        x, w, gy = (g.placeholder(n) for n in ("x", "w", "gy"))
+        # p0: Partial -> Replicate, then a scaling: cut at the matmul (its transpose moves)
+        mm0 = op(aten.mm.default, x, gy, shape=(3, 4))
+        t0 = op(aten.t.default, mm0, shape=(4, 3))
+        g0 = op(aten.div.Tensor, reduce(t0, "all_reduce", "sum", "0"), 2)
+        # p1: Partial over two dims (one after the other), then a scatter along dim 1
+        m1 = op(aten.mm.default, gy, w, shape=(4, 8))
+        r1 = reduce(reduce(m1, "all_reduce", "sum", "0"), "all_reduce", "avg", "1")
+        s1 = op(aten.split.Tensor, r1, 4, 1)
+        c1 = op(aten.cat.default, [op(operator.getitem, s1, 0), op(operator.getitem, s1, 1)])
+        g1 = reduce(c1, "reduce_scatter_tensor", "sum", 2, "0")
+        # p2: a cast after the reduction is not linear: kept, per microbatch
+        g2 = op(aten._to_copy.default, reduce(op(aten.mm.default, x, w), "all_reduce", "sum",
+                                              "0"))
+        # p3: its reduction is read by the input gradient too: stays (stamped: reported)
+        r3 = op(c10d.wait_tensor.default,
+                op(c10d.all_reduce.default, op(aten.mm.default, w, gy), "sum", "0",
+                   edge="grad:p3:-1"))
+        gx = op(aten.add.Tensor, op(aten.mm.default, gy, w), r3)
+        # p4: a gather of an activation-sized value before a sum: that stays per microbatch
+        a4 = op(aten.mul.Tensor, x, gy, shape=(16, 4))
+        v4 = op(aten.sum.dim_IntList, reduce(a4, "all_gather_into_tensor", 2, "0"), [0],
+                shape=(4,))
+        g4 = reduce(v4, "all_gather_into_tensor", 2, "0")
+        # p5: an uneven Shard: padded to the group's multiple, scattered; x is the unpadded
+        m5 = op(aten.mm.default, x, w, shape=(10, 4))
+        pad5 = op(aten.constant_pad_nd.default, m5, [0, 0, 0, 2], shape=(12, 4))
+        g5 = reduce(pad5, "reduce_scatter_tensor", "sum", 4, "0")
+        g.output((g0, g1, g2, r3, g4, g5, gx))
+        bwd = torch.fx.GraphModule(torch.nn.Module(), g)
+        d = defer_reductions(bwd, 6, [12, 64, 12, 12, 8, 40])
+
+        self.assertEqual(sorted(d.reductions), [0, 1, 4, 5])
+        self.assertEqual(list(d.kept), [2])
+        self.assertIn("not linear", d.kept[2])
+        self.assertEqual(d.left, ["p3"])
+        self.assertEqual(d.collectives, 1 + 3 + 1 + 1)
+        outs = next(n for n in d.backward.graph.nodes if n.op == "output").args[0]
+        self.assertEqual([outs[k].name for k in (0, 1, 4, 5)],
+                         [mm0.name, m1.name, v4.name, m5.name])
+        code = d.backward.code
+        self.assertEqual(code.count("_c10d_functional.all_reduce"), 2)  # p2, p3
+        self.assertEqual(code.count("all_gather_into_tensor.default"), 1)  # p4's first
+        self.assertNotIn("reduce_scatter", code)
+        self.assertIs(d.lowered, bwd)
+        self.assertEqual(bwd.code.count("_c10d_functional.all_reduce"), 5)  # left as it was
+        # one step graph: every first collective issued before the first wait
+        step = [n for n in d.step.graph.nodes if n.op == "call_function"]
+        names = [n.target._overloadpacket.__name__ if hasattr(n.target, "_overloadpacket")
+                 else "getitem" for n in step]
+        first_wait = names.index("wait_tensor")
+        self.assertEqual(names[:first_wait], ["t", "all_reduce", "all_reduce",
+                                              "all_gather_into_tensor", "constant_pad_nd",
+                                              "reduce_scatter_tensor"])
+        self.assertEqual(len([n for n in d.step.graph.nodes if n.op == "placeholder"]), 4)
+
+
+@unittest.skipIf(torch is None, "PyTorch not installed")
 class ApplyPipeline(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -117,9 +201,10 @@ class ApplyPipeline(unittest.TestCase):
                                  (schedule, P.MICROBATCHES, 2 * stages_per_rank))
                 self.assertTrue(any("S(" in e["output"] for e in doc["placements"].values()))
                 docs.append(doc)
+            count = [s in COUNTED for s in schedules]
             per_rank = W.launch(4, [2, 2], ["pp", "dp"],
-                                functools.partial(P.run_pipelines, plans=docs), tmp,
-                                TIMEOUT_S * len(docs))
+                                functools.partial(P.run_pipelines, plans=docs, count=count),
+                                tmp, TIMEOUT_S * len(docs))
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         for k, doc in enumerate(docs):
@@ -152,6 +237,8 @@ class ApplyPipeline(unittest.TestCase):
                     self.assertLessEqual(e, TOL, f"{where}: loss of step {k}")
             else:
                 self.assertEqual(res["loss_err"], [], where)
+            if pipe["schedule"] in COUNTED:
+                self.check_reductions_once_per_step(res, where)
             for n, e in res["grad_err"].items():
                 self.assertLessEqual(e, TOL, f"{where}: gradient of {n}")
             for n, e in res["param_err"].items():
@@ -159,6 +246,19 @@ class ApplyPipeline(unittest.TestCase):
             self.assertEqual(set(res["grad_err"]), set(res["param_err"]), where)
             seen |= set(res["grad_err"])
         self.assertEqual(len(seen), n_params)  # every parameter lives on some stage
+
+    def check_reductions_once_per_step(self, res: dict, where: str):
+        """A step of M microbatches runs a M + b collectives (a per microbatch: the stages'
+        forward and backward; b once per step); b must be one reduction per reduced parameter
+        (the planner prices them once per step), the rest scaling with M."""
+        m, half = P.MICROBATCHES, P.MICROBATCHES // 2
+        per_mb, rest = divmod(res["collectives"] - res["collectives_half"], m - half)
+        self.assertEqual(rest, 0, where)
+        once = res["collectives"] - m * per_mb
+        self.assertGreater(res["reduced"], 0, where)
+        self.assertEqual(once, res["reduced"],
+                         f"{where}: {once} collectives once per step, {per_mb} per microbatch; "
+                         f"{res['reduced']} parameters' gradients are reduced")
 
     def test_llama4_1f1b_two_stages_by_dp2(self):
         self.check(["1F1B"], 1)
