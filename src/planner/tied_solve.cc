@@ -38,7 +38,7 @@ int64_t peak_upper_bound(const Problem& p) {
 
 /// The device-memory relaxation of a problem with parameter-memory constraints: every node but
 /// their shadows (problem_builder.cc: copies of the parameter nodes at private time points,
-/// tied by slot -2 edges from a parameter) uses nothing, so the only memory rows left are the
+/// tied by kMemoryTieSlot edges from a parameter) uses nothing, so the only memory rows left are the
 /// parameter-memory ones, which are the user's constraints and never relaxed.  A relaxed
 /// optimum that fits the device limit is optimal.  Before, a parameter-memory constraint kept
 /// every device-memory row in the first solve (with the tied layers' over-estimated usages):
@@ -49,7 +49,7 @@ void relax_device_memory(const Graph& g, const BuiltProblem& bp, const std::vect
   std::vector<char> shadow(p.nodes.size(), 0);
   for (size_t k = 0; k < bp.edges.size(); ++k) {
     const BuiltProblem::EdgeOrigin& o = bp.edge_origin[k];
-    if (o.slot == -2 && g.node(o.consumer).kind == NodeKind::kParameter)
+    if (o.slot == kMemoryTieSlot && g.node(o.consumer).kind == NodeKind::kParameter)
       shadow[static_cast<size_t>(class_of[static_cast<size_t>(bp.edges[k].v)])] = 1;
   }
   for (size_t v = 0; v < p.nodes.size(); ++v)
