@@ -51,4 +51,15 @@ void add_cp_buffer_nodes(const Graph& g, const Mesh& mesh, BuiltProblem& bp) {
   }
 }
 
+std::vector<StrategyIdx> least_usage_layout(const BuiltProblem& bp) {
+  std::vector<StrategyIdx> c = least_usage_choice(bp.problem);
+  for (const BuiltProblem::CpBuffer& b : bp.cp_buffers) {
+    const std::vector<int64_t>& u = bp.problem.nodes[static_cast<size_t>(b.node)].usages;
+    const StrategyIdx owner = c[static_cast<size_t>(b.owner)];
+    if (u[static_cast<size_t>(owner)] == u[static_cast<size_t>(c[static_cast<size_t>(b.node)])])
+      c[static_cast<size_t>(b.node)] = owner;
+  }
+  return c;
+}
+
 }  // namespace autoshard

@@ -21,4 +21,11 @@ namespace autoshard {
 /// (in-flight scaling, recomputation), before the memory limit's shadows.
 void add_cp_buffer_nodes(const Graph& g, const Mesh& mesh, BuiltProblem& bp);
 
+/// least_usage_choice (every node at its least usage: the memory floor) with each buffer node
+/// on its owner's strategy wherever that is one of its least-usage strategies too (any strategy
+/// without CP holds 0 bytes).  Still a floor, and the layout is a plan whenever the owners'
+/// least-usage strategies hold no buffers -- independently the buffer nodes would take their
+/// first 0-byte strategy and break the tie edges.
+std::vector<StrategyIdx> least_usage_layout(const BuiltProblem& bp);
+
 }  // namespace autoshard

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "planner/clock.h"
+#include "planner/cp_memory.h"
 #include "planner/exact_tied.h"
 #include "planner/recompute.h"
 #include "planner/recompute_modes.h"
@@ -184,7 +185,7 @@ TiedSolve solve_tied(const TiedSolveInput& in) {
     if (in.known_peak_floor >= -1 && in.known_peak_floor <= bp.problem.usage_limit) {
       peak_floor = in.known_peak_floor;  // fits: `least` is not needed
     } else {
-      least = least_usage_choice(bp.problem);
+      least = least_usage_layout(bp);
       peak_floor = peak_usage(bp.problem, least);
     }
   }
