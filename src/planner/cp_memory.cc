@@ -51,6 +51,16 @@ void add_cp_buffer_nodes(const Graph& g, const Mesh& mesh, BuiltProblem& bp) {
   }
 }
 
+std::vector<BuiltProblem::CpBuffer> cp_buffers_from_edges(const Graph& g, const BuiltProblem& bp) {
+  std::vector<BuiltProblem::CpBuffer> r;
+  for (size_t k = 0; k < bp.edges.size(); ++k) {
+    const BuiltProblem::EdgeOrigin& o = bp.edge_origin[k];
+    if (o.slot == kMemoryTieSlot && g.node(o.consumer).kind == NodeKind::kOp)
+      r.push_back({bp.edges[k].v, bp.edges[k].u});
+  }
+  return r;
+}
+
 std::vector<StrategyIdx> least_usage_layout(const BuiltProblem& bp) {
   std::vector<StrategyIdx> c = least_usage_choice(bp.problem);
   for (const BuiltProblem::CpBuffer& b : bp.cp_buffers) {

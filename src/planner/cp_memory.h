@@ -21,6 +21,10 @@ namespace autoshard {
 /// (in-flight scaling, recomputation), before the memory limit's shadows.
 void add_cp_buffer_nodes(const Graph& g, const Mesh& mesh, BuiltProblem& bp);
 
+/// The buffer nodes of `bp`, read back from its memory-tie edges whose consumer is an op (a
+/// saved state stores the nodes and edges, not this list); in build order.
+std::vector<BuiltProblem::CpBuffer> cp_buffers_from_edges(const Graph& g, const BuiltProblem& bp);
+
 /// least_usage_choice (every node at its least usage: the memory floor) with each buffer node
 /// on its owner's strategy wherever that is one of its least-usage strategies too (any strategy
 /// without CP holds 0 bytes).  Still a floor, and the layout is a plan whenever the owners'
