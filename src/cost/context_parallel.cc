@@ -1,6 +1,7 @@
 #include "cost/context_parallel.h"
 
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 namespace autoshard {
@@ -99,6 +100,16 @@ CpAttentionTime allgather_time(const CpAttentionInput& in, const Mesh& mesh, Mes
 }
 
 }  // namespace
+
+int64_t cp_buffer_bytes(const CpAttentionInput& in, int64_t p) {
+  if (p <= 1) return 0;
+  const double n = static_cast<double>(p);
+  const double dkv = in.backward ? in.dkv_bytes : 0.0;
+  const double bytes = in.kind == CpKind::kRing
+                           ? static_cast<double>(std::min<int64_t>(2, p - 1)) * in.kv_bytes + 2 * dkv
+                           : n * (in.kv_bytes + dkv);
+  return static_cast<int64_t>(std::llround(bytes));
+}
 
 CpAttentionTime cp_attention_time(const CpAttentionInput& in, const Mesh& mesh, MeshDimIdx dim,
                                   CommModel model) {

@@ -63,6 +63,25 @@ struct CpAttentionTime {
   double total_us() const { return compute_us + exposed_us; }
 };
 
+/// Bytes one rank holds inside a CP attention op over P ranks beyond its own q/k/v shards and
+/// outputs: the K/V (and dK/dV) it receives, live only while the op runs.
+///
+/// - ring, forward: the chunk it attends to now (received, from step 1 on) and the next one in
+///   flight (until step P-2): double buffering, min(2, P-1) x kv -- at P = 2 the one chunk it
+///   receives is the last.  torch's _AllToAllRotater holds exactly these two (its permute_tensor
+///   result is the next buffer; the current K/V are views of the previous one).
+/// - ring, backward: the same K/V buffers, plus the rotating dK/dV accumulator it adds to and the
+///   one in flight to its neighbour (torch's dkv rotater, from the first step on): + 2 x dkv.
+/// - all-gather, forward: the gathered K/V of the whole sequence, P x kv (torch's
+///   _AllGatherRotater keeps one aggregated buffer of the P chunks for the whole op).
+/// - all-gather, backward (Llama 3, section 3.3.2: K/V gathered, dK/dV reduce-scattered): the
+///   gathered K/V and the full-length dK/dV accumulators before their reduce-scatter,
+///   P x (kv + dkv).
+/// Not counted: a send-side copy of the chunk (torch.cat of K and V before each send) and fp32
+/// accumulators (torch's convert_to_f32): both depend on the runtime's options, and the graph's
+/// gradient dtype is what its dK/dV carry.  P = 1 holds nothing extra.
+int64_t cp_buffer_bytes(const CpAttentionInput& in, int64_t p);
+
 /// One point-to-point hop of `bytes` over mesh dim `dim` (a ring neighbour send/receive):
 /// nccl model latency_us + bytes / busbw; dtensor model its hop latency and bandwidth.
 double p2p_hop_us(double bytes, const Mesh& mesh, MeshDimIdx dim, CommModel model = CommModel::kNccl);

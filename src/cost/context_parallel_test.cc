@@ -107,5 +107,33 @@ TEST(CpAttention, OneRankIsPlainAttention) {
   EXPECT_DOUBLE_EQ(t.transfer_us, 0);
 }
 
+TEST(CpBuffers, RingDoubleBuffersAllGatherHoldsTheWholeSequence) {
+  // kv = 8 MB of K/V shards, dkv = 6 MB of dK/dV shards per rank.
+  CpAttentionInput in = ring(1000, 8e6);
+  // Ring forward: P = 2 receives one chunk (the last), P >= 3 holds the current chunk and the
+  // next in flight: 8 MB, then 2 x 8 = 16 MB whatever P.
+  EXPECT_EQ(cp_buffer_bytes(in, 2), 8'000'000);
+  EXPECT_EQ(cp_buffer_bytes(in, 3), 16'000'000);
+  EXPECT_EQ(cp_buffer_bytes(in, 8), 16'000'000);
+  // Ring backward: + the dK/dV accumulator and the one in flight, 2 x 6 = 12 MB.
+  in.backward = true;
+  in.dkv_bytes = 6e6;
+  EXPECT_EQ(cp_buffer_bytes(in, 2), 20'000'000);
+  EXPECT_EQ(cp_buffer_bytes(in, 8), 28'000'000);
+  // All-gather backward: P x (kv + dkv) = 4 x 14 MB; forward P x kv = 4 x 8 MB.
+  in.kind = CpKind::kAllGather;
+  EXPECT_EQ(cp_buffer_bytes(in, 4), 56'000'000);
+  in.backward = false;
+  EXPECT_EQ(cp_buffer_bytes(in, 4), 32'000'000);
+  // Ring holds less than all-gather from P = 2 on (1 vs 2 chunks there).
+  for (int64_t p : {2, 3, 4, 8}) {
+    CpAttentionInput r = in;
+    r.kind = CpKind::kRing;
+    EXPECT_LT(cp_buffer_bytes(r, p), cp_buffer_bytes(in, p)) << p;
+  }
+  // One rank: plain attention, nothing extra.
+  EXPECT_EQ(cp_buffer_bytes(in, 1), 0);
+}
+
 }  // namespace
 }  // namespace autoshard

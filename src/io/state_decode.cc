@@ -10,6 +10,7 @@
 #include "io/state.pb.h"
 #include "io/state_codec.h"
 #include "ir/file_util.h"
+#include "planner/cp_memory.h"
 #include "planner/recompute.h"
 
 namespace autoshard {
@@ -485,6 +486,7 @@ BuiltProblem Decoder::problem(const pb::BuiltProblem& x, const Graph& g, const M
   }
   // Derived from the graph, as build_problem derives it (not stored).
   if (!bp.recompute_regions.empty()) bp.selective_saved = selective_saves(g);
+  bp.cp_buffers = cp_buffers_from_edges(g, bp);
   return bp;
 }
 

@@ -131,6 +131,11 @@ void expect_same_problem(const BuiltProblem& a, const BuiltProblem& b) {
   EXPECT_EQ(a.fallback_ops, b.fallback_ops);
   EXPECT_EQ(a.memory_limit, b.memory_limit);
   EXPECT_EQ(a.has_optimizer, b.has_optimizer);
+  ASSERT_EQ(a.cp_buffers.size(), b.cp_buffers.size());
+  for (size_t k = 0; k < a.cp_buffers.size(); ++k) {
+    EXPECT_EQ(a.cp_buffers[k].node, b.cp_buffers[k].node);
+    EXPECT_EQ(a.cp_buffers[k].owner, b.cp_buffers[k].owner);
+  }
 }
 
 size_t distinct_matrices(const BuiltProblem& bp) {
@@ -175,6 +180,23 @@ TEST(State, RoundTripKeepsEverything) {
   EXPECT_EQ(state_bytes(back), bytes);
   // The loaded costs evaluate the stored assignment to the stored objective.
   EXPECT_TRUE(same_bits(back.evaluate(back.solution_choice()).objective_us, so.solution()->objective_us));
+}
+
+/// Context-parallel attention's buffer nodes (planner/cp_memory.h) are not stored: loading reads
+/// them back from their tie edges, so the loaded problem ties and floors as the built one.
+TEST(State, ContextParallelBufferNodesRoundTrip) {
+  ModelOptions mo;
+  mo.layers = 2;
+  mo.batch = 1;
+  mo.seq = 4096;
+  mo.vocab = 512;
+  ShardingOptimizer so(build_model("llama3-8b", mo), Mesh({2, 2}, {"cp", "tp"}, *hardware_preset("h100")),
+                       no_limit());
+  so.get_solution();
+  ASSERT_EQ(so.built_problem()->cp_buffers.size(), 4u);  // 2 layers x (forward + backward)
+  ShardingOptimizer back = state_from_bytes(state_bytes(so), "plan.ap");
+  expect_same_problem(*so.built_problem(), *back.built_problem());
+  expect_same_plan(*so.solution(), *back.solution());
 }
 
 /// The default recomputation policy under a binding budget: the state keeps the problem built

@@ -160,6 +160,24 @@ void tie_recompute_nodes(const BuiltProblem& bp, const std::vector<std::pair<Nod
   }
 }
 
+/// Context-parallel buffer nodes (planner/cp_memory.h) follow their attention ops as the
+/// recomputation's gap nodes do: the buffer nodes of two tied ops are tied when their usage
+/// vectors agree.
+void tie_cp_buffer_nodes(const BuiltProblem& bp, const std::vector<std::pair<NodeIdx, NodeIdx>>& ties,
+                         UnionFind& uf) {
+  if (bp.cp_buffers.empty()) return;
+  const Problem& p = bp.problem;
+  std::map<PNodeIdx, PNodeIdx> buffer_of;  // owner -> buffer node
+  for (const auto& b : bp.cp_buffers) buffer_of[b.owner] = b.node;
+  for (auto [a, b] : ties) {
+    PNodeIdx u = bp.pnode[static_cast<size_t>(a)], v = bp.pnode[static_cast<size_t>(b)];
+    auto x = buffer_of.find(u), y = buffer_of.find(v);
+    if (u < 0 || v < 0 || x == buffer_of.end() || y == buffer_of.end()) continue;
+    if (p.nodes[static_cast<size_t>(x->second)].usages == p.nodes[static_cast<size_t>(y->second)].usages)
+      uf.unite(x->second, y->second);
+  }
+}
+
 }  // namespace
 
 std::vector<std::pair<NodeIdx, NodeIdx>> find_layer_ties(const Graph& g, const BuiltProblem& bp) {
@@ -273,6 +291,7 @@ ClusteredProblem cluster_problem(const BuiltProblem& bp,
     uf.unite(u, v);
   }
   tie_recompute_nodes(bp, ties, uf);
+  tie_cp_buffer_nodes(bp, ties, uf);
   ClusteredProblem cp;
   cp.problem.name = p.name;
   cp.problem.usage_limit = p.usage_limit;

@@ -39,26 +39,37 @@ CpAttentionInput cp_attention_input(const Node& x, const Strategy& s, const Mesh
   return r;
 }
 
+int64_t cp_buffer_bytes(const Node& x, const Strategy& s, const Mesh& mesh) {
+  if (x.kind != NodeKind::kOp || !s.cp.active()) return 0;
+  return cp_buffer_bytes(cp_attention_input(x, s, mesh), mesh.dim(s.cp.mesh_dim).size);
+}
+
 void drop_dominated_cp_kinds(const Node& x, std::vector<Strategy>& strategies, const Mesh& mesh,
                              CommModel model) {
-  // Per spec signature (the name without the kind), the index of the cheapest CP strategy.
-  std::map<std::string, size_t> best;
+  // Per spec signature (the name without the kind), the CP strategies that carry it.
+  std::map<std::string, std::vector<size_t>> pairs;
   std::vector<double> cost(strategies.size(), 0.0);
+  std::vector<int64_t> bytes(strategies.size(), 0);
   for (size_t k = 0; k < strategies.size(); ++k) {
     const Strategy& s = strategies[k];
     if (!s.cp.active()) continue;
     cost[k] = node_cost(x, s, mesh, model).total_us();
+    bytes[k] = cp_buffer_bytes(x, s, mesh);
     Strategy plain = s;
     plain.cp.kind = CpKind::kRing;
-    auto [it, fresh] = best.try_emplace(plain.name(), k);
-    if (!fresh && (cost[k] < cost[it->second] ||
-                   (cost[k] == cost[it->second] && s.cp.kind == CpKind::kRing)))
-      it->second = k;
+    pairs[plain.name()].push_back(k);
   }
-  if (best.empty()) return;
+  if (pairs.empty()) return;
+  // a dominates b: no worse in time and memory, and better in one (or a ring in a full tie).
+  auto dominates = [&](size_t a, size_t b) {
+    if (cost[a] > cost[b] || bytes[a] > bytes[b]) return false;
+    return cost[a] < cost[b] || bytes[a] < bytes[b] || strategies[a].cp.kind == CpKind::kRing;
+  };
   std::vector<char> keep(strategies.size(), 1);
-  for (size_t k = 0; k < strategies.size(); ++k) keep[k] = !strategies[k].cp.active();
-  for (const auto& [key, k] : best) keep[k] = 1;
+  for (const auto& [key, ks] : pairs)
+    for (size_t b : ks)
+      for (size_t a : ks)
+        if (a != b && keep[a] && dominates(a, b)) keep[b] = 0;
   size_t w = 0;
   for (size_t k = 0; k < strategies.size(); ++k) {
     if (!keep[k]) continue;

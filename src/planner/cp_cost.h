@@ -24,12 +24,20 @@ struct NodeCost {
 /// Cost of op node `x` under strategy `s` (`model` prices the op-internal communication).
 NodeCost node_cost(const Node& x, const Strategy& s, const Mesh& mesh, CommModel model);
 
-/// Drops from `strategies` the costlier of each ring / all-gather pair with the same specs
-/// (a tie keeps the ring).  The two have the same edges, memory and compute window and differ
-/// only in node cost, so the solver would never pick the costlier one: keeping it only made
-/// the problem larger.  Order is otherwise kept.
+/// Drops from `strategies` the ring / all-gather strategy that the other of its pair (same
+/// specs) dominates: no faster (node cost) and no smaller in the K/V buffers it holds while
+/// it runs (cp_buffer_bytes); a tie in both keeps the ring.  The two share their edges,
+/// outputs and compute window, so a dominated one could only make the problem larger; when
+/// all-gather is faster but holds more (P x kv against ring's two chunks) both stay, for the
+/// memory limit to choose.  Order is otherwise kept.
 void drop_dominated_cp_kinds(const Node& x, std::vector<Strategy>& strategies, const Mesh& mesh,
                              CommModel model);
+
+/// Bytes node `x` holds while it runs under strategy `s` beyond its inputs and outputs: the
+/// K/V (dK/dV) buffers of a context-parallel attention (cost/context_parallel.h
+/// cp_buffer_bytes); 0 for every other strategy.  The problem builder counts them at the op's
+/// own time point, the simulator from the op's start to its end.
+int64_t cp_buffer_bytes(const Node& x, const Strategy& s, const Mesh& mesh);
 
 /// The ring / all-gather inputs of a context-parallel attention strategy: each rank's compute
 /// of its queries against the whole sequence, and its K/V (and dK/dV) shard bytes.

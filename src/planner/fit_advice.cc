@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "planner/cp_memory.h"
 #include "planner/problem_builder.h"
 #include "planner/recompute.h"
 
@@ -30,7 +31,7 @@ struct Floor {
 
 Floor floor_of(const Graph& g, const Mesh& mesh, const PlannerOptions& o, const std::vector<Constraint>& cs) {
   const BuiltProblem bp = build_problem(g, mesh, o, cs);
-  const std::vector<StrategyIdx> least = least_usage_choice(bp.problem);
+  const std::vector<StrategyIdx> least = least_usage_layout(bp);
   return {peak_usage(bp.problem, least), evaluate_cost(bp, least) < kInfCost};
 }
 

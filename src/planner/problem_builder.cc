@@ -16,6 +16,7 @@
 #include "cost/memory.h"
 #include "cost/redistribute.h"
 #include "planner/cp_cost.h"
+#include "planner/cp_memory.h"
 #include "planner/inflight_memory.h"
 #include "planner/recompute.h"
 
@@ -475,6 +476,8 @@ BuiltProblem build_problem(const Graph& g, const Mesh& mesh, const PlannerOption
   }
   add_recomputation(g, opt, bp);
   if (opt.inflight_microbatches != 1.0) scale_inflight_usages(g, opt.inflight_microbatches, bp);
+  // Transient, so never scaled by the microbatches in flight: one op runs at a time.
+  add_cp_buffer_nodes(g, mesh, bp);
 
   // Memory limit.
   int64_t limit = opt.memory_limit_bytes < 0 ? mesh.hardware().memory_bytes
@@ -533,7 +536,7 @@ BuiltProblem build_problem(const Graph& g, const Mesh& mesh, const PlannerOption
         std::vector<Cost> tie(k * k, kInfCost);
         for (size_t a = 0; a < k; ++a) tie[a * k + a] = 0;
         bp.edges.push_back({p, sp, std::make_shared<const std::vector<Cost>>(std::move(tie))});
-        bp.edge_origin.push_back({i, -2, TensorRef{i, 0}});
+        bp.edge_origin.push_back({i, kMemoryTieSlot, TensorRef{i, 0}});
       }
       ++t_extra;
     }

@@ -87,7 +87,19 @@ struct BuiltProblem {
   /// Per graph node: which selective recomputation policies keep its output (flags of
   /// planner/recompute.h selective_saves; empty when there are no regions).
   std::vector<char> selective_saved;
+  /// The K/V buffer nodes of context-parallel attention ops (planner/cp_memory.h): each live at
+  /// its owner's time point only, tied to it by an edge of origin slot kMemoryTieSlot.
+  struct CpBuffer {
+    PNodeIdx node = -1;
+    PNodeIdx owner = -1;  ///< the attention op's problem node
+  };
+  std::vector<CpBuffer> cp_buffers;
 };
+
+/// Edge origin slot of a memory tie: a zero-cost diagonal, infinite elsewhere, from a node to an
+/// auxiliary copy that only carries memory (parameter-memory shadows, whose consumer is the
+/// parameter, and context-parallel buffer nodes, whose consumer is the attention op).
+inline constexpr int32_t kMemoryTieSlot = -2;
 
 /// Most strategies one problem node may keep (see build_problem).
 inline constexpr size_t kMaxStrategiesPerNode = 8192;

@@ -56,7 +56,10 @@ TEST(RecomputeDefault, FittingProblemBuildsNoRecomputationNodes) {
   EXPECT_EQ(opt.built_policy(), RecomputePolicy::kNone);
   EXPECT_TRUE(opt.problem().recompute_regions.empty());
   EXPECT_TRUE(opt.problem().recompute_aux.empty());
-  EXPECT_EQ(p.problem_nodes, g.size() - 1);  // one per node but the output: nothing added
+  // One per node but the output, and the context-parallel buffer node of each attention
+  // (planner/cp_memory.h): no recomputation node.
+  EXPECT_EQ(p.problem_nodes, g.size() - 1 + static_cast<NodeIdx>(opt.problem().cp_buffers.size()));
+  EXPECT_EQ(opt.problem().cp_buffers.size(), 6u);  // 3 layers x (forward + backward)
   EXPECT_TRUE(p.layer_recompute.empty());
   EXPECT_TRUE(p.recomputed_nodes.empty());
   const Plan none = plan_policy(g, mesh, RecomputePolicy::kNone, -1);

@@ -224,7 +224,7 @@ Plan ShardingOptimizer::evaluate(const std::vector<StrategyIdx>& choice) {
     Cost c = (*e.costs)[static_cast<size_t>(choice[static_cast<size_t>(e.u)]) * nv +
                         static_cast<size_t>(choice[static_cast<size_t>(e.v)])];
     const auto& origin = bp.edge_origin[k];
-    if (origin.slot == -2) {  // parameter-memory tie: zero or infinite
+    if (origin.slot == kMemoryTieSlot) {  // memory tie: zero or infinite
       if (std::isinf(c)) plan.comm_us = kInfCost;
       continue;
     }

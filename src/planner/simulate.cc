@@ -469,8 +469,9 @@ StepSimulation simulate_step(ShardingOptimizer& opt, const Plan& plan, const Sim
     }
     struct Change {
       double time;
-      int order;  // 0 alloc, 1 base, 2 free
+      int order;  // 0 alloc, 1 base, 2 free, 3 an op's own buffers (after the base it joins)
       int64_t amount;
+      bool held = false;  ///< a context-parallel attention's K/V buffers, not a redistribution's
     };
     std::vector<Change> changes;
     int64_t base = 0;
@@ -491,16 +492,24 @@ StepSimulation simulate_step(ShardingOptimizer& opt, const Plan& plan, const Sim
       changes.push_back({job.start_us, 0, job.buffer_bytes});
       changes.push_back({std::max(until, job.end_us), 2, -job.buffer_bytes});
     }
+    // A context-parallel attention's K/V buffers (planner/cp_memory.h), while each execution
+    // of it runs (its re-execution too: the runtime gathers again).
+    for (const SimEvent& e : sim.streams[0]) {
+      const int64_t held = cp_buffer_bytes(g.node(e.node), node_plan(e.node).chosen, mesh);
+      if (held <= 0) continue;
+      changes.push_back({e.start_us, 3, held, true});
+      changes.push_back({e.end_us, 2, -held, true});
+    }
     std::stable_sort(changes.begin(), changes.end(), [](const Change& a, const Change& b) {
       return a.time != b.time ? a.time < b.time : a.order < b.order;
     });
-    int64_t level_base = 0, buffers = 0;
+    int64_t level_base = 0, buffers = 0, held = 0;
     for (const Change& c : changes) {
       if (c.order == 1)
         level_base = c.amount;
       else
-        buffers += c.amount;
-      const int64_t total = level_base + buffers;
+        (c.held ? held : buffers) += c.amount;
+      const int64_t total = level_base + buffers + held;
       sim.prefetch_peak_bytes = std::max(sim.prefetch_peak_bytes, buffers);
       sim.peak_memory_bytes = std::max(sim.peak_memory_bytes, total);
       if (!sim.memory.empty() && sim.memory.back().time_us == c.time)

@@ -36,8 +36,11 @@
 /// (what the memory constraint checks, time point = node index mapped to the node's start
 /// time) plus, for every redistribution, its destination buffer from the start of its first
 /// collective to the end of its consumer (for prefetched parameter all-gathers that is the
-/// prefetched buffer).  Events (stream, node, edge, times) are enough for the report and the
-/// Chrome trace to name them.
+/// prefetched buffer), plus the K/V buffers a context-parallel attention holds while it runs
+/// (cost/context_parallel.h cp_buffer_bytes), from its compute event's start to its end -- the
+/// problem counts them at the op's time point (planner/cp_memory.h), so the peaks agree.
+/// Events (stream, node, edge, times) are enough for the report and the Chrome trace to name
+/// them.
 ///
 /// Activation recomputation (PlannerOptions::recompute, planner/recompute.h) is replayed as
 /// planned: the forward ops the plan re-executes run again on the compute stream, in graph

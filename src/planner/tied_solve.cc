@@ -10,6 +10,7 @@
 #include <string>
 
 #include "planner/clock.h"
+#include "planner/cp_memory.h"
 #include "planner/exact_tied.h"
 #include "planner/recompute.h"
 #include "planner/recompute_modes.h"
@@ -38,7 +39,7 @@ int64_t peak_upper_bound(const Problem& p) {
 
 /// The device-memory relaxation of a problem with parameter-memory constraints: every node but
 /// their shadows (problem_builder.cc: copies of the parameter nodes at private time points,
-/// tied by slot -2 edges from a parameter) uses nothing, so the only memory rows left are the
+/// tied by kMemoryTieSlot edges from a parameter) uses nothing, so the only memory rows left are the
 /// parameter-memory ones, which are the user's constraints and never relaxed.  A relaxed
 /// optimum that fits the device limit is optimal.  Before, a parameter-memory constraint kept
 /// every device-memory row in the first solve (with the tied layers' over-estimated usages):
@@ -49,7 +50,7 @@ void relax_device_memory(const Graph& g, const BuiltProblem& bp, const std::vect
   std::vector<char> shadow(p.nodes.size(), 0);
   for (size_t k = 0; k < bp.edges.size(); ++k) {
     const BuiltProblem::EdgeOrigin& o = bp.edge_origin[k];
-    if (o.slot == -2 && g.node(o.consumer).kind == NodeKind::kParameter)
+    if (o.slot == kMemoryTieSlot && g.node(o.consumer).kind == NodeKind::kParameter)
       shadow[static_cast<size_t>(class_of[static_cast<size_t>(bp.edges[k].v)])] = 1;
   }
   for (size_t v = 0; v < p.nodes.size(); ++v)
@@ -184,7 +185,7 @@ TiedSolve solve_tied(const TiedSolveInput& in) {
     if (in.known_peak_floor >= -1 && in.known_peak_floor <= bp.problem.usage_limit) {
       peak_floor = in.known_peak_floor;  // fits: `least` is not needed
     } else {
-      least = least_usage_choice(bp.problem);
+      least = least_usage_layout(bp);
       peak_floor = peak_usage(bp.problem, least);
     }
   }
