@@ -20,6 +20,7 @@
 /// relaxation of the in-flight constraint (its bounds stay valid); its plan is then checked
 /// against max_t true(t) (inflight_memory) and re-planned under a lower limit if over.
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "ir/graph.h"
@@ -42,5 +43,11 @@ struct InflightMemory {
 };
 InflightMemory inflight_memory(const Graph& g, const BuiltProblem& bp, double inflight,
                                const std::vector<StrategyIdx>& choice);
+
+/// Per device, the parameter gradients a pipelined step sums over its microbatches before
+/// reducing them once (python/autoshard/deferred_grads.py): every backward tensor an optimizer
+/// op reads that its producer leaves Partial (its reduction is deferred), at the producer's
+/// local size.  They live from the first microbatch's backward to the step's end.
+int64_t deferred_gradient_bytes(const Graph& g, const std::vector<std::optional<Strategy>>& chosen, const Mesh& mesh);
 
 }  // namespace autoshard

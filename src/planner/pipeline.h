@@ -99,6 +99,9 @@ struct StageSolve {
   /// Peak per device of one microbatch alone (parameter state included); with f microbatches
   /// in flight the stage needs microbatch_peak_bytes + (f - 1) x activation_bytes.
   int64_t microbatch_peak_bytes = 0;
+  /// Per device, the Partial gradients the runtime sums over the step before reducing them
+  /// once (planner/inflight_memory.h deferred_gradient_bytes): the rank's peak adds them.
+  int64_t deferred_grad_bytes = 0;
   double inflight = 1;        ///< the in-flight count its problem was built with (1: memory-free)
   int64_t memory_budget = 0;  ///< the per-device budget it was planned for (0: none)
   /// Cheapest cost of one layer's nodes: a stage of this kind with more layers costs at least

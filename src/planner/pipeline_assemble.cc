@@ -38,7 +38,7 @@ void rank_peaks(PipelinePlan& pl) {
   pl.rank_peak_bytes.assign(psz(pl.P), 0);
   std::vector<double> extra(psz(pl.P), 0);
   for (const PipelineStage& st : pl.stages) {
-    pl.rank_peak_bytes[psz(st.pp_rank)] += st.solve->microbatch_peak_bytes;
+    pl.rank_peak_bytes[psz(st.pp_rank)] += st.solve->microbatch_peak_bytes + st.solve->deferred_grad_bytes;
     // A zero-bubble schedule also keeps, per microbatch whose W waits, the gradients B made
     // for it (its activations are counted in flight until W).
     extra[psz(st.pp_rank)] += (st.inflight - 1) * static_cast<double>(st.solve->activation_bytes) +
@@ -74,8 +74,7 @@ void assemble(Search& S, const Layout& l, PipelinePlan& pl, const std::vector<in
     if (l.v == 1 || pl.memory_limit_bytes <= 0 || peak <= pl.memory_limit_bytes) continue;
     const double scale = static_cast<double>(pl.memory_limit_bytes) / static_cast<double>(peak);
     const StageMemory was = l.planned(st.index, st.hi - st.lo);
-    const double need = static_cast<double>(st.solve->microbatch_peak_bytes) +
-                        (was.inflight - 1) * static_cast<double>(st.solve->activation_bytes);
+    const double need = StageSolver::need_bytes(*st.solve, was.inflight);
     again.emplace_back(kind_of(st.index, n), st.hi - st.lo, StageMemory{was.inflight, static_cast<int64_t>(need * scale)});
     replanned.push_back(&st);
   }

@@ -48,6 +48,12 @@ void stage_figures(const Mesh& full, int32_t pp, const Mesh& sub, int32_t M, Sta
   const InflightMemory mem = inflight_memory(g, *s.optimizer->built_problem(), s.inflight, s.optimizer->solution_choice());
   s.activation_bytes = mem.kept_bytes;
   s.microbatch_peak_bytes = mem.microbatch_peak;
+  // The runtime sums Partial gradients over the step and reduces them once: the rank holds
+  // those sums through every microbatch's backward (added per rank, as zero bubble's deferred W).
+  std::vector<std::optional<Strategy>> chosen(s.plan.nodes.size());
+  for (size_t i = 0; i < chosen.size(); ++i)
+    if (s.plan.nodes[i]) chosen[i] = s.plan.nodes[i]->chosen;
+  s.deferred_grad_bytes = deferred_gradient_bytes(g, chosen, sub);
   s.microbatch_us = s.plan.objective_us;
   s.parts = part_times(s.sg, s.plan, sub);
 }
@@ -116,11 +122,15 @@ StageSolver::StageSolver(const Graph& g, const Mesh& mesh, const PlannerOptions&
                          const LayerMap& m, int32_t pp)
     : g_(g), mesh_(mesh), opt_(opt), popt_(popt), m_(m), pp_(pp), L_(m.num_layers()), sub_(stage_mesh(mesh, pp)) {}
 
+double StageSolver::need_bytes(const StageSolve& s, double inflight) {
+  return static_cast<double>(s.microbatch_peak_bytes + s.deferred_grad_bytes) +
+         (inflight - 1) * static_cast<double>(s.activation_bytes);
+}
+
 bool StageSolver::fits(const StageSolve& s, StageMemory mem) {
   if (mem.budget <= 0) return true;
   if (!s.plan.has_solution) return false;
-  const double extra = (mem.inflight - 1) * static_cast<double>(s.activation_bytes);
-  return static_cast<double>(s.microbatch_peak_bytes) + extra <= static_cast<double>(mem.budget);
+  return need_bytes(s, mem.inflight) <= static_cast<double>(mem.budget);
 }
 
 PlannerOptions StageSolver::stage_options(const StageGraph& sg, double inflight, int64_t limit) const {
@@ -198,7 +208,7 @@ std::shared_ptr<StageSolve> StageSolver::recompute_all(const StageSolve& relaxed
 
 void StageSolver::report(const StageSolve& s, std::string_view what, StageMemory mem) const {
   if (!opt_.progress) return;
-  const double need = static_cast<double>(s.microbatch_peak_bytes) + (mem.inflight - 1) * static_cast<double>(s.activation_bytes);
+  const double need = need_bytes(s, mem.inflight);
   say(fmt::format("  {}: {:.3f} us, {:.0f} B per device with {} in flight", what, s.microbatch_us, need,
                             mem.inflight));
 }
@@ -500,9 +510,9 @@ std::shared_ptr<StageSolve> StageSolver::fit(StageKind kind, int32_t k, StageMem
   auto s = solve(kind, k, mem, mem.budget, best ? best->microbatch_us : kSolveInf);
   const double bound = s->lower_bound_us;  // the scaled model is a relaxation: it holds
   if (s->plan.has_solution && !fits(*s, mem) && !(best && s->microbatch_us >= best->microbatch_us)) {
-    // Over the exact in-flight peak: plan again under the limit less the excess.
-    const double extra = (mem.inflight - 1) * static_cast<double>(s->activation_bytes);
-    const int64_t excess = s->microbatch_peak_bytes + static_cast<int64_t>(std::ceil(extra)) - mem.budget;
+    // Over the exact in-flight peak (with the step's summed gradients): plan again under the
+    // limit less the excess.
+    const int64_t excess = static_cast<int64_t>(std::ceil(need_bytes(*s, mem.inflight))) - mem.budget;
     if (const int64_t limit = s->plan.peak_memory_bytes - excess; limit > 0) {
       auto t = solve(kind, k, mem, limit, best ? best->microbatch_us : kSolveInf);
       if (t->plan.has_solution) s = t;

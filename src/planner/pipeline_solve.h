@@ -73,7 +73,10 @@ class StageSolver {
   std::shared_ptr<const StageSolve> fitted(StageKind kind, int32_t k, StageMemory mem);
   /// Whether fitted(kind, k, mem) is known without solving.
   bool resolved(StageKind kind, int32_t k, StageMemory mem) const;
-  /// `s`'s plan fits `mem` with its in-flight activations.
+  /// What `s` needs per device with `inflight` microbatches in flight: its one-microbatch
+  /// peak, the gradients summed over the step, and the other microbatches' kept activations.
+  static double need_bytes(const StageSolve& s, double inflight);
+  /// `s`'s plan fits `mem` (need_bytes <= budget).
   static bool fits(const StageSolve& s, StageMemory mem);
 
   using FreeKey = std::pair<int32_t, int32_t>;                  ///< (kind, k)

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 
 #include "models/models.h"
@@ -132,6 +133,40 @@ PipelineOptions two_per_rank(PipelineSchedule s) {
   po.schedule = s;
   po.stages_per_rank = 2;
   return po;
+}
+
+TEST(PipelineMemory, RanksHoldTheGradientsSummedOverTheStep) {
+  // dp = 2 splits the batch: every weight gradient leaves its matmul Partial over dp, and the
+  // runtime sums it over the microbatches before reducing it once (deferred_grads.py).
+  const Graph g = pp_llama();
+  const Mesh mesh({2, 2}, {"pp", "dp"}, h100());
+  PipelineOptions po;
+  po.microbatches = 4;
+  po.schedule = PipelineSchedule::k1F1B;
+  const PipelinePlan pl = plan_pipeline(g, mesh, additive(), po);
+  for (const PipelineStage& st : pl.stages) {
+    const StageSolve& sv = *st.solve;
+    const Graph& sg = sv.sg.graph;
+    // By hand: the optimizer's gradient inputs whose producer is Partial, at their local size.
+    int64_t partial = 0, params = 0;
+    for (NodeIdx i = 0; i < sg.size(); ++i) {
+      const Node& x = sg.node(i);
+      if (x.kind != NodeKind::kOp || x.phase != Phase::kOptimizer) continue;
+      const TensorRef grad = x.inputs.at(1);  // (param, grad, state...)
+      const auto& np = sv.plan.nodes[static_cast<size_t>(grad.node)];
+      ASSERT_TRUE(np);
+      params += sg.meta(grad).bytes();
+      if (np->chosen.outputs.at(static_cast<size_t>(grad.output)).has_partial())
+        partial += np->chosen.outputs.at(static_cast<size_t>(grad.output)).local_bytes(pl.stage_mesh);
+    }
+    EXPECT_GT(partial, 0);
+    EXPECT_LE(partial, params);
+    EXPECT_EQ(sv.deferred_grad_bytes, partial);
+    // The rank's peak holds them beside its in-flight activations.
+    EXPECT_EQ(pl.rank_peak_bytes[static_cast<size_t>(st.pp_rank)],
+              sv.microbatch_peak_bytes + sv.deferred_grad_bytes +
+                  static_cast<int64_t>(std::ceil((st.inflight - 1) * static_cast<double>(sv.activation_bytes))));
+  }
 }
 
 TEST(PipelinePlan, InterleavedPutsStageIOnRankIModP) {
@@ -263,7 +298,8 @@ Graph pp_small_llama() {
 /// rank r's peak per device: its stage's one-microbatch peak plus the kept activations of the
 /// other microbatches in flight (one stage per rank).
 int64_t expected_rank_peak(const PipelineStage& st) {
-  return st.solve->microbatch_peak_bytes + static_cast<int64_t>((st.inflight - 1) * st.solve->activation_bytes);
+  return st.solve->microbatch_peak_bytes + st.solve->deferred_grad_bytes +
+         static_cast<int64_t>((st.inflight - 1) * st.solve->activation_bytes);
 }
 
 TEST(PipelineMemory, RecomputationMakesTheInFlightActivationsFit) {

@@ -175,9 +175,7 @@ TEST(StagePattern, FittedSizesBetweenTwoFullRecomputePlansAreEvaluated) {
   StageSolver recomputed(g, mesh, full, popt, m, 0);
   const double f = 4;
   auto mem = [&](int32_t k) {
-    const StageSolve& r = *recomputed.free(kStageMid, k);
-    const double need = static_cast<double>(r.microbatch_peak_bytes) + (f - 1) * static_cast<double>(r.activation_bytes);
-    return StageMemory{f, static_cast<int64_t>(need)};
+    return StageMemory{f, static_cast<int64_t>(StageSolver::need_bytes(*recomputed.free(kStageMid, k), f))};
   };
   StageSolver solver(g, mesh, o, popt, m, 0);
   auto lo = solver.fitted(kStageMid, 2, mem(2)), hi = solver.fitted(kStageMid, 6, mem(6));
