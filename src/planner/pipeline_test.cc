@@ -77,13 +77,19 @@ TEST(PipelineStages, StageMeshKeepsTheLinks) {
   EXPECT_DOUBLE_EQ(sub.dim(1).busbw_gbps, mesh.dim(2).busbw_gbps);
 }
 
-TEST(PipelinePlan, OneF1BOnTwoStages) {
+/// The 4-layer LLaMA on 2 (pp) x 2 (dp) with 1F1B and 4 microbatches, additive objective.
+PipelinePlan one_f1b_on_two_stages() {
   const Graph g = pp_llama();
   const Mesh mesh({2, 2}, {"pp", "dp"}, h100());
   PipelineOptions po;
   po.microbatches = 4;
   po.schedule = PipelineSchedule::k1F1B;
-  const PipelinePlan pl = plan_pipeline(g, mesh, additive(), po);
+  return plan_pipeline(g, mesh, additive(), po);
+}
+
+TEST(PipelinePlan, OneF1BOnTwoStages) {
+  const Graph g = pp_llama();
+  const PipelinePlan pl = one_f1b_on_two_stages();
   ASSERT_EQ(pl.stages.size(), 2u);
   EXPECT_EQ(pl.v, 1);
   EXPECT_EQ(pl.stages[0].lo, 0);
@@ -138,12 +144,7 @@ PipelineOptions two_per_rank(PipelineSchedule s) {
 TEST(PipelineMemory, RanksHoldTheGradientsSummedOverTheStep) {
   // dp = 2 splits the batch: every weight gradient leaves its matmul Partial over dp, and the
   // runtime sums it over the microbatches before reducing it once (deferred_grads.py).
-  const Graph g = pp_llama();
-  const Mesh mesh({2, 2}, {"pp", "dp"}, h100());
-  PipelineOptions po;
-  po.microbatches = 4;
-  po.schedule = PipelineSchedule::k1F1B;
-  const PipelinePlan pl = plan_pipeline(g, mesh, additive(), po);
+  const PipelinePlan pl = one_f1b_on_two_stages();
   for (const PipelineStage& st : pl.stages) {
     const StageSolve& sv = *st.solve;
     const Graph& sg = sv.sg.graph;

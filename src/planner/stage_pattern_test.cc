@@ -53,14 +53,25 @@ TEST(StagePattern, RolesOfAMiddleStage) {
   EXPECT_EQ(count(f, StageRole::kAfter), 0);
 }
 
+/// The 8-layer LLaMA's stages on 2 (pp) x 4 (dp), 4 microbatches.
+struct Stages {
+  Graph g = llama8();
+  LayerMap m = map_layers(g);
+  Mesh mesh{{2, 4}, {"pp", "dp"}, h100()};
+  PlannerOptions o = additive();
+  PipelineOptions popt = [] {
+    PipelineOptions p;
+    p.microbatches = 4;
+    return p;
+  }();
+  StageSolver solver{g, mesh, o, popt, m, 0};
+};
+
 TEST(StagePattern, PatternsAgreeOnlyWhereTheDecisionsDo) {
-  const Graph g = llama8();
-  const LayerMap m = map_layers(g);
-  const Mesh mesh({2, 4}, {"pp", "dp"}, h100());
-  const PlannerOptions o = additive();
-  PipelineOptions popt;
-  popt.microbatches = 4;
-  StageSolver solver(g, mesh, o, popt, m, 0);
+  Stages t;
+  const Graph& g = t.g;
+  const LayerMap& m = t.m;
+  StageSolver& solver = t.solver;
   auto a = solver.free(kStageMid, 3);
   auto b = solver.free(kStageMid, 6);
   ASSERT_FALSE(a->interpolated);
@@ -90,13 +101,8 @@ TEST(StagePattern, PatternsAgreeOnlyWhereTheDecisionsDo) {
 }
 
 TEST(StagePattern, SizesBetweenOnePatternAreEvaluatedAtTheirOptimum) {
-  const Graph g = llama8();
-  const LayerMap m = map_layers(g);
-  const Mesh mesh({2, 4}, {"pp", "dp"}, h100());
-  const PlannerOptions o = additive();
-  PipelineOptions popt;
-  popt.microbatches = 4;
-  StageSolver solver(g, mesh, o, popt, m, 0);
+  Stages t;
+  StageSolver& solver = t.solver;
   solver.prefetch({{kStageMid, 2}, {kStageMid, 6}});
   ASSERT_EQ(solver.solves(), 2);
   auto lo = solver.free(kStageMid, 2), hi = solver.free(kStageMid, 6);
@@ -106,7 +112,7 @@ TEST(StagePattern, SizesBetweenOnePatternAreEvaluatedAtTheirOptimum) {
   ASSERT_TRUE(mid->interpolated);  // exact optima of one pattern: the chord is tight
   EXPECT_EQ(solver.solves(), 2);
   // The evaluated plan is the optimum a solve finds, and its bound proves it.
-  StageSolver fresh(g, mesh, o, popt, m, 0);
+  StageSolver fresh(t.g, t.mesh, t.o, t.popt, t.m, 0);
   auto solved = fresh.free(kStageMid, 4);
   ASSERT_FALSE(solved->interpolated);
   EXPECT_NEAR(mid->microbatch_us, solved->microbatch_us, 1e-6 * solved->microbatch_us);
