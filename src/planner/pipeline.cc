@@ -286,7 +286,7 @@ std::string no_fit_message(const Search& S, const PipelinePlan& pl) {
       at = key;
     }
   if (!worst || pl.memory_limit_bytes <= 0) return "pipeline: no stage split has a plan";
-  const auto& [kind, k, f, budget] = at;
+  const auto& [kind, k, f, budget, grads] = at;
   const StageSolve& relaxed = *S.solver.free_solves().at({kind, k});
   const int64_t floor = worst->plan.min_peak_lower_bound_bytes;
   const bool none = S.solver.options().recompute == RecomputePolicy::kNone;

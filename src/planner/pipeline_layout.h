@@ -38,8 +38,10 @@ struct Layout {
     if (limit <= 0 || v == 1) return limit;
     return std::min(limit, static_cast<int64_t>(std::ceil(static_cast<double>(limit) * k * P / L)));
   }
-  StageMemory actual(int32_t s, int32_t k) const { return {inflight[psz(s)], budget(k)}; }
-  StageMemory planned(int32_t s, int32_t k) const { return {planned_inflight[psz(s)], budget(k)}; }
+  /// With one stage per rank the budget holds the step's summed gradients too; with v, the
+  /// rank's assembly counts them (its shares are no relaxation either way).
+  StageMemory actual(int32_t s, int32_t k) const { return {inflight[psz(s)], budget(k), v == 1}; }
+  StageMemory planned(int32_t s, int32_t k) const { return {planned_inflight[psz(s)], budget(k), v == 1}; }
 };
 
 /// Everything one plan_pipeline call shares: the graph, the meshes and the solved stages.
@@ -93,8 +95,8 @@ struct Search {
       std::vector<double> v = chords[kind];
       if (l.budget_is_relaxation())
         for (const auto& [key, sv] : solver.fitted_solves()) {
-          const auto& [kk, k0, f, b] = key;
-          if (kk != kind || f > l.inflight[psz(s)] || b < l.limit) continue;
+          const auto& [kk, k0, f, b, grads] = key;
+          if (kk != kind || f > l.inflight[psz(s)] || b < l.limit || grads != l.budget_is_relaxation()) continue;
           for (int32_t k = kind == kStageBoth ? K : std::max(k0, 1); k <= K; ++k) v[psz(k)] = std::max(v[psz(k)], sv->lower_bound_us);
         }
       t.stages.push_back(std::move(v));
@@ -116,9 +118,9 @@ struct Search {
         if (key.first == kind && (kind == kStageBoth || key.second <= K) && StageSolver::fits(*sv, l.planned(s, key.second)))
           at(key.second) = std::min(at(key.second), sv->microbatch_us);
       for (const auto& [key, sv] : solver.fitted_solves()) {
-        const auto& [kk, k, f, b] = key;
+        const auto& [kk, k, f, b, grads] = key;
         const StageMemory mem = l.planned(s, k);
-        if (kk == kind && (kind == kStageBoth || k <= K) && f >= mem.inflight && b <= mem.budget)
+        if (kk == kind && (kind == kStageBoth || k <= K) && f >= mem.inflight && b <= mem.budget && grads >= mem.grads)
           at(k) = std::min(at(k), sv->microbatch_us);
       }
       t.stages.push_back(std::move(v));

@@ -122,15 +122,15 @@ StageSolver::StageSolver(const Graph& g, const Mesh& mesh, const PlannerOptions&
                          const LayerMap& m, int32_t pp)
     : g_(g), mesh_(mesh), opt_(opt), popt_(popt), m_(m), pp_(pp), L_(m.num_layers()), sub_(stage_mesh(mesh, pp)) {}
 
-double StageSolver::need_bytes(const StageSolve& s, double inflight) {
-  return static_cast<double>(s.microbatch_peak_bytes + s.deferred_grad_bytes) +
+double StageSolver::need_bytes(const StageSolve& s, double inflight, bool grads) {
+  return static_cast<double>(s.microbatch_peak_bytes + (grads ? s.deferred_grad_bytes : 0)) +
          (inflight - 1) * static_cast<double>(s.activation_bytes);
 }
 
 bool StageSolver::fits(const StageSolve& s, StageMemory mem) {
   if (mem.budget <= 0) return true;
   if (!s.plan.has_solution) return false;
-  return need_bytes(s, mem.inflight) <= static_cast<double>(mem.budget);
+  return need_bytes(s, mem.inflight, mem.grads) <= static_cast<double>(mem.budget);
 }
 
 PlannerOptions StageSolver::stage_options(const StageGraph& sg, double inflight, int64_t limit) const {
@@ -208,7 +208,7 @@ std::shared_ptr<StageSolve> StageSolver::recompute_all(const StageSolve& relaxed
 
 void StageSolver::report(const StageSolve& s, std::string_view what, StageMemory mem) const {
   if (!opt_.progress) return;
-  const double need = need_bytes(s, mem.inflight);
+  const double need = need_bytes(s, mem.inflight, mem.grads);
   say(fmt::format("  {}: {:.3f} us, {:.0f} B per device with {} in flight", what, s.microbatch_us, need,
                             mem.inflight));
 }
@@ -335,7 +335,7 @@ std::shared_ptr<StageSolve> StageSolver::interpolate_fitted(StageKind kind, int3
   // recomputed (their recomputation is no decision, so their strategies are the pattern).
   Bracket b;
   for (const auto& [key, sv] : fitted_) {
-    const auto& [kk, kf, f, budget] = key;
+    const auto& [kk, kf, f, budget, grads] = key;
     if (kk != kind || f != mem.inflight || sv->interpolated || !std::isfinite(sv->microbatch_us) ||
         sv->optimizer->options().recompute != RecomputePolicy::kFull)
       continue;
@@ -426,7 +426,7 @@ void StageSolver::refine(const std::vector<std::tuple<StageKind, int32_t, StageM
   std::vector<std::shared_ptr<const StageSolve>> relaxed;
   for (auto [kind, k, mem] : keys) {
     if (kind == kStageBoth) k = L_;
-    const FitKey key{kind, k, mem.inflight, mem.budget};
+    const FitKey key{kind, k, mem.inflight, mem.budget, mem.grads};
     const auto it = fitted_.find(key);
     if (it == fitted_.end() || !it->second->interpolated || std::find(fits.begin(), fits.end(), key) != fits.end())
       continue;
@@ -435,8 +435,8 @@ void StageSolver::refine(const std::vector<std::tuple<StageKind, int32_t, StageM
   }
   std::vector<std::shared_ptr<StageSolve>> fitted(fits.size());
   run_parallel(fits.size(), [&](size_t i) {
-    const auto& [kind, k, f, b] = fits[i];
-    fitted[i] = fit(static_cast<StageKind>(kind), k, StageMemory{f, b}, *relaxed[i]);
+    const auto& [kind, k, f, b, grads] = fits[i];
+    fitted[i] = fit(static_cast<StageKind>(kind), k, StageMemory{f, b, grads}, *relaxed[i]);
   });
   for (size_t i = 0; i < fits.size(); ++i) fitted_[fits[i]] = better_of(*fitted_.at(fits[i]), fitted[i]);
 }
@@ -454,14 +454,14 @@ bool StageSolver::resolved(StageKind kind, int32_t k, StageMemory mem) const {
   const auto it = free_.find({kind, k});
   if (it == free_.end()) return false;
   if (fits(*it->second, mem)) return true;
-  return fitted_.count({kind, k, mem.inflight, mem.budget}) > 0;
+  return fitted_.count({kind, k, mem.inflight, mem.budget, mem.grads}) > 0;
 }
 
 std::shared_ptr<const StageSolve> StageSolver::fitted(StageKind kind, int32_t k, StageMemory mem) {
   if (kind == kStageBoth) k = L_;
   auto relaxed = free(kind, k);
   if (mem.budget <= 0 || fits(*relaxed, mem)) return relaxed;
-  const FitKey key{kind, k, mem.inflight, mem.budget};
+  const FitKey key{kind, k, mem.inflight, mem.budget, mem.grads};
   if (auto it = fitted_.find(key); it != fitted_.end()) return it->second;
   std::shared_ptr<StageSolve> best = interpolate_fitted(kind, k, mem, *relaxed);
   if (!best) best = fit(kind, k, mem, *relaxed);
@@ -478,7 +478,7 @@ void StageSolver::prefetch_fitted(const std::vector<std::tuple<StageKind, int32_
   for (auto [kind, k, mem] : keys) {
     if (kind == kStageBoth) k = L_;
     auto r = free(kind, k);
-    const FitKey key{kind, k, mem.inflight, mem.budget};
+    const FitKey key{kind, k, mem.inflight, mem.budget, mem.grads};
     if (mem.budget <= 0 || fits(*r, mem) || fitted_.count(key) || std::find(todo.begin(), todo.end(), key) != todo.end())
       continue;
     if (auto e = interpolate_fitted(kind, k, mem, *r)) {
@@ -490,8 +490,8 @@ void StageSolver::prefetch_fitted(const std::vector<std::tuple<StageKind, int32_
   }
   std::vector<std::shared_ptr<StageSolve>> out(todo.size());
   run_parallel(todo.size(), [&](size_t i) {
-    const auto& [kind, k, f, b] = todo[i];
-    out[i] = fit(static_cast<StageKind>(kind), k, StageMemory{f, b}, *relaxed[i]);
+    const auto& [kind, k, f, b, grads] = todo[i];
+    out[i] = fit(static_cast<StageKind>(kind), k, StageMemory{f, b, grads}, *relaxed[i]);
   });
   for (size_t i = 0; i < todo.size(); ++i) fitted_[todo[i]] = std::move(out[i]);
 }
@@ -512,7 +512,7 @@ std::shared_ptr<StageSolve> StageSolver::fit(StageKind kind, int32_t k, StageMem
   if (s->plan.has_solution && !fits(*s, mem) && !(best && s->microbatch_us >= best->microbatch_us)) {
     // Over the exact in-flight peak (with the step's summed gradients): plan again under the
     // limit less the excess.
-    const int64_t excess = static_cast<int64_t>(std::ceil(need_bytes(*s, mem.inflight))) - mem.budget;
+    const int64_t excess = static_cast<int64_t>(std::ceil(need_bytes(*s, mem.inflight, mem.grads))) - mem.budget;
     if (const int64_t limit = s->plan.peak_memory_bytes - excess; limit > 0) {
       auto t = solve(kind, k, mem, limit, best ? best->microbatch_us : kSolveInf);
       if (t->plan.has_solution) s = t;

@@ -46,6 +46,10 @@ StageKind kind_of(int32_t s, int32_t S);
 struct StageMemory {
   double inflight = 1;
   int64_t budget = 0;
+  /// The budget also holds the gradients the runtime sums over the step (StageSolve::
+  /// deferred_grad_bytes): with one stage per rank, whose budget is the rank's limit.  With v
+  /// stages per rank the budget is a share of the rank and the rank's assembly counts them.
+  bool grads = true;
 };
 
 class StageSolver {
@@ -75,12 +79,12 @@ class StageSolver {
   bool resolved(StageKind kind, int32_t k, StageMemory mem) const;
   /// What `s` needs per device with `inflight` microbatches in flight: its one-microbatch
   /// peak, the gradients summed over the step, and the other microbatches' kept activations.
-  static double need_bytes(const StageSolve& s, double inflight);
+  static double need_bytes(const StageSolve& s, double inflight, bool grads = true);
   /// `s`'s plan fits `mem` (need_bytes <= budget).
   static bool fits(const StageSolve& s, StageMemory mem);
 
   using FreeKey = std::pair<int32_t, int32_t>;                  ///< (kind, k)
-  using FitKey = std::tuple<int32_t, int32_t, double, int64_t>;  ///< (kind, k, inflight, budget)
+  using FitKey = std::tuple<int32_t, int32_t, double, int64_t, bool>;  ///< (kind, k, inflight, budget, grads)
   const std::map<FreeKey, std::shared_ptr<const StageSolve>>& free_solves() const { return free_; }
   const std::map<FitKey, std::shared_ptr<const StageSolve>>& fitted_solves() const { return fitted_; }
   int32_t solves() const { return solves_.load(); }
