@@ -75,6 +75,11 @@ struct PipelineOptions {
   /// Threads solving independent stage problems at once (StageSolver::prefetch); 0: the
   /// cores available.  Without a time limit the plan does not depend on it.
   int32_t stage_threads = 0;
+  /// false: a stage whose memory-free plan does not fit its budget takes the better plan at
+  /// hand (that plan fully recomputed, torchtitan's layout) when one fits, without the
+  /// memory-aware solve that may find a cheaper one: fast and machine-independent (the solve
+  /// meets --time-limit on large stages), bounded by the memory-free bound only.
+  bool solve_fitted = true;
   /// Called on every stage's optimizer before it solves (a recipe's pins).
   std::function<void(ShardingOptimizer&)> stage_hook;
 };

@@ -506,6 +506,10 @@ std::shared_ptr<StageSolve> StageSolver::fit(StageKind kind, int32_t k, StageMem
   if (full_allowed)
     for (auto c : {recompute_all(*relaxed, mem), recipe_candidate(kind, k, mem)})
       if (c && fits(*c, mem) && (!best || c->microbatch_us < best->microbatch_us)) best = c;
+  if (best && !popt_.solve_fitted) {  // the plan at hand, no memory-aware solve
+    best->lower_bound_us = std::min(relaxed->lower_bound_us, best->microbatch_us);
+    return best;
+  }
   // The solve needs to beat the plan at hand only.
   auto s = solve(kind, k, mem, mem.budget, best ? best->microbatch_us : kSolveInf);
   const double bound = s->lower_bound_us;  // the scaled model is a relaxation: it holds
