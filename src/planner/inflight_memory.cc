@@ -61,7 +61,7 @@ InflightMemory inflight_memory(const Graph& g, const BuiltProblem& bp, double in
   return m;
 }
 
-int64_t deferred_gradient_bytes(const Graph& g, const std::vector<std::optional<Strategy>>& chosen, const Mesh& mesh) {
+int64_t deferred_gradient_bytes(const Graph& g, const Plan& plan, const Mesh& mesh) {
   int64_t bytes = 0;
   std::vector<char> seen(static_cast<size_t>(g.size()), 0);  // a tensor counted once
   for (NodeIdx i = 0; i < g.size(); ++i) {
@@ -69,12 +69,12 @@ int64_t deferred_gradient_bytes(const Graph& g, const std::vector<std::optional<
     if (x.kind != NodeKind::kOp || x.phase != Phase::kOptimizer) continue;
     for (const TensorRef& r : x.inputs) {
       const Node& p = g.node(r.node);
-      const auto& s = chosen[static_cast<size_t>(r.node)];
-      if (p.phase != Phase::kBackward || !s || seen[static_cast<size_t>(r.node)] ||
-          static_cast<size_t>(r.output) >= s->outputs.size() || !s->outputs[static_cast<size_t>(r.output)].has_partial())
-        continue;
+      const auto& np = plan.nodes[static_cast<size_t>(r.node)];
+      if (p.phase != Phase::kBackward || !np || seen[static_cast<size_t>(r.node)]) continue;
+      const auto& outs = np->chosen.outputs;
+      if (static_cast<size_t>(r.output) >= outs.size() || !outs[static_cast<size_t>(r.output)].has_partial()) continue;
       seen[static_cast<size_t>(r.node)] = 1;
-      bytes += s->outputs[static_cast<size_t>(r.output)].local_bytes(mesh);
+      bytes += outs[static_cast<size_t>(r.output)].local_bytes(mesh);
     }
   }
   return bytes;

@@ -20,10 +20,10 @@
 /// relaxation of the in-flight constraint (its bounds stay valid); its plan is then checked
 /// against max_t true(t) (inflight_memory) and re-planned under a lower limit if over.
 #include <cstdint>
-#include <optional>
 #include <vector>
 
 #include "ir/graph.h"
+#include "planner/plan.h"
 #include "planner/problem_builder.h"
 
 namespace autoshard {
@@ -48,6 +48,6 @@ InflightMemory inflight_memory(const Graph& g, const BuiltProblem& bp, double in
 /// reducing them once (python/autoshard/deferred_grads.py): every backward tensor an optimizer
 /// op reads that its producer leaves Partial (its reduction is deferred), at the producer's
 /// local size.  They live from the first microbatch's backward to the step's end.
-int64_t deferred_gradient_bytes(const Graph& g, const std::vector<std::optional<Strategy>>& chosen, const Mesh& mesh);
+int64_t deferred_gradient_bytes(const Graph& g, const Plan& plan, const Mesh& mesh);
 
 }  // namespace autoshard

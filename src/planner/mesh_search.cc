@@ -15,6 +15,7 @@
 
 #include "ir/file_util.h"
 #include "planner/clock.h"
+#include "planner/parallel_for.h"
 #include "planner/parallelism.h"
 #include "planner/recipes.h"
 #include "planner/sharding_optimizer.h"
@@ -151,14 +152,7 @@ MeshSearchResult search_meshes(const Graph& g, const MeshSearchOptions& o) {
   threads = std::max(1, std::min<int>(threads, static_cast<int>(meshes.size())));
 
   auto run_pool = [&](const std::function<void(size_t)>& job, const std::vector<size_t>& order) {
-    std::atomic<size_t> next{0};
-    auto work = [&] {
-      for (size_t k; (k = next.fetch_add(1)) < order.size();) job(order[k]);
-    };
-    std::vector<std::thread> pool;
-    for (int t = 1; t < threads; ++t) pool.emplace_back(work);
-    work();
-    for (std::thread& t : pool) t.join();
+    parallel_for(order.size(), threads, [&](size_t k) { job(order[k]); });
   };
   std::vector<size_t> all(meshes.size());
   for (size_t k = 0; k < all.size(); ++k) all[k] = k;

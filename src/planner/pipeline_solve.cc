@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "planner/inflight_memory.h"
+#include "planner/parallel_for.h"
 #include "planner/recipes.h"
 #include "planner/sharding_optimizer.h"
 #include "planner/stage_pattern.h"
@@ -50,10 +51,7 @@ void stage_figures(const Mesh& full, int32_t pp, const Mesh& sub, int32_t M, Sta
   s.microbatch_peak_bytes = mem.microbatch_peak;
   // The runtime sums Partial gradients over the step and reduces them once: the rank holds
   // those sums through every microbatch's backward (added per rank, as zero bubble's deferred W).
-  std::vector<std::optional<Strategy>> chosen(s.plan.nodes.size());
-  for (size_t i = 0; i < chosen.size(); ++i)
-    if (s.plan.nodes[i]) chosen[i] = s.plan.nodes[i]->chosen;
-  s.deferred_grad_bytes = deferred_gradient_bytes(g, chosen, sub);
+  s.deferred_grad_bytes = deferred_gradient_bytes(g, s.plan, sub);
   s.microbatch_us = s.plan.objective_us;
   s.parts = part_times(s.sg, s.plan, sub);
 }
@@ -363,24 +361,15 @@ std::shared_ptr<const StageSolve> StageSolver::free(StageKind kind, int32_t k) {
 void StageSolver::run_parallel(size_t tasks, const std::function<void(size_t)>& task) const {
   std::vector<std::string> logs(tasks);
   std::vector<std::exception_ptr> failed(tasks);
-  std::atomic<size_t> next{0};
-  auto work = [&] {
-    for (size_t i = next++; i < tasks; i = next++) {
-      t_progress_sink = &logs[i];
-      try {
-        task(i);
-      } catch (...) {
-        failed[i] = std::current_exception();
-      }
-      t_progress_sink = nullptr;
+  parallel_for(tasks, popt_.stage_threads, [&](size_t i) {
+    t_progress_sink = &logs[i];
+    try {
+      task(i);
+    } catch (...) {
+      failed[i] = std::current_exception();
     }
-  };
-  const int32_t hw = static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency()));
-  const size_t n = std::min(tasks, static_cast<size_t>(popt_.stage_threads > 0 ? popt_.stage_threads : hw));
-  std::vector<std::thread> pool;
-  for (size_t t = 1; t < n; ++t) pool.emplace_back(work);
-  work();
-  for (std::thread& t : pool) t.join();
+    t_progress_sink = nullptr;
+  });
   for (size_t i = 0; i < tasks; ++i) {
     if (failed[i]) std::rethrow_exception(failed[i]);  // the first in task order, as in sequence
     if (!opt_.progress) continue;

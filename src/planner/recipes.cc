@@ -12,6 +12,7 @@
 #include "ir/file_util.h"
 #include "planner/clock.h"
 #include "planner/experts.h"
+#include "planner/parallel_for.h"
 #include "planner/sharding_optimizer.h"
 
 namespace autoshard {
@@ -548,15 +549,9 @@ std::vector<RecipeResult> compare_recipes(const Graph& g, const Mesh& mesh,
   std::vector<size_t> order, optimum;
   for (size_t k = 0; k < recipes.size(); ++k)
     (recipes[k] == Recipe::kAlpa ? optimum : order).push_back(k);
-  std::atomic<size_t> next{0};
-  auto work = [&] {
-    for (size_t k; (k = next.fetch_add(1)) < order.size();)
-      results[order[k]] = plan_recipe(recipes[order[k]], g, mesh, o, constraints, inspect);
-  };
-  std::vector<std::thread> pool;
-  for (int t = 1; t < threads; ++t) pool.emplace_back(work);
-  work();
-  for (std::thread& t : pool) t.join();
+  parallel_for(order.size(), threads, [&](size_t k) {
+    results[order[k]] = plan_recipe(recipes[order[k]], g, mesh, o, constraints, inspect);
+  });
   const Plan* start = nullptr;
   for (size_t k : order) {
     const RecipeResult& r = results[k];
