@@ -73,10 +73,16 @@ OverlapSolve solve_overlap(const TiedSolveInput& in, const OverlapModel& m) {
   // A cutoff proves nothing about T through the additive solve (A >= T): it runs without one.
   PlannerOptions additive_options = in.options;
   additive_options.cutoff_us = kInfCost;
-  if (in.first_solve && in.first_solve->fits && in.first_solve->r.status == SolveStatus::kOptimal)
-    out.last = *in.first_solve;  // the same proof: the recompute probe made it
-  else
-    out.last = solve_tied({in.graph, bp, additive_options, in.has_shadows, tie_ptr, in.warm_start, in.deadline});
+  // Its bound is of no use (A >= T bounds nothing of T), so a plan message passing leaves
+  // unproven is taken as it is rather than proven by the MIP (quick_relaxed): on llama3-405b's
+  // pipeline stages that proof took 5-9 s of a 10 s limit.
+  if (in.first_solve && in.first_solve->fits) {
+    out.last = *in.first_solve;  // the recompute probe made this very solve
+  } else {
+    TiedSolveInput first{in.graph, bp, additive_options, in.has_shadows, tie_ptr, in.warm_start, in.deadline};
+    first.quick_relaxed = true;
+    out.last = solve_tied(first);
+  }
   out.solves = 1;
   add_phases(out.phase_seconds, out.last.r.phase_seconds);
   if (out.last.r.choice.empty()) {
@@ -106,6 +112,7 @@ OverlapSolve solve_overlap(const TiedSolveInput& in, const OverlapModel& m) {
   // llama3-70b 8x8x8.)
   MessageMemory messages;
   const double tol = std::max(in.options.mip_gap, kProofTolerance);
+  int stalled = 0;  // dual solves in a row that did not raise the bound
   while (out.solves < kMaxOverlapSolves && std::chrono::steady_clock::now() < in.deadline) {
     scale_overlap_costs(m, bp, mu, scaled);
     TiedSolveInput dual{in.graph, scaled, in.options, in.has_shadows, tie_ptr, warm, in.deadline,
@@ -121,8 +128,10 @@ OverlapSolve solve_overlap(const TiedSolveInput& in, const OverlapModel& m) {
       out.lower_bound_us = r.lower_bound;
       out.mu = mu;
       center = mu;
+      stalled = 0;
     } else {
       radius /= 2;  // no progress: trust the planes only nearer the best multipliers
+      ++stalled;
     }
     if (!r.choice.empty()) {
       std::vector<StrategyIdx> x = out.last.cp.expand(r.choice);
@@ -136,6 +145,10 @@ OverlapSolve solve_overlap(const TiedSolveInput& in, const OverlapModel& m) {
     if (out.objective_us - out.lower_bound_us <= tol * scale) break;  // proven optimal
     if (out.lower_bound_us >= in.options.cutoff_us) break;            // nothing beats the cutoff
     if (global.value - out.lower_bound_us <= 1e-6 * scale) break;      // the dual is solved
+    // Twice no better bound: the priced problems' own bounds (message passing's, unproven
+    // within its iterations) hold the dual there, and nearer multipliers rarely move it (405B
+    // stages: six solves at one bound).
+    if (stalled >= kMaxStalledSolves) break;
     std::vector<double> lo(keys), hi(keys);
     for (size_t k = 0; k < keys; ++k) {
       lo[k] = center[k] - radius;

@@ -24,6 +24,8 @@ namespace autoshard {
 
 /// Solves at most: the additive optimum, then the dual's.
 inline constexpr int kMaxOverlapSolves = 8;
+/// Dual solves in a row that may leave the bound where it is before the dual stops.
+inline constexpr int kMaxStalledSolves = 2;
 /// Message-passing iterations per dual solve: its bound holds at any iteration, and where it
 /// has not met its plan by then it rises slowly (llama3-8b 8x8: 1,450 iterations for the
 /// last 0.1 % of two dual solves, half of the planning time).

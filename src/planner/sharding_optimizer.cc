@@ -327,7 +327,7 @@ Plan ShardingOptimizer::get_solution() {
       } else if (options_.progress) {
         options_.progress("memory binds without recomputation: planning with --recompute auto");
       }
-    } else if (t.r.status == SolveStatus::kOptimal) {
+    } else {
       probed = std::move(t);
     }
   }

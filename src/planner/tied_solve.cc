@@ -229,6 +229,7 @@ TiedSolve solve_tied(const TiedSolveInput& in) {
                     bp.edges.size(), cp.problem.num_nodes()));
     SolverOptions relaxed_so = so;
     relaxed_so.messages = in.messages;  // the memory-free solve only: its problem is the same shape each time
+    relaxed_so.bound_only = relaxed_so.bound_only || in.quick_relaxed;
     lower_kept_choice(bp, cp.class_of, relaxed_so.warm_start);
     r = solve(relaxed_problem, relaxed_so);
     lift_kept_choice(bp, cp.class_of, cp.problem, r.choice);

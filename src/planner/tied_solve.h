@@ -50,6 +50,12 @@ struct TiedSolveInput {
   /// overlap dual's first solve: the multipliers scale costs only), reused instead of
   /// recomputed; -2: unknown.
   int64_t known_peak_floor = -2;
+  /// The memory-free solve stops where message passing does not prove its optimum
+  /// (SolverOptions::bound_only) instead of running the MIP: for a caller that wants a good
+  /// plan quickly and has no use for its bound (the overlap objective's additive solve: an
+  /// additive bound bounds nothing of the overlapped step, overlap_solve.h).  A plan that must
+  /// be found under the memory limit is searched for as usual.
+  bool quick_relaxed = false;
 };
 
 struct TiedSolve {
