@@ -22,8 +22,26 @@
 
 namespace autoshard {
 
+std::vector<char> view_aliases(const Graph& g, bool views_alias) {
+  std::vector<char> alias(static_cast<size_t>(g.size()), 0);
+  std::vector<NodeIdx> base(static_cast<size_t>(g.size()));
+  for (NodeIdx i = 0; i < g.size(); ++i) {
+    const Node& x = g.node(i);
+    base[static_cast<size_t>(i)] = i;
+    if (x.kind != NodeKind::kOp || !is_alias_op(x.op) || x.inputs.empty()) continue;
+    const NodeIdx b = base[static_cast<size_t>(x.inputs[0].node)];
+    const NodeKind k = g.node(b).kind;
+    if (views_alias || k == NodeKind::kParameter || k == NodeKind::kBuffer) {
+      alias[static_cast<size_t>(i)] = 1;
+      base[static_cast<size_t>(i)] = b;
+    }
+  }
+  return alias;
+}
+
 std::vector<std::pair<int64_t, int64_t>> live_intervals(const Graph& g, bool views_alias) {
   const int64_t n = g.size();
+  const std::vector<char> alias = view_aliases(g, views_alias);
   std::vector<std::pair<int64_t, int64_t>> iv(static_cast<size_t>(n));
   for (NodeIdx i = 0; i < g.size(); ++i) {
     const Node& x = g.node(i);
@@ -39,8 +57,7 @@ std::vector<std::pair<int64_t, int64_t>> live_intervals(const Graph& g, bool vie
   for (NodeIdx i = 0; i < g.size(); ++i) {
     const Node& x = g.node(i);
     base[static_cast<size_t>(i)] = i;
-    if (views_alias && x.kind == NodeKind::kOp && is_alias_op(x.op) && !x.inputs.empty())
-      base[static_cast<size_t>(i)] = base[static_cast<size_t>(x.inputs[0].node)];
+    if (alias[static_cast<size_t>(i)]) base[static_cast<size_t>(i)] = base[static_cast<size_t>(x.inputs[0].node)];
   }
   for (NodeIdx i = 0; i < g.size(); ++i) {
     const Node& x = g.node(i);
@@ -275,6 +292,7 @@ BuiltProblem build_problem(const Graph& g, const Mesh& mesh, const PlannerOption
   const bool views_alias =
       opt.recompute == RecomputePolicy::kNone || opt.recompute == RecomputePolicy::kIfNeeded;
   const auto intervals = live_intervals(g, views_alias);
+  const std::vector<char> alias = view_aliases(g, views_alias);
   const bool param_state_on_params = !bp.has_optimizer;
   // Refuse a problem beyond kMaxStrategiesTotal at once instead of spending minutes and
   // gigabytes on it (4-D meshes: a matmul alone has thousands of strategies).
@@ -368,7 +386,7 @@ BuiltProblem build_problem(const Graph& g, const Mesh& mesh, const PlannerOption
       int64_t bytes = 0;
       if (x.kind == NodeKind::kParameter && param_state_on_params)
         bytes = parameter_state_bytes(s.outputs.at(0), mesh, opt.optimizer);
-      else if (views_alias && x.kind == NodeKind::kOp && is_alias_op(x.op))
+      else if (alias[static_cast<size_t>(i)])
         bytes = 0;  // a view: its base holds the bytes (live_intervals)
       else
         for (const ShardingSpec& o : s.outputs) bytes += o.local_bytes(mesh);
