@@ -1,6 +1,7 @@
 #include "planner/inflight_memory.h"
 
 #include <cmath>
+#include <memory>
 
 namespace autoshard {
 
@@ -8,13 +9,6 @@ namespace {
 
 size_t isz(int64_t i) { return static_cast<size_t>(i); }
 
-/// The first backward op: the forward/backward boundary of the microbatch's schedule (a
-/// stage's received gradient is a placeholder, listed with the inputs).
-int64_t boundary(const Graph& g) {
-  for (NodeIdx i = 0; i < g.size(); ++i)
-    if (g.node(i).phase == Phase::kBackward && g.node(i).kind == NodeKind::kOp) return i;
-  return g.size();
-}
 
 /// kept_across_boundary's node `v`'s usage with `inflight` undone.
 int64_t unscaled(int64_t usage, double inflight) {
@@ -23,8 +17,44 @@ int64_t unscaled(int64_t usage, double inflight) {
 
 }  // namespace
 
+int64_t forward_backward_boundary(const Graph& g) {
+  for (NodeIdx i = 0; i < g.size(); ++i)
+    if (g.node(i).phase == Phase::kBackward && g.node(i).kind == NodeKind::kOp) return i;
+  return g.size();
+}
+
+std::vector<PNodeIdx> live_at_boundary(const Graph& g, const BuiltProblem& bp) {
+  const int64_t t = forward_backward_boundary(g);
+  std::vector<PNodeIdx> r;
+  for (PNodeIdx v = 0; v < bp.problem.num_nodes(); ++v) {
+    const ProblemNode& n = bp.problem.nodes[isz(v)];
+    if (n.start <= t && t < n.end) r.push_back(v);
+  }
+  return r;
+}
+
+int64_t boundary_usage(const Graph& g, const BuiltProblem& bp, const std::vector<StrategyIdx>& choice) {
+  int64_t u = 0;
+  for (PNodeIdx v : live_at_boundary(g, bp)) u += bp.problem.nodes[isz(v)].usages[isz(choice[isz(v)])];
+  return u;
+}
+
+void price_boundary_usage(const Graph& g, double us_per_byte, BuiltProblem& bp) {
+  for (PNodeIdx v : live_at_boundary(g, bp)) {
+    ProblemNode& n = bp.problem.nodes[isz(v)];
+    // Priced bytes are no compute: kept out of the overlap objective's windows as op_comm is.
+    std::vector<double> kept(n.costs.size());
+    for (size_t q = 0; q < n.costs.size(); ++q) {
+      const double price = us_per_byte * static_cast<double>(n.usages[q]);
+      kept[q] = bp.op_comm_us(v, static_cast<StrategyIdx>(q)) + price;
+      n.costs[q] += price;
+    }
+    bp.set_op_comm(v, std::make_shared<const std::vector<double>>(std::move(kept)));
+  }
+}
+
 std::vector<PNodeIdx> kept_across_boundary(const Graph& g, const BuiltProblem& bp) {
-  const int64_t t = boundary(g);
+  const int64_t t = forward_backward_boundary(g);
   std::vector<PNodeIdx> r;
   for (PNodeIdx v = 0; v < bp.problem.num_nodes(); ++v) {
     const ProblemNode& n = bp.problem.nodes[isz(v)];

@@ -28,6 +28,22 @@
 
 namespace autoshard {
 
+/// The first backward op's index: the forward/backward boundary t* of the microbatch's
+/// schedule (a stage's received gradient is a placeholder, listed with the inputs).
+int64_t forward_backward_boundary(const Graph& g);
+
+/// Problem nodes whose usage counts at t* (start <= t* < end), state included (ascending).
+std::vector<PNodeIdx> live_at_boundary(const Graph& g, const BuiltProblem& bp);
+/// The usage at t* of `choice`: scaled(t*) above, which equals true(t*).  Every plan whose
+/// in-flight peak fits a budget has boundary_usage <= budget (up to one byte per kept node,
+/// the rounding of scale_inflight_usages): the one memory row the stage's Lagrangian bound
+/// prices (PlannerOptions::boundary_memory_price, planner/stage_lagrange.cc).
+int64_t boundary_usage(const Graph& g, const BuiltProblem& bp, const std::vector<StrategyIdx>& choice);
+/// Adds us_per_byte x usage to the costs of live_at_boundary's nodes, and to their op_comm
+/// (the overlap objective's windows are compute only).  build_problem calls it last for
+/// PlannerOptions::boundary_memory_price > 0.
+void price_boundary_usage(const Graph& g, double us_per_byte, BuiltProblem& bp);
+
 /// Problem nodes one microbatch keeps across the forward/backward boundary (ascending).
 std::vector<PNodeIdx> kept_across_boundary(const Graph& g, const BuiltProblem& bp);
 

@@ -81,6 +81,11 @@ struct PlannerOptions {
   /// what one microbatch keeps across its forward/backward boundary counts this many times in
   /// the memory model, so recomputation is traded against the in-flight memory.  1: a plain step.
   double inflight_microbatches = 1.0;
+  /// Microseconds per byte of usage at the forward/backward boundary added to the objective
+  /// (planner/inflight_memory.h price_boundary_usage): the Lagrangian multiplier of that one
+  /// memory row, for the pipeline's memory-aware stage bounds (planner/stage_lagrange.cc).
+  /// Recomputation is then decided without a memory limit (it buys priced bytes).  0: none.
+  double boundary_memory_price = 0;
   /// Memory of parameter state when the graph has no optimizer step of its own.
   OptimizerConfig optimizer;
   /// Verify the solution independently after solving (recompute cost and memory from scratch).

@@ -33,29 +33,6 @@ double p2p_time_us(const Mesh& mesh, int32_t pp, double bytes) {
   return d.latency_us + bytes / (d.busbw_gbps * 1e3);
 }
 
-/// The figures of a solved stage problem: sends, once-per-step work, kept activations and the
-/// one-microbatch peak.  The plan's objective already holds the sends (output_costs).
-void stage_figures(const Mesh& full, int32_t pp, const Mesh& sub, int32_t M, StageSolve& s) {
-  const Graph& g = s.sg.graph;
-  for (const TensorRef& t : s.sg.sent) {
-    const auto& np = s.plan.nodes[ssz(t.node)];
-    s.p2p_us += p2p_time_us(full, pp, static_cast<double>(np->chosen.outputs.at(ssz(t.output)).local_bytes(sub)));
-  }
-  for (NodeIdx i = 0; i < g.size(); ++i) {
-    const Node& x = g.node(i);
-    const auto& np = s.plan.nodes[ssz(i)];
-    if (np && x.kind == NodeKind::kOp && x.phase == Phase::kOptimizer) s.once_us += (np->compute_us + np->comm_us) * M;
-  }
-  const InflightMemory mem = inflight_memory(g, *s.optimizer->built_problem(), s.inflight, s.optimizer->solution_choice());
-  s.activation_bytes = mem.kept_bytes;
-  s.microbatch_peak_bytes = mem.microbatch_peak;
-  // The runtime sums Partial gradients over the step and reduces them once: the rank holds
-  // those sums through every microbatch's backward (added per rank, as zero bubble's deferred W).
-  s.deferred_grad_bytes = deferred_gradient_bytes(g, s.plan, sub);
-  s.microbatch_us = s.plan.objective_us;
-  s.parts = part_times(s.sg, s.plan, sub);
-}
-
 /// The sum over the problem's nodes of their cheapest strategy's compute: a lower bound of any
 /// plan's objective (edges cost >= 0; the overlap model hides communication only, so a node's
 /// in-op communication, op_comm, is left out).  What a solve stopped by the time limit before
@@ -110,6 +87,27 @@ std::pair<int32_t, int32_t> canonical_range(StageKind kind, int32_t k, int32_t L
 }
 
 }  // namespace
+
+void stage_figures(const Mesh& full, int32_t pp, const Mesh& sub, int32_t M, StageSolve& s) {
+  const Graph& g = s.sg.graph;
+  for (const TensorRef& t : s.sg.sent) {
+    const auto& np = s.plan.nodes[ssz(t.node)];
+    s.p2p_us += p2p_time_us(full, pp, static_cast<double>(np->chosen.outputs.at(ssz(t.output)).local_bytes(sub)));
+  }
+  for (NodeIdx i = 0; i < g.size(); ++i) {
+    const Node& x = g.node(i);
+    const auto& np = s.plan.nodes[ssz(i)];
+    if (np && x.kind == NodeKind::kOp && x.phase == Phase::kOptimizer) s.once_us += (np->compute_us + np->comm_us) * M;
+  }
+  const InflightMemory mem = inflight_memory(g, *s.optimizer->built_problem(), s.inflight, s.optimizer->solution_choice());
+  s.activation_bytes = mem.kept_bytes;
+  s.microbatch_peak_bytes = mem.microbatch_peak;
+  // The runtime sums Partial gradients over the step and reduces them once: the rank holds
+  // those sums through every microbatch's backward (added per rank, as zero bubble's deferred W).
+  s.deferred_grad_bytes = deferred_gradient_bytes(g, s.plan, sub);
+  s.microbatch_us = s.plan.objective_us;
+  s.parts = part_times(s.sg, s.plan, sub);
+}
 
 StageKind kind_of(int32_t s, int32_t S) {
   if (S == 1) return kStageBoth;
@@ -499,9 +497,17 @@ std::shared_ptr<StageSolve> StageSolver::fit(StageKind kind, int32_t k, StageMem
     best->lower_bound_us = std::min(relaxed->lower_bound_us, best->microbatch_us);
     return best;
   }
+  // The memory row at t* priced: a bound above the memory-free one, and often a plan that fits.
+  // Where that plan is within the target gap of the bound, no memory-limited solve is needed.
+  const PricedBound pb = price_memory(kind, k, mem, *relaxed, best.get());
+  if (pb.plan && (!best || pb.plan->microbatch_us < best->microbatch_us)) best = pb.plan;
+  if (best && best->microbatch_us - pb.bound <= popt_.target_gap * best->microbatch_us) {
+    best->lower_bound_us = std::min(pb.bound, best->microbatch_us);
+    return best;
+  }
   // The solve needs to beat the plan at hand only.
   auto s = solve(kind, k, mem, mem.budget, best ? best->microbatch_us : kSolveInf);
-  const double bound = s->lower_bound_us;  // the scaled model is a relaxation: it holds
+  const double bound = std::max(s->lower_bound_us, pb.bound);  // both relaxations: they hold
   if (s->plan.has_solution && !fits(*s, mem) && !(best && s->microbatch_us >= best->microbatch_us)) {
     // Over the exact in-flight peak (with the step's summed gradients): plan again under the
     // limit less the excess.

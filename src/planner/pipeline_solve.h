@@ -41,6 +41,15 @@ enum StageKind : int32_t { kStageFirst = 0, kStageMid = 1, kStageLast = 2, kStag
 
 StageKind kind_of(int32_t s, int32_t S);
 
+/// Priced solves (memory at t* priced, stage_lagrange.cc) per fitted stage at most, after the
+/// memory-free one.
+inline constexpr int kMaxPricedSolves = 6;
+
+/// Sets the figures of solved stage `s` from its plan and optimizer: sends, once-per-step work,
+/// kept activations, the one-microbatch peak and the summed gradients.  The plan's objective
+/// already holds the sends (output_costs).
+void stage_figures(const Mesh& full, int32_t pp, const Mesh& sub, int32_t M, StageSolve& s);
+
 /// What a stage may use: `inflight` microbatches in flight on its rank, `budget` bytes per
 /// device (0: no limit).
 struct StageMemory {
@@ -88,6 +97,17 @@ class StageSolver {
   const std::map<FreeKey, std::shared_ptr<const StageSolve>>& free_solves() const { return free_; }
   const std::map<FitKey, std::shared_ptr<const StageSolve>>& fitted_solves() const { return fitted_; }
   int32_t solves() const { return solves_.load(); }
+  /// The Lagrangian bound of (kind, k) under `mem` with the usage at the forward/backward
+  /// boundary priced (planner/stage_lagrange.cc), at least `relaxed`'s bound, and the
+  /// cheapest priced plan that fits (nullptr: none).  `at_hand`: the best plan that fits so far
+  /// (its cost sets the first price), or nullptr.
+  struct PricedBound {
+    double bound = 0;
+    std::shared_ptr<StageSolve> plan;
+    int32_t solves = 0;
+  };
+  PricedBound price_memory(StageKind kind, int32_t k, StageMemory mem, const StageSolve& relaxed,
+                           const StageSolve* at_hand);
   const LayerMap& layers() const { return m_; }
   const Mesh& sub() const { return sub_; }
   const PlannerOptions& options() const { return opt_; }
@@ -135,6 +155,11 @@ class StageSolver {
   /// to decide); nullptr when the recipe does not apply.
   std::shared_ptr<StageSolve> recipe_candidate(StageKind kind, int32_t k, StageMemory mem);
   void report(const StageSolve& s, std::string_view what, StageMemory mem) const;
+
+  /// price_memory's dual in one memory model (the recompute policy the stage is built with):
+  /// Kelley's planes over the price; bound +inf when even the least usages exceed the budget.
+  PricedBound price_model(RecomputePolicy model, StageMemory mem, const StageSolve& relaxed,
+                          const StageSolve* at_hand);
   /// `relaxed`'s plan with every layer region fully recomputed (evaluated, not solved), or
   /// nullptr when its strategies do not map.
   std::shared_ptr<StageSolve> recompute_all(const StageSolve& relaxed, StageMemory mem);

@@ -162,6 +162,10 @@ std::string hash_options(const PlannerOptions& o) {
     h.str("inflight");
     h.f64(o.inflight_microbatches);
   }
+  if (o.boundary_memory_price > 0) {  // older files: none
+    h.str("boundary memory price");
+    h.f64(o.boundary_memory_price);
+  }
   for (const auto& c : o.output_costs) {  // older files: none
     h.str(c.node);
     h.i64(c.output);

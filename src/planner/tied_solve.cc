@@ -220,7 +220,9 @@ TiedSolve solve_tied(const TiedSolveInput& in) {
     Problem relaxed_problem = cp.problem;
     if (has_shadows) relax_device_memory(in.graph, bp, cp.class_of, relaxed_problem);
     else relaxed_problem.usage_limit = -1;
-    keep_all_activations(bp, cp.class_of, relaxed_problem);  // exact without device memory
+    // Exact without device memory, unless memory is priced (recomputation then buys bytes).
+    const bool keep_all = options_.boundary_memory_price <= 0;
+    if (keep_all) keep_all_activations(bp, cp.class_of, relaxed_problem);
     // When memory may bind, the relaxed solve gets half of the time: the second solve needs room.
     so.time_limit_s = memory_may_bind ? remaining() / 2 : remaining();
     if (!in.warm_start.empty() && static_cast<PNodeIdx>(in.warm_start.size()) == bp.problem.num_nodes())
@@ -230,9 +232,9 @@ TiedSolve solve_tied(const TiedSolveInput& in) {
     SolverOptions relaxed_so = so;
     relaxed_so.messages = in.messages;  // the memory-free solve only: its problem is the same shape each time
     relaxed_so.bound_only = relaxed_so.bound_only || in.quick_relaxed;
-    lower_kept_choice(bp, cp.class_of, relaxed_so.warm_start);
+    if (keep_all) lower_kept_choice(bp, cp.class_of, relaxed_so.warm_start);
     r = solve(relaxed_problem, relaxed_so);
-    lift_kept_choice(bp, cp.class_of, cp.problem, r.choice);
+    if (keep_all) lift_kept_choice(bp, cp.class_of, cp.problem, r.choice);
     bool relaxed = memory_may_bind;
     if (relaxed && !r.choice.empty() &&
         peak_usage(bp.problem, cp.expand(r.choice)) <= bp.problem.usage_limit)
