@@ -75,7 +75,7 @@ void assemble(Search& S, const Layout& l, PipelinePlan& pl, const std::vector<in
     const double scale = static_cast<double>(pl.memory_limit_bytes) / static_cast<double>(peak);
     const StageMemory was = l.planned(st.index, st.hi - st.lo);
     const double need = StageSolver::need_bytes(*st.solve, was.inflight, true);
-    again.emplace_back(kind_of(st.index, n), st.hi - st.lo, StageMemory{was.inflight, static_cast<int64_t>(need * scale), true});
+    again.emplace_back(kind_of(st.index, n), st.hi - st.lo, StageMemory{was.inflight, static_cast<int64_t>(need * scale), true, false});
     replanned.push_back(&st);
   }
   if (!again.empty()) {

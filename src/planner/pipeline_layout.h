@@ -41,7 +41,7 @@ struct Layout {
   /// With one stage per rank the budget holds the step's summed gradients too; with v, the
   /// rank's assembly counts them (its shares are no relaxation either way).
   StageMemory actual(int32_t s, int32_t k) const { return {inflight[psz(s)], budget(k), v == 1}; }
-  StageMemory planned(int32_t s, int32_t k) const { return {planned_inflight[psz(s)], budget(k), v == 1}; }
+  StageMemory planned(int32_t s, int32_t k) const { return {planned_inflight[psz(s)], budget(k), v == 1, v == 1}; }
 };
 
 /// Everything one plan_pipeline call shares: the graph, the meshes and the solved stages.
