@@ -369,8 +369,12 @@ void register_plan(CLI::App& app) {
   sub->add_option("--stages-per-rank", a->pipeline.stages_per_rank,
                   "with a pp mesh dim and an interleaved schedule: stages per pp rank (default: the best of 2-4; "
                   "ZBVZeroBubble, DualPipeV: 2)");
+  sub->add_flag("--price-memory", a->pipeline.price_memory,
+                "with a pp mesh dim: bound each memory-limited stage of a one-stage-per-rank schedule by pricing its "
+                "memory (Lagrangian relaxation, both memory models): tighter proven bounds, slower planning");
   sub->callback([a, sub] {
-    a->pipeline_given = sub->count("--microbatches") + sub->count("--schedule") + sub->count("--stages-per-rank") > 0;
+    a->pipeline_given = sub->count("--microbatches") + sub->count("--schedule") + sub->count("--stages-per-rank") +
+                            sub->count("--price-memory") > 0;
     a->time_limit_given = sub->count("--time-limit") > 0;
     a->threads_given = sub->count("--threads") > 0;
     a->objective_given = sub->count("--objective") > 0;

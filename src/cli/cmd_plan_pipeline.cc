@@ -77,6 +77,7 @@ PipelineOptions pipeline_options(const Mesh& mesh, const PipelineArgs& pa) {
   if (pa.stages_per_rank < 0)
     throw std::invalid_argument(fmt::format("--stages-per-rank: expected >= 1, got {}", pa.stages_per_rank));
   po.stages_per_rank = pa.stages_per_rank;
+  po.price_memory = pa.price_memory;
   return po;
 }
 

@@ -11,6 +11,7 @@ struct PipelineArgs {
   int microbatches = 0;          ///< 0: the pp size
   std::string schedule = "auto";
   int stages_per_rank = 0;       ///< 0: auto
+  bool price_memory = false;     ///< PipelineOptions::price_memory
 };
 
 /// The graph of one microbatch of M: a built-in model's --batch (the global batch) split in M

@@ -80,6 +80,12 @@ struct PipelineOptions {
   /// memory-aware solve that may find a cheaper one: fast and machine-independent (the solve
   /// meets --time-limit on large stages), bounded by the memory-free bound only.
   bool solve_fitted = true;
+  /// Bound each memory-limited stage of a one-stage-per-rank layout by Lagrangian relaxation
+  /// of its memory (StageSolver::price_memory): a proven bound above the memory-free one, and
+  /// the priced plans that fit as candidates.  Off by default: on llama3-405b 8x16x8 it raised
+  /// the 1F1B bound by 1.5 % for 241 s of solver time, and the chosen plans (v > 1) bound
+  /// their stages memory-free anyway (docs/benchmarks.md).
+  bool price_memory = false;
   /// Called on every stage's optimizer before it solves (a recipe's pins).
   std::function<void(ShardingOptimizer&)> stage_hook;
 };

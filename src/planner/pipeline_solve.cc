@@ -507,7 +507,7 @@ std::shared_ptr<StageSolve> StageSolver::fit(StageKind kind, int32_t k, StageMem
   // 3-25 % above their bound (the memory-limited solve then ran anyway).
   PricedBound pb;
   pb.bound = relaxed->lower_bound_us;
-  if (mem.rank_limit) pb = price_memory(kind, k, mem, *relaxed, best.get());
+  if (popt_.price_memory && mem.rank_limit) pb = price_memory(kind, k, mem, *relaxed, best.get());
   if (pb.plan && (!best || pb.plan->microbatch_us < best->microbatch_us)) best = pb.plan;
   if (best && best->microbatch_us - pb.bound <= popt_.target_gap * best->microbatch_us) {
     best->lower_bound_us = std::min(pb.bound, best->microbatch_us);

@@ -83,6 +83,17 @@ assert s[0]['part_us']['input_grad'] == 0 and s[1]['part_us']['input_grad'] > 0,
 pycheck "$TMP/auto2.json" "
 assert {c['schedule'] for c in j['candidates']} >= {'InterleavedZeroBubble', 'ZBVZeroBubble'}, j['candidates']
 "
+# --price-memory: a memory-limited stage of 1F1B bounded by pricing its memory (the priced plan
+# here is within the target gap of its bound, so no memory-limited solve runs); same plan.
+P=(--model llama3-8b --layers 8 --seq 512 --batch 4 --mesh 2x4 --mesh-dims pp,dp --microbatches 4 --schedule 1F1B
+   --memory-limit 7GiB)
+plain=$("$AS" plan "${P[@]}" 2>&1)
+priced=$("$AS" plan "${P[@]}" --price-memory -v 2>&1)
+expect_contains "$priced" "stage kind 0 with 4 layers, memory priced at t*" "--price-memory"
+expect_contains "$priced" "fits, in" "--price-memory plan"
+expect_contains "$priced" "$(grep 'pipelined step time' <<<"$plain")" "--price-memory step"
+case "$plain" in *"memory priced"*) fail "--price-memory is off by default" ;; esac
+
 expect_error "ZBVZeroBubble runs exactly 2 stages per rank (got 3)" -- \
   "$AS" plan "${M[@]}" --microbatches 4 --schedule ZBVZeroBubble --stages-per-rank 3
 ok "ZBVZeroBubble"
