@@ -33,6 +33,30 @@ double p2p_time_us(const Mesh& mesh, int32_t pp, double bytes) {
   return d.latency_us + bytes / (d.busbw_gbps * 1e3);
 }
 
+/// The figures of a solved stage problem: sends, once-per-step work, kept activations, the
+/// one-microbatch peak and the summed gradients.  The plan's objective already holds the sends
+/// (output_costs).
+void stage_figures(const Mesh& full, int32_t pp, const Mesh& sub, int32_t M, StageSolve& s) {
+  const Graph& g = s.sg.graph;
+  for (const TensorRef& t : s.sg.sent) {
+    const auto& np = s.plan.nodes[ssz(t.node)];
+    s.p2p_us += p2p_time_us(full, pp, static_cast<double>(np->chosen.outputs.at(ssz(t.output)).local_bytes(sub)));
+  }
+  for (NodeIdx i = 0; i < g.size(); ++i) {
+    const Node& x = g.node(i);
+    const auto& np = s.plan.nodes[ssz(i)];
+    if (np && x.kind == NodeKind::kOp && x.phase == Phase::kOptimizer) s.once_us += (np->compute_us + np->comm_us) * M;
+  }
+  const InflightMemory mem = inflight_memory(g, *s.optimizer->built_problem(), s.inflight, s.optimizer->solution_choice());
+  s.activation_bytes = mem.kept_bytes;
+  s.microbatch_peak_bytes = mem.microbatch_peak;
+  // The runtime sums Partial gradients over the step and reduces them once: the rank holds
+  // those sums through every microbatch's backward (added per rank, as zero bubble's deferred W).
+  s.deferred_grad_bytes = deferred_gradient_bytes(g, s.plan, sub);
+  s.microbatch_us = s.plan.objective_us;
+  s.parts = part_times(s.sg, s.plan, sub);
+}
+
 /// The sum over the problem's nodes of their cheapest strategy's compute: a lower bound of any
 /// plan's objective (edges cost >= 0; the overlap model hides communication only, so a node's
 /// in-op communication, op_comm, is left out).  What a solve stopped by the time limit before
@@ -87,27 +111,6 @@ std::pair<int32_t, int32_t> canonical_range(StageKind kind, int32_t k, int32_t L
 }
 
 }  // namespace
-
-void stage_figures(const Mesh& full, int32_t pp, const Mesh& sub, int32_t M, StageSolve& s) {
-  const Graph& g = s.sg.graph;
-  for (const TensorRef& t : s.sg.sent) {
-    const auto& np = s.plan.nodes[ssz(t.node)];
-    s.p2p_us += p2p_time_us(full, pp, static_cast<double>(np->chosen.outputs.at(ssz(t.output)).local_bytes(sub)));
-  }
-  for (NodeIdx i = 0; i < g.size(); ++i) {
-    const Node& x = g.node(i);
-    const auto& np = s.plan.nodes[ssz(i)];
-    if (np && x.kind == NodeKind::kOp && x.phase == Phase::kOptimizer) s.once_us += (np->compute_us + np->comm_us) * M;
-  }
-  const InflightMemory mem = inflight_memory(g, *s.optimizer->built_problem(), s.inflight, s.optimizer->solution_choice());
-  s.activation_bytes = mem.kept_bytes;
-  s.microbatch_peak_bytes = mem.microbatch_peak;
-  // The runtime sums Partial gradients over the step and reduces them once: the rank holds
-  // those sums through every microbatch's backward (added per rank, as zero bubble's deferred W).
-  s.deferred_grad_bytes = deferred_gradient_bytes(g, s.plan, sub);
-  s.microbatch_us = s.plan.objective_us;
-  s.parts = part_times(s.sg, s.plan, sub);
-}
 
 StageKind kind_of(int32_t s, int32_t S) {
   if (S == 1) return kStageBoth;
@@ -176,29 +179,37 @@ std::shared_ptr<StageSolve> StageSolver::solve(StageKind kind, int32_t k, StageM
   return s;
 }
 
-std::shared_ptr<StageSolve> StageSolver::recompute_all(const StageSolve& relaxed, StageMemory mem) {
-  if (!relaxed.plan.has_solution) return nullptr;
+std::shared_ptr<StageSolve> StageSolver::evaluated(std::shared_ptr<ShardingOptimizer> so, const StageSolve& relaxed,
+                                                   const std::vector<StrategyIdx>& choice, double inflight,
+                                                   int64_t budget) const {
+  if (std::find(choice.begin(), choice.end(), -1) != choice.end()) return nullptr;
   auto s = std::make_shared<StageSolve>();
   s->sg = relaxed.sg;
-  s->memory_budget = mem.budget;
+  s->inflight = inflight;
+  s->memory_budget = budget;
   s->layer_floor_us = relaxed.layer_floor_us;
-  PlannerOptions o = stage_options(s->sg, 1.0, 0);
-  o.recompute = RecomputePolicy::kFull;
-  s->optimizer = std::make_shared<ShardingOptimizer>(s->sg.graph, sub_, o);
-  ShardingOptimizer& so = *s->optimizer;
-  if (popt_.stage_hook) popt_.stage_hook(so);
-  std::vector<std::optional<Strategy>> wanted(relaxed.plan.nodes.size());
-  for (size_t i = 0; i < wanted.size(); ++i)
-    if (relaxed.plan.nodes[i]) wanted[i] = relaxed.plan.nodes[i]->chosen;
-  const std::vector<StrategyIdx> choice = so.match_strategies(wanted);
-  if (std::find(choice.begin(), choice.end(), -1) != choice.end()) return nullptr;
-  s->plan = so.evaluate(choice);
+  s->optimizer = std::move(so);
+  s->plan = s->optimizer->evaluate(choice);
   if (!std::isfinite(s->plan.objective_us)) return nullptr;
   s->plan.status = SolveStatus::kFeasible;
   s->plan.lower_bound_us = 0;  // a plan, no bound
-  so.set_solution(s->plan, choice);
+  s->optimizer->set_solution(s->plan, choice);
   stage_figures(mesh_, pp_, sub_, popt_.microbatches, *s);
-  report(*s, "its memory-free plan fully recomputed", mem);
+  return s;
+}
+
+std::shared_ptr<StageSolve> StageSolver::recompute_all(const StageSolve& relaxed, StageMemory mem) {
+  if (!relaxed.plan.has_solution) return nullptr;
+  PlannerOptions o = stage_options(relaxed.sg, 1.0, 0);
+  o.recompute = RecomputePolicy::kFull;
+  auto so = std::make_shared<ShardingOptimizer>(relaxed.sg.graph, sub_, o);
+  if (popt_.stage_hook) popt_.stage_hook(*so);
+  std::vector<std::optional<Strategy>> wanted(relaxed.plan.nodes.size());
+  for (size_t i = 0; i < wanted.size(); ++i)
+    if (relaxed.plan.nodes[i]) wanted[i] = relaxed.plan.nodes[i]->chosen;
+  const std::vector<StrategyIdx> choice = so->match_strategies(wanted);
+  auto s = evaluated(std::move(so), relaxed, choice, 1.0, mem.budget);
+  if (s) report(*s, "its memory-free plan fully recomputed", mem);
   return s;
 }
 

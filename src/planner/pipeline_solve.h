@@ -45,11 +45,6 @@ StageKind kind_of(int32_t s, int32_t S);
 /// memory-free one.
 inline constexpr int kMaxPricedSolves = 6;
 
-/// Sets the figures of solved stage `s` from its plan and optimizer: sends, once-per-step work,
-/// kept activations, the one-microbatch peak and the summed gradients.  The plan's objective
-/// already holds the sends (output_costs).
-void stage_figures(const Mesh& full, int32_t pp, const Mesh& sub, int32_t M, StageSolve& s);
-
 /// What a stage may use: `inflight` microbatches in flight on its rank, `budget` bytes per
 /// device (0: no limit).
 struct StageMemory {
@@ -168,6 +163,11 @@ class StageSolver {
   /// `relaxed`'s plan with every layer region fully recomputed (evaluated, not solved), or
   /// nullptr when its strategies do not map.
   std::shared_ptr<StageSolve> recompute_all(const StageSolve& relaxed, StageMemory mem);
+  /// `choice` (a full assignment of `so`'s problem) as a plan of `relaxed`'s stage, with its
+  /// figures, no bound; `so` is kept as its optimizer.  nullptr when a node is unmatched (-1)
+  /// or the plan's cost is not finite.
+  std::shared_ptr<StageSolve> evaluated(std::shared_ptr<ShardingOptimizer> so, const StageSolve& relaxed,
+                                        const std::vector<StrategyIdx>& choice, double inflight, int64_t budget) const;
 
   const Graph& g_;
   const Mesh& mesh_;

@@ -40,8 +40,11 @@ std::vector<char> view_aliases(const Graph& g, bool views_alias) {
 }
 
 std::vector<std::pair<int64_t, int64_t>> live_intervals(const Graph& g, bool views_alias) {
+  return live_intervals(g, view_aliases(g, views_alias));
+}
+
+std::vector<std::pair<int64_t, int64_t>> live_intervals(const Graph& g, const std::vector<char>& alias) {
   const int64_t n = g.size();
-  const std::vector<char> alias = view_aliases(g, views_alias);
   std::vector<std::pair<int64_t, int64_t>> iv(static_cast<size_t>(n));
   for (NodeIdx i = 0; i < g.size(); ++i) {
     const Node& x = g.node(i);
@@ -291,8 +294,8 @@ BuiltProblem build_problem(const Graph& g, const Mesh& mesh, const PlannerOption
   // Views alias their base only without recomputation (see live_intervals).
   const bool views_alias =
       opt.recompute == RecomputePolicy::kNone || opt.recompute == RecomputePolicy::kIfNeeded;
-  const auto intervals = live_intervals(g, views_alias);
   const std::vector<char> alias = view_aliases(g, views_alias);
+  const auto intervals = live_intervals(g, alias);
   const bool param_state_on_params = !bp.has_optimizer;
   // Refuse a problem beyond kMaxStrategiesTotal at once instead of spending minutes and
   // gigabytes on it (4-D meshes: a matmul alone has thousands of strategies).

@@ -135,5 +135,7 @@ std::vector<char> view_aliases(const Graph& g, bool views_alias);
 /// that aliases (view_aliases) extends its base's interval to its own uses and holds no bytes
 /// of its own.
 std::vector<std::pair<int64_t, int64_t>> live_intervals(const Graph& g, bool views_alias = true);
+/// The same with view_aliases' flags given (build_problem needs them for the usages too).
+std::vector<std::pair<int64_t, int64_t>> live_intervals(const Graph& g, const std::vector<char>& alias);
 
 }  // namespace autoshard
