@@ -5,7 +5,7 @@
 set -euo pipefail
 pkgs=(g++ cmake make pkg-config nlohmann-json3-dev libcli11-dev libfmt-dev coinor-libcbc-dev
       zlib1g-dev libzstd-dev libprotobuf-dev protobuf-compiler libgraphviz-dev
-      libgtest-dev libgmock-dev libbenchmark-dev python3 python3-venv python3-dev ninja-build)
+      libgtest-dev libgmock-dev libbenchmark-dev libmimalloc-dev python3 python3-venv python3-dev ninja-build)
 if [[ "${1:-}" == "--test" ]]; then
   # cbc: the MPS export is checked with the stand-alone solver; clang: libFuzzer harnesses;
   # chromium: the report's browser test; ccache: shared between the C++ and wheel builds.

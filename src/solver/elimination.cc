@@ -84,6 +84,16 @@ Outcome eliminate(const Problem& p, const EliminationOptions& opt, EliminationSt
         if (static_cast<size_t>(u) != v) s.insert(u);
     return s;
   };
+  auto table_size = [&](const std::set<PNodeIdx>& s) {
+    double size = 1;
+    for (PNodeIdx u : s) size *= static_cast<double>(dom[static_cast<size_t>(u)]);
+    return size;
+  };
+  // The table each variable's elimination would create, kept up to date: eliminating v changes
+  // the neighbourhoods of v's neighbours only (recomputing every variable's at every step made
+  // the ordering quadratic in set builds, most of the elimination's time on llama3-70b stages).
+  std::vector<double> size_if_eliminated(n);
+  for (size_t v = 0; v < n; ++v) size_if_eliminated[v] = table_size(neighbours(v));
   // Retires v's bucket from its other variables and adds the new factor over v's neighbours.
   auto retire = [&](size_t v, Factor out) {
     for (int32_t id : bucket[v])
@@ -94,12 +104,9 @@ Outcome eliminate(const Problem& p, const EliminationOptions& opt, EliminationSt
     gone[v] = 1;
     ++stats->eliminated;
     order.push_back(static_cast<PNodeIdx>(v));
+    std::vector<PNodeIdx> touched = out.scope;
     if (!out.scope.empty()) add(std::move(out));
-  };
-  auto table_size = [&](const std::set<PNodeIdx>& s) {
-    double size = 1;
-    for (PNodeIdx u : s) size *= static_cast<double>(dom[static_cast<size_t>(u)]);
-    return size;
+    for (PNodeIdx u : touched) size_if_eliminated[static_cast<size_t>(u)] = table_size(neighbours(static_cast<size_t>(u)));
   };
   for (size_t step = 0; step < n; ++step) {
     if (std::chrono::steady_clock::now() > opt.deadline) return Outcome::kDeadline;
@@ -108,7 +115,7 @@ Outcome eliminate(const Problem& p, const EliminationOptions& opt, EliminationSt
     double best_size = std::numeric_limits<double>::infinity();
     for (size_t v = 0; v < n; ++v) {
       if (gone[v]) continue;
-      double s = table_size(neighbours(v));
+      const double s = size_if_eliminated[v];
       if (s < best_size) best_size = s, best = v;
       if (s <= 1) break;
     }
