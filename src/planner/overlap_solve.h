@@ -28,8 +28,11 @@ inline constexpr int kMaxOverlapSolves = 8;
 inline constexpr int kMaxStalledSolves = 2;
 /// Message-passing iterations per dual solve: its bound holds at any iteration, and where it
 /// has not met its plan by then it rises slowly (llama3-8b 8x8: 1,450 iterations for the
-/// last 0.1 % of two dual solves, half of the planning time).
-inline constexpr int kDualIterations = 400;
+/// last 0.1 % of two dual solves, half of the planning time).  200 gave the same plans and
+/// bounds as 400 on llama3-8b 2x8 and 8x8, llama3-70b 8x8 and 8x8x8 (pp) and llama3-8b 2x4x8
+/// (pp), in 15-25 % less time; 150 lowered the 8b pipeline's bound and 100 its plan too
+/// (docs/benchmarks.md).
+inline constexpr int kDualIterations = 200;
 /// The first dual solve's: its multipliers are a guess around the additive plan's regimes, and
 /// its bound is soon left behind (llama3-70b 8x8x8: 196.5 ms, against 229.2 ms two solves
 /// later), so its plan -- a plane for the master -- is what it is for, and 400 iterations
