@@ -403,9 +403,9 @@ void StageSolver::prefetch(const std::vector<std::pair<StageKind, int32_t>>& key
     const FreeKey key{kind, kind == kStageBoth ? L_ : k};
     if (!free_.count(key) && std::find(unknown.begin(), unknown.end(), key) == unknown.end()) unknown.push_back(key);
   }
-  // The patterns evaluated on threads too: each reads only the solved sizes (interpolate skips
-  // evaluated ones), so they do not depend on one another; run one after the other they were a
-  // third of llama3-70b 8x8x8's single-threaded time.
+  // The patterns evaluated on threads too (0.02-0.06 s each on llama3-70b 8x8x8's stages): each
+  // reads only the solved sizes (interpolate skips evaluated ones), so they do not depend on
+  // one another, and the result is the same as one after the other.
   std::vector<std::shared_ptr<StageSolve>> evaluated(unknown.size());
   run_parallel(unknown.size(), [&](size_t i) {
     evaluated[i] = interpolate(static_cast<StageKind>(unknown[i].first), unknown[i].second);
