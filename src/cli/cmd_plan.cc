@@ -202,8 +202,8 @@ int run_plan(const PlanArgs& a) {
   opt.time_limit_s = a.time_limit;
   // A pipeline solves one problem per stage size and memory budget (llama3-405b 8x16x8: about
   // 180 memory-limited ones that run to their limit), so the limit is per stage solve and its
-  // default is kStageTimeLimitS: 1021 s for that plan, where 60 s each would take hours
-  // (docs/benchmarks.md: 2 s gave 421 s and a 1.9 % slower step).
+  // default is kStageTimeLimitS: 1021 s for that plan, where 60 s each would be some 80
+  // minutes (estimated; docs/benchmarks.md: 2 s gave 421 s and a 1.9 % slower step).
   if (pipelined && !a.time_limit_given) opt.time_limit_s = kStageTimeLimitS;
   opt.mip_gap = a.mip_gap;
   opt.threads = a.threads;
