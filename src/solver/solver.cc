@@ -217,7 +217,11 @@ SolveResult solve(const Problem& p, const SolverOptions& opt) {
       if (!fwd.empty()) consider(greedy_solve(r, rows, fwd, greedy_deadline));
     }
     if (!best.empty()) consider(greedy_solve(r, rows, best, greedy_deadline));  // polish the priced plan
-    consider(greedy_solve(r, rows, {}, greedy_deadline));
+    // A bound-only solve that has a plan already (the overlap dual's, from the previous one's)
+    // skips the greedy from scratch: it reduces the problem a second time (reduced_greedy),
+    // and on llama3-8b 2x4x8 and llama3-70b 8x8x8 (pp) it changed no plan or bound of the
+    // pipeline, for 41 % and 5 % of their planning time (docs/benchmarks.md).
+    if (!(opt.bound_only && rows.empty() && best_obj < kInfCost)) consider(greedy_solve(r, rows, {}, greedy_deadline));
   }
   timer.end("warm start");
   if (best_obj < kInfCost) say("warm start: " + std::to_string(best_obj + rp.constant_cost));
