@@ -100,83 +100,62 @@ OverlapSolve solve_overlap(const TiedSolveInput& in, const OverlapModel& m) {
       evaluate_cost(bp, ws) < kInfCost &&
       (bp.problem.usage_limit < 0 || peak_usage(bp.problem, ws) <= bp.problem.usage_limit))
     st.consider(ws);
-  std::vector<double> regimes(keys);
-  for (size_t k = 0; k < keys; ++k) regimes[k] = ta.hidden_us[k] <= ta.window_us[k] ? 1.0 : 0.0;
+  std::vector<double> center(keys);
+  for (size_t k = 0; k < keys; ++k) center[k] = ta.hidden_us[k] <= ta.window_us[k] ? 1.0 : 0.0;
+  std::vector<double> mu = center;
+  for (double& x : mu) x = 0.25 + 0.5 * x;  // inside the box: the extremes make hidden edges (nearly) free, a degenerate problem message passing rarely proves
+  double radius = 0.5;
   BuiltProblem scaled = bp;
+  // Each dual solve's message passing starts where the previous one ended: the problems differ
+  // in costs only, and the messages stay a valid (and near) start.  (Starting the first dual
+  // solve from the additive solve's messages did not help: 400 iterations either way on
+  // llama3-70b 8x8x8.)
+  MessageMemory messages;
   const double tol = std::max(in.options.mip_gap, kProofTolerance);
-  const std::vector<PlaneCut> first_cuts = st.cuts;
-  const std::vector<StrategyIdx> first_warm = warm;
-  // One run of Kelley's method from multipliers `lo_mu + span * regimes`, with its own planes,
-  // trust region and messages; the best plan and bound go to `out`.  Returns the run's bound.
-  auto run = [&](double lo_mu, double span, int max_solves) {
-    st.cuts = first_cuts;
-    warm = first_warm;
-    std::vector<double> mu(keys), center(keys);
-    for (size_t k = 0; k < keys; ++k) mu[k] = center[k] = lo_mu + span * regimes[k];
-    double radius = 0.5, bound = -kInfCost;
-    // Each dual solve's message passing starts where the previous one ended: the problems
-    // differ in costs only, and the messages stay a valid (and near) start.  (Starting the
-    // first dual solve from the additive solve's messages did not help: 400 iterations either
-    // way on llama3-70b 8x8x8.)
-    MessageMemory messages;
-    int stalled = 0;  // dual solves in a row that did not raise the run's bound
-    const int first = out.solves;
-    while (out.solves < max_solves && std::chrono::steady_clock::now() < in.deadline) {
-      scale_overlap_costs(m, bp, mu, scaled);
-      TiedSolveInput dual{in.graph, scaled, in.options, in.has_shadows, tie_ptr, warm, in.deadline,
-                          /*relaxed_only=*/true};
-      dual.message_passing_iterations = out.solves == first ? kFirstDualIterations : kDualIterations;
-      dual.messages = &messages;
-      dual.known_peak_floor = floor;
-      out.last = solve_tied(dual);
-      ++out.solves;
-      add_phases(out.phase_seconds, out.last.r.phase_seconds);
-      const SolveResult& r = out.last.r;
-      if (r.lower_bound > out.lower_bound_us) {
-        out.lower_bound_us = r.lower_bound;
-        out.mu = mu;
-      }
-      if (r.lower_bound > bound) {
-        bound = r.lower_bound;
-        center = mu;
-        stalled = 0;
-      } else {
-        radius /= 2;  // no progress: trust the planes only nearer the best multipliers
-        ++stalled;
-      }
-      if (!r.choice.empty()) {
-        std::vector<StrategyIdx> x = out.last.cp.expand(r.choice);
-        st.consider(x, out.last.fits);
-        if (out.last.fits) warm = std::move(x);
-      }
-      const double scale = std::max(std::abs(out.objective_us), 1e-9);
-      const CutMaximum global = maximize_cut_model(st.cuts, keys);
-      say(fmt::format("overlap objective, solve {}: step {:.1f} us, bound {:.1f} us, planes allow {:.1f} us",
-                      out.solves, out.objective_us, out.lower_bound_us, global.value));
-      if (out.objective_us - out.lower_bound_us <= tol * scale) break;  // proven optimal
-      if (out.lower_bound_us >= in.options.cutoff_us) break;            // nothing beats the cutoff
-      if (global.value - bound <= 1e-6 * scale) break;                   // the run's dual is solved
-      // Twice no better bound: the priced problems' own bounds (message passing's, unproven
-      // within its iterations) hold the dual there, and nearer multipliers rarely move it (405B
-      // stages: six solves at one bound).
-      if (stalled >= kMaxStalledSolves) break;
-      std::vector<double> lo(keys), hi(keys);
-      for (size_t k = 0; k < keys; ++k) {
-        lo[k] = center[k] - radius;
-        hi[k] = center[k] + radius;
-      }
-      mu = maximize_cut_model(st.cuts, keys, lo, hi).mu;
+  int stalled = 0;  // dual solves in a row that did not raise the bound
+  while (out.solves < kMaxOverlapSolves && std::chrono::steady_clock::now() < in.deadline) {
+    scale_overlap_costs(m, bp, mu, scaled);
+    TiedSolveInput dual{in.graph, scaled, in.options, in.has_shadows, tie_ptr, warm, in.deadline,
+                        /*relaxed_only=*/true};
+    dual.message_passing_iterations = out.solves == 1 ? kFirstDualIterations : kDualIterations;
+    dual.messages = &messages;
+    dual.known_peak_floor = floor;
+    out.last = solve_tied(dual);
+    ++out.solves;
+    add_phases(out.phase_seconds, out.last.r.phase_seconds);
+    const SolveResult& r = out.last.r;
+    if (r.lower_bound > out.lower_bound_us) {
+      out.lower_bound_us = r.lower_bound;
+      out.mu = mu;
+      center = mu;
+      stalled = 0;
+    } else {
+      radius /= 2;  // no progress: trust the planes only nearer the best multipliers
+      ++stalled;
     }
-  };
-  // Inside the box: the extremes make hidden edges (nearly) free, a degenerate problem message
-  // passing rarely proves.
-  run(0.25, 0.5, kMaxOverlapSolves);
-  // Where that leaves a wide gap, a second run from multipliers nearer the additive plan's
-  // regimes: the dual's plans depend on its path (llama3-8b 8x8: 107.3 ms and a 9.8 % gap from
-  // the first start, 104.0 ms and 5.9 % from the second), and the better plan and bound of
-  // the two are kept.
-  if (out.objective_us - out.lower_bound_us > kSecondStartGap * std::max(std::abs(out.objective_us), 1e-9))
-    run(0.1, 0.8, out.solves + kMaxOverlapSolves - 1);
+    if (!r.choice.empty()) {
+      std::vector<StrategyIdx> x = out.last.cp.expand(r.choice);
+      st.consider(x, out.last.fits);
+      if (out.last.fits) warm = std::move(x);
+    }
+    const double scale = std::max(std::abs(out.objective_us), 1e-9);
+    const CutMaximum global = maximize_cut_model(st.cuts, keys);
+    say(fmt::format("overlap objective, solve {}: step {:.1f} us, bound {:.1f} us, planes allow {:.1f} us",
+                    out.solves, out.objective_us, out.lower_bound_us, global.value));
+    if (out.objective_us - out.lower_bound_us <= tol * scale) break;  // proven optimal
+    if (out.lower_bound_us >= in.options.cutoff_us) break;            // nothing beats the cutoff
+    if (global.value - out.lower_bound_us <= 1e-6 * scale) break;      // the dual is solved
+    // Twice no better bound: the priced problems' own bounds (message passing's, unproven
+    // within its iterations) hold the dual there, and nearer multipliers rarely move it (405B
+    // stages: six solves at one bound).
+    if (stalled >= kMaxStalledSolves) break;
+    std::vector<double> lo(keys), hi(keys);
+    for (size_t k = 0; k < keys; ++k) {
+      lo[k] = center[k] - radius;
+      hi[k] = center[k] + radius;
+    }
+    mu = maximize_cut_model(st.cuts, keys, lo, hi).mu;
+  }
   if (!out.choice.empty()) {
     const OverlapTerms tb = overlap_terms(m, bp, out.choice);
     for (size_t k = 0; k < keys; ++k)

@@ -12,10 +12,7 @@
 /// the bound (its proven lower bound on L(mu)) and offers a plan whose true T is evaluated.  It
 /// stops when the best plan meets the bound, when the planes leave no room above the bound,
 /// after kMaxOverlapSolves solves, or at the deadline; the gap left is the Lagrangian duality
-/// gap of a discrete choice, reported as is.  The plans the dual meets depend on its path: a
-/// gap above kSecondStartGap gets a second run from multipliers nearer the additive plan's
-/// regimes (with its own planes, trust region and messages), and the better plan and the
-/// higher bound of the two runs are kept.
+/// gap of a discrete choice, reported as is.
 #include <string>
 #include <utility>
 #include <vector>
@@ -27,8 +24,6 @@ namespace autoshard {
 
 /// Solves at most: the additive optimum, then the dual's.
 inline constexpr int kMaxOverlapSolves = 8;
-/// A gap above this after the dual's run gets a second run from another start.
-inline constexpr double kSecondStartGap = 0.05;
 /// Dual solves in a row that may leave the bound where it is before the dual stops.
 inline constexpr int kMaxStalledSolves = 2;
 /// Message-passing iterations per dual solve: its bound holds at any iteration, and where it
