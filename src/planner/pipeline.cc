@@ -92,10 +92,11 @@ double timeline_step(PipelineSchedule sch, int32_t P, int32_t v, int32_t M,
 
 /// A lower bound of every split's timeline on tables of lower bounds: a rank runs its ops one
 /// at a time, so no schedule ends before M times the busiest rank's stage costs; the least of
-/// that over splits is the rank DP with no fill-and-drain (factor 0).  With one stage per rank
-/// and a whole backward (1F1B, GPipe), rank r's first op waits for the forwards of stages
-/// 0..r-1 and its last op is a backward of stage r, which stages r-1..0 wait for, so the
-/// timeline is at least M c_r + sum_{s < r} c_s for every r.  The schedule formula is
+/// that over splits is the rank DP with no fill-and-drain (factor 0).  With a whole backward
+/// (1F1B, GPipe, Interleaved1F1B), rank r's first op waits for the forwards of stages 0..r-1
+/// and its last op is a backward of one of its stages, which stages r-1..0 wait for, so the
+/// timeline is at least M R_r + sum_{s < r} c_s for every r (split_head_tail_bound for one
+/// stage per rank, split_ranks_head_tail_bound for v).  The schedule formula is
 /// no bound of the timeline for uneven splits (pipeline_test.cc shows one above it), so it
 /// is not used as one.  With P = 1 the formula is exactly M R.
 double busiest_rank_bound(const StageCostTable& low, int32_t L, int32_t P, int32_t v, int32_t M,
@@ -105,8 +106,10 @@ double busiest_rank_bound(const StageCostTable& low, int32_t L, int32_t P, int32
   const double busiest = s.layers.empty() ? kPipeInf : s.value;
   // One stage per rank without a split backward: also the fill ahead of and the drain after
   // each rank's own work (split_head_tail_bound), exact for equal stages.
-  if (v == 1 && !splits_backward(sch)) return std::max(busiest, split_head_tail_bound(low, L, P, M));
-  return busiest;
+  if (splits_backward(sch)) return busiest;
+  if (v == 1) return std::max(busiest, split_head_tail_bound(low, L, P, M));
+  // v stages per rank (Interleaved1F1B): the same fill and drain, through each rank's first stage.
+  return std::max(busiest, split_ranks_head_tail_bound(low, L, P, v, M, v_shaped(sch)));
 }
 
 /// Stage tables with every middle stage held to q or q + 1 layers (the first and last, which

@@ -236,6 +236,78 @@ double split_head_tail_bound(const StageCostTable& c, int32_t L, int32_t S, int3
   return lo;
 }
 
+namespace {
+
+/// Per layers n of one rank: the (R, first-stage cost) pairs no other beats in both, first
+/// ascending (so R descending).
+using RankPairs = std::vector<std::vector<std::pair<double, double>>>;
+
+RankPairs rank_pairs(const std::vector<double>& first, const RankTable& rest, int32_t L, int32_t v) {
+  RankPairs out(static_cast<size_t>(L) + 1);
+  for (int32_t n = v; n <= L; ++n) {
+    std::vector<std::pair<double, double>> all;  // (first, R)
+    for (int32_t k0 = 1; k0 <= n - (v - 1); ++k0) {
+      const double f = dp_at(first, k0);
+      const double r = v == 1 ? (n == k0 ? 0.0 : kDpInf) : dp_at(rest.g, n - k0);
+      if (f < kDpInf && r < kDpInf) all.emplace_back(f, f + r);
+    }
+    std::sort(all.begin(), all.end());
+    auto& keep = out[static_cast<size_t>(n)];
+    for (const auto& [f, r] : all)
+      if (keep.empty() || r < keep.back().first) keep.emplace_back(r, f);
+  }
+  return out;
+}
+
+/// Whether some split keeps every rank's M R_q + (its ranks-before's first stages) within cap.
+bool ranks_head_tail_fit(const std::vector<RankPairs>& pairs, int32_t L, int32_t M, double cap) {
+  const size_t W = static_cast<size_t>(L) + 1;
+  std::vector<double> H(W, kDpInf), G(W);
+  H[0] = 0;
+  for (const RankPairs& rp : pairs) {
+    std::fill(G.begin(), G.end(), kDpInf);
+    for (size_t l = 0; l < W; ++l) {
+      if (H[l] == kDpInf) continue;
+      for (size_t n = 1; l + n < W; ++n)
+        for (const auto& [r, f] : rp[n])
+          if (M * r + H[l] <= cap) {
+            G[l + n] = std::min(G[l + n], H[l] + f);
+            break;  // the later pairs have dearer first stages
+          }
+    }
+    std::swap(H, G);
+  }
+  return H[W - 1] < kDpInf;
+}
+
+}  // namespace
+
+double split_ranks_head_tail_bound(const StageCostTable& c, int32_t L, int32_t P, int32_t v, int32_t M,
+                                   bool v_shape) {
+  const int32_t S = P * v;
+  if (P < 1 || v < 1 || L < S || (v_shape && v != 2)) return kDpInf;
+  auto stage_of = [&](int32_t q, int32_t j) { return v_shape && j == 1 ? 2 * P - 1 - q : q + j * P; };
+  auto table_of = [&](int32_t s) -> const std::vector<double>* {
+    if (!c.stages.empty()) return &c.stages.at(static_cast<size_t>(s));
+    return S == 1 ? &c.both : s == 0 ? &c.first : s == S - 1 ? &c.last : &c.mid;
+  };
+  std::vector<RankPairs> pairs;
+  for (int32_t q = 0; q < P; ++q) {
+    std::vector<const std::vector<double>*> rest;
+    for (int32_t j = 1; j < v; ++j) rest.push_back(table_of(stage_of(q, j)));
+    pairs.push_back(rank_pairs(*table_of(stage_of(q, 0)), rank_table(rest, L), L, v));
+  }
+  if (!ranks_head_tail_fit(pairs, L, M, kDpInf)) return kDpInf;
+  double hi = 1;
+  while (!ranks_head_tail_fit(pairs, L, M, hi)) hi *= 2;
+  double lo = 0;  // never feasible below the optimum, so lo stays a lower bound
+  while (hi - lo > 1e-9 * hi) {
+    const double mid = (lo + hi) / 2;
+    (ranks_head_tail_fit(pairs, L, M, mid) ? hi : lo) = mid;
+  }
+  return lo;
+}
+
 StageSplit best_split_latency(const StageCostTable& c, int32_t L, int32_t S, int32_t M) {
   StageSplit r;
   r.value = kDpInf;

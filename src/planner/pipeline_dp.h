@@ -57,6 +57,18 @@ StageSplit best_split_ranks(const StageCostTable& c, int32_t L, int32_t P, int32
 /// threshold search: for a cap t, the least prefix sum of s stages over l layers with every
 /// stage inside the cap is a DP (a smaller prefix never hurts a later stage).
 double split_head_tail_bound(const StageCostTable& c, int32_t L, int32_t S, int32_t M);
+/// The same with v stages per rank (rank q holds stages q + j P, or in a V q and 2P - 1 - q):
+/// a lower bound of min over splits of max_q (M R_q + sum_{s < q} c_s), R_q the sum of rank q's
+/// stage costs.  Rank q's first op waits for the forwards of stages 0..q-1 (every one of its
+/// stages is fed through stage q), and with whole backwards its last op is the backward of one
+/// of its stages, which the backwards of stages q-1..0 wait for.  Exact for equal stages of
+/// Interleaved1F1B, whose fill-and-drain is (P - 1) c.  The relaxation: each rank's stages
+/// other than its first (stage q) may take any sizes that sum with it to its layers, in any
+/// order (as best_split_ranks).  For a cap t, a DP over ranks keeps, per layers used, the least
+/// sum of the first stages so far; each rank offers, per layers n, the pairs (R, its first
+/// stage's cost) no other beats in both.
+double split_ranks_head_tail_bound(const StageCostTable& c, int32_t L, int32_t P, int32_t v, int32_t M,
+                                   bool v_shape = false);
 /// Minimises sum_s c_s over the same splits.
 StageSplit best_split_sum(const StageCostTable& c, int32_t L, int32_t S);
 

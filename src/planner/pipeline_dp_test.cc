@@ -3,7 +3,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <functional>
 #include <limits>
+#include <vector>
 
 namespace autoshard {
 namespace {
@@ -116,6 +119,68 @@ TEST(PipelineDp, InfeasibleEntriesAndTooFewLayers) {
   EXPECT_TRUE(best_split_latency(c, 1, 2, 2).layers.empty());
   c.first = {kInf, kInf, kInf, kInf};
   EXPECT_TRUE(best_split_latency(c, 3, 2, 2).layers.empty());
+}
+
+}  // namespace
+}  // namespace autoshard
+
+namespace autoshard {
+namespace {
+
+/// Every split of L layers into P v stages (looped: stage s on rank s mod P), and of those the
+/// least max over ranks of M R_q + sum_{s < q} c_s: what split_ranks_head_tail_bound bounds.
+double brute_ranks_head_tail(const StageCostTable& c, int32_t L, int32_t P, int32_t v, int32_t M) {
+  const int32_t S = P * v;
+  double best = kInf;
+  std::vector<int32_t> k(static_cast<size_t>(S), 1);
+  std::function<void(int32_t, int32_t)> go = [&](int32_t s, int32_t left) {
+    if (s == S - 1) {
+      k[static_cast<size_t>(s)] = left;
+      double worst = 0, head = 0;
+      for (int32_t q = 0; q < P; ++q) {
+        double R = 0;
+        for (int32_t j = 0; j < v; ++j) R += c.cost(q + j * P, S, k[static_cast<size_t>(q + j * P)]);
+        worst = std::max(worst, M * R + head);
+        head += c.cost(q, S, k[static_cast<size_t>(q)]);
+      }
+      best = std::min(best, worst);
+      return;
+    }
+    for (int32_t n = 1; n <= left - (S - 1 - s); ++n) {
+      k[static_cast<size_t>(s)] = n;
+      go(s + 1, left - n);
+    }
+  };
+  go(0, L);
+  return best;
+}
+
+TEST(PipelineDp, InterleavedHeadTailBoundIsTheFillAndDrainOfEqualStages) {
+  // Equal stages of cost 10 per layer: with L = P v layers each stage has one, every rank
+  // R = 10 v, and the last rank waits for P - 1 stages: M 10 v + 10 (P - 1).
+  StageCostTable c;
+  c.first = c.mid = c.last = {kInf, 10, 20, 30, 40, 50, 60, 70, 80, 90};
+  EXPECT_NEAR(split_ranks_head_tail_bound(c, 8, 4, 2, 6), 6 * 20 + 30, 1e-6);
+  // v = 1 is split_head_tail_bound.
+  EXPECT_NEAR(split_ranks_head_tail_bound(c, 6, 3, 1, 4), split_head_tail_bound(c, 6, 3, 4), 1e-6);
+  EXPECT_EQ(split_ranks_head_tail_bound(c, 3, 2, 2, 4), kInf);  // too few layers
+}
+
+TEST(PipelineDp, InterleavedHeadTailBoundNeverExceedsAnySplit) {
+  // Uneven kinds (the first and last stages dearer), concave in layers: the bound lies between
+  // the busiest rank's work alone and the best split's true max_q (M R_q + head_q).
+  StageCostTable c;
+  c.first = {kInf, 14, 25, 35, 44, 52, 59, 65};
+  c.mid = {kInf, 10, 19, 27, 34, 40, 45, 49};
+  c.last = {kInf, 17, 28, 38, 47, 55, 62, 68};
+  for (int32_t L : {6, 7, 9}) {
+    const double bound = split_ranks_head_tail_bound(c, L, 3, 2, 4);
+    const double brute = brute_ranks_head_tail(c, L, 3, 2, 4);
+    const double busiest = best_split_ranks(c, L, 3, 2, 4, 0.0).value;
+    EXPECT_LE(bound, brute * (1 + 1e-9)) << L;
+    EXPECT_GE(bound, busiest * (1 - 1e-9)) << L;
+    EXPECT_GT(bound, busiest) << L;  // the fill adds something here
+  }
 }
 
 }  // namespace
