@@ -86,6 +86,11 @@ struct PipelineOptions {
   /// the 1F1B bound by 1.5 % for 241 s of solver time, and the chosen plans (v > 1) bound
   /// their stages memory-free anyway (docs/benchmarks.md).
   bool price_memory = false;
+  /// A fitted size with no bracket of two fully recomputed plans is evaluated as the pattern of
+  /// the nearest solved fitted plan of its kind with the least recomputation that fits
+  /// (StageSolver::extend_fitted) rather than solved; the chosen split's are solved at
+  /// assembly (StageSolver::refine).  false: every such size is solved.
+  bool extend_fitted = true;
   /// Called on every stage's optimizer before it solves (a recipe's pins).
   std::function<void(ShardingOptimizer&)> stage_hook;
 };

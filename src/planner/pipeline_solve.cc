@@ -99,7 +99,8 @@ double layer_floor(const ShardingOptimizer& so, const StageGraph& sg, int32_t la
   return f;
 }
 
-/// Layers [lo, hi) of the canonical stage of a kind with k layers.
+}  // namespace
+
 std::pair<int32_t, int32_t> canonical_range(StageKind kind, int32_t k, int32_t L) {
   switch (kind) {
     case kStageFirst: return {0, k};
@@ -109,8 +110,6 @@ std::pair<int32_t, int32_t> canonical_range(StageKind kind, int32_t k, int32_t L
   }
   return {0, k};
 }
-
-}  // namespace
 
 StageKind kind_of(int32_t s, int32_t S) {
   if (S == 1) return kStageBoth;
@@ -269,8 +268,13 @@ std::shared_ptr<StageSolve> StageSolver::between(StageKind kind, int32_t k, cons
     pats.push_back(*pa);
     if (pb && b.kb >= 3) pats.push_back(*pb);
   }
+  return at_size(kind, k, pats, full_recompute);
+}
+
+std::shared_ptr<StageSolve> StageSolver::at_size(StageKind kind, int32_t k, const std::vector<StagePattern>& pats,
+                                                 bool full_recompute) {
   const auto t0 = std::chrono::steady_clock::now();
-  auto [lo, hi] = range(k);
+  auto [lo, hi] = canonical_range(kind, k, L_);
   auto s = std::make_shared<StageSolve>();
   s->sg = extract_stage(g_, m_, lo, hi);
   PlannerOptions o = stage_options(s->sg, 1.0, 0);
@@ -349,9 +353,9 @@ std::shared_ptr<StageSolve> StageSolver::interpolate_fitted(StageKind kind, int3
     if (kf < k && kf >= 2 && kf >= b.kb) b.below = sv, b.kb = kf;
     if (kf > k && (!b.above || kf < b.ka)) b.above = sv, b.ka = kf;
   }
-  if (!b.below || !b.above) return nullptr;
+  if (!b.below || !b.above) return popt_.extend_fitted ? extend_fitted(kind, k, mem, relaxed) : nullptr;
   auto s = between(kind, k, b, true);
-  if (!s || !fits(*s, mem)) return nullptr;
+  if (!s || !fits(*s, mem)) return popt_.extend_fitted ? extend_fitted(kind, k, mem, relaxed) : nullptr;
   s->memory_budget = mem.budget;
   // A plan under a memory limit costs at least the memory-free optimum.
   const std::string what = fmt::format(" ({} in flight, budget {} B)", mem.inflight, mem.budget);
@@ -527,9 +531,19 @@ std::shared_ptr<StageSolve> StageSolver::fit(StageKind kind, int32_t k, StageMem
   const RecomputePolicy rp = opt_.recompute;
   const bool full_allowed = rp == RecomputePolicy::kIfNeeded || rp == RecomputePolicy::kAuto || rp == RecomputePolicy::kFull;
   std::shared_ptr<StageSolve> best;
-  if (full_allowed)
-    for (auto c : {recompute_all(*relaxed, mem), recipe_candidate(kind, k, mem)})
-      if (c && fits(*c, mem) && (!best || c->microbatch_us < best->microbatch_us)) best = c;
+  auto consider = [&](std::shared_ptr<StageSolve> c) {
+    if (c && fits(*c, mem) && (!best || c->microbatch_us < best->microbatch_us)) best = std::move(c);
+  };
+  if (full_allowed) {
+    consider(recompute_all(*relaxed, mem));
+    auto recipe = recipe_candidate(kind, k, mem);
+    consider(recipe);
+    // The same two layouts with only as much recomputation as the budget needs.
+    if (rp == RecomputePolicy::kIfNeeded || rp == RecomputePolicy::kAuto) {
+      consider(least_recompute(*relaxed, mem, "its memory-free plan"));
+      if (recipe) consider(least_recompute(*recipe, mem, "torchtitan's layout"));
+    }
+  }
   if (best && !popt_.solve_fitted) {  // the plan at hand, no memory-aware solve
     best->lower_bound_us = std::min(relaxed->lower_bound_us, best->microbatch_us);
     return best;
@@ -551,6 +565,19 @@ std::shared_ptr<StageSolve> StageSolver::fit(StageKind kind, int32_t k, StageMem
   // The solve needs to beat the plan at hand only.
   auto s = solve(kind, k, mem, mem.budget, best ? best->microbatch_us : kSolveInf);
   const double bound = std::max(s->lower_bound_us, pb.bound);  // both relaxations: they hold
+  if (s->plan.has_solution && !fits(*s, mem) && !(best && s->microbatch_us >= best->microbatch_us) &&
+      (rp == RecomputePolicy::kIfNeeded || rp == RecomputePolicy::kAuto)) {
+    // Over the exact in-flight peak: a few more regions recomputed often make it fit.  Where
+    // that costs little the second solve below is skipped; else the repair is its cutoff.
+    auto repaired = least_recompute(*s, mem, "the memory-limited plan");
+    if (repaired && (!best || repaired->microbatch_us < best->microbatch_us)) {
+      best = repaired;
+      if (repaired->microbatch_us <= (1 + kRepairSlack) * s->microbatch_us) {
+        best->lower_bound_us = std::min(std::max(bound, relaxed->lower_bound_us), best->microbatch_us);
+        return best;
+      }
+    }
+  }
   if (s->plan.has_solution && !fits(*s, mem) && !(best && s->microbatch_us >= best->microbatch_us)) {
     // Over the exact in-flight peak (with the step's summed gradients): plan again under the
     // limit less the excess.

@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "planner/pipeline.h"
+#include "planner/stage_pattern.h"
 
 namespace autoshard {
 
@@ -40,10 +41,19 @@ namespace autoshard {
 enum StageKind : int32_t { kStageFirst = 0, kStageMid = 1, kStageLast = 2, kStageBoth = 3 };
 
 StageKind kind_of(int32_t s, int32_t S);
+/// Layers [lo, hi) of the canonical stage of a kind with k layers (of L).
+std::pair<int32_t, int32_t> canonical_range(StageKind kind, int32_t k, int32_t L);
 
 /// Priced solves (memory at t* priced, stage_lagrange.cc) per fitted stage at most, after the
 /// memory-free one.
 inline constexpr int kMaxPricedSolves = 6;
+
+/// A memory-limited stage plan over the exact in-flight peak is repaired by recomputing more
+/// (StageSolver::least_recompute); where the repair costs at most this share more, it is kept
+/// instead of solving again under a lowered limit (a second time-limited solve).  On llama3-405b
+/// `--layers 32` (Interleaved1F1B v=2) repairs cost 3.1 % (kept: 89.9 against 87.2 ms) and
+/// 21 % (solved again: 86.9 ms).
+inline constexpr double kRepairSlack = 0.05;
 
 /// What a stage may use: `inflight` microbatches in flight on its rank, `budget` bytes per
 /// device (0: no limit).
@@ -133,6 +143,8 @@ class StageSolver {
   /// layer recomputed when `full_recompute`), its figures set and no bound yet; nullptr when
   /// no pattern maps.
   std::shared_ptr<StageSolve> between(StageKind kind, int32_t k, const Bracket& b, bool full_recompute);
+  /// The cheapest of `pats` evaluated at (kind, k), as between() does.
+  std::shared_ptr<StageSolve> at_size(StageKind kind, int32_t k, const std::vector<StagePattern>& pats, bool full_recompute);
   /// Gives `s` its bound and status and says so when its gap is no wider than the bracket's
   /// solves left (else the caller solves).
   bool accept_between(StageSolve& s, StageKind kind, int32_t k, const Bracket& b, double bound,
@@ -160,6 +172,17 @@ class StageSolver {
   /// Kelley's planes over the price; bound +inf when even the least usages exceed the budget.
   PricedBound price_model(RecomputePolicy model, StageMemory mem, const StageSolve& relaxed,
                           const StageSolve* at_hand);
+  /// `from`'s strategies in the model with recomputation nodes, with the least recomputation
+  /// found that fits `mem` (planner/recompute_fit.h: a few exact evaluations, no solve), or
+  /// nullptr when none fits or the strategies do not map.  `what` names it in the progress line.
+  std::shared_ptr<StageSolve> least_recompute(const StageSolve& from, StageMemory mem, std::string_view what) const;
+  /// (kind, k) under `mem` as the sharding pattern of the nearest solved fitted plans of its
+  /// kind (the same in-flight count first, then the nearest size; two at most) with the least
+  /// recomputation that fits `mem`, bounded by `relaxed`'s memory-free bound; nullptr when
+  /// none maps or fits.  Repeated layers make a fitted plan's sharding a good one for other
+  /// sizes of its kind (their budgets per layer are alike), and its recomputation is re-chosen
+  /// for the size's own budget and in-flight count.
+  std::shared_ptr<StageSolve> extend_fitted(StageKind kind, int32_t k, StageMemory mem, const StageSolve& relaxed);
   /// `relaxed`'s plan with every layer region fully recomputed (evaluated, not solved), or
   /// nullptr when its strategies do not map.
   std::shared_ptr<StageSolve> recompute_all(const StageSolve& relaxed, StageMemory mem);

@@ -1,6 +1,9 @@
 #include "planner/stage_pattern.h"
 
+#include <algorithm>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace autoshard {
 
@@ -64,6 +67,17 @@ std::optional<StagePattern> stage_pattern(const StageGraph& sg, const Plan& plan
     if (!fresh && !same(it->second, plan.nodes[j]->chosen)) return std::nullopt;  // middle layers differ
   }
   return pat;
+}
+
+StagePattern with_middle_layers(StagePattern p) {
+  const bool has_middle = std::any_of(p.chosen.begin(), p.chosen.end(),
+                                      [](const auto& e) { return e.first.first == StageRole::kMiddleLayer; });
+  if (has_middle) return p;
+  std::vector<std::pair<RoleKey, Strategy>> add;
+  for (const auto& [key, s] : p.chosen)
+    if (key.first == StageRole::kFirstLayer) add.emplace_back(RoleKey{StageRole::kMiddleLayer, key.second}, s);
+  for (auto& [key, s] : add) p.chosen.emplace(key, std::move(s));
+  return p;
 }
 
 std::optional<StagePattern> merge_patterns(const StagePattern& a, const StagePattern& b) {

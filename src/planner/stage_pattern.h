@@ -52,6 +52,10 @@ struct StagePattern {
 std::optional<StagePattern> stage_pattern(const StageGraph& sg, const Plan& plan, const LayerMap& m, int32_t lo,
                                           int32_t hi);
 
+/// `p` with a middle layer where it has none (a two-layer stage's pattern): the first layer's
+/// decisions, so that it maps onto stages of any size of its kind.
+StagePattern with_middle_layers(StagePattern p);
+
 /// One pattern holding both: nullopt unless they agree on every role both have and on the
 /// non-layer counts.
 std::optional<StagePattern> merge_patterns(const StagePattern& a, const StagePattern& b);

@@ -171,6 +171,7 @@ TEST(StagePattern, FittedSizesBetweenTwoFullRecomputePlansAreEvaluated) {
   // memory-aware solve (which could find one recomputing less), as a time limit would stop it
   // at a machine-dependent point.
   popt.solve_fitted = false;
+  popt.extend_fitted = false;  // sizes outside a bracket are fit() (the next test extends them)
   PlannerOptions full = o;
   full.recompute = RecomputePolicy::kFull;
   StageSolver recomputed(g, mesh, full, popt, m, 0);
@@ -192,6 +193,48 @@ TEST(StagePattern, FittedSizesBetweenTwoFullRecomputePlansAreEvaluated) {
   EXPECT_EQ(mid->lower_bound_us, std::min(solver.free(kStageMid, 4)->lower_bound_us, mid->microbatch_us));
   // One plan pattern at both ends: its cost at 4 layers is the mean of theirs at 2 and 6.
   EXPECT_NEAR(mid->microbatch_us, (lo->microbatch_us + hi->microbatch_us) / 2, 1e-6 * mid->microbatch_us);
+}
+
+// A fitted size with no bracket is the sharding pattern of a solved fitted size of its kind,
+// with only as much recomputation as its own budget needs (StageSolver::extend_fitted).
+TEST(StagePattern, FittedSizesExtendASolvedPatternWithTheLeastRecomputation) {
+  const Graph g = llama8();
+  const LayerMap m = map_layers(g);
+  const Mesh mesh({2, 4}, {"pp", "dp"}, h100());
+  PlannerOptions o = additive();
+  PipelineOptions popt;
+  popt.microbatches = 4;
+  popt.solve_fitted = false;  // the plans at hand only: no time-limited solve
+  PlannerOptions full = o;
+  full.recompute = RecomputePolicy::kFull;
+  StageSolver recomputed(g, mesh, full, popt, m, 0), free_solver(g, mesh, o, popt, m, 0);
+  const double f = 4;
+  // Halfway between what the memory-free plan needs and what it needs fully recomputed.
+  auto mem = [&](int32_t k) {
+    const double lo = StageSolver::need_bytes(*recomputed.free(kStageMid, k), f);
+    const double hi = StageSolver::need_bytes(*free_solver.free(kStageMid, k), f);
+    return StageMemory{f, static_cast<int64_t>((lo + hi) / 2)};
+  };
+  StageSolver solver(g, mesh, o, popt, m, 0);
+  auto two = solver.fitted(kStageMid, 2, mem(2));
+  ASSERT_TRUE(std::isfinite(two->microbatch_us));
+  ASSERT_FALSE(two->interpolated);
+  (void)solver.free(kStageMid, 5);  // its memory-free solve
+  const int32_t before = solver.solves();
+  auto five = solver.fitted(kStageMid, 5, mem(5));
+  EXPECT_TRUE(five->interpolated);
+  EXPECT_EQ(solver.solves(), before);
+  EXPECT_TRUE(StageSolver::fits(*five, mem(5)));
+  EXPECT_EQ(five->lower_bound_us, std::min(solver.free(kStageMid, 5)->lower_bound_us, five->microbatch_us));
+  // Some layers keep what they would recompute fully: cheaper than the memory-free plan
+  // recomputed everywhere, dearer than the memory-free plan that does not fit.
+  EXPECT_LT(five->microbatch_us, recomputed.free(kStageMid, 5)->microbatch_us);
+  EXPECT_GT(five->microbatch_us, free_solver.free(kStageMid, 5)->microbatch_us);
+  // Off: the size is planned by fit() (its plans at hand), not evaluated as a pattern.
+  popt.extend_fitted = false;
+  StageSolver plain(g, mesh, o, popt, m, 0);
+  (void)plain.fitted(kStageMid, 2, mem(2));
+  EXPECT_FALSE(plain.fitted(kStageMid, 5, mem(5))->interpolated);
 }
 
 }  // namespace
