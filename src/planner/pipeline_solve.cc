@@ -128,7 +128,7 @@ double StageSolver::need_bytes(const StageSolve& s, double inflight, bool grads)
 bool StageSolver::fits(const StageSolve& s, StageMemory mem) {
   if (mem.budget <= 0) return true;
   if (!s.plan.has_solution) return false;
-  return need_bytes(s, mem.inflight, mem.grads) <= static_cast<double>(mem.budget);
+  return need_bytes(s, mem) <= static_cast<double>(mem.budget);
 }
 
 PlannerOptions StageSolver::stage_options(const StageGraph& sg, double inflight, int64_t limit) const {
@@ -197,24 +197,29 @@ std::shared_ptr<StageSolve> StageSolver::evaluated(std::shared_ptr<ShardingOptim
   return s;
 }
 
+StageSolver::Carried StageSolver::carried(const StageSolve& from, RecomputePolicy model) const {
+  PlannerOptions o = stage_options(from.sg, 1.0, 0);
+  o.recompute = model;
+  Carried c{std::make_shared<ShardingOptimizer>(from.sg.graph, sub_, o), {}};
+  if (popt_.stage_hook) popt_.stage_hook(*c.so);
+  std::vector<std::optional<Strategy>> wanted(from.plan.nodes.size());
+  for (size_t i = 0; i < wanted.size(); ++i)
+    if (from.plan.nodes[i]) wanted[i] = from.plan.nodes[i]->chosen;
+  c.choice = c.so->match_strategies(wanted);
+  return c;
+}
+
 std::shared_ptr<StageSolve> StageSolver::recompute_all(const StageSolve& relaxed, StageMemory mem) {
   if (!relaxed.plan.has_solution) return nullptr;
-  PlannerOptions o = stage_options(relaxed.sg, 1.0, 0);
-  o.recompute = RecomputePolicy::kFull;
-  auto so = std::make_shared<ShardingOptimizer>(relaxed.sg.graph, sub_, o);
-  if (popt_.stage_hook) popt_.stage_hook(*so);
-  std::vector<std::optional<Strategy>> wanted(relaxed.plan.nodes.size());
-  for (size_t i = 0; i < wanted.size(); ++i)
-    if (relaxed.plan.nodes[i]) wanted[i] = relaxed.plan.nodes[i]->chosen;
-  const std::vector<StrategyIdx> choice = so->match_strategies(wanted);
-  auto s = evaluated(std::move(so), relaxed, choice, 1.0, mem.budget);
+  Carried c = carried(relaxed, RecomputePolicy::kFull);
+  auto s = evaluated(std::move(c.so), relaxed, c.choice, 1.0, mem.budget);
   if (s) report(*s, "its memory-free plan fully recomputed", mem);
   return s;
 }
 
 void StageSolver::report(const StageSolve& s, std::string_view what, StageMemory mem) const {
   if (!opt_.progress) return;
-  const double need = need_bytes(s, mem.inflight, mem.grads);
+  const double need = need_bytes(s, mem);
   say(fmt::format("  {}: {:.3f} us, {:.0f} B per device with {} in flight", what, s.microbatch_us, need,
                             mem.inflight));
 }
@@ -581,7 +586,7 @@ std::shared_ptr<StageSolve> StageSolver::fit(StageKind kind, int32_t k, StageMem
   if (s->plan.has_solution && !fits(*s, mem) && !(best && s->microbatch_us >= best->microbatch_us)) {
     // Over the exact in-flight peak (with the step's summed gradients): plan again under the
     // limit less the excess.
-    const int64_t excess = static_cast<int64_t>(std::ceil(need_bytes(*s, mem.inflight, mem.grads))) - mem.budget;
+    const int64_t excess = static_cast<int64_t>(std::ceil(need_bytes(*s, mem))) - mem.budget;
     if (const int64_t limit = s->plan.peak_memory_bytes - excess; limit > 0) {
       auto t = solve(kind, k, mem, limit, best ? best->microbatch_us : kSolveInf);
       if (t->plan.has_solution) s = t;

@@ -99,6 +99,7 @@ class StageSolver {
   /// What `s` needs per device with `inflight` microbatches in flight: its one-microbatch
   /// peak, the gradients summed over the step, and the other microbatches' kept activations.
   static double need_bytes(const StageSolve& s, double inflight, bool grads = true);
+  static double need_bytes(const StageSolve& s, StageMemory mem) { return need_bytes(s, mem.inflight, mem.grads); }
   /// `s`'s plan fits `mem` (need_bytes <= budget).
   static bool fits(const StageSolve& s, StageMemory mem);
 
@@ -181,8 +182,15 @@ class StageSolver {
   /// recomputation that fits `mem`, bounded by `relaxed`'s memory-free bound; nullptr when
   /// none maps or fits.  Repeated layers make a fitted plan's sharding a good one for other
   /// sizes of its kind (their budgets per layer are alike), and its recomputation is re-chosen
-  /// for the size's own budget and in-flight count.
+  /// for the size's own budget and in-flight count.  Marked `extended`: refine() keeps it.
   std::shared_ptr<StageSolve> extend_fitted(StageKind kind, int32_t k, StageMemory mem, const StageSolve& relaxed);
+  /// `from`'s strategies in a stage optimizer built with recomputation policy `model` (memory
+  /// free): its optimizer and the matched full assignment (-1 where a node has no match).
+  struct Carried {
+    std::shared_ptr<ShardingOptimizer> so;
+    std::vector<StrategyIdx> choice;
+  };
+  Carried carried(const StageSolve& from, RecomputePolicy model) const;
   /// `relaxed`'s plan with every layer region fully recomputed (evaluated, not solved), or
   /// nullptr when its strategies do not map.
   std::shared_ptr<StageSolve> recompute_all(const StageSolve& relaxed, StageMemory mem);

@@ -158,13 +158,27 @@ TEST(StagePattern, PrefetchOnThreadsGivesTheSequentialSolves) {
   }
 }
 
-TEST(StagePattern, FittedSizesBetweenTwoFullRecomputePlansAreEvaluated) {
-  const Graph g = llama8();
-  const LayerMap m = map_layers(g);
-  const Mesh mesh({2, 4}, {"pp", "dp"}, h100());
+/// The fitted-stage tests' case: llama8 on pp 2 x dp 4, M = 4, additive objective, and its
+/// options with every region fully recomputed.
+class StageFitted : public ::testing::Test {
+ protected:
+  Graph g = llama8();
+  LayerMap m = map_layers(g);
+  Mesh mesh{{2, 4}, {"pp", "dp"}, h100()};
   PlannerOptions o = additive();
-  PipelineOptions popt;
-  popt.microbatches = 4;
+  PipelineOptions popt = [] {
+    PipelineOptions p;
+    p.microbatches = 4;
+    return p;
+  }();
+  PlannerOptions full = [this] {
+    PlannerOptions f = o;
+    f.recompute = RecomputePolicy::kFull;
+    return f;
+  }();
+};
+
+TEST_F(StageFitted, SizesBetweenTwoFullRecomputePlansAreEvaluated) {
   // Budgets of what the best plan that recomputes every layer needs: the memory-free plan
   // (which recomputes nothing) does not fit, and fit() keeps a plan at hand that recomputes
   // every layer (recomputation then is no decision, so the plans are patterns).  Without the
@@ -172,8 +186,6 @@ TEST(StagePattern, FittedSizesBetweenTwoFullRecomputePlansAreEvaluated) {
   // at a machine-dependent point.
   popt.solve_fitted = false;
   popt.extend_fitted = false;  // sizes outside a bracket are fit() (the next test extends them)
-  PlannerOptions full = o;
-  full.recompute = RecomputePolicy::kFull;
   StageSolver recomputed(g, mesh, full, popt, m, 0);
   const double f = 4;
   auto mem = [&](int32_t k) {
@@ -197,16 +209,8 @@ TEST(StagePattern, FittedSizesBetweenTwoFullRecomputePlansAreEvaluated) {
 
 // A fitted size with no bracket is the sharding pattern of a solved fitted size of its kind,
 // with only as much recomputation as its own budget needs (StageSolver::extend_fitted).
-TEST(StagePattern, FittedSizesExtendASolvedPatternWithTheLeastRecomputation) {
-  const Graph g = llama8();
-  const LayerMap m = map_layers(g);
-  const Mesh mesh({2, 4}, {"pp", "dp"}, h100());
-  PlannerOptions o = additive();
-  PipelineOptions popt;
-  popt.microbatches = 4;
+TEST_F(StageFitted, SizesExtendASolvedPatternWithTheLeastRecomputation) {
   popt.solve_fitted = false;  // the plans at hand only: no time-limited solve
-  PlannerOptions full = o;
-  full.recompute = RecomputePolicy::kFull;
   StageSolver recomputed(g, mesh, full, popt, m, 0), free_solver(g, mesh, o, popt, m, 0);
   const double f = 4;
   // Halfway between what the memory-free plan needs and what it needs fully recomputed.
@@ -222,7 +226,7 @@ TEST(StagePattern, FittedSizesExtendASolvedPatternWithTheLeastRecomputation) {
   (void)solver.free(kStageMid, 5);  // its memory-free solve
   const int32_t before = solver.solves();
   auto five = solver.fitted(kStageMid, 5, mem(5));
-  EXPECT_TRUE(five->interpolated);
+  EXPECT_TRUE(five->extended);
   EXPECT_EQ(solver.solves(), before);
   EXPECT_TRUE(StageSolver::fits(*five, mem(5)));
   EXPECT_EQ(five->lower_bound_us, std::min(solver.free(kStageMid, 5)->lower_bound_us, five->microbatch_us));
@@ -234,7 +238,12 @@ TEST(StagePattern, FittedSizesExtendASolvedPatternWithTheLeastRecomputation) {
   popt.extend_fitted = false;
   StageSolver plain(g, mesh, o, popt, m, 0);
   (void)plain.fitted(kStageMid, 2, mem(2));
-  EXPECT_FALSE(plain.fitted(kStageMid, 5, mem(5))->interpolated);
+  EXPECT_FALSE(plain.fitted(kStageMid, 5, mem(5))->extended);
+  // refine() keeps an extended plan: no solve.
+  const int32_t solved = solver.solves();
+  solver.refine({{kStageMid, 5, mem(5)}});
+  EXPECT_EQ(solver.solves(), solved);
+  EXPECT_EQ(solver.fitted(kStageMid, 5, mem(5)).get(), five.get());
 }
 
 }  // namespace

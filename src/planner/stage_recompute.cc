@@ -20,20 +20,13 @@ std::shared_ptr<StageSolve> StageSolver::least_recompute(const StageSolve& from,
   if (!from.plan.has_solution || mem.budget <= 0) return nullptr;
   // The model with recomputation nodes, whatever model `from` was planned in: its strategies
   // carry over, and its regions are the decisions.
-  PlannerOptions o = stage_options(from.sg, 1.0, 0);
-  o.recompute = RecomputePolicy::kAuto;
-  auto so = std::make_shared<ShardingOptimizer>(from.sg.graph, sub_, o);
-  if (popt_.stage_hook) popt_.stage_hook(*so);
-  std::vector<std::optional<Strategy>> wanted(from.plan.nodes.size());
-  for (size_t i = 0; i < wanted.size(); ++i)
-    if (from.plan.nodes[i]) wanted[i] = from.plan.nodes[i]->chosen;
-  const std::vector<StrategyIdx> base = so->match_strategies(wanted);
+  auto [so, base] = carried(from, RecomputePolicy::kAuto);
   if (std::find(base.begin(), base.end(), -1) != base.end()) return nullptr;
   // Each evaluation leaves its solution in `so`; the winner is evaluated once more at the end.
   auto figures = [&](const std::vector<StrategyIdx>& choice) -> std::optional<RecomputeFigures> {
     auto s = evaluated(so, from, choice, 1.0, mem.budget);
     if (!s) return std::nullopt;
-    return RecomputeFigures{s->microbatch_us, need_bytes(*s, mem.inflight, mem.grads)};
+    return RecomputeFigures{s->microbatch_us, need_bytes(*s, mem)};
   };
   const auto fit = least_recompute_that_fits(so->problem(), base, static_cast<double>(mem.budget), figures);
   if (!fit) return nullptr;
@@ -58,7 +51,7 @@ std::shared_ptr<StageSolve> StageSolver::extend_fitted(StageKind kind, int32_t k
     // A plan of the same size under another budget is no pattern to extend: there the
     // memory-limited solve finds a sharding a little dearer where recomputation costs more
     // (llama3-405b --layers 32: 86.9 ms solved against 104.6 ms for the pattern).
-    if (kk != kind || kf < 2 || kf == k || sv->interpolated || !sv->plan.has_solution || !std::isfinite(sv->microbatch_us))
+    if (kk != kind || kf < 2 || kf == k || sv->interpolated || sv->extended || !sv->plan.has_solution || !std::isfinite(sv->microbatch_us))
       continue;
     sources.push_back({f != mem.inflight, std::abs(kf - k), kf, sv});
   }
@@ -80,7 +73,7 @@ std::shared_ptr<StageSolve> StageSolver::extend_fitted(StageKind kind, int32_t k
     if (s && fits(*s, mem) && (!best || s->microbatch_us < best->microbatch_us)) best = std::move(s);
   }
   if (!best) return nullptr;
-  best->interpolated = true;  // refine() solves it where a chosen split uses it
+  best->extended = true;
   best->layer_floor_us = relaxed.layer_floor_us;
   // A plan under a memory limit costs at least the memory-free optimum.
   best->lower_bound_us = best->plan.lower_bound_us = std::min(relaxed.lower_bound_us, best->microbatch_us);
