@@ -96,17 +96,19 @@ double timeline_step(PipelineSchedule sch, int32_t P, int32_t v, int32_t M,
 /// (1F1B, GPipe, Interleaved1F1B), rank r's first op waits for the forwards of stages 0..r-1
 /// and its last op is a backward of one of its stages, which stages r-1..0 wait for, so the
 /// timeline is at least M R_r + sum_{s < r} c_s for every r (split_head_tail_bound for one
-/// stage per rank, split_ranks_head_tail_bound for v).  The schedule formula is
+/// stage per rank, split_ranks_head_tail_bound for v).  With a split backward (zero bubble)
+/// the wait ahead holds with the stages' forward floors (split_ranks_head_bound).  The schedule formula is
 /// no bound of the timeline for uneven splits (pipeline_test.cc shows one above it), so it
 /// is not used as one.  With P = 1 the formula is exactly M R.
-double busiest_rank_bound(const StageCostTable& low, int32_t L, int32_t P, int32_t v, int32_t M,
-                          PipelineSchedule sch) {
+double busiest_rank_bound(const StageCostTable& low, const StageCostTable& forward, int32_t L, int32_t P, int32_t v,
+                          int32_t M, PipelineSchedule sch) {
   if (P < 2) return split_step(low, L, P, v, M, sch, 1.0).lower_bound_us;
   const StageSplit s = best_split_ranks(low, L, P, v, M, 0.0, v_shaped(sch));
   const double busiest = s.layers.empty() ? kPipeInf : s.value;
+  // A split backward may end a rank on a W nothing waits for: the forwards ahead only.
+  if (splits_backward(sch)) return std::max(busiest, split_ranks_head_bound(low, forward, L, P, v, M, v_shaped(sch)));
   // One stage per rank without a split backward: also the fill ahead of and the drain after
   // each rank's own work (split_head_tail_bound), exact for equal stages.
-  if (splits_backward(sch)) return busiest;
   if (v == 1) return std::max(busiest, split_head_tail_bound(low, L, P, M));
   // v stages per rank (Interleaved1F1B): the same fill and drain, through each rank's first stage.
   return std::max(busiest, split_ranks_head_tail_bound(low, L, P, v, M, v_shaped(sch)));
@@ -187,7 +189,7 @@ Evaluated search_split(Search& S, const Layout& l, double cutoff) {
     const StageCostTable lower = S.lower_table(l);
     const Evaluated low = split_step(lower, L, P, v, M, l.schedule, k);
     best.lower_bound_us = std::max(best.lower_bound_us, low.lower_bound_us);  // of the formula
-    bound = std::max(bound, busiest_rank_bound(lower, L, P, v, M, l.schedule));  // each is valid
+    bound = std::max(bound, busiest_rank_bound(lower, S.forward_table(l), L, P, v, M, l.schedule));  // each is valid
     if (bound >= cutoff) {
       best.step_us = kPipeInf;
       best.lower_bound_us = bound;

@@ -124,6 +124,10 @@ struct StageSolve {
   /// Cheapest cost of one layer's nodes: a stage of this kind with more layers costs at least
   /// this much more per layer (the slope of the lower bound above the largest solved size).
   double layer_floor_us = 0;
+  /// The least time of the stage's forward under any decisions (its forward ops' cheapest
+  /// compute), and what one more layer adds to it: how long a later stage waits, at least,
+  /// for a microbatch to come through this one (pipeline.cc busiest_rank_bound).
+  double forward_floor_us = 0, layer_forward_floor_us = 0;
   /// Its nodes' time by part (forward, input-gradient B, weight-gradient W) and the bytes B
   /// keeps for W (planner/backward_split.h): the zero-bubble schedules' figures.
   PartTimes parts;

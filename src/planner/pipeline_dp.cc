@@ -238,23 +238,24 @@ double split_head_tail_bound(const StageCostTable& c, int32_t L, int32_t S, int3
 
 namespace {
 
-/// Per layers n of one rank: the (R, first-stage cost) pairs no other beats in both, first
-/// ascending (so R descending).
+/// Per layers n of one rank: the (R, what its first stage adds to the later ranks' wait) pairs
+/// no other beats in both, the latter ascending (so R descending).
 using RankPairs = std::vector<std::vector<std::pair<double, double>>>;
 
-RankPairs rank_pairs(const std::vector<double>& first, const RankTable& rest, int32_t L, int32_t v) {
+RankPairs rank_pairs(const std::vector<double>& first, const std::vector<double>& first_head, const RankTable& rest,
+                     int32_t L, int32_t v) {
   RankPairs out(static_cast<size_t>(L) + 1);
   for (int32_t n = v; n <= L; ++n) {
-    std::vector<std::pair<double, double>> all;  // (first, R)
+    std::vector<std::pair<double, double>> all;  // (its head contribution, R)
     for (int32_t k0 = 1; k0 <= n - (v - 1); ++k0) {
-      const double f = dp_at(first, k0);
+      const double f = dp_at(first, k0), h = dp_at(first_head, k0);
       const double r = v == 1 ? (n == k0 ? 0.0 : kDpInf) : dp_at(rest.g, n - k0);
-      if (f < kDpInf && r < kDpInf) all.emplace_back(f, f + r);
+      if (f < kDpInf && r < kDpInf && h < kDpInf) all.emplace_back(h, f + r);
     }
     std::sort(all.begin(), all.end());
     auto& keep = out[static_cast<size_t>(n)];
-    for (const auto& [f, r] : all)
-      if (keep.empty() || r < keep.back().first) keep.emplace_back(r, f);
+    for (const auto& [h, r] : all)
+      if (keep.empty() || r < keep.back().first) keep.emplace_back(r, h);
   }
   return out;
 }
@@ -284,18 +285,23 @@ bool ranks_head_tail_fit(const std::vector<RankPairs>& pairs, int32_t L, int32_t
 
 double split_ranks_head_tail_bound(const StageCostTable& c, int32_t L, int32_t P, int32_t v, int32_t M,
                                    bool v_shape) {
+  return split_ranks_head_bound(c, c, L, P, v, M, v_shape);
+}
+
+double split_ranks_head_bound(const StageCostTable& c, const StageCostTable& head, int32_t L, int32_t P, int32_t v,
+                              int32_t M, bool v_shape) {
   const int32_t S = P * v;
   if (P < 1 || v < 1 || L < S || (v_shape && v != 2)) return kDpInf;
   auto stage_of = [&](int32_t q, int32_t j) { return v_shape && j == 1 ? 2 * P - 1 - q : q + j * P; };
-  auto table_of = [&](int32_t s) -> const std::vector<double>* {
-    if (!c.stages.empty()) return &c.stages.at(static_cast<size_t>(s));
-    return S == 1 ? &c.both : s == 0 ? &c.first : s == S - 1 ? &c.last : &c.mid;
+  auto table_of = [&](const StageCostTable& t, int32_t s) -> const std::vector<double>* {
+    if (!t.stages.empty()) return &t.stages.at(static_cast<size_t>(s));
+    return S == 1 ? &t.both : s == 0 ? &t.first : s == S - 1 ? &t.last : &t.mid;
   };
   std::vector<RankPairs> pairs;
   for (int32_t q = 0; q < P; ++q) {
     std::vector<const std::vector<double>*> rest;
-    for (int32_t j = 1; j < v; ++j) rest.push_back(table_of(stage_of(q, j)));
-    pairs.push_back(rank_pairs(*table_of(stage_of(q, 0)), rank_table(rest, L), L, v));
+    for (int32_t j = 1; j < v; ++j) rest.push_back(table_of(c, stage_of(q, j)));
+    pairs.push_back(rank_pairs(*table_of(c, q), *table_of(head, q), rank_table(rest, L), L, v));
   }
   if (!ranks_head_tail_fit(pairs, L, M, kDpInf)) return kDpInf;
   double hi = 1;

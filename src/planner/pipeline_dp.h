@@ -69,6 +69,11 @@ double split_head_tail_bound(const StageCostTable& c, int32_t L, int32_t S, int3
 /// stage's cost) no other beats in both.
 double split_ranks_head_tail_bound(const StageCostTable& c, int32_t L, int32_t P, int32_t v, int32_t M,
                                    bool v_shape = false);
+/// The same with the stages before rank q counted by `head` instead of c (lower bounds of their
+/// forwards alone): a rank's first op still waits for them, but with a split backward
+/// (zero-bubble schedules) its last op may be a W that nothing waits for, so no drain.
+double split_ranks_head_bound(const StageCostTable& c, const StageCostTable& head, int32_t L, int32_t P, int32_t v,
+                              int32_t M, bool v_shape = false);
 /// Minimises sum_s c_s over the same splits.
 StageSplit best_split_sum(const StageCostTable& c, int32_t L, int32_t S);
 

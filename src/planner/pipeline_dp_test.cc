@@ -166,6 +166,20 @@ TEST(PipelineDp, InterleavedHeadTailBoundIsTheFillAndDrainOfEqualStages) {
   EXPECT_EQ(split_ranks_head_tail_bound(c, 3, 2, 2, 4), kInf);  // too few layers
 }
 
+TEST(PipelineDp, ZeroBubbleHeadBoundWaitsForTheForwardsAlone) {
+  // Equal one-layer stages of cost 9 whose forward takes 3 at least: the last rank waits for
+  // P - 1 forwards, and nothing after its work (a W may end it).
+  StageCostTable c, fwd, none;
+  c.first = c.mid = c.last = {kInf, 9, 18, 27, 36, 45};
+  fwd.first = fwd.mid = fwd.last = {kInf, 3, 6, 9, 12, 15};
+  none.first = none.mid = none.last = {kInf, 0, 0, 0, 0, 0};
+  EXPECT_NEAR(split_ranks_head_bound(c, fwd, 8, 4, 2, 6), 6 * 18 + 3 * 3, 1e-6);
+  EXPECT_NEAR(split_ranks_head_bound(c, fwd, 8, 4, 2, 6, true), 6 * 18 + 3 * 3, 1e-6);  // in a V too
+  // With the whole stage as the head it is the head-tail bound; with no head, the busiest rank.
+  EXPECT_NEAR(split_ranks_head_bound(c, c, 8, 4, 2, 6), split_ranks_head_tail_bound(c, 8, 4, 2, 6), 1e-6);
+  EXPECT_NEAR(split_ranks_head_bound(c, none, 8, 4, 2, 6), best_split_ranks(c, 8, 4, 2, 6, 0.0).value, 1e-6);
+}
+
 TEST(PipelineDp, InterleavedHeadTailBoundNeverExceedsAnySplit) {
   // Uneven kinds (the first and last stages dearer), concave in layers: the bound lies between
   // the busiest rank's work alone and the best split's true max_q (M R_q + head_q).

@@ -82,6 +82,27 @@ struct Search {
     return v;
   }
 
+  /// Per stage position and k, the least time of the stage's forward (StageSolve::
+  /// forward_floor_us, affine in k: every layer adds its forward ops' floor), from the kind's
+  /// smallest sample; 0 where the kind has none.
+  StageCostTable forward_table(const Layout& l) const {
+    StageCostTable t;
+    const int32_t K = L - l.n + 1;
+    for (int32_t s = 0; s < l.n; ++s) {
+      const int32_t kind = kind_of(s, l.n);
+      std::vector<double> v(psz(K) + 1, 0.0);
+      for (const auto& [key, sv] : solver.free_solves()) {
+        if (key.first != kind) continue;
+        for (int32_t k = 1; k <= K; ++k)
+          v[psz(k)] = kind == kStageBoth ? sv->forward_floor_us
+                                         : std::max(0.0, sv->forward_floor_us + (k - key.second) * sv->layer_forward_floor_us);
+        break;  // the smallest sample (the map is ordered by k)
+      }
+      t.stages.push_back(std::move(v));
+    }
+    return t;
+  }
+
   /// Lower bounds per stage position and k: the memory-free chords, and where the budgets are
   /// a relaxation the fitted solves' bounds (monotone: a stage with more layers, more in flight
   /// or less memory costs no less).

@@ -81,6 +81,27 @@ double proven_bound(const Plan& p, double floor) {
   return std::max(floor, std::isfinite(p.lower_bound_us) ? p.lower_bound_us : 0.0);
 }
 
+/// The sum over the stage's forward ops (of layer `layer` only, unless -1) of their cheapest
+/// strategy's compute (its cost without in-op communication, which overlap may hide): a lower
+/// bound of the forward's time under any decisions.
+double forward_floor(const ShardingOptimizer& so, const StageGraph& sg, int32_t layer, const LayerMap& m) {
+  const BuiltProblem* bp = so.built_problem();
+  if (!bp) return 0;
+  double f = 0;
+  for (NodeIdx j = 0; j < sg.graph.size(); ++j) {
+    const NodeIdx o = sg.origin[ssz(j)];
+    const PNodeIdx v = bp->pnode[ssz(j)];
+    const Node& x = sg.graph.node(j);
+    if (o < 0 || sg.received[ssz(j)] || v < 0 || x.kind != NodeKind::kOp || x.phase != Phase::kForward) continue;
+    if (layer != -1 && m.pos[ssz(o)] != layer) continue;
+    const auto& c = bp->problem.nodes[ssz(v)].costs;
+    double least = kSolveInf;
+    for (size_t q = 0; q < c.size(); ++q) least = std::min(least, c[q] - bp->op_comm_us(v, static_cast<StrategyIdx>(q)));
+    if (std::isfinite(least)) f += std::max(0.0, least);
+  }
+  return f;
+}
+
 /// The sum over layer `layer`'s problem nodes of their cheapest strategy's cost: a lower bound
 /// of what one more layer adds to a stage under any decisions (its edges cost >= 0, and the
 /// overlap model hides communication only, never compute).
@@ -166,6 +187,8 @@ std::shared_ptr<StageSolve> StageSolver::solve(StageKind kind, int32_t k, StageM
   s->plan = so.get_solution();
   s->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   s->layer_floor_us = layer_floor(so, s->sg, lo, m_);
+  s->forward_floor_us = forward_floor(so, s->sg, -1, m_);
+  s->layer_forward_floor_us = forward_floor(so, s->sg, lo, m_);
   ++solves_;
   s->lower_bound_us = proven_bound(s->plan, node_floor(so));
   if (s->plan.has_solution) stage_figures(mesh_, pp_, sub_, popt_.microbatches, *s);
@@ -303,6 +326,8 @@ std::shared_ptr<StageSolve> StageSolver::at_size(StageKind kind, int32_t k, cons
   so.set_solution(s->plan, choice);
   s->interpolated = true;
   s->layer_floor_us = layer_floor(so, s->sg, lo, m_);
+  s->forward_floor_us = forward_floor(so, s->sg, -1, m_);
+  s->layer_forward_floor_us = forward_floor(so, s->sg, lo, m_);
   stage_figures(mesh_, pp_, sub_, popt_.microbatches, *s);
   s->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return s;

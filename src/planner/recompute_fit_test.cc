@@ -70,9 +70,12 @@ TEST(RecomputeFit, SetsTheRegionsModesAndTheirAuxiliaryNodes) {
   const Plan a = c.so.evaluate(base), b = c.so.evaluate(choice);
   EXPECT_GT(b.objective_us, a.objective_us);
   EXPECT_LT(b.peak_memory_bytes, a.peak_memory_bytes);
-  for (NodeIdx i = 0; i < c.g.size(); ++i)
-    if (const PNodeIdx v = bp.pnode[static_cast<size_t>(i)]; v >= 0)
+  for (NodeIdx i = 0; i < c.g.size(); ++i) {
+    const PNodeIdx v = bp.pnode[static_cast<size_t>(i)];
+    if (v >= 0) {
       EXPECT_EQ(choice[static_cast<size_t>(v)], base[static_cast<size_t>(v)]);
+    }
+  }
 }
 
 // Between keeping everything and recomputing everything, every budget gets a plan that fits,

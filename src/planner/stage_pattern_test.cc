@@ -246,5 +246,22 @@ TEST_F(StageFitted, SizesExtendASolvedPatternWithTheLeastRecomputation) {
   EXPECT_EQ(solver.fitted(kStageMid, 5, mem(5)).get(), five.get());
 }
 
+// The forward floor a later stage waits for at least (pipeline.cc busiest_rank_bound): affine
+// in the layers and below the plan's own forward.
+TEST_F(StageFitted, ForwardFloorsAreAffineInTheLayersAndBelowTheForward) {
+  StageSolver solver(g, mesh, o, popt, m, 0);
+  for (StageKind kind : {kStageFirst, kStageMid, kStageLast}) {
+    auto two = solver.free(kind, 2), five = solver.free(kind, 5);
+    EXPECT_GT(two->layer_forward_floor_us, 0);
+    EXPECT_NEAR(five->forward_floor_us - two->forward_floor_us, 3 * two->layer_forward_floor_us,
+                1e-9 * five->forward_floor_us);
+    EXPECT_EQ(five->layer_forward_floor_us, two->layer_forward_floor_us);
+    for (const auto& st : {two, five}) {
+      EXPECT_GT(st->forward_floor_us, 0);
+      EXPECT_LE(st->forward_floor_us, st->parts.forward_us);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace autoshard
