@@ -20,7 +20,10 @@ std::shared_ptr<StageSolve> StageSolver::least_recompute(const StageSolve& from,
   if (!from.plan.has_solution || mem.budget <= 0) return nullptr;
   // The model with recomputation nodes, whatever model `from` was planned in: its strategies
   // carry over, and its regions are the decisions.
-  auto [so, base] = carried(from, RecomputePolicy::kAuto);
+  // Not a structured binding: the lambda below captures `so` (clang 14 refuses bindings there).
+  Carried carried_in = carried(from, RecomputePolicy::kAuto);
+  const std::shared_ptr<ShardingOptimizer> so = carried_in.so;
+  const std::vector<StrategyIdx>& base = carried_in.choice;
   if (std::find(base.begin(), base.end(), -1) != base.end()) return nullptr;
   // Each evaluation leaves its solution in `so`; the winner is evaluated once more at the end.
   auto figures = [&](const std::vector<StrategyIdx>& choice) -> std::optional<RecomputeFigures> {
