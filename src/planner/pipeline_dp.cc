@@ -79,6 +79,16 @@ StageSplit best_split_sum(const StageCostTable& c, int32_t L, int32_t S) {
 
 namespace {
 
+/// Rank q's j-th stage: q + j P (looped), or in a V q and 2P - 1 - q (rank 0 holds the first
+/// and the last stage).
+int32_t rank_stage(int32_t P, bool v_shape, int32_t q, int32_t j) { return v_shape && j == 1 ? 2 * P - 1 - q : q + j * P; }
+
+/// Stage s's table of S stages: its own, or its kind's.
+const std::vector<double>& stage_table(const StageCostTable& t, int32_t s, int32_t S) {
+  if (!t.stages.empty()) return t.stages.at(static_cast<size_t>(s));
+  return S == 1 ? t.both : s == 0 ? t.first : s == S - 1 ? t.last : t.mid;
+}
+
 /// Cheapest j stages of one kind holding n layers: G[j][n], with the argmin sizes.
 struct RankTable {
   std::vector<double> g;                      ///< per n: the rank's least sum
@@ -161,11 +171,8 @@ StageSplit best_split_ranks(const StageCostTable& c, int32_t L, int32_t P, int32
   const int32_t S = P * v;
   // Rank q's j-th stage: q + j P (looped), or in a V rank q holds q and 2P - 1 - q (rank 0
   // holds the first and the last stage).
-  auto stage_of = [&](int32_t q, int32_t j) { return v_shape && j == 1 ? 2 * P - 1 - q : q + j * P; };
-  auto table_of = [&](int32_t s) -> const std::vector<double>* {
-    if (!c.stages.empty()) return &c.stages.at(static_cast<size_t>(s));
-    return s == 0 ? &c.first : s == S - 1 ? &c.last : &c.mid;
-  };
+  auto stage_of = [&](int32_t q, int32_t j) { return rank_stage(P, v_shape, q, j); };
+  auto table_of = [&](int32_t s) { return &stage_table(c, s, S); };
   std::vector<RankTable> tables;
   for (int32_t q = 0; q < P; ++q) {
     std::vector<const std::vector<double>*> t;
@@ -292,16 +299,11 @@ double split_ranks_head_bound(const StageCostTable& c, const StageCostTable& hea
                               int32_t M, bool v_shape) {
   const int32_t S = P * v;
   if (P < 1 || v < 1 || L < S || (v_shape && v != 2)) return kDpInf;
-  auto stage_of = [&](int32_t q, int32_t j) { return v_shape && j == 1 ? 2 * P - 1 - q : q + j * P; };
-  auto table_of = [&](const StageCostTable& t, int32_t s) -> const std::vector<double>* {
-    if (!t.stages.empty()) return &t.stages.at(static_cast<size_t>(s));
-    return S == 1 ? &t.both : s == 0 ? &t.first : s == S - 1 ? &t.last : &t.mid;
-  };
   std::vector<RankPairs> pairs;
   for (int32_t q = 0; q < P; ++q) {
     std::vector<const std::vector<double>*> rest;
-    for (int32_t j = 1; j < v; ++j) rest.push_back(table_of(c, stage_of(q, j)));
-    pairs.push_back(rank_pairs(*table_of(c, q), *table_of(head, q), rank_table(rest, L), L, v));
+    for (int32_t j = 1; j < v; ++j) rest.push_back(&stage_table(c, rank_stage(P, v_shape, q, j), S));
+    pairs.push_back(rank_pairs(stage_table(c, q, S), stage_table(head, q, S), rank_table(rest, L), L, v));
   }
   if (!ranks_head_tail_fit(pairs, L, M, kDpInf)) return kDpInf;
   double hi = 1;

@@ -61,16 +61,20 @@ void stage_figures(const Mesh& full, int32_t pp, const Mesh& sub, int32_t M, Sta
 /// plan's objective (edges cost >= 0; the overlap model hides communication only, so a node's
 /// in-op communication, op_comm, is left out).  What a solve stopped by the time limit before
 /// proving a bound still has.
+/// Node v's cheapest compute over its strategies (cost less in-op communication), >= 0; 0 when
+/// no strategy has a finite cost.
+double least_compute(const BuiltProblem& bp, PNodeIdx v) {
+  const auto& c = bp.problem.nodes[ssz(v)].costs;
+  double least = kSolveInf;
+  for (size_t q = 0; q < c.size(); ++q) least = std::min(least, c[q] - bp.op_comm_us(v, static_cast<StrategyIdx>(q)));
+  return std::isfinite(least) ? std::max(0.0, least) : 0.0;
+}
+
 double node_floor(const ShardingOptimizer& so) {
   const BuiltProblem* bp = so.built_problem();
   if (!bp) return 0;
   double f = 0;
-  for (PNodeIdx v = 0; v < bp->problem.num_nodes(); ++v) {
-    const auto& c = bp->problem.nodes[ssz(v)].costs;
-    double least = kSolveInf;
-    for (size_t q = 0; q < c.size(); ++q) least = std::min(least, c[q] - bp->op_comm_us(v, static_cast<StrategyIdx>(q)));
-    if (std::isfinite(least)) f += std::max(0.0, least);
-  }
+  for (PNodeIdx v = 0; v < bp->problem.num_nodes(); ++v) f += least_compute(*bp, v);
   return f;
 }
 
@@ -93,11 +97,7 @@ double forward_floor(const ShardingOptimizer& so, const StageGraph& sg, int32_t 
     const PNodeIdx v = bp->pnode[ssz(j)];
     const Node& x = sg.graph.node(j);
     if (o < 0 || sg.received[ssz(j)] || v < 0 || x.kind != NodeKind::kOp || x.phase != Phase::kForward) continue;
-    if (layer != -1 && m.pos[ssz(o)] != layer) continue;
-    const auto& c = bp->problem.nodes[ssz(v)].costs;
-    double least = kSolveInf;
-    for (size_t q = 0; q < c.size(); ++q) least = std::min(least, c[q] - bp->op_comm_us(v, static_cast<StrategyIdx>(q)));
-    if (std::isfinite(least)) f += std::max(0.0, least);
+    if (layer == -1 || m.pos[ssz(o)] == layer) f += least_compute(*bp, v);
   }
   return f;
 }
@@ -560,6 +560,8 @@ std::shared_ptr<StageSolve> StageSolver::fit(StageKind kind, int32_t k, StageMem
   // policy allows full recomputation.
   const RecomputePolicy rp = opt_.recompute;
   const bool full_allowed = rp == RecomputePolicy::kIfNeeded || rp == RecomputePolicy::kAuto || rp == RecomputePolicy::kFull;
+  // Whether the policy lets each region choose its mode (least_recompute's mixes).
+  const bool mixes_allowed = rp == RecomputePolicy::kIfNeeded || rp == RecomputePolicy::kAuto;
   std::shared_ptr<StageSolve> best;
   auto consider = [&](std::shared_ptr<StageSolve> c) {
     if (c && fits(*c, mem) && (!best || c->microbatch_us < best->microbatch_us)) best = std::move(c);
@@ -569,7 +571,7 @@ std::shared_ptr<StageSolve> StageSolver::fit(StageKind kind, int32_t k, StageMem
     auto recipe = recipe_candidate(kind, k, mem);
     consider(recipe);
     // The same two layouts with only as much recomputation as the budget needs.
-    if (rp == RecomputePolicy::kIfNeeded || rp == RecomputePolicy::kAuto) {
+    if (mixes_allowed) {
       consider(least_recompute(*relaxed, mem, "its memory-free plan"));
       if (recipe) consider(least_recompute(*recipe, mem, "torchtitan's layout"));
     }
@@ -595,8 +597,7 @@ std::shared_ptr<StageSolve> StageSolver::fit(StageKind kind, int32_t k, StageMem
   // The solve needs to beat the plan at hand only.
   auto s = solve(kind, k, mem, mem.budget, best ? best->microbatch_us : kSolveInf);
   const double bound = std::max(s->lower_bound_us, pb.bound);  // both relaxations: they hold
-  if (s->plan.has_solution && !fits(*s, mem) && !(best && s->microbatch_us >= best->microbatch_us) &&
-      (rp == RecomputePolicy::kIfNeeded || rp == RecomputePolicy::kAuto)) {
+  if (s->plan.has_solution && !fits(*s, mem) && !(best && s->microbatch_us >= best->microbatch_us) && mixes_allowed) {
     // Over the exact in-flight peak: a few more regions recomputed often make it fit.  Where
     // that costs little the second solve below is skipped; else the repair is its cutoff.
     auto repaired = least_recompute(*s, mem, "the memory-limited plan");

@@ -14,12 +14,17 @@ namespace {
 
 size_t at(int64_t i) { return static_cast<size_t>(i); }
 
+/// A mode other than a class's base and what it changes per region (from its probe).
+struct ModeChange {
+  StrategyIdx mode = 0;
+  RecomputeFigures per_region;
+};
+
 /// Regions with the same activation class and modes, in bp's (forward) order.
 struct RegionClass {
   std::vector<int32_t> regions;
-  StrategyIdx base = 0;             ///< the mode every probe leaves the others in: keep if allowed
-  std::vector<StrategyIdx> others;  ///< the other modes, by the memory they save (most first)
-  std::vector<RecomputeFigures> per_region;  ///< per other mode: one region's change in time and need
+  StrategyIdx base = 0;            ///< the mode every probe leaves the others in: keep if allowed
+  std::vector<ModeChange> others;  ///< the other modes, by the memory they save (most first)
 };
 
 std::vector<RegionClass> region_classes(const BuiltProblem& bp) {
@@ -34,7 +39,7 @@ std::vector<RegionClass> region_classes(const BuiltProblem& bp) {
       const auto keep = std::find(reg.modes.begin(), reg.modes.end(), RecomputePolicy::kNone);
       c.base = keep == reg.modes.end() ? 0 : static_cast<StrategyIdx>(keep - reg.modes.begin());
       for (StrategyIdx m = 0; m < static_cast<StrategyIdx>(reg.modes.size()); ++m)
-        if (m != c.base) c.others.push_back(m);
+        if (m != c.base) c.others.push_back({m, {}});
       out.push_back(std::move(c));
     }
     out[it->second].regions.push_back(static_cast<int32_t>(r));
@@ -73,8 +78,8 @@ void enumerate(const RegionClass& c, size_t mode, int32_t left, std::vector<int3
   for (int32_t k = 0; k <= left; ++k) {
     n[mode] = k;
     Estimate next = e;
-    next.time_us += k * c.per_region[mode].time_us;
-    next.need_bytes += k * c.per_region[mode].need_bytes;
+    next.time_us += k * c.others[mode].per_region.time_us;
+    next.need_bytes += k * c.others[mode].per_region.need_bytes;
     enumerate(c, mode + 1, left - k, n, std::move(next), out);
   }
   n[mode] = 0;
@@ -87,7 +92,7 @@ std::vector<StrategyIdx> modes_of(const BuiltProblem& bp, const std::vector<Regi
   for (size_t c = 0; c < classes.size(); ++c) {
     size_t next = 0;
     for (size_t m = 0; m < classes[c].others.size(); ++m)
-      for (int32_t k = 0; k < counts[c][m]; ++k) mode[at(classes[c].regions[next++])] = classes[c].others[m];
+      for (int32_t k = 0; k < counts[c][m]; ++k) mode[at(classes[c].regions[next++])] = classes[c].others[m].mode;
     for (; next < classes[c].regions.size(); ++next) mode[at(classes[c].regions[next])] = classes[c].base;
   }
   return mode;
@@ -123,7 +128,7 @@ std::optional<RecomputeFit> least_recompute_that_fits(const BuiltProblem& bp, co
   };
   Counts none(classes.size());
   for (size_t c = 0; c < classes.size(); ++c) none[c].assign(classes[c].others.size(), 0);
-  const auto [keep_choice, keep] = exact(none);
+  const std::optional<RecomputeFigures> keep = exact(none).second;
   if (!keep) return std::nullopt;
   // One probe per (class, other mode): all the class's regions in it.
   for (size_t c = 0; c < classes.size(); ++c) {
@@ -134,21 +139,13 @@ std::optional<RecomputeFit> least_recompute_that_fits(const BuiltProblem& bp, co
       const auto f = exact(probe).second;
       const double n = static_cast<double>(rc.regions.size());
       // A mode with no finite cost is never estimated as worth taking.
-      rc.per_region.push_back(f ? RecomputeFigures{(f->time_us - keep->time_us) / n, (f->need_bytes - keep->need_bytes) / n}
-                                : RecomputeFigures{1e300, 0});
+      rc.others[m].per_region = f ? RecomputeFigures{(f->time_us - keep->time_us) / n, (f->need_bytes - keep->need_bytes) / n}
+                                  : RecomputeFigures{1e300, 0};
     }
     // The modes that save the most go to the first regions (modes_of).
-    std::vector<size_t> order(rc.others.size());
-    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-      return rc.per_region[a].need_bytes < rc.per_region[b].need_bytes;
+    std::stable_sort(rc.others.begin(), rc.others.end(), [](const ModeChange& a, const ModeChange& b) {
+      return a.per_region.need_bytes < b.per_region.need_bytes;
     });
-    RegionClass sorted = rc;
-    for (size_t i = 0; i < order.size(); ++i) {
-      sorted.others[i] = rc.others[order[i]];
-      sorted.per_region[i] = rc.per_region[order[i]];
-    }
-    rc = std::move(sorted);
   }
   // The joint front, class by class (each class's front crossed with the ones before).
   std::vector<Estimate> front{Estimate{keep->time_us, keep->need_bytes, {}}};
