@@ -6,7 +6,9 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <stdexcept>
 
@@ -100,18 +102,21 @@ double timeline_step(PipelineSchedule sch, int32_t P, int32_t v, int32_t M,
 /// the wait ahead holds with the stages' forward floors (split_ranks_head_bound).  The schedule formula is
 /// no bound of the timeline for uneven splits (pipeline_test.cc shows one above it), so it
 /// is not used as one.  With P = 1 the formula is exactly M R.
+/// `floors` (when not empty): per rank and layers, a lower bound of the rank's work under its
+/// memory (rank_memory_floors), which every rank's work is raised to.
 double busiest_rank_bound(const StageCostTable& low, const StageCostTable& forward, int32_t L, int32_t P, int32_t v,
-                          int32_t M, PipelineSchedule sch) {
+                          int32_t M, PipelineSchedule sch, const RankFloors& floors) {
   if (P < 2) return split_step(low, L, P, v, M, sch, 1.0).lower_bound_us;
-  const StageSplit s = best_split_ranks(low, L, P, v, M, 0.0, v_shaped(sch));
+  const RankFloors* rf = floors.empty() ? nullptr : &floors;
+  const StageSplit s = best_split_ranks(low, L, P, v, M, 0.0, v_shaped(sch), rf);
   const double busiest = s.layers.empty() ? kPipeInf : s.value;
   // A split backward may end a rank on a W nothing waits for: the forwards ahead only.
-  if (splits_backward(sch)) return std::max(busiest, split_ranks_head_bound(low, forward, L, P, v, M, v_shaped(sch)));
+  if (splits_backward(sch)) return std::max(busiest, split_ranks_head_bound(low, forward, L, P, v, M, v_shaped(sch), rf));
   // One stage per rank without a split backward: also the fill ahead of and the drain after
   // each rank's own work (split_head_tail_bound), exact for equal stages.
   if (v == 1) return std::max(busiest, split_head_tail_bound(low, L, P, M));
   // v stages per rank (Interleaved1F1B): the same fill and drain, through each rank's first stage.
-  return std::max(busiest, split_ranks_head_tail_bound(low, L, P, v, M, v_shaped(sch)));
+  return std::max(busiest, split_ranks_head_tail_bound(low, L, P, v, M, v_shaped(sch), rf));
 }
 
 /// Stage tables with every middle stage held to q or q + 1 layers (the first and last, which
@@ -167,7 +172,7 @@ Evaluated best_on_timeline(Search& S, const Layout& l, Evaluated best) {
 /// Solves stage sizes until the (schedule, v) gap is below the target, or its lower bound
 /// reaches `cutoff` (the best step of another schedule: this one cannot win; step_us stays
 /// infinite).
-Evaluated search_split(Search& S, const Layout& l, double cutoff) {
+Evaluated search_split(Search& S, const Layout& l, double cutoff, const std::function<const RankPricing&()>& pricing) {
   const int32_t P = S.P, L = S.L, M = S.popt.microbatches, n = l.n, v = l.v;
   const int32_t K = L - n + 1;
   // A kind never solved yet: one and two layers, the balanced size and two layers above a
@@ -182,6 +187,9 @@ Evaluated search_split(Search& S, const Layout& l, double cutoff) {
         first.emplace_back(kind, k);
   }
   S.solver.prefetch(first);
+  // v > 1 under a limit: the ranks' work under their memory (priced once per search, here so
+  // that the sizes above are solved first, as without it).
+  const RankFloors floors = v > 1 && l.limit > 0 ? rank_memory_floors(S, l, pricing()) : RankFloors{};
   Evaluated best;
   double bound = 0;  // of the timeline: the busiest rank's work
   for (int iter = 0; iter < 16; ++iter) {
@@ -189,7 +197,7 @@ Evaluated search_split(Search& S, const Layout& l, double cutoff) {
     const StageCostTable lower = S.lower_table(l);
     const Evaluated low = split_step(lower, L, P, v, M, l.schedule, k);
     best.lower_bound_us = std::max(best.lower_bound_us, low.lower_bound_us);  // of the formula
-    bound = std::max(bound, busiest_rank_bound(lower, S.forward_table(l), L, P, v, M, l.schedule));  // each is valid
+    bound = std::max(bound, busiest_rank_bound(lower, S.forward_table(l), L, P, v, M, l.schedule, floors));  // each is valid
     if (bound >= cutoff) {
       best.step_us = kPipeInf;
       best.lower_bound_us = bound;
@@ -365,9 +373,18 @@ PipelinePlan plan_pipeline(const Graph& g, const Mesh& mesh, const PlannerOption
     throw std::invalid_argument("pipeline: a fixed split needs a schedule");
   std::vector<ScheduleCandidate> cands;
   double best_step = kPipeInf, lower = kPipeInf;
-  for (const auto& [s, v] : schedules_to_try(popt, S.P, S.L)) {
-    const Layout l = layout_of(s, S.P, S.L, v, pl.M, pl.memory_limit_bytes);
-    const Evaluated e = popt.fixed_layers.empty() ? search_split(S, l, best_step) : fixed_split(S, l);
+  std::vector<Layout> layouts;
+  for (const auto& [s, v] : schedules_to_try(popt, S.P, S.L))
+    layouts.push_back(layout_of(s, S.P, S.L, v, pl.M, pl.memory_limit_bytes));
+  std::optional<RankPricing> pricing;
+  auto priced = [&]() -> const RankPricing& {
+    if (!pricing) pricing = rank_pricing(S, layouts);
+    return *pricing;
+  };
+  for (const Layout& l : layouts) {
+    const PipelineSchedule s = l.schedule;
+    const int32_t v = l.v;
+    const Evaluated e = popt.fixed_layers.empty() ? search_split(S, l, best_step, priced) : fixed_split(S, l);
     pl.candidates.push_back({s, v, e.step_us, e.lower_bound_us});
     lower = std::min(lower, e.lower_bound_us);
     best_step = std::min(best_step, e.step_us);

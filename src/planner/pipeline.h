@@ -40,7 +40,8 @@
 /// relaxation of the in-flight constraint, so its bounds hold, and its plan is checked
 /// against the exact peak.  With one stage per rank the fitted solves' bounds enter the DP's
 /// lower bounds (costs are non-decreasing in layers and in-flight count); with v > 1 the
-/// budget split is not a relaxation and only the memory-free bounds do.  One plan per
+/// budget split is not a relaxation: the memory-free bounds do, each rank's work raised to
+/// its rank-level Lagrangian floor (planner/pipeline_rank_bound.cc).  One plan per
 /// (kind, layers) is made for the most in flight among the positions of that kind.
 #include <cstdint>
 #include <functional>
@@ -92,6 +93,11 @@ struct PipelineOptions {
   /// 8x16x8 solving the chosen splits' ones (StageSolver::refine) took 85 s of 205 s for a
   /// 0.14 % faster step.  false: every such size is solved.
   bool extend_fitted = true;
+  /// Bound layouts with v > 1 stages per rank under a memory limit by the rank-level
+  /// Lagrangian relaxation of their memory (planner/pipeline_rank_bound.cc): the rank's stages
+  /// together under the limit, one price for the search, priced floors of every stage kind.
+  /// false: their bound is made of memory-free stage bounds.
+  bool rank_memory_bound = true;
   /// Called on every stage's optimizer before it solves (a recipe's pins).
   std::function<void(ShardingOptimizer&)> stage_hook;
 };

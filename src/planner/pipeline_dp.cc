@@ -163,8 +163,24 @@ double ranks_min_sum(const std::vector<const RankTable*>& rank, int32_t L, doubl
 
 }  // namespace
 
+std::vector<double> rank_least_sums(const std::vector<const std::vector<double>*>& tables, int32_t L) {
+  return rank_table(tables, L).g;
+}
+
+namespace {
+
+/// g raised to rank q's floor, where one is given.
+void raise_to_floor(std::vector<double>& g, const RankFloors* rank_floor, int32_t q) {
+  if (!rank_floor) return;
+  const std::vector<double>& f = rank_floor->at(static_cast<size_t>(q));
+  for (size_t n = 0; n < g.size() && n < f.size(); ++n)
+    if (g[n] < kDpInf) g[n] = std::max(g[n], f[n]);
+}
+
+}  // namespace
+
 StageSplit best_split_ranks(const StageCostTable& c, int32_t L, int32_t P, int32_t v, int32_t M,
-                            double factor, bool v_shape) {
+                            double factor, bool v_shape, const RankFloors* rank_floor) {
   StageSplit r;
   r.value = kDpInf;
   if (P < 2 || v < 1 || L < P * v || (v_shape && v != 2)) return r;
@@ -178,6 +194,7 @@ StageSplit best_split_ranks(const StageCostTable& c, int32_t L, int32_t P, int32
     std::vector<const std::vector<double>*> t;
     for (int32_t j = 0; j < v; ++j) t.push_back(table_of(stage_of(q, j)));
     tables.push_back(rank_table(t, L));
+    raise_to_floor(tables.back().g, rank_floor, q);
   }
   std::vector<const RankTable*> rank;
   for (const RankTable& t : tables) rank.push_back(&t);
@@ -250,14 +267,14 @@ namespace {
 using RankPairs = std::vector<std::vector<std::pair<double, double>>>;
 
 RankPairs rank_pairs(const std::vector<double>& first, const std::vector<double>& first_head, const RankTable& rest,
-                     int32_t L, int32_t v) {
+                     int32_t L, int32_t v, const std::vector<double>* floor) {
   RankPairs out(static_cast<size_t>(L) + 1);
   for (int32_t n = v; n <= L; ++n) {
     std::vector<std::pair<double, double>> all;  // (its head contribution, R)
     for (int32_t k0 = 1; k0 <= n - (v - 1); ++k0) {
       const double f = dp_at(first, k0), h = dp_at(first_head, k0);
       const double r = v == 1 ? (n == k0 ? 0.0 : kDpInf) : dp_at(rest.g, n - k0);
-      if (f < kDpInf && r < kDpInf && h < kDpInf) all.emplace_back(h, f + r);
+      if (f < kDpInf && r < kDpInf && h < kDpInf) all.emplace_back(h, std::max(f + r, floor ? dp_at(*floor, n) : 0.0));
     }
     std::sort(all.begin(), all.end());
     auto& keep = out[static_cast<size_t>(n)];
@@ -291,19 +308,20 @@ bool ranks_head_tail_fit(const std::vector<RankPairs>& pairs, int32_t L, int32_t
 }  // namespace
 
 double split_ranks_head_tail_bound(const StageCostTable& c, int32_t L, int32_t P, int32_t v, int32_t M,
-                                   bool v_shape) {
-  return split_ranks_head_bound(c, c, L, P, v, M, v_shape);
+                                   bool v_shape, const RankFloors* rank_floor) {
+  return split_ranks_head_bound(c, c, L, P, v, M, v_shape, rank_floor);
 }
 
 double split_ranks_head_bound(const StageCostTable& c, const StageCostTable& head, int32_t L, int32_t P, int32_t v,
-                              int32_t M, bool v_shape) {
+                              int32_t M, bool v_shape, const RankFloors* rank_floor) {
   const int32_t S = P * v;
   if (P < 1 || v < 1 || L < S || (v_shape && v != 2)) return kDpInf;
   std::vector<RankPairs> pairs;
   for (int32_t q = 0; q < P; ++q) {
     std::vector<const std::vector<double>*> rest;
     for (int32_t j = 1; j < v; ++j) rest.push_back(&stage_table(c, rank_stage(P, v_shape, q, j), S));
-    pairs.push_back(rank_pairs(stage_table(c, q, S), stage_table(head, q, S), rank_table(rest, L), L, v));
+    pairs.push_back(rank_pairs(stage_table(c, q, S), stage_table(head, q, S), rank_table(rest, L), L, v,
+                               rank_floor ? &rank_floor->at(static_cast<size_t>(q)) : nullptr));
   }
   if (!ranks_head_tail_fit(pairs, L, M, kDpInf)) return kDpInf;
   double hi = 1;

@@ -47,8 +47,12 @@ StageSplit best_split_latency(const StageCostTable& c, int32_t L, int32_t S, int
 /// zero-bubble schedules, pipeline_schedule.h; monotone in the costs for k <= M v); `v_shape`
 /// places the stages in a V (ZBVZeroBubble: v = 2, rank r holds stages r and 2P - 1 - r, so
 /// rank 0 holds both the first and the last stage).
+/// `rank_floor`, when given: per rank q and layers n, a lower bound of R_q (e.g. under the
+/// rank's memory, planner/pipeline_rank_bound.cc) that R_q is raised to where the stage costs
+/// sum below it (on lower-bound tables: the DP stays a lower bound).
+using RankFloors = std::vector<std::vector<double>>;
 StageSplit best_split_ranks(const StageCostTable& c, int32_t L, int32_t P, int32_t v, int32_t M,
-                            double factor = 1.0, bool v_shape = false);
+                            double factor = 1.0, bool v_shape = false, const RankFloors* rank_floor = nullptr);
 /// A lower bound of min over splits of max_s (M c_s + sum_{s' < s} c_s'), within a relative 1e-9
 /// below it (+inf when no split exists): what one stage per rank takes at least whenever each
 /// rank runs its microbatches one op at a time and its last op is the backward that the stages
@@ -68,12 +72,15 @@ double split_head_tail_bound(const StageCostTable& c, int32_t L, int32_t S, int3
 /// sum of the first stages so far; each rank offers, per layers n, the pairs (R, its first
 /// stage's cost) no other beats in both.
 double split_ranks_head_tail_bound(const StageCostTable& c, int32_t L, int32_t P, int32_t v, int32_t M,
-                                   bool v_shape = false);
+                                   bool v_shape = false, const RankFloors* rank_floor = nullptr);
 /// The same with the stages before rank q counted by `head` instead of c (lower bounds of their
 /// forwards alone): a rank's first op still waits for them, but with a split backward
 /// (zero-bubble schedules) its last op may be a W that nothing waits for, so no drain.
 double split_ranks_head_bound(const StageCostTable& c, const StageCostTable& head, int32_t L, int32_t P, int32_t v,
-                              int32_t M, bool v_shape = false);
+                              int32_t M, bool v_shape = false, const RankFloors* rank_floor = nullptr);
+/// Per n (0..L), the least sum of a rank's stages, stage j costed by `tables[j]` (index: its
+/// layers), n layers in all and each stage >= 1 (+inf where none).
+std::vector<double> rank_least_sums(const std::vector<const std::vector<double>*>& tables, int32_t L);
 /// Minimises sum_s c_s over the same splits.
 StageSplit best_split_sum(const StageCostTable& c, int32_t L, int32_t S);
 

@@ -197,5 +197,27 @@ TEST(PipelineDp, InterleavedHeadTailBoundNeverExceedsAnySplit) {
   }
 }
 
+TEST(PipelineDp, RankFloorsRaiseTheRanksWork) {
+  // Equal one-layer stages of cost 10, P = 2, v = 2, L = 4: each rank's stage costs sum to 20.
+  StageCostTable c;
+  c.first = c.mid = c.last = {kInf, 10, 20, 30};
+  EXPECT_DOUBLE_EQ(rank_least_sums({&c.mid, &c.mid}, 4)[2], 20);
+  EXPECT_DOUBLE_EQ(rank_least_sums({&c.mid, &c.mid}, 4)[4], 40);
+  EXPECT_EQ(rank_least_sums({&c.mid, &c.mid}, 4)[1], kInf);  // two stages need two layers
+  // Rank 0's work is at least 26 with 2 layers (its memory, say), 50 with 3; rank 1 as its stages.
+  const RankFloors floors{{0, 0, 26, 50, 80}, {0, 0, 0, 0, 0}};
+  const RankFloors none{{0, 0, 0, 0, 0}, {0, 0, 0, 0, 0}};
+  // Busiest rank alone (factor 0): M max R = 3 x 26 (2 + 2 layers; 3 + 1 leaves rank 1 one
+  // layer for two stages).
+  EXPECT_DOUBLE_EQ(best_split_ranks(c, 4, 2, 2, 3, 0.0).value, 60);
+  EXPECT_DOUBLE_EQ(best_split_ranks(c, 4, 2, 2, 3, 0.0, false, &floors).value, 78);
+  EXPECT_DOUBLE_EQ(best_split_ranks(c, 4, 2, 2, 3, 0.0, false, &none).value, 60);
+  // With the fill and drain: rank 1 waits for rank 0's first stage (10): max(3 x 26, 3 x 20 +
+  // 10) = 78, against max(60, 70) = 70 without the floors.
+  EXPECT_NEAR(split_ranks_head_tail_bound(c, 4, 2, 2, 3), 70, 1e-6);
+  EXPECT_NEAR(split_ranks_head_tail_bound(c, 4, 2, 2, 3, false, &floors), 78, 1e-6);
+  EXPECT_NEAR(split_ranks_head_tail_bound(c, 4, 2, 2, 3, false, &none), 70, 1e-6);
+}
+
 }  // namespace
 }  // namespace autoshard

@@ -175,6 +175,21 @@ inline Layout layout_of(PipelineSchedule sched, int32_t P, int32_t L, int32_t v,
   return l;
 }
 
+/// The rank-level Lagrangian relaxation of memory (planner/pipeline_rank_bound.cc): one price
+/// for a search's layouts and the sampled stage sizes and in-flight counts its priced floors
+/// were solved at.  lambda 0: none (no layout with v > 1 under a binding limit).
+struct RankPricing {
+  double lambda = 0;  ///< us per byte at t*
+  double f_lo = 0, f_hi = 0;
+  std::vector<int32_t> sizes;
+};
+/// Solves the priced floors of every stage kind for `layouts` (those with v > 1 and a limit).
+RankPricing rank_pricing(Search& S, const std::vector<Layout>& layouts);
+/// Per pp rank q and layers n (index n), a lower bound of rank q's work R_q when its stages
+/// together fit the device limit; empty without a price or for v == 1 (whose stages' own
+/// budgets are the rank's).
+RankFloors rank_memory_floors(Search& S, const Layout& l, const RankPricing& rp);
+
 /// Of `cands` (in the order their pre-assembly steps rank them, planner/pipeline_choice.h),
 /// the fastest whose assembled ranks fit the memory, assembled onto `head`.
 PipelinePlan fastest_that_fits(Search& S, const PipelinePlan& head, const std::vector<ScheduleCandidate>& cands);

@@ -57,10 +57,6 @@ void stage_figures(const Mesh& full, int32_t pp, const Mesh& sub, int32_t M, Sta
   s.parts = part_times(s.sg, s.plan, sub);
 }
 
-/// The sum over the problem's nodes of their cheapest strategy's compute: a lower bound of any
-/// plan's objective (edges cost >= 0; the overlap model hides communication only, so a node's
-/// in-op communication, op_comm, is left out).  What a solve stopped by the time limit before
-/// proving a bound still has.
 /// Node v's cheapest compute over its strategies (cost less in-op communication), >= 0; 0 when
 /// no strategy has a finite cost.
 double least_compute(const BuiltProblem& bp, PNodeIdx v) {
@@ -70,6 +66,8 @@ double least_compute(const BuiltProblem& bp, PNodeIdx v) {
   return std::isfinite(least) ? std::max(0.0, least) : 0.0;
 }
 
+}  // namespace
+
 double node_floor(const ShardingOptimizer& so) {
   const BuiltProblem* bp = so.built_problem();
   if (!bp) return 0;
@@ -78,12 +76,12 @@ double node_floor(const ShardingOptimizer& so) {
   return f;
 }
 
-/// A solve's proven bound: at least the node floor (a time-limited solve may prove none), +inf
-/// when the problem is proven infeasible.
 double proven_bound(const Plan& p, double floor) {
   if (!p.has_solution && p.status == SolveStatus::kInfeasible) return kSolveInf;
   return std::max(floor, std::isfinite(p.lower_bound_us) ? p.lower_bound_us : 0.0);
 }
+
+namespace {
 
 /// The sum over the stage's forward ops (of layer `layer` only, unless -1) of their cheapest
 /// strategy's compute (its cost without in-op communication, which overlap may hide): a lower

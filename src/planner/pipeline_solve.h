@@ -44,6 +44,15 @@ StageKind kind_of(int32_t s, int32_t S);
 /// Layers [lo, hi) of the canonical stage of a kind with k layers (of L).
 std::pair<int32_t, int32_t> canonical_range(StageKind kind, int32_t k, int32_t L);
 
+/// The sum over a stage optimizer's problem nodes of their cheapest strategy's compute: a lower
+/// bound of any plan's objective (edges cost >= 0; the overlap model hides communication only,
+/// so a node's in-op communication, op_comm, is left out).  What a solve stopped by the time
+/// limit before proving a bound still has.
+double node_floor(const ShardingOptimizer& so);
+/// A solve's proven bound: at least `floor` (a time-limited solve may prove none), +inf when
+/// the problem is proven infeasible.
+double proven_bound(const Plan& p, double floor);
+
 /// Priced solves (memory at t* priced, stage_lagrange.cc) per fitted stage at most, after the
 /// memory-free one.
 inline constexpr int kMaxPricedSolves = 6;
@@ -116,9 +125,25 @@ class StageSolver {
     double bound = 0;
     std::shared_ptr<StageSolve> plan;
     int32_t solves = 0;
+    double lambda = 0;  ///< the price (us per byte at t*) of the best bound; 0: memory-free
   };
   PricedBound price_memory(StageKind kind, int32_t k, StageMemory mem, const StageSolve& relaxed,
                            const StageSolve* at_hand);
+  /// A priced stage for the pipeline's rank-level bound: (kind, k, inflight, lambda).
+  using PriceKey = std::tuple<int32_t, int32_t, double, double>;
+  struct PricedFloor {
+    /// A lower bound of min_x [T(x) + lambda (U(x) - live)] over the plans of the canonical
+    /// stage (kind, k) with `inflight` microbatches in flight, the least of the two memory
+    /// models: T its microbatch time, U its usage at t* with the kept usages scaled
+    /// (inflight_memory.h boundary_usage), live the nodes live at t* (U exceeds the true usage
+    /// there by less than a byte a node: the rounding).
+    double floor = 0;
+    int64_t live = 0;  ///< the most nodes live at t* of the two models
+  };
+  /// The priced floors of `keys`: one memory-free solve with the usage at t* priced per key
+  /// and model (no memory limit; its proven bound), on PipelineOptions::stage_threads
+  /// threads; cached.
+  std::vector<PricedFloor> priced_floors(const std::vector<PriceKey>& keys);
   const LayerMap& layers() const { return m_; }
   const Mesh& sub() const { return sub_; }
   const PlannerOptions& options() const { return opt_; }
@@ -173,6 +198,8 @@ class StageSolver {
   /// Kelley's planes over the price; bound +inf when even the least usages exceed the budget.
   PricedBound price_model(RecomputePolicy model, StageMemory mem, const StageSolve& relaxed,
                           const StageSolve* at_hand);
+  /// One key of priced_floors, solved.
+  PricedFloor priced_floor(const StageSolve& relaxed, double inflight, double lambda);
   /// `from`'s strategies in the model with recomputation nodes, with the least recomputation
   /// found that fits `mem` (planner/recompute_fit.h: a few exact evaluations, no solve), or
   /// nullptr when none fits or the strategies do not map.  `what` names it in the progress line.
@@ -209,6 +236,7 @@ class StageSolver {
   Mesh sub_;
   std::map<FreeKey, std::shared_ptr<const StageSolve>> free_;
   std::map<FitKey, std::shared_ptr<const StageSolve>> fitted_;
+  std::map<PriceKey, PricedFloor> priced_;
   std::atomic<int32_t> solves_{0};
 };
 

@@ -24,9 +24,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <exception>
 #include <limits>
 
 #include "planner/inflight_memory.h"
+#include "planner/parallel_for.h"
 #include "planner/pipeline_solve.h"
 #include "planner/sharding_optimizer.h"
 
@@ -35,6 +37,10 @@ namespace autoshard {
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
+
+/// The relative gap a priced floor's solve stops at: its proven bound is the floor, so a gap
+/// costs at most this share of it and saves the proof's last steps.
+constexpr double kPricedFloorGap = 0.005;
 
 /// One priced plan as a plane of the dual function: T + lambda (U - B).
 struct Plane {
@@ -76,9 +82,22 @@ StageSolver::PricedBound StageSolver::price_memory(StageKind kind, int32_t k, St
   // (problem_builder.h view_aliases): with recomputation (auto, full, the escalated if-needed)
   // and without (if-needed, none).  A bound in one does not hold for the other's plans, so
   // each is priced and the least of the two is the bound.
+  // The two models on two threads (each is a chain of solves).
+  const RecomputePolicy models[2] = {RecomputePolicy::kAuto, RecomputePolicy::kNone};
+  PricedBound priced[2];
+  std::exception_ptr failed[2];
+  parallel_for(2, popt_.stage_threads, [&](size_t i) {
+    try {
+      priced[i] = price_model(models[i], mem, relaxed, at_hand);
+    } catch (...) {
+      failed[i] = std::current_exception();
+    }
+  });
+  for (const std::exception_ptr& e : failed)
+    if (e) std::rethrow_exception(e);
   double least = kInf;
-  for (RecomputePolicy model : {RecomputePolicy::kAuto, RecomputePolicy::kNone}) {
-    const PricedBound m = price_model(model, mem, relaxed, at_hand);
+  for (const PricedBound& m : priced) {
+    if (m.bound < least) out.lambda = m.lambda;  // the binding model's price
     least = std::min(least, m.bound);
     out.solves += m.solves;
     if (m.plan && (!out.plan || m.plan->microbatch_us < out.plan->microbatch_us)) out.plan = m.plan;
@@ -128,7 +147,10 @@ StageSolver::PricedBound StageSolver::price_model(RecomputePolicy model, StageMe
     ++solves_;
     if (!priced.has_solution) return false;
     const std::vector<StrategyIdx> x = so.solution_choice();
-    if (std::isfinite(priced.lower_bound_us)) out.bound = std::max(out.bound, priced.lower_bound_us - lambda * B);
+    if (std::isfinite(priced.lower_bound_us) && priced.lower_bound_us - lambda * B > out.bound) {
+      out.bound = priced.lower_bound_us - lambda * B;
+      out.lambda = lambda;
+    }
     auto s = evaluated(std::make_shared<ShardingOptimizer>(sg.graph, sub_, eo), relaxed, x, mem.inflight, mem.budget);
     if (!s) return false;
     planes.push_back({s->microbatch_us, static_cast<double>(boundary_usage(sg.graph, ebp, x))});
@@ -158,6 +180,50 @@ StageSolver::PricedBound StageSolver::price_model(RecomputePolicy model, StageMe
     lambda = next;
   }
   return out;
+}
+
+StageSolver::PricedFloor StageSolver::priced_floor(const StageSolve& relaxed, double inflight, double lambda) {
+  PricedFloor out;
+  out.floor = kInf;
+  const StageGraph& sg = relaxed.sg;
+  for (RecomputePolicy model : {RecomputePolicy::kAuto, RecomputePolicy::kNone}) {
+    PlannerOptions po = stage_options(sg, inflight, 0);
+    po.recompute = model;
+    po.boundary_memory_price = lambda;
+    po.run_checks = false;
+    po.mip_gap = kPricedFloorGap;  // its proven bound is what counts
+    ShardingOptimizer so(sg.graph, sub_, po);
+    const Plan priced = so.get_solution();
+    ++solves_;
+    const int64_t live = static_cast<int64_t>(live_at_boundary(sg.graph, *so.built_problem()).size());
+    out.live = std::max(out.live, live);
+    out.floor = std::min(out.floor, proven_bound(priced, node_floor(so)) - lambda * static_cast<double>(live));
+  }
+  return out;
+}
+
+std::vector<StageSolver::PricedFloor> StageSolver::priced_floors(const std::vector<PriceKey>& keys) {
+  std::vector<PriceKey> todo;
+  for (const PriceKey& key : keys)
+    if (!priced_.count(key) && std::find(todo.begin(), todo.end(), key) == todo.end()) todo.push_back(key);
+  std::vector<std::pair<StageKind, int32_t>> sizes;
+  for (const auto& [kind, k, f, lambda] : todo) sizes.emplace_back(static_cast<StageKind>(kind), k);
+  prefetch(sizes);  // their memory-free plans (the stage graphs), on threads
+  std::vector<std::shared_ptr<const StageSolve>> relaxed;
+  for (const auto& [kind, k, f, lambda] : todo) relaxed.push_back(free(static_cast<StageKind>(kind), k));
+  std::vector<PricedFloor> out(todo.size());
+  run_parallel(todo.size(), [&](size_t i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    out[i] = priced_floor(*relaxed[i], std::get<2>(todo[i]), std::get<3>(todo[i]));
+    say(fmt::format("  stage kind {} with {} layers, {} in flight, memory at t* priced at {:.3g} us/GB: floor {:.3f} us, "
+                    "in {:.3f}s",
+                    std::get<0>(todo[i]), std::get<1>(todo[i]), std::get<2>(todo[i]), std::get<3>(todo[i]) * 1e9,
+                    out[i].floor, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()));
+  });
+  for (size_t i = 0; i < todo.size(); ++i) priced_[todo[i]] = out[i];
+  std::vector<PricedFloor> r;
+  for (const PriceKey& key : keys) r.push_back(priced_.at(key));
+  return r;
 }
 
 }  // namespace autoshard

@@ -1,0 +1,89 @@
+// The rank-level Lagrangian bound of layouts with v > 1 stages per rank (pipeline_rank_bound.cc)
+// on a small LLaMA whose in-flight activations outweigh its parameters: the floors of every
+// rank that fits stay below its work, and the pipeline's bound rises where memory binds.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "models/models.h"
+#include "planner/pipeline.h"
+#include "planner/pipeline_layout.h"
+#include "planner/test_util.h"
+
+namespace autoshard {
+namespace {
+
+using testing::h100;
+using namespace pipeline_detail;  // NOLINT(google-build-using-namespace): the module under test
+
+/// 8 layers of width 256, seq 512, 8 sequences per microbatch.
+Graph small_llama() {
+  ModelOptions o{8, 512, 8, {}};
+  o.hidden = 256;
+  o.heads = 4;
+  o.kv_heads = 2;
+  o.ffn = 512;
+  o.vocab = 512;
+  return build_model("llama3-8b", o);
+}
+
+/// Per rank: its stages' summed cost and layers.
+std::vector<std::pair<double, int32_t>> rank_work(const PipelinePlan& pl) {
+  std::vector<std::pair<double, int32_t>> r(static_cast<size_t>(pl.P), {0.0, 0});
+  for (const PipelineStage& st : pl.stages) {
+    r[static_cast<size_t>(st.pp_rank)].first += st.solve->microbatch_us;
+    r[static_cast<size_t>(st.pp_rank)].second += st.hi - st.lo;
+  }
+  return r;
+}
+
+TEST(PipelineRankBound, RanksThatFitWorkAtLeastTheirFloorsAndTheBoundRises) {
+  const Graph g = small_llama();
+  const Mesh mesh({2, 2}, {"pp", "dp"}, h100());
+  PipelineOptions po;
+  po.microbatches = 4;
+  po.schedule = PipelineSchedule::kInterleaved1F1B;
+  po.stages_per_rank = 2;
+  po.solve_fitted = false;  // the plans at hand under the shares: no memory-limited solves
+  PlannerOptions o;
+  o.objective = Objective::kAdditive;
+  o.memory_limit_bytes = 0;
+  const PipelinePlan free = plan_pipeline(g, mesh, o, po);
+  const int64_t most = *std::max_element(free.rank_peak_bytes.begin(), free.rank_peak_bytes.end());
+  bool rose = false;
+  for (double share : {0.45, 0.35}) {
+    o.memory_limit_bytes = static_cast<int64_t>(share * static_cast<double>(most));
+    po.rank_memory_bound = false;
+    const PipelinePlan off = plan_pipeline(g, mesh, o, po);
+    po.rank_memory_bound = true;
+    const PipelinePlan on = plan_pipeline(g, mesh, o, po);
+    EXPECT_GE(on.lower_bound_us, off.lower_bound_us * (1 - 1e-12)) << share;
+    EXPECT_LE(on.lower_bound_us, on.step_us) << share;
+    rose = rose || on.lower_bound_us > off.lower_bound_us * (1 + 1e-4);
+
+    // The floors themselves, against the ranks of both plans and of torchtitan's equal split.
+    const LayerMap m = map_layers(g);
+    StageSolver solver(g, mesh, o, po, m, 0);
+    Search S{g, mesh, po, m, solver, 0, 2, m.num_layers()};
+    const Layout l = layout_of(PipelineSchedule::kInterleaved1F1B, 2, S.L, 2, po.microbatches, o.memory_limit_bytes);
+    const RankPricing rp = rank_pricing(S, {l});
+    ASSERT_GT(rp.lambda, 0) << share;  // memory binds at every share here
+    const RankFloors floors = rank_memory_floors(S, l, rp);
+    ASSERT_EQ(floors.size(), 2u);
+    PipelineOptions fixed = po;
+    fixed.fixed_layers = equal_split(S.L, 4);
+    const PipelinePlan equal = plan_pipeline(g, mesh, o, fixed);
+    for (const PipelinePlan* pl : {&off, &on, &equal})
+      for (int32_t q = 0; q < 2; ++q) {
+        if (pl->rank_peak_bytes[static_cast<size_t>(q)] > o.memory_limit_bytes) continue;  // not a plan that fits
+        const auto [work, layers] = rank_work(*pl)[static_cast<size_t>(q)];
+        EXPECT_LE(floors[static_cast<size_t>(q)][static_cast<size_t>(layers)], work * (1 + 1e-9))
+            << "share " << share << " rank " << q << " layers " << layers;
+      }
+  }
+  EXPECT_TRUE(rose);  // the memory binds somewhere and the floors see it
+}
+
+}  // namespace
+}  // namespace autoshard
