@@ -156,6 +156,14 @@ PipelinePlan fastest_that_fits(Search& S, const PipelinePlan& head, const std::v
   std::map<size_t, PipelinePlan> made;
   const size_t keep = fastest_fitting(pre, [&](size_t i) {
     const PipelinePlan& pl = made.emplace(i, assembled(S, head, cands[i])).first->second;
+    if (const auto& say = S.solver.options().progress) {
+      std::string over;
+      for (int32_t r = 0; r < pl.P; ++r)
+        if (pl.memory_limit_bytes > 0 && pl.rank_peak_bytes[psz(r)] > pl.memory_limit_bytes)
+          over += fmt::format(" {}:{:.2f}", r, static_cast<double>(pl.rank_peak_bytes[psz(r)]) / (1 << 30));
+      say(fmt::format("  assembled {} v={}: {:.3f} ms{}", schedule_name(pl.schedule), pl.v, pl.step_us / 1e3,
+                      over.empty() ? std::string(", every rank fits") : ", ranks over the limit (GiB):" + over));
+    }
     return AssembledFigures{pl.step_us, ranks_fit(pl)};
   });
   return std::move(made.at(keep));
