@@ -26,6 +26,22 @@ std::vector<StepPart> step_parts(const StageGraph& sg) {
   return part;
 }
 
+std::vector<TensorRef> handed_to_weight_grads(const StageGraph& sg, const std::vector<StepPart>& part) {
+  const Graph& g = sg.graph;
+  const auto uses = g.uses();
+  std::vector<TensorRef> r;
+  for (NodeIdx i = 0; i < g.size(); ++i) {
+    if (part[static_cast<size_t>(i)] != StepPart::kInputGrad) continue;
+    const auto& us = uses[static_cast<size_t>(i)];
+    for (size_t k = 0; k < g.node(i).outputs.size(); ++k)
+      if (std::any_of(us.begin(), us.end(), [&](const Graph::Use& u) {
+            return u.output == static_cast<int32_t>(k) && part[static_cast<size_t>(u.consumer)] == StepPart::kWeightGrad;
+          }))
+        r.push_back({i, static_cast<int32_t>(k)});
+  }
+  return r;
+}
+
 PartTimes part_times(const StageGraph& sg, const Plan& plan, const Mesh& stage_mesh) {
   const Graph& g = sg.graph;
   const std::vector<StepPart> part = step_parts(sg);
@@ -41,18 +57,10 @@ PartTimes part_times(const StageGraph& sg, const Plan& plan, const Mesh& stage_m
       case StepPart::kOptimizer: break;
     }
   }
-  // Output gradients B hands to W: each B output some W node reads, counted once.
-  const auto uses = g.uses();
-  for (NodeIdx i = 0; i < g.size(); ++i) {
-    const auto& np = plan.nodes[static_cast<size_t>(i)];
-    if (part[static_cast<size_t>(i)] != StepPart::kInputGrad || !np) continue;
-    for (size_t k = 0; k < g.node(i).outputs.size() && k < np->chosen.outputs.size(); ++k) {
-      const auto& us = uses[static_cast<size_t>(i)];
-      if (std::any_of(us.begin(), us.end(), [&](const Graph::Use& u) {
-            return u.output == static_cast<int32_t>(k) && part[static_cast<size_t>(u.consumer)] == StepPart::kWeightGrad;
-          }))
-        t.kept_for_w_bytes += np->chosen.outputs[k].local_bytes(stage_mesh);
-    }
+  for (const TensorRef& h : handed_to_weight_grads(sg, part)) {
+    const auto& np = plan.nodes[static_cast<size_t>(h.node)];
+    if (np && static_cast<size_t>(h.output) < np->chosen.outputs.size())
+      t.kept_for_w_bytes += np->chosen.outputs[static_cast<size_t>(h.output)].local_bytes(stage_mesh);
   }
   return t;
 }

@@ -28,6 +28,9 @@ enum class StepPart : uint8_t {
 /// Per stage-graph node, its part.
 std::vector<StepPart> step_parts(const StageGraph& sg);
 
+/// The outputs of B that W reads (the output gradients B hands to W), each once, in node order.
+std::vector<TensorRef> handed_to_weight_grads(const StageGraph& sg, const std::vector<StepPart>& part);
+
 /// One microbatch's time of a stage plan by part (compute + communication of its nodes).
 struct PartTimes {
   double forward_us = 0, input_grad_us = 0, weight_grad_us = 0;

@@ -180,7 +180,8 @@ inline Layout layout_of(PipelineSchedule sched, int32_t P, int32_t L, int32_t v,
 /// were solved at.  lambda 0: none (no layout with v > 1 under a binding limit).
 struct RankPricing {
   double lambda = 0;  ///< us per byte at t*
-  double f_lo = 0, f_hi = 0;
+  double f_lo = 0, f_hi = 0;  ///< in-flight counts sampled
+  double d_hi = 0;            ///< microbatches handed to W sampled besides none
   std::vector<int32_t> sizes;
 };
 /// Solves the priced floors of every stage kind for `layouts` (those with v > 1 and a limit).

@@ -12,9 +12,13 @@
 ///     R >= sum_j min_x [T_j(x) + lambda (U_j(x) - live_j)] - lambda limit,
 /// and each min is a memory-free priced solve's proven bound (StageSolver::priced_floors).
 ///
+/// A zero-bubble rank also keeps, per microbatch whose W waits, the gradients its B handed
+/// over (pipeline_schedule.h deferred_microbatches): priced too, on the tensors B hands to W.
+///
 /// Which solves.  One price for the whole search, from the Kelley dual of a representative
 /// middle stage on its share (StageSolver::price_memory); the priced floors of each stage kind
-/// at 1 and 32 layers and at the least and the most in-flight count of all the layouts.
+/// at 1 and 32 layers, at the least and the most in-flight count of all the layouts, and with
+/// none or the most microbatches handed to W.
 /// With the layers tied, a plan's priced cost is affine in the layers and in the in-flight
 /// count, so the floors are concave in each: chords between samples are lower bounds, and
 /// above the largest size each layer adds at least its memory-free floor less its rounding.
@@ -23,6 +27,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <tuple>
 
 #include "planner/pipeline_layout.h"
 
@@ -48,13 +53,24 @@ double chord_at(const std::vector<std::pair<double, double>>& pts, double x0) {
 
 }  // namespace
 
+namespace {
+
+/// What a rank at stage position s of `l` keeps for its deferred weight gradients, in
+/// microbatches (pipeline_schedule.h deferred_microbatches; 0 without a split backward).
+double deferred_at(const Search& S, const Layout& l, int32_t s) {
+  return deferred_microbatches(l.schedule, l.P, l.v, S.popt.microbatches, stage_rank(l.schedule, l.P, s));
+}
+
+}  // namespace
+
 RankPricing rank_pricing(Search& S, const std::vector<Layout>& layouts) {
   RankPricing rp;
-  double lo = kPipeInf, hi = 0;
+  double lo = kPipeInf, hi = 0, d_hi = 0;
   int32_t n_most = 0;
   for (const Layout& l : layouts) {
     if (l.v == 1 || l.limit <= 0 || l.n < 3) continue;
     for (double f : l.inflight) lo = std::min(lo, f), hi = std::max(hi, f);
+    for (int32_t s = 0; s < l.n; ++s) d_hi = std::max(d_hi, deferred_at(S, l, s));
     n_most = std::max(n_most, l.n);
   }
   if (!S.popt.rank_memory_bound || hi <= 0 || S.popt.stage_hook) return rp;
@@ -74,6 +90,7 @@ RankPricing rank_pricing(Search& S, const std::vector<Layout>& layouts) {
   rp.lambda = pb.lambda;
   rp.f_lo = lo;
   rp.f_hi = hi;
+  rp.d_hi = d_hi;
   // Two sizes: the floors are concave in k, so their chord bounds every size between, and
   // a sample between would only lower it where its own proof is looser.
   rp.sizes = {1};
@@ -81,7 +98,9 @@ RankPricing rank_pricing(Search& S, const std::vector<Layout>& layouts) {
   std::vector<StageSolver::PriceKey> keys;
   for (int32_t kind : {kStageFirst, kStageMid, kStageLast})
     for (int32_t k : rp.sizes)
-      for (double f : {lo, hi}) keys.emplace_back(kind, k, f, rp.lambda);
+      for (double d : {0.0, d_hi})
+        for (double f : {lo, hi})
+          if (d == 0 || d_hi > 0) keys.emplace_back(kind, k, f, d, rp.lambda);
   S.solver.priced_floors(keys);  // all at once, on threads
   return rp;
 }
@@ -90,19 +109,27 @@ RankFloors rank_memory_floors(Search& S, const Layout& l, const RankPricing& rp)
   if (!(rp.lambda > 0) || l.v == 1 || l.limit <= 0 || l.n < 3) return {};
   const int32_t L = S.L, K = L - l.n + 1;
   const double lambda = rp.lambda;
-  // Per kind and in-flight count f: the floor per k, chords in f between the two samples,
-  // then in k between the sizes.
-  auto table = [&](int32_t kind, double f) {
-    std::vector<std::pair<double, double>> pts;  // (k, floor at f)
-    int64_t live_most = 0;
-    for (int32_t k : rp.sizes) {
-      const auto at = S.solver.priced_floors({{kind, k, rp.f_lo, lambda}, {kind, k, rp.f_hi, lambda}});
-      const double y = rp.f_hi > rp.f_lo
-                           ? chord_at({{rp.f_lo, at[0].floor}, {rp.f_hi, at[1].floor}}, f)
-                           : std::min(at[0].floor, at[1].floor);
-      pts.emplace_back(k, y);
-      live_most = std::max({live_most, at[0].live, at[1].live});
+  // A kind's floor at k sampled layers, f in flight and d handed to W: the floors are jointly
+  // concave in (f, d) (a plan's priced cost is affine in both), so the bilinear mix of the
+  // four corners (a convex combination) bounds it.
+  auto at = [&](int32_t kind, int32_t k, double f, double d, int64_t& live_most) {
+    const double a = rp.f_hi > rp.f_lo ? (f - rp.f_lo) / (rp.f_hi - rp.f_lo) : 0.0;
+    const double b = rp.d_hi > 0 ? d / rp.d_hi : 0.0;
+    double y = 0;
+    for (const auto& [ff, dd, w] : {std::tuple{rp.f_lo, 0.0, (1 - a) * (1 - b)}, std::tuple{rp.f_hi, 0.0, a * (1 - b)},
+                                    std::tuple{rp.f_lo, rp.d_hi, (1 - a) * b}, std::tuple{rp.f_hi, rp.d_hi, a * b}}) {
+      if (w <= 0) continue;
+      const StageSolver::PricedFloor p = S.solver.priced_floors({{kind, k, ff, dd, lambda}})[0];
+      y += w * p.floor;
+      live_most = std::max(live_most, p.live);
     }
+    return y;
+  };
+  // Per kind, f and d: the floor per k, chords in k between the sizes.
+  auto table = [&](int32_t kind, double f, double d) {
+    std::vector<std::pair<double, double>> pts;  // (k, floor)
+    int64_t live_most = 0;
+    for (int32_t k : rp.sizes) pts.emplace_back(k, at(kind, k, f, d, live_most));
     const auto& [k_max, y_max] = pts.back();
     // Above the largest size: each layer adds its memory-free floor, less (generously) the
     // rounding of every node live at t* in the largest sample.
@@ -117,7 +144,8 @@ RankFloors rank_memory_floors(Search& S, const Layout& l, const RankPricing& rp)
   for (int32_t q = 0; q < l.P; ++q) {
     std::vector<std::vector<double>> tables;
     for (int32_t s = 0; s < l.n; ++s)
-      if (stage_rank(l.schedule, l.P, s) == q) tables.push_back(table(kind_of(s, l.n), l.inflight[psz(s)]));
+      if (stage_rank(l.schedule, l.P, s) == q)
+        tables.push_back(table(kind_of(s, l.n), l.inflight[psz(s)], deferred_at(S, l, s)));
     std::vector<const std::vector<double>*> ptrs;
     for (const auto& t : tables) ptrs.push_back(&t);
     std::vector<double> g = rank_least_sums(ptrs, L);

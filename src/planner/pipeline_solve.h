@@ -129,14 +129,15 @@ class StageSolver {
   };
   PricedBound price_memory(StageKind kind, int32_t k, StageMemory mem, const StageSolve& relaxed,
                            const StageSolve* at_hand);
-  /// A priced stage for the pipeline's rank-level bound: (kind, k, inflight, lambda).
-  using PriceKey = std::tuple<int32_t, int32_t, double, double>;
+  /// A priced stage for the pipeline's rank-level bound: (kind, k, inflight, deferred, lambda).
+  using PriceKey = std::tuple<int32_t, int32_t, double, double, double>;
   struct PricedFloor {
-    /// A lower bound of min_x [T(x) + lambda (U(x) - live)] over the plans of the canonical
-    /// stage (kind, k) with `inflight` microbatches in flight, the least of the two memory
-    /// models: T its microbatch time, U its usage at t* with the kept usages scaled
+    /// A lower bound of min_x [T(x) + lambda (U(x) - live + deferred H(x))] over the plans of
+    /// the canonical stage (kind, k) with `inflight` microbatches in flight, the least of the
+    /// two memory models: T its microbatch time, U its usage at t* with the kept usages scaled
     /// (inflight_memory.h boundary_usage), live the nodes live at t* (U exceeds the true usage
-    /// there by less than a byte a node: the rounding).
+    /// there by less than a byte a node: the rounding), H the bytes its B hands to its W
+    /// (PartTimes::kept_for_w_bytes), which a zero-bubble rank keeps `deferred` times.
     double floor = 0;
     int64_t live = 0;  ///< the most nodes live at t* of the two models
   };
@@ -199,7 +200,7 @@ class StageSolver {
   PricedBound price_model(RecomputePolicy model, StageMemory mem, const StageSolve& relaxed,
                           const StageSolve* at_hand);
   /// One key of priced_floors, solved.
-  PricedFloor priced_floor(const StageSolve& relaxed, double inflight, double lambda);
+  PricedFloor priced_floor(const StageSolve& relaxed, double inflight, double deferred, double lambda);
   /// `from`'s strategies in the model with recomputation nodes, with the least recomputation
   /// found that fits `mem` (planner/recompute_fit.h: a few exact evaluations, no solve), or
   /// nullptr when none fits or the strategies do not map.  `what` names it in the progress line.

@@ -27,6 +27,7 @@
 #include <exception>
 #include <limits>
 
+#include "planner/backward_split.h"
 #include "planner/inflight_memory.h"
 #include "planner/parallel_for.h"
 #include "planner/pipeline_solve.h"
@@ -182,12 +183,18 @@ StageSolver::PricedBound StageSolver::price_model(RecomputePolicy model, StageMe
   return out;
 }
 
-StageSolver::PricedFloor StageSolver::priced_floor(const StageSolve& relaxed, double inflight, double lambda) {
+StageSolver::PricedFloor StageSolver::priced_floor(const StageSolve& relaxed, double inflight, double deferred,
+                                                   double lambda) {
   PricedFloor out;
   out.floor = kInf;
   const StageGraph& sg = relaxed.sg;
+  // The hand-over priced as a cost on its tensors' producers (as the sends are, so the overlap
+  // objective may count it as compute to hide communication under: a lower floor, still one).
+  std::vector<TensorRef> handed;
+  if (deferred > 0) handed = handed_to_weight_grads(sg, step_parts(sg));
   for (RecomputePolicy model : {RecomputePolicy::kAuto, RecomputePolicy::kNone}) {
     PlannerOptions po = stage_options(sg, inflight, 0);
+    for (const TensorRef& t : handed) po.output_costs.push_back({sg.graph.node(t.node).name, t.output, 0.0, lambda * deferred});
     po.recompute = model;
     po.boundary_memory_price = lambda;
     po.run_checks = false;
@@ -207,18 +214,19 @@ std::vector<StageSolver::PricedFloor> StageSolver::priced_floors(const std::vect
   for (const PriceKey& key : keys)
     if (!priced_.count(key) && std::find(todo.begin(), todo.end(), key) == todo.end()) todo.push_back(key);
   std::vector<std::pair<StageKind, int32_t>> sizes;
-  for (const auto& [kind, k, f, lambda] : todo) sizes.emplace_back(static_cast<StageKind>(kind), k);
+  for (const auto& [kind, k, f, d, lambda] : todo) sizes.emplace_back(static_cast<StageKind>(kind), k);
   prefetch(sizes);  // their memory-free plans (the stage graphs), on threads
   std::vector<std::shared_ptr<const StageSolve>> relaxed;
-  for (const auto& [kind, k, f, lambda] : todo) relaxed.push_back(free(static_cast<StageKind>(kind), k));
+  for (const auto& [kind, k, f, d, lambda] : todo) relaxed.push_back(free(static_cast<StageKind>(kind), k));
   std::vector<PricedFloor> out(todo.size());
   run_parallel(todo.size(), [&](size_t i) {
     const auto t0 = std::chrono::steady_clock::now();
-    out[i] = priced_floor(*relaxed[i], std::get<2>(todo[i]), std::get<3>(todo[i]));
-    say(fmt::format("  stage kind {} with {} layers, {} in flight, memory at t* priced at {:.3g} us/GB: floor {:.3f} us, "
-                    "in {:.3f}s",
-                    std::get<0>(todo[i]), std::get<1>(todo[i]), std::get<2>(todo[i]), std::get<3>(todo[i]) * 1e9,
-                    out[i].floor, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()));
+    const auto& [kind, k, f, d, lambda] = todo[i];
+    out[i] = priced_floor(*relaxed[i], f, d, lambda);
+    say(fmt::format("  stage kind {} with {} layers, {} in flight, {} handed to W, memory at t* priced at {:.3g} us/GB: "
+                    "floor {:.3f} us, in {:.3f}s",
+                    kind, k, f, d, lambda * 1e9, out[i].floor,
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()));
   });
   for (size_t i = 0; i < todo.size(); ++i) priced_[todo[i]] = out[i];
   std::vector<PricedFloor> r;
