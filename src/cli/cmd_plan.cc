@@ -382,9 +382,12 @@ void register_plan(CLI::App& app) {
   sub->add_flag("--price-memory", a->pipeline.price_memory,
                 "with a pp mesh dim: bound each memory-limited stage of a one-stage-per-rank schedule by pricing its "
                 "memory (Lagrangian relaxation, both memory models): tighter proven bounds, slower planning");
+  sub->add_flag("--no-rank-bound", a->pipeline.no_rank_bound,
+                "with a pp mesh dim: bound schedules with several stages per rank without pricing the ranks' memory "
+                "(their memory-free stage bounds only): faster where memory binds, a weaker proven bound");
   sub->callback([a, sub] {
     a->pipeline_given = sub->count("--microbatches") + sub->count("--schedule") + sub->count("--stages-per-rank") +
-                            sub->count("--price-memory") > 0;
+                            sub->count("--price-memory") + sub->count("--no-rank-bound") > 0;
     a->time_limit_given = sub->count("--time-limit") > 0;
     a->threads_given = sub->count("--threads") > 0;
     a->objective_given = sub->count("--objective") > 0;

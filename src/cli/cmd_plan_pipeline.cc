@@ -78,6 +78,7 @@ PipelineOptions pipeline_options(const Mesh& mesh, const PipelineArgs& pa) {
     throw std::invalid_argument(fmt::format("--stages-per-rank: expected >= 1, got {}", pa.stages_per_rank));
   po.stages_per_rank = pa.stages_per_rank;
   po.price_memory = pa.price_memory;
+  po.rank_memory_bound = !pa.no_rank_bound;
   return po;
 }
 

@@ -12,6 +12,7 @@ struct PipelineArgs {
   std::string schedule = "auto";
   int stages_per_rank = 0;       ///< 0: auto
   bool price_memory = false;     ///< PipelineOptions::price_memory
+  bool no_rank_bound = false;    ///< !PipelineOptions::rank_memory_bound
 };
 
 /// The graph of one microbatch of M: a built-in model's --batch (the global batch) split in M

@@ -390,6 +390,21 @@ PipelinePlan plan_pipeline(const Graph& g, const Mesh& mesh, const PlannerOption
     best_step = std::min(best_step, e.step_us);
     if (!e.layers.empty() && std::isfinite(e.step_us)) cands.push_back({e, l, s, v});
   }
+  // With v > 1 a stage's budget is a share of its rank's memory, which can force recomputation
+  // on a split whose ranks would fit the limit without it (llama3-8b 8 layers, seq 2048 on
+  // 2x4 at 12 GiB: 19.7 % above the bound, its memory-free plan needing 10.3 GiB), or a
+  // dearer split whose stages fit theirs: the memory-free split of each such (schedule, v) is
+  // a candidate too, kept only where its assembled ranks fit (never re-planned).  Its bound is
+  // no bound under the limit: not counted.
+  if (popt.fixed_layers.empty() && pl.memory_limit_bytes > 0) {
+    for (const Layout& l : layouts) {
+      if (l.v == 1) continue;
+      Layout unlimited = l;
+      unlimited.limit = 0;
+      const Evaluated e = search_split(S, unlimited, kPipeInf, priced);
+      if (!e.layers.empty() && std::isfinite(e.step_us)) cands.push_back({e, unlimited, l.schedule, l.v});
+    }
+  }
   if (cands.empty()) throw std::runtime_error(no_fit_message(S, pl));
   pl = fastest_that_fits(S, pl, cands);
   pl.lower_bound_us = std::min(lower, pl.step_us);

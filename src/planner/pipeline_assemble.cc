@@ -71,7 +71,8 @@ void assemble(Search& S, const Layout& l, PipelinePlan& pl, const std::vector<in
   std::vector<PipelineStage*> replanned;
   for (PipelineStage& st : pl.stages) {
     const int64_t peak = pl.rank_peak_bytes[psz(st.pp_rank)];
-    if (l.v == 1 || pl.memory_limit_bytes <= 0 || peak <= pl.memory_limit_bytes) continue;
+    // A memory-free layout's candidate (plan_pipeline) is kept as it is or not at all.
+    if (l.v == 1 || l.limit <= 0 || pl.memory_limit_bytes <= 0 || peak <= pl.memory_limit_bytes) continue;
     const double scale = static_cast<double>(pl.memory_limit_bytes) / static_cast<double>(peak);
     const StageMemory was = l.planned(st.index, st.hi - st.lo);
     const double need = StageSolver::need_bytes(*st.solve, was.inflight, true);
@@ -164,7 +165,9 @@ PipelinePlan fastest_that_fits(Search& S, const PipelinePlan& head, const std::v
       say(fmt::format("  assembled {} v={}: {:.3f} ms{}", schedule_name(pl.schedule), pl.v, pl.step_us / 1e3,
                       over.empty() ? std::string(", every rank fits") : ", ranks over the limit (GiB):" + over));
     }
-    return AssembledFigures{pl.step_us, ranks_fit(pl)};
+    const bool fit = ranks_fit(pl);
+    // A memory-free layout's plan counts only where its ranks fit (plan_pipeline).
+    return AssembledFigures{cands[i].l.limit <= 0 && pl.memory_limit_bytes > 0 && !fit ? kPipeInf : pl.step_us, fit};
   });
   return std::move(made.at(keep));
 }

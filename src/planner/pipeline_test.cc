@@ -9,6 +9,7 @@
 #include <set>
 
 #include "models/models.h"
+#include "planner/pipeline_solve.h"
 #include "planner/test_util.h"
 
 namespace autoshard {
@@ -345,6 +346,32 @@ TEST(PipelineMemory, RecomputationMakesTheInFlightActivationsFit) {
   EXPECT_GT(fit.lower_bound_us, free.lower_bound_us);
   EXPECT_LE(fit.lower_bound_us, fit.step_us);
   EXPECT_TRUE(fit.warnings.empty() || fit.warnings[0].find("over the") == std::string::npos);
+}
+
+TEST(PipelineMemory, ShareBudgetsDoNotForceRecomputationWhereTheRanksFit) {
+  // Interleaved, a stage's budget is its layers' share of the rank: the memory-free plan's
+  // ranks fit the limit, but its stages do not all fit their shares.  The memory-free split
+  // is a candidate too, and wins.
+  const Graph g = build_model("llama3-8b", ModelOptions{2, 2048, 8, {}});
+  const Mesh mesh({2, 4}, {"pp", "dp"}, h100());
+  PipelineOptions po;
+  po.microbatches = 4;
+  po.schedule = PipelineSchedule::kInterleaved1F1B;
+  po.stages_per_rank = 2;
+  PlannerOptions o;
+  o.memory_limit_bytes = 0;
+  const PipelinePlan free = plan_pipeline(g, mesh, o, po);
+  const int64_t most = *std::max_element(free.rank_peak_bytes.begin(), free.rank_peak_bytes.end());
+  o.memory_limit_bytes = most + most / 8;
+  bool a_share_binds = false;
+  for (const PipelineStage& st : free.stages)
+    a_share_binds = a_share_binds || StageSolver::need_bytes(*st.solve, st.inflight) >
+                                         static_cast<double>(o.memory_limit_bytes) * (st.hi - st.lo) * 2 / 8;
+  ASSERT_TRUE(a_share_binds);
+  const PipelinePlan fit = plan_pipeline(g, mesh, o, po);
+  EXPECT_NEAR(fit.step_us, free.step_us, 1e-6 * free.step_us);
+  EXPECT_LE(*std::max_element(fit.rank_peak_bytes.begin(), fit.rank_peak_bytes.end()), o.memory_limit_bytes);
+  EXPECT_LE(fit.lower_bound_us, fit.step_us);
 }
 
 }  // namespace
