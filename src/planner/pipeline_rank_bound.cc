@@ -15,11 +15,10 @@
 /// A zero-bubble rank also keeps, per microbatch whose W waits, the gradients its B handed
 /// over (pipeline_schedule.h deferred_microbatches): priced too, on the tensors B hands to W.
 ///
-/// Which solves.  One price for the whole search: the peak of the dual of a representative
-/// rank (of the balanced splits, the one whose memory-free plans need the most; none when
-/// they fit), found by a golden-section search on the price over its stages' priced floors;
-/// then the priced floors of each stage kind at 1 and 32 layers, at the least and the most
-/// in-flight count of all the layouts, and with none or the most microbatches handed to W.
+/// Which solves.  One price for the whole search, from the Kelley dual of a representative
+/// middle stage on its share (StageSolver::price_memory); the priced floors of each stage kind
+/// at 1 and 32 layers, at the least and the most in-flight count of all the layouts, and with
+/// none or the most microbatches handed to W.
 /// With the layers tied, a plan's priced cost is affine in the layers and in the in-flight
 /// count, so the floors are concave in each: chords between samples are lower bounds, and
 /// above the largest size each layer adds at least its memory-free floor less its rounding.
@@ -62,44 +61,6 @@ double deferred_at(const Search& S, const Layout& l, int32_t s) {
   return deferred_microbatches(l.schedule, l.P, l.v, S.popt.microbatches, stage_rank(l.schedule, l.P, s));
 }
 
-/// The golden-section steps of the price search after its first two probes.
-constexpr int kPriceSteps = 4;
-
-/// The rank whose memory-free stages need the most, among the balanced splits (torchtitan's
-/// equal_split) of the layouts with the most stages: where memory binds first.
-struct Representative {
-  std::vector<std::pair<StageKind, int32_t>> stages;  ///< distinct (kind, k), with repeats
-  double f = 0, d = 0;      ///< its in-flight and handed-over counts
-  double need = 0;          ///< what its memory-free plans need, bytes per device
-  double free_us = 0, free_bound_us = 0;  ///< their summed cost and bound
-};
-
-Representative representative(Search& S, const std::vector<Layout>& layouts, int32_t n_most) {
-  Representative rep;
-  for (const Layout& l : layouts) {
-    if (l.v == 1 || l.limit <= 0 || l.n != n_most) continue;
-    const std::vector<int32_t> split = equal_split(S.L, l.n);
-    std::vector<std::pair<StageKind, int32_t>> keys;
-    for (int32_t s = 0; s < l.n; ++s) keys.emplace_back(kind_of(s, l.n), split[psz(s)]);
-    S.solver.prefetch(keys);
-    for (int32_t q = 0; q < l.P; ++q) {
-      Representative r;
-      for (int32_t s = 0; s < l.n; ++s) {
-        if (stage_rank(l.schedule, l.P, s) != q) continue;
-        const auto fs = S.solver.free(keys[psz(s)].first, keys[psz(s)].second);
-        r.f = l.inflight[psz(s)];
-        r.d = deferred_at(S, l, s);
-        r.need += StageSolver::need_bytes(*fs, r.f) + r.d * static_cast<double>(fs->parts.kept_for_w_bytes);
-        r.free_us += fs->microbatch_us;
-        r.free_bound_us += fs->lower_bound_us;
-        r.stages.push_back(keys[psz(s)]);
-      }
-      if (r.need > rep.need) rep = std::move(r);
-    }
-  }
-  return rep;
-}
-
 }  // namespace
 
 RankPricing rank_pricing(Search& S, const std::vector<Layout>& layouts) {
@@ -114,38 +75,19 @@ RankPricing rank_pricing(Search& S, const std::vector<Layout>& layouts) {
   }
   if (!S.popt.rank_memory_bound || hi <= 0 || S.popt.stage_hook) return rp;
   const int32_t K = S.L - n_most + 1;  // every layout's stages may hold this many
+  // The price: a two-layer middle stage on its share of the rank at the most in flight (where
+  // memory binds first); none where that stage's memory-free plan fits.
+  const int32_t k0 = std::min(2, K);
   const int64_t limit = layouts.front().limit;
-  const Representative rep = representative(S, layouts, n_most);
-  if (rep.need <= static_cast<double>(limit)) return rp;  // memory does not bind there
-  // The price: the representative's dual phi(lambda) = sum_j floor_j(lambda) - lambda limit is
-  // concave, so a golden-section search on log lambda finds its peak, from the price at which
-  // a tenth more time would pay for the memory-free plans' excess, within 8x either way.
-  auto phi = [&](double lambda) {
-    std::vector<StageSolver::PriceKey> keys;
-    for (const auto& [kind, k] : rep.stages) keys.emplace_back(kind, k, rep.f, rep.d, lambda);
-    double sum = -lambda * static_cast<double>(limit);
-    for (const auto& p : S.solver.priced_floors(keys)) sum += p.floor;
-    return sum;
-  };
-  const double lambda0 = 0.1 * rep.free_us / (rep.need - static_cast<double>(limit));
-  const double g = (std::sqrt(5.0) - 1) / 2;
-  double a = std::log(lambda0 / 8), b = std::log(lambda0 * 8);
-  double c = b - g * (b - a), d = a + g * (b - a);
-  double fc = phi(std::exp(c)), fd = phi(std::exp(d));
-  for (int i = 0; i < kPriceSteps; ++i) {
-    if (fc < fd) {
-      a = c, c = d, fc = fd;
-      d = a + g * (b - a), fd = phi(std::exp(d));
-    } else {
-      b = d, d = c, fd = fc;
-      c = b - g * (b - a), fc = phi(std::exp(c));
-    }
-  }
-  const double best = std::max(fc, fd);
-  // Where pricing lifts the representative's bound by less than the target gap, the floors
-  // would lift the ranks' by as little: none.
-  if (best <= rep.free_bound_us * (1 + S.popt.target_gap)) return rp;
-  rp.lambda = std::exp(fc >= fd ? c : d);
+  const StageMemory share{hi, static_cast<int64_t>(static_cast<double>(limit) * k0 * S.P / S.L), false, true};
+  const auto relaxed = S.solver.free(kStageMid, k0);
+  if (StageSolver::fits(*relaxed, share)) return rp;
+  const StageSolver::PricedBound pb = S.solver.price_memory(kStageMid, k0, share, *relaxed, nullptr);
+  // Where pricing the representative's memory lifts its bound by less than the target gap, the
+  // floors would lift the ranks' by as little (llama3-405b `--layers 32`: 0.02 %, for 25 s of
+  // priced solves): none.
+  if (!(pb.lambda > 0) || pb.bound <= relaxed->lower_bound_us * (1 + S.popt.target_gap)) return rp;
+  rp.lambda = pb.lambda;
   rp.f_lo = lo;
   rp.f_hi = hi;
   rp.d_hi = d_hi;

@@ -93,6 +93,16 @@ expect_contains "$priced" "stage kind 0 with 4 layers, memory priced at t*" "--p
 expect_contains "$priced" "fits, in" "--price-memory plan"
 expect_contains "$priced" "$(grep 'pipelined step time' <<<"$plain")" "--price-memory step"
 case "$plain" in *"memory priced"*) fail "--price-memory is off by default" ;; esac
+# --no-rank-bound: interleaved layouts bounded by their memory-free stages only; same plan,
+# a bound no higher.
+I=(--model llama3-8b --layers 8 --seq 2048 --batch 8 --mesh 2x4 --mesh-dims pp,dp --microbatches 4
+   --schedule Interleaved1F1B --stages-per-rank 2 --memory-limit 12GiB --json)
+"$AS" plan "${I[@]}" >"$TMP/rank.json"
+"$AS" plan "${I[@]}" --no-rank-bound >"$TMP/norank.json"
+pycheck "$TMP/rank.json" "
+k = json.load(open('$TMP/norank.json'))
+assert abs(j['step_us'] - k['step_us']) <= 1e-6 * j['step_us'] and k['lower_bound_us'] <= j['lower_bound_us'] + 1e-6, (j, k)
+"
 
 expect_error "ZBVZeroBubble runs exactly 2 stages per rank (got 3)" -- \
   "$AS" plan "${M[@]}" --microbatches 4 --schedule ZBVZeroBubble --stages-per-rank 3
