@@ -18,17 +18,6 @@ namespace {
 using testing::h100;
 using namespace pipeline_detail;  // NOLINT(google-build-using-namespace): the module under test
 
-/// 8 layers of width 256, seq 512, 8 sequences per microbatch.
-Graph small_llama() {
-  ModelOptions o{8, 512, 8, {}};
-  o.hidden = 256;
-  o.heads = 4;
-  o.kv_heads = 2;
-  o.ffn = 512;
-  o.vocab = 512;
-  return build_model("llama3-8b", o);
-}
-
 /// Per rank: its stages' summed cost and layers.
 std::vector<std::pair<double, int32_t>> rank_work(const PipelinePlan& pl) {
   std::vector<std::pair<double, int32_t>> r(static_cast<size_t>(pl.P), {0.0, 0});
@@ -44,7 +33,7 @@ std::vector<std::pair<double, int32_t>> rank_work(const PipelinePlan& pl) {
 /// of both plans and of torchtitan's equal split, works at least its floor.  Returns whether
 /// the bound rose somewhere; `checked` counts the ranks compared.
 bool check_floors(PipelineSchedule sch, const std::vector<double>& shares, int& checked) {
-  const Graph g = small_llama();
+  const Graph g = testing::small_llama(8);
   const Mesh mesh({2, 2}, {"pp", "dp"}, h100());
   PipelineOptions po;
   po.microbatches = 4;

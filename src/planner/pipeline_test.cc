@@ -285,18 +285,6 @@ TEST(PipelinePlan, BadInputs) {
 namespace autoshard {
 namespace {
 
-/// A LLaMA small enough to plan in milliseconds whose activations outweigh its parameters:
-/// 4 layers of width 256, seq 512, 8 sequences per microbatch.
-Graph pp_small_llama() {
-  ModelOptions o{8, 512, 2, {}};
-  o.hidden = 256;
-  o.heads = 4;
-  o.kv_heads = 2;
-  o.ffn = 512;
-  o.vocab = 512;
-  return build_model("llama3-8b", o);
-}
-
 /// rank r's peak per device: its stage's one-microbatch peak plus the kept activations of the
 /// other microbatches in flight (one stage per rank).
 int64_t expected_rank_peak(const PipelineStage& st) {
@@ -305,7 +293,7 @@ int64_t expected_rank_peak(const PipelineStage& st) {
 }
 
 TEST(PipelineMemory, RecomputationMakesTheInFlightActivationsFit) {
-  const Graph g = pp_small_llama();
+  const Graph g = testing::small_llama(2);
   const Mesh mesh({2, 2}, {"pp", "dp"}, h100());
   PipelineOptions po;
   po.microbatches = 4;
