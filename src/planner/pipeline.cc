@@ -396,6 +396,7 @@ PipelinePlan plan_pipeline(const Graph& g, const Mesh& mesh, const PlannerOption
   // dearer split whose stages fit theirs: the memory-free split of each such (schedule, v) is
   // a candidate too, kept only where its assembled ranks fit (never re-planned).  Its bound is
   // no bound under the limit: not counted.
+  const bool planned = !cands.empty();
   if (popt.fixed_layers.empty() && pl.memory_limit_bytes > 0) {
     for (const Layout& l : layouts) {
       if (l.v == 1) continue;
@@ -406,7 +407,12 @@ PipelinePlan plan_pipeline(const Graph& g, const Mesh& mesh, const PlannerOption
     }
   }
   if (cands.empty()) throw std::runtime_error(no_fit_message(S, pl));
+  const std::string no_fit = planned ? std::string() : no_fit_message(S, pl);
   pl = fastest_that_fits(S, pl, cands);
+  // Only memory-free candidates, and none fits: no plan, as without them.
+  if (!planned && pl.memory_limit_bytes > 0 &&
+      *std::max_element(pl.rank_peak_bytes.begin(), pl.rank_peak_bytes.end()) > pl.memory_limit_bytes)
+    throw std::runtime_error(no_fit);
   pl.lower_bound_us = std::min(lower, pl.step_us);
   pl.gap = pl.step_us > 0 ? (pl.step_us - pl.lower_bound_us) / pl.step_us : 0;
   map_nodes(S, pl);

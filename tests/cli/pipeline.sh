@@ -99,6 +99,9 @@ I=(--model llama3-8b --layers 8 --seq 2048 --batch 8 --mesh 2x4 --mesh-dims pp,d
    --schedule Interleaved1F1B --stages-per-rank 2 --memory-limit 12GiB --json)
 "$AS" plan "${I[@]}" >"$TMP/rank.json"
 "$AS" plan "${I[@]}" --no-rank-bound >"$TMP/norank.json"
+# Below what the memory-free ranks need, no share of it fits either: the same error as before
+# the memory-free splits were candidates (not their plan over the limit).
+expect_error "no stage split fits 10.00 GiB per device" -- "$AS" plan "${I[@]/12GiB/10GiB}"
 pycheck "$TMP/rank.json" "
 k = json.load(open('$TMP/norank.json'))
 assert abs(j['step_us'] - k['step_us']) <= 1e-6 * j['step_us'] and k['lower_bound_us'] <= j['lower_bound_us'] + 1e-6, (j, k)
