@@ -19,15 +19,15 @@
 /// middle stage on its share (StageSolver::price_memory); the priced floors of each stage kind
 /// at 1 and 32 layers, at the least and the most in-flight count of all the layouts, and with
 /// none or the most microbatches handed to W.
-/// With the layers tied, a plan's priced cost is affine in the layers and in the in-flight
-/// count, so the floors are concave in each: chords between samples are lower bounds, and
-/// above the largest size each layer adds at least its memory-free floor less its rounding.
-#include <fmt/format.h>
-
+/// With the layers tied, a plan's priced cost is affine in the layers and jointly in the
+/// in-flight and handed-over counts, so the floors are concave in each: chords between samples
+/// are lower bounds, and above the largest size each layer adds at least its memory-free
+/// floor less its rounding.
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <tuple>
+#include <utility>
+#include <vector>
 
 #include "planner/pipeline_layout.h"
 
@@ -50,10 +50,6 @@ double chord_at(const std::vector<std::pair<double, double>>& pts, double x0) {
   }
   return kPipeInf;
 }
-
-}  // namespace
-
-namespace {
 
 /// What a rank at stage position s of `l` keeps for its deferred weight gradients, in
 /// microbatches (pipeline_schedule.h deferred_microbatches; 0 without a split backward).
