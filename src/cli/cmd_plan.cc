@@ -385,9 +385,13 @@ void register_plan(CLI::App& app) {
   sub->add_flag("--no-rank-bound", a->pipeline.no_rank_bound,
                 "with a pp mesh dim: bound schedules with several stages per rank without pricing the ranks' memory "
                 "(their memory-free stage bounds only): faster where memory binds, a weaker proven bound");
+  sub->add_flag("--no-refit", a->pipeline.no_refit,
+                "with a pp mesh dim: keep the stage plans made for their kind's most in flight at assembly "
+                "(no rank refit: each rank's limit shared among its stages, recomputation re-chosen per rank)");
   sub->callback([a, sub] {
     a->pipeline_given = sub->count("--microbatches") + sub->count("--schedule") + sub->count("--stages-per-rank") +
-                            sub->count("--price-memory") + sub->count("--no-rank-bound") > 0;
+                            sub->count("--price-memory") + sub->count("--no-rank-bound") +
+                            sub->count("--no-refit") > 0;
     a->time_limit_given = sub->count("--time-limit") > 0;
     a->threads_given = sub->count("--threads") > 0;
     a->objective_given = sub->count("--objective") > 0;

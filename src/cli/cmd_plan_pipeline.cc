@@ -79,6 +79,7 @@ PipelineOptions pipeline_options(const Mesh& mesh, const PipelineArgs& pa) {
   po.stages_per_rank = pa.stages_per_rank;
   po.price_memory = pa.price_memory;
   po.rank_memory_bound = !pa.no_rank_bound;
+  po.refit_ranks = !pa.no_refit;
   return po;
 }
 

@@ -13,6 +13,7 @@ struct PipelineArgs {
   int stages_per_rank = 0;       ///< 0: auto
   bool price_memory = false;     ///< PipelineOptions::price_memory
   bool no_rank_bound = false;    ///< !PipelineOptions::rank_memory_bound
+  bool no_refit = false;         ///< !PipelineOptions::refit_ranks
 };
 
 /// The graph of one microbatch of M: a built-in model's --batch (the global batch) split in M

@@ -98,6 +98,12 @@ struct PipelineOptions {
   /// together under the limit, one price for the search, priced floors of every stage kind.
   /// false: their bound is made of memory-free stage bounds.
   bool rank_memory_bound = true;
+  /// At assembly, share each rank's limit among its stages and give each the fastest of its
+  /// kind's solved shardings with the least recomputation that fits its part at its own
+  /// rank's in-flight count (planner/pipeline_assemble.cc refit_ranks); a rank still over is
+  /// then re-planned.  false: the plans made for the kind's most in flight are kept, and a
+  /// rank over the limit is re-planned directly.
+  bool refit_ranks = true;
   /// Called on every stage's optimizer before it solves (a recipe's pins).
   std::function<void(ShardingOptimizer&)> stage_hook;
 };

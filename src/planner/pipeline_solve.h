@@ -111,6 +111,17 @@ class StageSolver {
   static double need_bytes(const StageSolve& s, StageMemory mem) { return need_bytes(s, mem.inflight, mem.grads); }
   /// `s`'s plan fits `mem` (need_bytes <= budget).
   static bool fits(const StageSolve& s, StageMemory mem);
+  /// What a stage with plan `s` adds to its pp rank's peak: need_bytes with the step's summed
+  /// gradients, plus the gradients its B hands to W held for `deferred` microbatches (a
+  /// zero-bubble rank's W waiting).
+  static double rank_need_bytes(const StageSolve& s, double inflight, double deferred);
+  /// `from`'s sharding with the least recomputation whose rank_need_bytes(inflight, deferred)
+  /// is at most `budget` (planner/recompute_fit.h: exact evaluations, no solve), its bound the
+  /// memory-free `relaxed`'s; nullptr when none is found.  Assembly's rank refit
+  /// (pipeline_assemble.cc): a stage plan made for its kind's most in flight and a share of its
+  /// rank gets its own rank's in-flight count and part of that rank's limit.
+  std::shared_ptr<const StageSolve> refit(const StageSolve& from, const StageSolve& relaxed, double inflight,
+                                          double deferred, int64_t budget) const;
 
   using FreeKey = std::pair<int32_t, int32_t>;                  ///< (kind, k)
   using FitKey = std::tuple<int32_t, int32_t, double, int64_t, bool>;  ///< (kind, k, inflight, budget, grads)

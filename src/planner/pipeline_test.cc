@@ -364,3 +364,52 @@ TEST(PipelineMemory, ShareBudgetsDoNotForceRecomputationWhereTheRanksFit) {
 
 }  // namespace
 }  // namespace autoshard
+
+namespace autoshard {
+namespace {
+
+TEST(PipelineMemory, RefitFitsTheRanksOwnCountsAndPartOfItsLimit) {
+  // A stage plan made for 4 microbatches in flight under half of what its memory-free plan
+  // needs, refit for a rank that keeps 2: it still fits, no slower; with a hand-over to W the
+  // hand-over is counted; under a part no recomputation reaches there is none.
+  const Graph g = testing::small_llama(4);
+  const Mesh mesh({2, 2}, {"pp", "dp"}, h100());
+  PipelineOptions po;
+  po.microbatches = 8;
+  po.schedule = PipelineSchedule::k1F1B;
+  PlannerOptions o = additive();
+  o.memory_limit_bytes = 0;
+  const LayerMap m = map_layers(g);
+  StageSolver solver(g, mesh, o, po, m, 0);
+  const auto relaxed = solver.free(kStageLast, 1);
+  const double free_need = StageSolver::rank_need_bytes(*relaxed, 4, 0);
+  const auto budget = static_cast<int64_t>(free_need / 2);
+  const auto planned = solver.fitted(kStageLast, 1, StageMemory{4, budget, true, false});
+  ASSERT_TRUE(planned && planned->plan.has_solution);
+  ASSERT_GT(planned->plan.recompute_us, 0);
+  ASSERT_LE(StageSolver::rank_need_bytes(*planned, 4, 0), static_cast<double>(budget));
+
+  const auto fewer = solver.refit(*planned, *relaxed, 2, 0, budget);
+  ASSERT_TRUE(fewer);
+  EXPECT_LE(StageSolver::rank_need_bytes(*fewer, 2, 0), static_cast<double>(budget));
+  EXPECT_LE(fewer->microbatch_us, planned->microbatch_us * (1 + 1e-9));
+  EXPECT_LE(fewer->lower_bound_us, fewer->microbatch_us);
+  EXPECT_DOUBLE_EQ(fewer->lower_bound_us, std::min(relaxed->lower_bound_us, fewer->microbatch_us));
+
+  // With one microbatch's hand-over held, a part between what the two plans then need: the
+  // refit recomputes more than `fewer` to hold it.
+  ASSERT_GT(planned->parts.kept_for_w_bytes, 0);
+  const double lean = StageSolver::rank_need_bytes(*planned, 2, 1), rich = StageSolver::rank_need_bytes(*fewer, 2, 1);
+  ASSERT_LT(lean, rich);
+  const auto part = static_cast<int64_t>((lean + rich) / 2);
+  const auto handing = solver.refit(*planned, *relaxed, 2, 1, part);
+  ASSERT_TRUE(handing);
+  EXPECT_LE(StageSolver::rank_need_bytes(*handing, 2, 1), static_cast<double>(part));
+  EXPECT_GT(handing->plan.recompute_us, fewer->plan.recompute_us);
+
+  // Every layer recomputed in full still keeps the parameter state: a part below it fits nothing.
+  EXPECT_FALSE(solver.refit(*planned, *relaxed, 2, 0, relaxed->microbatch_peak_bytes / 4));
+}
+
+}  // namespace
+}  // namespace autoshard

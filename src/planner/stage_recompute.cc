@@ -38,6 +38,31 @@ std::shared_ptr<StageSolve> StageSolver::least_recompute(const StageSolve& from,
   return s;
 }
 
+double StageSolver::rank_need_bytes(const StageSolve& s, double inflight, double deferred) {
+  return need_bytes(s, inflight, true) + deferred * static_cast<double>(s.parts.kept_for_w_bytes);
+}
+
+std::shared_ptr<const StageSolve> StageSolver::refit(const StageSolve& from, const StageSolve& relaxed, double inflight,
+                                                     double deferred, int64_t budget) const {
+  // least_recompute's need leaves the hand-over to W out: it is taken from `from`, checked on
+  // the answer (the recomputation may change what B keeps for W) and, when over, taken out of
+  // the budget once more.
+  double handover = deferred * static_cast<double>(from.parts.kept_for_w_bytes);
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    const StageMemory mem{inflight, static_cast<int64_t>(std::floor(static_cast<double>(budget) - handover)), true, false};
+    if (mem.budget <= 0) return nullptr;
+    auto s = least_recompute(from, mem, "rank refit: a plan");
+    if (!s) return nullptr;
+    const double need = rank_need_bytes(*s, inflight, deferred);
+    if (need <= static_cast<double>(budget)) {
+      s->lower_bound_us = s->plan.lower_bound_us = std::min(relaxed.lower_bound_us, s->microbatch_us);
+      return s;
+    }
+    handover += need - static_cast<double>(budget);
+  }
+  return nullptr;
+}
+
 std::shared_ptr<StageSolve> StageSolver::extend_fitted(StageKind kind, int32_t k, StageMemory mem,
                                                       const StageSolve& relaxed) {
   if (kind == kStageBoth || k < 2) return nullptr;  // a one-layer stage is no pattern's size
