@@ -104,6 +104,10 @@ struct PipelineOptions {
   /// then re-planned.  false: the plans made for the kind's most in flight are kept, and a
   /// rank over the limit is re-planned directly.
   bool refit_ranks = true;
+  /// With refit_ranks and no fixed split, the rank balance's budget: single layers moved off
+  /// the busiest rank while the timeline shrinks, at most this many moves tried
+  /// (planner/pipeline_refit.cc).
+  int32_t balance_moves = 16;
   /// Called on every stage's optimizer before it solves (a recipe's pins).
   std::function<void(ShardingOptimizer&)> stage_hook;
 };

@@ -32,89 +32,6 @@ Strategy with_pp(const Strategy& s, const Mesh& mesh, int32_t pp) {
   return r;
 }
 
-/// Per pp rank, the peak per device: its stages' one-microbatch peaks plus the activations of
-/// the other microbatches it keeps in flight.
-void rank_peaks(PipelinePlan& pl) {
-  pl.rank_peak_bytes.assign(psz(pl.P), 0);
-  std::vector<double> extra(psz(pl.P), 0);
-  for (const PipelineStage& st : pl.stages) {
-    pl.rank_peak_bytes[psz(st.pp_rank)] += st.solve->microbatch_peak_bytes + st.solve->deferred_grad_bytes;
-    // A zero-bubble schedule also keeps, per microbatch whose W waits, the gradients B made
-    // for it (its activations are counted in flight until W).
-    extra[psz(st.pp_rank)] += (st.inflight - 1) * static_cast<double>(st.solve->activation_bytes) +
-                              st.deferred * static_cast<double>(st.solve->parts.kept_for_w_bytes);
-  }
-  for (int32_t r = 0; r < pl.P; ++r) pl.rank_peak_bytes[psz(r)] += static_cast<int64_t>(std::ceil(extra[psz(r)]));
-}
-
-/// Up to `most` plans of the canonical stage (kind, k) to refit from: `current` first, then the
-/// fastest other solved plans that fit some budget (fitted solves, shardings made for memory).
-std::vector<std::shared_ptr<const StageSolve>> refit_sources(const Search& S, StageKind kind, int32_t k,
-                                                             const std::shared_ptr<const StageSolve>& current, size_t most) {
-  std::vector<std::shared_ptr<const StageSolve>> others;
-  for (const auto& [key, sv] : S.solver.fitted_solves()) {
-    if (std::get<0>(key) != kind || std::get<1>(key) != k || sv == current || !sv->plan.has_solution ||
-        !std::isfinite(sv->microbatch_us) || std::find(others.begin(), others.end(), sv) != others.end())
-      continue;
-    others.push_back(sv);
-  }
-  std::stable_sort(others.begin(), others.end(), [](const auto& a, const auto& b) { return a->microbatch_us < b->microbatch_us; });
-  std::vector<std::shared_ptr<const StageSolve>> out{current};
-  for (const auto& sv : others)
-    if (out.size() < most) out.push_back(sv);
-  return out;
-}
-
-/// The rank refit: each rank's limit shared among its stages in proportion to what they need
-/// now, and each stage given the fastest of its sources (refit_sources) with the least
-/// recomputation that fits its part at its own rank's in-flight and hand-over counts
-/// (StageSolver::refit).  Why: the stage plans are made per (kind, layers) for the most in
-/// flight of their kind and, with v > 1, for a share of a balanced rank, so a rank with fewer
-/// in flight or less than its share recomputes more than it needs to (llama3-405b 8x16x8:
-/// pp rank 1 at 65 of 74.5 GiB worked the most), and a rank over the limit is brought under
-/// by recomputing more, a few evaluations instead of memory-limited solves.  Ranks are
-/// independent; a stage no source fits keeps its plan.
-void refit_ranks(Search& S, PipelinePlan& pl) {
-  const int32_t n = static_cast<int32_t>(pl.stages.size());
-  // A rank that keeps more than the limit with no activations kept at all (each stage's least
-  // over its sources) fits no refit: the candidate is not worth the evaluations (llama3-405b's
-  // memory-free splits need 3-5 times the limit).
-  std::vector<double> least(psz(pl.P), 0);
-  for (const PipelineStage& st : pl.stages) {
-    double l = kPipeInf;
-    for (const auto& from : refit_sources(S, kind_of(st.index, n), st.hi - st.lo, st.solve, 3))
-      l = std::min(l, StageSolver::rank_need_bytes(*from, 1, st.deferred) - static_cast<double>(from->activation_bytes));
-    least[psz(st.pp_rank)] += l;
-  }
-  if (std::any_of(least.begin(), least.end(), [&](double b) { return b > static_cast<double>(pl.memory_limit_bytes); }))
-    return;
-  std::map<std::tuple<const StageSolve*, double, double, int64_t>, std::shared_ptr<const StageSolve>> done;
-  for (int32_t r = 0; r < pl.P; ++r) {
-    double total = 0;
-    for (const PipelineStage& st : pl.stages)
-      if (st.pp_rank == r) total += StageSolver::rank_need_bytes(*st.solve, st.inflight, st.deferred);
-    if (total <= 0) continue;
-    const double scale = static_cast<double>(pl.memory_limit_bytes) / total;
-    for (PipelineStage& st : pl.stages) {
-      if (st.pp_rank != r) continue;
-      const double need = StageSolver::rank_need_bytes(*st.solve, st.inflight, st.deferred);
-      const auto budget = static_cast<int64_t>(std::floor(need * scale));
-      const auto kind = kind_of(st.index, n);
-      const int32_t k = st.hi - st.lo;
-      const auto relaxed = S.solver.free(kind, k);
-      std::shared_ptr<const StageSolve> best = need <= static_cast<double>(budget) ? st.solve : nullptr;
-      for (const auto& from : refit_sources(S, kind, k, st.solve, 3)) {
-        const auto key = std::make_tuple(from.get(), st.inflight, st.deferred, budget);
-        auto it = done.find(key);
-        if (it == done.end()) it = done.emplace(key, S.solver.refit(*from, *relaxed, st.inflight, st.deferred, budget)).first;
-        if (it->second && (!best || it->second->microbatch_us < best->microbatch_us)) best = it->second;
-      }
-      if (best) st.solve = best;
-    }
-  }
-  rank_peaks(pl);
-}
-
 /// The stages of the chosen split, each with its plan under its rank's memory.
 void assemble(Search& S, const Layout& l, PipelinePlan& pl, const std::vector<int32_t>& layers) {
   const int32_t n = static_cast<int32_t>(layers.size());
@@ -208,18 +125,16 @@ PipelinePlan assembled(Search& S, const PipelinePlan& head, const ScheduleCandid
   for (int32_t s = 0; s < n; ++s) keys.emplace_back(kind_of(s, n), c.e.layers[psz(s)], c.l.planned(s, c.e.layers[psz(s)]));
   S.solver.refine(keys);
   assemble(S, c.l, pl, c.e.layers);
+  pl.step_us = stage_timeline(pl).makespan_us;
+  // A fixed split (a recipe's) keeps its layers.
+  if (S.popt.refit_ranks && S.popt.fixed_layers.empty() && pl.memory_limit_bytes > 0 && ranks_fit(pl))
+    balance_ranks(S, pl, S.popt.balance_moves);
   std::vector<double> costs;
   for (const PipelineStage& st : pl.stages) costs.push_back(st.solve->microbatch_us);
-  pl.step_us = stage_timeline(pl).makespan_us;
   pl.bubble_us = pl.step_us - pipelined_step_us(pl.schedule, costs, pl.P, pl.v, pl.M, 0.0);
   return pl;
 }
 
-bool ranks_fit(const PipelinePlan& pl) {
-  return pl.memory_limit_bytes <= 0 ||
-         std::all_of(pl.rank_peak_bytes.begin(), pl.rank_peak_bytes.end(),
-                     [&](int64_t b) { return b <= pl.memory_limit_bytes; });
-}
 
 }  // namespace
 

@@ -191,6 +191,17 @@ RankPricing rank_pricing(Search& S, const std::vector<Layout>& layouts);
 /// budgets are the rank's).
 RankFloors rank_memory_floors(Search& S, const Layout& l, const RankPricing& rp);
 
+/// Per pp rank, the peak per device of `pl`'s stages (PipelinePlan::rank_peak_bytes).
+void rank_peaks(PipelinePlan& pl);
+/// Every rank fits the plan's limit (or there is none).
+bool ranks_fit(const PipelinePlan& pl);
+/// The rank refit (planner/pipeline_refit.cc) of `ranks` (empty: all), then rank_peaks.
+void refit_ranks(Search& S, PipelinePlan& pl, const std::vector<int32_t>& ranks = {});
+/// The rank balance (planner/pipeline_refit.cc): while the timeline shrinks, one layer moved
+/// from a stage of the busiest rank to a neighbouring stage of another rank, both planned for
+/// their ranks; at most `max_moves` moves tried.  Sets pl.step_us when it moves one.
+void balance_ranks(Search& S, PipelinePlan& pl, int32_t max_moves);
+
 /// Of `cands` (in the order their pre-assembly steps rank them, planner/pipeline_choice.h),
 /// the fastest whose assembled ranks fit the memory, assembled onto `head`.
 PipelinePlan fastest_that_fits(Search& S, const PipelinePlan& head, const std::vector<ScheduleCandidate>& cands);

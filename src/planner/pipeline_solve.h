@@ -122,6 +122,13 @@ class StageSolver {
   /// rank gets its own rank's in-flight count and part of that rank's limit.
   std::shared_ptr<const StageSolve> refit(const StageSolve& from, const StageSolve& relaxed, double inflight,
                                           double deferred, int64_t budget) const;
+  /// A plan of (kind, k) for a rank that keeps `inflight` microbatches in flight, `deferred`
+  /// hand-overs to W, under `budget` (as rank_need_bytes counts it): the fastest refit of its
+  /// two fastest solved fitted plans and of its memory-free plan, or, with no fitted plan of
+  /// that size, of the pattern of its kind's nearest (extend_fitted); nullptr when none fits.
+  /// Evaluations only, cached: the rank balance's moves (pipeline_refit.cc).
+  std::shared_ptr<const StageSolve> fit_for_rank(StageKind kind, int32_t k, double inflight, double deferred,
+                                                 int64_t budget);
 
   using FreeKey = std::pair<int32_t, int32_t>;                  ///< (kind, k)
   using FitKey = std::tuple<int32_t, int32_t, double, int64_t, bool>;  ///< (kind, k, inflight, budget, grads)
@@ -249,6 +256,7 @@ class StageSolver {
   std::map<FreeKey, std::shared_ptr<const StageSolve>> free_;
   std::map<FitKey, std::shared_ptr<const StageSolve>> fitted_;
   std::map<PriceKey, PricedFloor> priced_;
+  std::map<std::tuple<int32_t, int32_t, double, double, int64_t>, std::shared_ptr<const StageSolve>> rank_fits_;
   std::atomic<int32_t> solves_{0};
 };
 

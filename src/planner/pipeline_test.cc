@@ -411,5 +411,44 @@ TEST(PipelineMemory, RefitFitsTheRanksOwnCountsAndPartOfItsLimit) {
   EXPECT_FALSE(solver.refit(*planned, *relaxed, 2, 0, relaxed->microbatch_peak_bytes / 4));
 }
 
+TEST(PipelineMemory, RankBalanceMovesLayersOffTheBusiestRank) {
+  // Interleaved at 9 GiB, the refit recomputes on the ranks that hold the most in flight and
+  // leaves rank 0 the busiest: layers moved off it to its neighbours' stages shorten the step.
+  const Graph g = build_model("llama3-8b", ModelOptions{2, 4096, 16, {}});
+  const Mesh mesh({4, 8}, {"pp", "dp"}, h100());
+  PipelineOptions po;
+  po.microbatches = 8;
+  po.schedule = PipelineSchedule::kInterleaved1F1B;
+  po.stages_per_rank = 2;
+  po.solve_fitted = false;  // the plans at hand under the shares: seconds, not a minute
+  PlannerOptions o;
+  o.memory_limit_bytes = int64_t{9} << 30;
+  po.balance_moves = 0;
+  const PipelinePlan kept = plan_pipeline(g, mesh, o, po);
+  po.balance_moves = 16;
+  const PipelinePlan moved = plan_pipeline(g, mesh, o, po);
+  EXPECT_LT(moved.step_us, kept.step_us * (1 - 1e-3));
+  EXPECT_NEAR(moved.step_us, stage_timeline(moved).makespan_us, 1e-9 * moved.step_us);
+  EXPECT_LE(moved.lower_bound_us, moved.step_us);
+  std::vector<int64_t> peaks(4, 0);
+  std::vector<double> extra(4, 0);
+  int32_t lo = 0;
+  bool differ = false;
+  for (size_t s = 0; s < moved.stages.size(); ++s) {
+    const PipelineStage& st = moved.stages[s];
+    EXPECT_EQ(st.lo, lo);
+    lo = st.hi;
+    differ = differ || st.hi != kept.stages[s].hi;
+    peaks[static_cast<size_t>(st.pp_rank)] += st.solve->microbatch_peak_bytes + st.solve->deferred_grad_bytes;
+    extra[static_cast<size_t>(st.pp_rank)] += (st.inflight - 1) * static_cast<double>(st.solve->activation_bytes);
+  }
+  EXPECT_EQ(lo, 16);
+  EXPECT_TRUE(differ);
+  for (size_t r = 0; r < 4; ++r) {
+    EXPECT_EQ(moved.rank_peak_bytes[r], peaks[r] + static_cast<int64_t>(std::ceil(extra[r]))) << r;
+    EXPECT_LE(moved.rank_peak_bytes[r], o.memory_limit_bytes) << r;
+  }
+}
+
 }  // namespace
 }  // namespace autoshard

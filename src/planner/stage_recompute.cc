@@ -63,6 +63,33 @@ std::shared_ptr<const StageSolve> StageSolver::refit(const StageSolve& from, con
   return nullptr;
 }
 
+std::shared_ptr<const StageSolve> StageSolver::fit_for_rank(StageKind kind, int32_t k, double inflight, double deferred,
+                                                            int64_t budget) {
+  const auto key = std::make_tuple(static_cast<int32_t>(kind), k, inflight, deferred, budget);
+  if (const auto it = rank_fits_.find(key); it != rank_fits_.end()) return it->second;
+  const std::shared_ptr<const StageSolve> relaxed = free(kind, k);
+  std::vector<std::shared_ptr<const StageSolve>> sources;
+  for (const auto& [fk, sv] : fitted_)
+    if (std::get<0>(fk) == kind && std::get<1>(fk) == k && sv->plan.has_solution && std::isfinite(sv->microbatch_us) &&
+        std::find(sources.begin(), sources.end(), sv) == sources.end())
+      sources.push_back(sv);
+  std::stable_sort(sources.begin(), sources.end(), [](const auto& a, const auto& b) { return a->microbatch_us < b->microbatch_us; });
+  if (sources.size() > 2) sources.resize(2);
+  if (sources.empty()) {
+    const double handover = deferred * static_cast<double>(relaxed->parts.kept_for_w_bytes);
+    const StageMemory mem{inflight, static_cast<int64_t>(std::floor(static_cast<double>(budget) - handover)), true, false};
+    if (mem.budget > 0)
+      if (auto pattern = extend_fitted(kind, k, mem, *relaxed)) sources.push_back(std::move(pattern));
+  }
+  sources.push_back(relaxed);
+  std::shared_ptr<const StageSolve> best;
+  for (const auto& from : sources) {
+    auto s = refit(*from, *relaxed, inflight, deferred, budget);
+    if (s && (!best || s->microbatch_us < best->microbatch_us)) best = std::move(s);
+  }
+  return rank_fits_.emplace(key, best).first->second;
+}
+
 std::shared_ptr<StageSolve> StageSolver::extend_fitted(StageKind kind, int32_t k, StageMemory mem,
                                                       const StageSolve& relaxed) {
   if (kind == kStageBoth || k < 2) return nullptr;  // a one-layer stage is no pattern's size

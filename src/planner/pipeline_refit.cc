@@ -1,0 +1,192 @@
+/// The ranks' memory after the stage plans are chosen (planner/pipeline_layout.h): each rank's
+/// peak, the rank refit (each rank's limit shared among its stages, recomputation re-chosen
+/// per rank) and the rank balance (single layers moved off the busiest rank).
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <memory>
+#include <optional>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "planner/pipeline_layout.h"
+#include "planner/pipeline_timeline.h"
+
+namespace autoshard::pipeline_detail {
+
+namespace {
+
+/// Up to `most` plans of the canonical stage (kind, k) to refit from: `current` first, then the
+/// fastest other solved plans that fit some budget (fitted solves, shardings made for memory).
+std::vector<std::shared_ptr<const StageSolve>> refit_sources(const Search& S, StageKind kind, int32_t k,
+                                                             const std::shared_ptr<const StageSolve>& current, size_t most) {
+  std::vector<std::shared_ptr<const StageSolve>> others;
+  for (const auto& [key, sv] : S.solver.fitted_solves()) {
+    if (std::get<0>(key) != kind || std::get<1>(key) != k || sv == current || !sv->plan.has_solution ||
+        !std::isfinite(sv->microbatch_us) || std::find(others.begin(), others.end(), sv) != others.end())
+      continue;
+    others.push_back(sv);
+  }
+  std::stable_sort(others.begin(), others.end(), [](const auto& a, const auto& b) { return a->microbatch_us < b->microbatch_us; });
+  std::vector<std::shared_ptr<const StageSolve>> out{current};
+  for (const auto& sv : others)
+    if (out.size() < most) out.push_back(sv);
+  return out;
+}
+
+}  // namespace
+
+/// Per pp rank, the peak per device: its stages' one-microbatch peaks plus the activations of
+/// the other microbatches it keeps in flight.
+void rank_peaks(PipelinePlan& pl) {
+  pl.rank_peak_bytes.assign(psz(pl.P), 0);
+  std::vector<double> extra(psz(pl.P), 0);
+  for (const PipelineStage& st : pl.stages) {
+    pl.rank_peak_bytes[psz(st.pp_rank)] += st.solve->microbatch_peak_bytes + st.solve->deferred_grad_bytes;
+    // A zero-bubble schedule also keeps, per microbatch whose W waits, the gradients B made
+    // for it (its activations are counted in flight until W).
+    extra[psz(st.pp_rank)] += (st.inflight - 1) * static_cast<double>(st.solve->activation_bytes) +
+                              st.deferred * static_cast<double>(st.solve->parts.kept_for_w_bytes);
+  }
+  for (int32_t r = 0; r < pl.P; ++r) pl.rank_peak_bytes[psz(r)] += static_cast<int64_t>(std::ceil(extra[psz(r)]));
+}
+
+bool ranks_fit(const PipelinePlan& pl) {
+  return pl.memory_limit_bytes <= 0 ||
+         std::all_of(pl.rank_peak_bytes.begin(), pl.rank_peak_bytes.end(),
+                     [&](int64_t b) { return b <= pl.memory_limit_bytes; });
+}
+
+/// The rank refit: each rank's limit shared among its stages in proportion to what they need
+/// now, and each stage given the fastest of its sources (refit_sources) with the least
+/// recomputation that fits its part at its own rank's in-flight and hand-over counts
+/// (StageSolver::refit).  Why: the stage plans are made per (kind, layers) for the most in
+/// flight of their kind and, with v > 1, for a share of a balanced rank, so a rank with fewer
+/// in flight or less than its share recomputes more than it needs to (llama3-405b 8x16x8:
+/// pp rank 1 at 65 of 74.5 GiB worked the most), and a rank over the limit is brought under
+/// by recomputing more, a few evaluations instead of memory-limited solves.  Ranks are
+/// independent; a stage no source fits keeps its plan.
+void refit_ranks(Search& S, PipelinePlan& pl, const std::vector<int32_t>& ranks) {
+  const int32_t n = static_cast<int32_t>(pl.stages.size());
+  auto chosen = [&](int32_t r) { return ranks.empty() || std::find(ranks.begin(), ranks.end(), r) != ranks.end(); };
+  // A rank that keeps more than the limit with no activations kept at all (each stage's least
+  // over its sources) fits no refit: the candidate is not worth the evaluations (llama3-405b's
+  // memory-free splits need 3-5 times the limit).
+  std::vector<double> least(psz(pl.P), 0);
+  for (const PipelineStage& st : pl.stages) {
+    if (!chosen(st.pp_rank)) continue;
+    double l = kPipeInf;
+    for (const auto& from : refit_sources(S, kind_of(st.index, n), st.hi - st.lo, st.solve, 3))
+      l = std::min(l, StageSolver::rank_need_bytes(*from, 1, st.deferred) - static_cast<double>(from->activation_bytes));
+    least[psz(st.pp_rank)] += l;
+  }
+  if (std::any_of(least.begin(), least.end(), [&](double b) { return b > static_cast<double>(pl.memory_limit_bytes); }))
+    return;
+  std::map<std::tuple<const StageSolve*, double, double, int64_t>, std::shared_ptr<const StageSolve>> done;
+  for (int32_t r = 0; r < pl.P; ++r) {
+    if (!chosen(r)) continue;
+    double total = 0;
+    for (const PipelineStage& st : pl.stages)
+      if (st.pp_rank == r) total += StageSolver::rank_need_bytes(*st.solve, st.inflight, st.deferred);
+    if (total <= 0) continue;
+    const double scale = static_cast<double>(pl.memory_limit_bytes) / total;
+    for (PipelineStage& st : pl.stages) {
+      if (st.pp_rank != r) continue;
+      const double need = StageSolver::rank_need_bytes(*st.solve, st.inflight, st.deferred);
+      const auto budget = static_cast<int64_t>(std::floor(need * scale));
+      const auto kind = kind_of(st.index, n);
+      const int32_t k = st.hi - st.lo;
+      const auto relaxed = S.solver.free(kind, k);
+      std::shared_ptr<const StageSolve> best = need <= static_cast<double>(budget) ? st.solve : nullptr;
+      for (const auto& from : refit_sources(S, kind, k, st.solve, 3)) {
+        const auto key = std::make_tuple(from.get(), st.inflight, st.deferred, budget);
+        auto it = done.find(key);
+        if (it == done.end()) it = done.emplace(key, S.solver.refit(*from, *relaxed, st.inflight, st.deferred, budget)).first;
+        if (it->second && (!best || it->second->microbatch_us < best->microbatch_us)) best = it->second;
+      }
+      if (best) st.solve = best;
+    }
+  }
+  rank_peaks(pl);
+}
+
+
+
+namespace {
+
+/// Sum over `pl`'s stages on rank `r` other than stage `skip` of what they add to its peak.
+double others_need(const PipelinePlan& pl, int32_t r, int32_t skip) {
+  double b = 0;
+  for (const PipelineStage& st : pl.stages)
+    if (st.pp_rank == r && st.index != skip) b += StageSolver::rank_need_bytes(*st.solve, st.inflight, st.deferred);
+  return b;
+}
+
+/// `pl` with one layer moved from stage `from` to its neighbour `to`, the two stages planned
+/// for their ranks (StageSolver::fit_for_rank under what the rank's other stages leave, else
+/// the receiving rank refit as a whole); nullopt when a rank does not fit.
+std::optional<PipelinePlan> moved_layer(Search& S, const PipelinePlan& pl, int32_t from, int32_t to) {
+  PipelinePlan t = pl;
+  const int32_t n = static_cast<int32_t>(t.stages.size());
+  PipelineStage &a = t.stages[psz(from)], &b = t.stages[psz(to)];
+  if (to == from + 1) --a.hi, --b.lo;
+  else ++a.lo, ++b.hi;
+  for (PipelineStage* st : {&a, &b}) {
+    const auto kind = kind_of(st->index, n);
+    const int32_t k = st->hi - st->lo;
+    const double left = static_cast<double>(t.memory_limit_bytes) - others_need(t, st->pp_rank, st->index);
+    auto plan = left > 0 ? S.solver.fit_for_rank(kind, k, st->inflight, st->deferred, static_cast<int64_t>(std::floor(left)))
+                         : nullptr;
+    if (!plan && st == &b) {
+      // The receiving rank's stages share its limit again, this one first planned for its old
+      // need grown by a layer's share.
+      const double need = StageSolver::rank_need_bytes(*pl.stages[psz(to)].solve, st->inflight, st->deferred);
+      plan = S.solver.fit_for_rank(kind, k, st->inflight, st->deferred, static_cast<int64_t>(need * k / (k - 1)));
+      if (plan) {
+        st->solve = plan;
+        refit_ranks(S, t, {st->pp_rank});
+        if (t.rank_peak_bytes[psz(st->pp_rank)] > t.memory_limit_bytes) return std::nullopt;
+        continue;
+      }
+    }
+    if (!plan) return std::nullopt;
+    st->solve = plan;
+  }
+  rank_peaks(t);
+  if (!ranks_fit(t)) return std::nullopt;
+  return t;
+}
+
+}  // namespace
+
+void balance_ranks(Search& S, PipelinePlan& pl, int32_t max_moves) {
+  const int32_t n = static_cast<int32_t>(pl.stages.size());
+  double step = stage_timeline(pl).makespan_us;
+  for (int32_t tried = 0; tried < max_moves;) {
+    std::vector<double> work(psz(pl.P), 0);
+    for (const PipelineStage& st : pl.stages) work[psz(st.pp_rank)] += st.solve->microbatch_us;
+    const auto busy = static_cast<int32_t>(std::max_element(work.begin(), work.end()) - work.begin());
+    std::optional<PipelinePlan> best;
+    double best_step = step;
+    for (int32_t s = 0; s < n && tried < max_moves; ++s) {
+      const PipelineStage& st = pl.stages[psz(s)];
+      if (st.pp_rank != busy || st.hi - st.lo < 2) continue;
+      for (int32_t to : {s - 1, s + 1}) {
+        if (to < 0 || to >= n || pl.stages[psz(to)].pp_rank == busy || tried++ >= max_moves) continue;
+        auto t = moved_layer(S, pl, s, to);
+        if (!t) continue;
+        const double ts = stage_timeline(*t).makespan_us;
+        if (ts < best_step * (1 - 1e-9)) {
+          best_step = ts;
+          best = std::move(t);
+        }
+      }
+    }
+    if (!best) break;
+    pl = std::move(*best);
+    pl.step_us = step = best_step;
+  }
+}
+
+}  // namespace autoshard::pipeline_detail
