@@ -292,12 +292,18 @@ int64_t expected_rank_peak(const PipelineStage& st) {
          static_cast<int64_t>((st.inflight - 1) * st.solve->activation_bytes);
 }
 
+/// 1F1B with M microbatches.
+PipelineOptions one_f_one_b(int32_t M) {
+  PipelineOptions po;
+  po.microbatches = M;
+  po.schedule = PipelineSchedule::k1F1B;
+  return po;
+}
+
 TEST(PipelineMemory, RecomputationMakesTheInFlightActivationsFit) {
   const Graph g = testing::small_llama(2);
   const Mesh mesh({2, 2}, {"pp", "dp"}, h100());
-  PipelineOptions po;
-  po.microbatches = 4;
-  po.schedule = PipelineSchedule::k1F1B;
+  const PipelineOptions po = one_f_one_b(4);
   PlannerOptions o = additive();
   o.memory_limit_bytes = 0;
   const PipelinePlan free = plan_pipeline(g, mesh, o, po);
@@ -362,21 +368,13 @@ TEST(PipelineMemory, ShareBudgetsDoNotForceRecomputationWhereTheRanksFit) {
   EXPECT_LE(fit.lower_bound_us, fit.step_us);
 }
 
-}  // namespace
-}  // namespace autoshard
-
-namespace autoshard {
-namespace {
-
 TEST(PipelineMemory, RefitFitsTheRanksOwnCountsAndPartOfItsLimit) {
   // A stage plan made for 4 microbatches in flight under half of what its memory-free plan
   // needs, refit for a rank that keeps 2: it still fits, no slower; with a hand-over to W the
   // hand-over is counted; under a part no recomputation reaches there is none.
   const Graph g = testing::small_llama(4);
   const Mesh mesh({2, 2}, {"pp", "dp"}, h100());
-  PipelineOptions po;
-  po.microbatches = 8;
-  po.schedule = PipelineSchedule::k1F1B;
+  const PipelineOptions po = one_f_one_b(8);
   PlannerOptions o = additive();
   o.memory_limit_bytes = 0;
   const LayerMap m = map_layers(g);
@@ -431,7 +429,6 @@ TEST(PipelineMemory, RankBalanceMovesLayersOffTheBusiestRank) {
   EXPECT_NEAR(moved.step_us, stage_timeline(moved).makespan_us, 1e-9 * moved.step_us);
   EXPECT_LE(moved.lower_bound_us, moved.step_us);
   std::vector<int64_t> peaks(4, 0);
-  std::vector<double> extra(4, 0);
   int32_t lo = 0;
   bool differ = false;
   for (size_t s = 0; s < moved.stages.size(); ++s) {
@@ -439,13 +436,12 @@ TEST(PipelineMemory, RankBalanceMovesLayersOffTheBusiestRank) {
     EXPECT_EQ(st.lo, lo);
     lo = st.hi;
     differ = differ || st.hi != kept.stages[s].hi;
-    peaks[static_cast<size_t>(st.pp_rank)] += st.solve->microbatch_peak_bytes + st.solve->deferred_grad_bytes;
-    extra[static_cast<size_t>(st.pp_rank)] += (st.inflight - 1) * static_cast<double>(st.solve->activation_bytes);
+    peaks[static_cast<size_t>(st.pp_rank)] += expected_rank_peak(st);
   }
   EXPECT_EQ(lo, 16);
   EXPECT_TRUE(differ);
   for (size_t r = 0; r < 4; ++r) {
-    EXPECT_EQ(moved.rank_peak_bytes[r], peaks[r] + static_cast<int64_t>(std::ceil(extra[r]))) << r;
+    EXPECT_NEAR(moved.rank_peak_bytes[r], peaks[r], 2) << r;  // one byte of rounding a stage
     EXPECT_LE(moved.rank_peak_bytes[r], o.memory_limit_bytes) << r;
   }
 }
