@@ -58,60 +58,105 @@ bool ranks_fit(const PipelinePlan& pl) {
                      [&](int64_t b) { return b <= pl.memory_limit_bytes; });
 }
 
-/// The rank refit: each rank's limit shared among its stages in proportion to what they need
-/// now, and each stage given the fastest of its sources (refit_sources) with the least
-/// recomputation that fits its part at its own rank's in-flight and hand-over counts
-/// (StageSolver::refit).  Why: the stage plans are made per (kind, layers) for the most in
-/// flight of their kind and, with v > 1, for a share of a balanced rank, so a rank with fewer
-/// in flight or less than its share recomputes more than it needs to (llama3-405b 8x16x8:
-/// pp rank 1 at 65 of 74.5 GiB worked the most), and a rank over the limit is brought under
-/// by recomputing more, a few evaluations instead of memory-limited solves.  Ranks are
-/// independent; a stage no source fits keeps its plan.
+using RefitCache = std::map<std::tuple<const StageSolve*, double, double, int64_t>, std::shared_ptr<const StageSolve>>;
+
+namespace {
+
+/// The fastest of `st`'s sources refit to `budget`, `st`'s own plan where it fits as it is;
+/// nullptr when none fits.
+std::shared_ptr<const StageSolve> refit_stage(Search& S, const PipelineStage& st, int32_t n, int64_t budget,
+                                              RefitCache& done) {
+  const auto kind = kind_of(st.index, n);
+  const int32_t k = st.hi - st.lo;
+  const auto relaxed = S.solver.free(kind, k);
+  std::shared_ptr<const StageSolve> best =
+      StageSolver::rank_need_bytes(*st.solve, st.inflight, st.deferred) <= static_cast<double>(budget) ? st.solve : nullptr;
+  for (const auto& from : refit_sources(S, kind, k, st.solve, 3)) {
+    const auto key = std::make_tuple(from.get(), st.inflight, st.deferred, budget);
+    auto it = done.find(key);
+    if (it == done.end()) it = done.emplace(key, S.solver.refit(*from, *relaxed, st.inflight, st.deferred, budget)).first;
+    if (it->second && (!best || it->second->microbatch_us < best->microbatch_us)) best = it->second;
+  }
+  return best;
+}
+
+/// Rank r's stages refit to parts of the limit: each stage `base` (per stage index) and of what
+/// the bases leave, a share in proportion to what it needs above its base now.  Per stage of
+/// the rank (in order) its plan, and whether the rank then fits; empty when a stage has none.
+std::pair<std::vector<std::shared_ptr<const StageSolve>>, bool> refit_rank(Search& S, const PipelinePlan& pl, int32_t r,
+                                                                         const std::vector<double>& base, RefitCache& done) {
+  const int32_t n = static_cast<int32_t>(pl.stages.size());
+  double above = 0, bases = 0;
+  for (const PipelineStage& st : pl.stages)
+    if (st.pp_rank == r) {
+      above += StageSolver::rank_need_bytes(*st.solve, st.inflight, st.deferred) - base[psz(st.index)];
+      bases += base[psz(st.index)];
+    }
+  if (above <= 0) return {};
+  const double scale = (static_cast<double>(pl.memory_limit_bytes) - bases) / above;
+  std::vector<std::shared_ptr<const StageSolve>> plans;
+  double need = 0;
+  for (const PipelineStage& st : pl.stages) {
+    if (st.pp_rank != r) continue;
+    const double b = base[psz(st.index)];
+    const auto budget = static_cast<int64_t>(std::floor(b + (StageSolver::rank_need_bytes(*st.solve, st.inflight, st.deferred) - b) * scale));
+    plans.push_back(refit_stage(S, st, n, budget, done));
+    if (!plans.back()) plans.back() = st.solve;  // keeps its plan
+    need += StageSolver::rank_need_bytes(*plans.back(), st.inflight, st.deferred);
+  }
+  return {plans, need <= static_cast<double>(pl.memory_limit_bytes)};
+}
+
+}  // namespace
+
+/// The rank refit: each rank's limit shared among its stages and each stage given the fastest
+/// of its sources (refit_sources) with the least recomputation that fits its part at its own
+/// rank's in-flight and hand-over counts (StageSolver::refit).  Two ways to share, the better
+/// kept per rank (fitting first, then the least work): in proportion to what the stages need
+/// now, and each stage its least need with no activations kept plus a share of the rest in
+/// proportion to what it needs above that (a stage that can give more gives more; on
+/// llama3-405b 8x16x8 each alone won on some candidates).  Why: the stage plans are made per
+/// (kind, layers) for the most in flight of their kind and, with v > 1, for a share of a
+/// balanced rank, so a rank with fewer in flight or less than its share recomputes more than
+/// it needs to (llama3-405b 8x16x8: pp rank 1 at 65 of 74.5 GiB worked the most), and a rank
+/// over the limit is brought under by recomputing more, a few evaluations instead of
+/// memory-limited solves.  Ranks are independent; a stage no source fits keeps its plan.
 void refit_ranks(Search& S, PipelinePlan& pl, const std::vector<int32_t>& ranks) {
   const int32_t n = static_cast<int32_t>(pl.stages.size());
   auto chosen = [&](int32_t r) { return ranks.empty() || std::find(ranks.begin(), ranks.end(), r) != ranks.end(); };
   // A rank that keeps more than the limit with no activations kept at all (each stage's least
   // over its sources) fits no refit: the candidate is not worth the evaluations (llama3-405b's
   // memory-free splits need 3-5 times the limit).
-  std::vector<double> least(psz(pl.P), 0);
+  std::vector<double> least(psz(n), kPipeInf), rank_least(psz(pl.P), 0);
   for (const PipelineStage& st : pl.stages) {
     if (!chosen(st.pp_rank)) continue;
-    double l = kPipeInf;
+    double& l = least[psz(st.index)];
     for (const auto& from : refit_sources(S, kind_of(st.index, n), st.hi - st.lo, st.solve, 3))
       l = std::min(l, StageSolver::rank_need_bytes(*from, 1, st.deferred) - static_cast<double>(from->activation_bytes));
-    least[psz(st.pp_rank)] += l;
+    l = std::min(l, StageSolver::rank_need_bytes(*st.solve, st.inflight, st.deferred));
+    rank_least[psz(st.pp_rank)] += l;
   }
-  if (std::any_of(least.begin(), least.end(), [&](double b) { return b > static_cast<double>(pl.memory_limit_bytes); }))
+  if (std::any_of(rank_least.begin(), rank_least.end(), [&](double b) { return b > static_cast<double>(pl.memory_limit_bytes); }))
     return;
-  std::map<std::tuple<const StageSolve*, double, double, int64_t>, std::shared_ptr<const StageSolve>> done;
+  RefitCache done;
+  const std::vector<double> none(psz(n), 0.0);
   for (int32_t r = 0; r < pl.P; ++r) {
     if (!chosen(r)) continue;
-    double total = 0;
-    for (const PipelineStage& st : pl.stages)
-      if (st.pp_rank == r) total += StageSolver::rank_need_bytes(*st.solve, st.inflight, st.deferred);
-    if (total <= 0) continue;
-    const double scale = static_cast<double>(pl.memory_limit_bytes) / total;
-    for (PipelineStage& st : pl.stages) {
-      if (st.pp_rank != r) continue;
-      const double need = StageSolver::rank_need_bytes(*st.solve, st.inflight, st.deferred);
-      const auto budget = static_cast<int64_t>(std::floor(need * scale));
-      const auto kind = kind_of(st.index, n);
-      const int32_t k = st.hi - st.lo;
-      const auto relaxed = S.solver.free(kind, k);
-      std::shared_ptr<const StageSolve> best = need <= static_cast<double>(budget) ? st.solve : nullptr;
-      for (const auto& from : refit_sources(S, kind, k, st.solve, 3)) {
-        const auto key = std::make_tuple(from.get(), st.inflight, st.deferred, budget);
-        auto it = done.find(key);
-        if (it == done.end()) it = done.emplace(key, S.solver.refit(*from, *relaxed, st.inflight, st.deferred, budget)).first;
-        if (it->second && (!best || it->second->microbatch_us < best->microbatch_us)) best = it->second;
-      }
-      if (best) st.solve = best;
-    }
+    auto work = [](const std::vector<std::shared_ptr<const StageSolve>>& v) {
+      double w = 0;
+      for (const auto& p : v) w += p->microbatch_us;
+      return w;
+    };
+    auto a = refit_rank(S, pl, r, none, done), b = refit_rank(S, pl, r, least, done);
+    if (b.first.empty() || (!a.first.empty() && std::make_pair(!a.second, work(a.first)) <= std::make_pair(!b.second, work(b.first))))
+      b = std::move(a);
+    if (b.first.empty()) continue;
+    size_t i = 0;
+    for (PipelineStage& st : pl.stages)
+      if (st.pp_rank == r) st.solve = b.first[i++];
   }
   rank_peaks(pl);
 }
-
-
 
 namespace {
 
