@@ -135,7 +135,6 @@ PipelinePlan assembled(Search& S, const PipelinePlan& head, const ScheduleCandid
   return pl;
 }
 
-
 }  // namespace
 
 PipelinePlan fastest_that_fits(Search& S, const PipelinePlan& head, const std::vector<ScheduleCandidate>& cands) {

@@ -18,20 +18,12 @@ namespace autoshard::pipeline_detail {
 namespace {
 
 /// Up to `most` plans of the canonical stage (kind, k) to refit from: `current` first, then the
-/// fastest other solved plans that fit some budget (fitted solves, shardings made for memory).
+/// fastest other solved fitted plans (shardings made for memory).
 std::vector<std::shared_ptr<const StageSolve>> refit_sources(const Search& S, StageKind kind, int32_t k,
                                                              const std::shared_ptr<const StageSolve>& current, size_t most) {
-  std::vector<std::shared_ptr<const StageSolve>> others;
-  for (const auto& [key, sv] : S.solver.fitted_solves()) {
-    if (std::get<0>(key) != kind || std::get<1>(key) != k || sv == current || !sv->plan.has_solution ||
-        !std::isfinite(sv->microbatch_us) || std::find(others.begin(), others.end(), sv) != others.end())
-      continue;
-    others.push_back(sv);
-  }
-  std::stable_sort(others.begin(), others.end(), [](const auto& a, const auto& b) { return a->microbatch_us < b->microbatch_us; });
   std::vector<std::shared_ptr<const StageSolve>> out{current};
-  for (const auto& sv : others)
-    if (out.size() < most) out.push_back(sv);
+  for (const auto& sv : S.solver.fastest_fitted(kind, k, most))
+    if (sv != current && out.size() < most) out.push_back(sv);
   return out;
 }
 

@@ -122,6 +122,9 @@ class StageSolver {
   /// rank gets its own rank's in-flight count and part of that rank's limit.
   std::shared_ptr<const StageSolve> refit(const StageSolve& from, const StageSolve& relaxed, double inflight,
                                           double deferred, int64_t budget) const;
+  /// Up to `most` distinct solved fitted plans of (kind, k) with a finite cost, the fastest
+  /// first: the shardings a rank's refit starts from.
+  std::vector<std::shared_ptr<const StageSolve>> fastest_fitted(StageKind kind, int32_t k, size_t most) const;
   /// A plan of (kind, k) for a rank that keeps `inflight` microbatches in flight, `deferred`
   /// hand-overs to W, under `budget` (as rank_need_bytes counts it): the fastest refit of its
   /// two fastest solved fitted plans and of its memory-free plan, or, with no fitted plan of

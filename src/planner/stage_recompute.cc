@@ -63,18 +63,23 @@ std::shared_ptr<const StageSolve> StageSolver::refit(const StageSolve& from, con
   return nullptr;
 }
 
+std::vector<std::shared_ptr<const StageSolve>> StageSolver::fastest_fitted(StageKind kind, int32_t k, size_t most) const {
+  std::vector<std::shared_ptr<const StageSolve>> v;
+  for (const auto& [key, sv] : fitted_)
+    if (std::get<0>(key) == kind && std::get<1>(key) == k && sv->plan.has_solution && std::isfinite(sv->microbatch_us) &&
+        std::find(v.begin(), v.end(), sv) == v.end())
+      v.push_back(sv);
+  std::stable_sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a->microbatch_us < b->microbatch_us; });
+  if (v.size() > most) v.resize(most);
+  return v;
+}
+
 std::shared_ptr<const StageSolve> StageSolver::fit_for_rank(StageKind kind, int32_t k, double inflight, double deferred,
                                                             int64_t budget) {
   const auto key = std::make_tuple(static_cast<int32_t>(kind), k, inflight, deferred, budget);
   if (const auto it = rank_fits_.find(key); it != rank_fits_.end()) return it->second;
   const std::shared_ptr<const StageSolve> relaxed = free(kind, k);
-  std::vector<std::shared_ptr<const StageSolve>> sources;
-  for (const auto& [fk, sv] : fitted_)
-    if (std::get<0>(fk) == kind && std::get<1>(fk) == k && sv->plan.has_solution && std::isfinite(sv->microbatch_us) &&
-        std::find(sources.begin(), sources.end(), sv) == sources.end())
-      sources.push_back(sv);
-  std::stable_sort(sources.begin(), sources.end(), [](const auto& a, const auto& b) { return a->microbatch_us < b->microbatch_us; });
-  if (sources.size() > 2) sources.resize(2);
+  std::vector<std::shared_ptr<const StageSolve>> sources = fastest_fitted(kind, k, 2);
   if (sources.empty()) {
     const double handover = deferred * static_cast<double>(relaxed->parts.kept_for_w_bytes);
     const StageMemory mem{inflight, static_cast<int64_t>(std::floor(static_cast<double>(budget) - handover)), true, false};
