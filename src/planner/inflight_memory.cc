@@ -39,17 +39,38 @@ int64_t boundary_usage(const Graph& g, const BuiltProblem& bp, const std::vector
   return u;
 }
 
-void price_boundary_usage(const Graph& g, double us_per_byte, BuiltProblem& bp) {
-  for (PNodeIdx v : live_at_boundary(g, bp)) {
+void price_boundary_usage(const Graph& g, const Mesh& mesh, double us_per_byte, BuiltProblem& bp) {
+  // Priced bytes are no compute: kept out of the overlap objective's windows as op_comm is.
+  auto price = [&](PNodeIdx v, const std::vector<double>& bytes) {
     ProblemNode& n = bp.problem.nodes[isz(v)];
-    // Priced bytes are no compute: kept out of the overlap objective's windows as op_comm is.
     std::vector<double> kept(n.costs.size());
     for (size_t q = 0; q < n.costs.size(); ++q) {
-      const double price = us_per_byte * static_cast<double>(n.usages[q]);
-      kept[q] = bp.op_comm_us(v, static_cast<StrategyIdx>(q)) + price;
-      n.costs[q] += price;
+      const double c = us_per_byte * bytes[q];
+      kept[q] = bp.op_comm_us(v, static_cast<StrategyIdx>(q)) + c;
+      n.costs[q] += c;
     }
     bp.set_op_comm(v, std::make_shared<const std::vector<double>>(std::move(kept)));
+  };
+  for (PNodeIdx v : live_at_boundary(g, bp)) {
+    const auto& u = bp.problem.nodes[isz(v)].usages;
+    price(v, std::vector<double>(u.begin(), u.end()));
+  }
+  // The gradients summed over the step: held from the first microbatch's backward on, so at
+  // every later microbatch's t* too (a rank's need counts them beside its peak).
+  for (const TensorRef& r : deferred_gradient_tensors(g)) {
+    const PNodeIdx v = bp.pnode[isz(r.node)];
+    if (v < 0) continue;
+    const StrategyList& strats = bp.strategies[isz(v)];
+    std::vector<double> bytes(bp.problem.nodes[isz(v)].costs.size(), 0.0);
+    bool any = false;
+    for (size_t q = 0; q < bytes.size() && q < strats.size(); ++q) {
+      const auto& outs = strats[q].outputs;
+      if (isz(r.output) < outs.size() && outs[isz(r.output)].has_partial()) {
+        bytes[q] = static_cast<double>(outs[isz(r.output)].local_bytes(mesh));
+        any = true;
+      }
+    }
+    if (any) price(v, bytes);
   }
 }
 
@@ -91,21 +112,29 @@ InflightMemory inflight_memory(const Graph& g, const BuiltProblem& bp, double in
   return m;
 }
 
-int64_t deferred_gradient_bytes(const Graph& g, const Plan& plan, const Mesh& mesh) {
-  int64_t bytes = 0;
-  std::vector<char> seen(static_cast<size_t>(g.size()), 0);  // a tensor counted once
+std::vector<TensorRef> deferred_gradient_tensors(const Graph& g) {
+  std::vector<TensorRef> out;
+  std::vector<char> seen(isz(g.size()), 0);  // a tensor counted once
   for (NodeIdx i = 0; i < g.size(); ++i) {
     const Node& x = g.node(i);
     if (x.kind != NodeKind::kOp || x.phase != Phase::kOptimizer) continue;
     for (const TensorRef& r : x.inputs) {
-      const Node& p = g.node(r.node);
-      const auto& np = plan.nodes[static_cast<size_t>(r.node)];
-      if (p.phase != Phase::kBackward || !np || seen[static_cast<size_t>(r.node)]) continue;
-      const auto& outs = np->chosen.outputs;
-      if (static_cast<size_t>(r.output) >= outs.size() || !outs[static_cast<size_t>(r.output)].has_partial()) continue;
-      seen[static_cast<size_t>(r.node)] = 1;
-      bytes += outs[static_cast<size_t>(r.output)].local_bytes(mesh);
+      if (g.node(r.node).phase != Phase::kBackward || seen[isz(r.node)]) continue;
+      seen[isz(r.node)] = 1;
+      out.push_back(r);
     }
+  }
+  return out;
+}
+
+int64_t deferred_gradient_bytes(const Graph& g, const Plan& plan, const Mesh& mesh) {
+  int64_t bytes = 0;
+  for (const TensorRef& r : deferred_gradient_tensors(g)) {
+    const auto& np = plan.nodes[isz(r.node)];
+    if (!np) continue;
+    const auto& outs = np->chosen.outputs;
+    if (isz(r.output) >= outs.size() || !outs[isz(r.output)].has_partial()) continue;
+    bytes += outs[isz(r.output)].local_bytes(mesh);
   }
   return bytes;
 }

@@ -42,7 +42,9 @@ int64_t boundary_usage(const Graph& g, const BuiltProblem& bp, const std::vector
 /// Adds us_per_byte x usage to the costs of live_at_boundary's nodes, and to their op_comm
 /// (the overlap objective's windows are compute only).  build_problem calls it last for
 /// PlannerOptions::boundary_memory_price > 0.
-void price_boundary_usage(const Graph& g, double us_per_byte, BuiltProblem& bp);
+/// Also prices, per strategy, the deferred gradients (deferred_gradient_bytes) a node leaves
+/// Partial: a later microbatch's t* holds them, and a rank's need counts them.
+void price_boundary_usage(const Graph& g, const Mesh& mesh, double us_per_byte, BuiltProblem& bp);
 
 /// Problem nodes one microbatch keeps across the forward/backward boundary (ascending).
 std::vector<PNodeIdx> kept_across_boundary(const Graph& g, const BuiltProblem& bp);
@@ -65,5 +67,7 @@ InflightMemory inflight_memory(const Graph& g, const BuiltProblem& bp, double in
 /// op reads that its producer leaves Partial (its reduction is deferred), at the producer's
 /// local size.  They live from the first microbatch's backward to the step's end.
 int64_t deferred_gradient_bytes(const Graph& g, const Plan& plan, const Mesh& mesh);
+/// The backward tensors optimizer ops read (each producer once): deferred where left Partial.
+std::vector<TensorRef> deferred_gradient_tensors(const Graph& g);
 
 }  // namespace autoshard

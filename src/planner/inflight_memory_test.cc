@@ -39,5 +39,42 @@ TEST(InflightMemory, TheMlpKeepsWhatItsBackwardReads) {
   }
 }
 
+TEST(InflightMemory, PricedUsageCountsTheGradientsSummedOverTheStep) {
+  // A memory price charges a plan lambda x (its usage at t* + the Partial gradients it sums
+  // over the step): a later microbatch's t* holds those gradients too.  On two data-parallel
+  // devices the mlp's weight gradients are Partial until the optimizer's reduction.
+  const Graph g = build_model("mlp", ModelOptions{64, -1, 2, {}});
+  const Mesh mesh({2}, {"dp"}, testing::h100());
+  PlannerOptions o;
+  o.objective = Objective::kAdditive;
+  o.memory_limit_bytes = 0;
+  o.inflight_microbatches = 3;
+  ShardingOptimizer plain(g, mesh, o);
+  (void)plain.get_solution();
+  const double lambda = 1e-6;  // us per byte
+  PlannerOptions po = o;
+  po.boundary_memory_price = lambda;
+  ShardingOptimizer priced(g, mesh, po);
+  const BuiltProblem& a = plain.problem();
+  const BuiltProblem& b = priced.problem();
+  ASSERT_EQ(a.problem.num_nodes(), b.problem.num_nodes());
+  // The optimum with every weight gradient's producer on a strategy that leaves it Partial
+  // (only node costs are compared: edges carry no price).
+  std::vector<StrategyIdx> x = plain.solution_choice();
+  for (const TensorRef& r : deferred_gradient_tensors(g)) {
+    const PNodeIdx v = a.pnode[static_cast<size_t>(r.node)];
+    const StrategyList& sl = a.strategies[static_cast<size_t>(v)];
+    for (size_t q = 0; q < sl.size(); ++q)
+      if (sl[q].outputs[static_cast<size_t>(r.output)].has_partial()) x[static_cast<size_t>(v)] = static_cast<StrategyIdx>(q);
+  }
+  const Plan p = plain.evaluate(x);
+  double extra = 0;
+  for (size_t v = 0; v < x.size(); ++v)
+    extra += b.problem.nodes[v].costs[static_cast<size_t>(x[v])] - a.problem.nodes[v].costs[static_cast<size_t>(x[v])];
+  const int64_t summed = deferred_gradient_bytes(g, p, mesh);
+  EXPECT_EQ(summed, 2 * (1024 * 1024 + 1024) * 2);  // two weights' and two biases' bf16 gradients, whole
+  EXPECT_NEAR(extra, lambda * static_cast<double>(boundary_usage(g, b, x) + summed), 1e-9 * extra);
+}
+
 }  // namespace
 }  // namespace autoshard

@@ -499,7 +499,7 @@ BuiltProblem build_problem(const Graph& g, const Mesh& mesh, const PlannerOption
   if (opt.inflight_microbatches != 1.0) scale_inflight_usages(g, opt.inflight_microbatches, bp);
   // Transient, so never scaled by the microbatches in flight: one op runs at a time.
   add_cp_buffer_nodes(g, mesh, bp);
-  if (opt.boundary_memory_price > 0) price_boundary_usage(g, opt.boundary_memory_price, bp);
+  if (opt.boundary_memory_price > 0) price_boundary_usage(g, mesh, opt.boundary_memory_price, bp);
 
   // Memory limit.
   int64_t limit = opt.memory_limit_bytes < 0 ? mesh.hardware().memory_bytes

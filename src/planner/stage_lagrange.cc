@@ -154,7 +154,9 @@ StageSolver::PricedBound StageSolver::price_model(RecomputePolicy model, StageMe
     }
     auto s = evaluated(std::make_shared<ShardingOptimizer>(sg.graph, sub_, eo), relaxed, x, mem.inflight, mem.budget);
     if (!s) return false;
-    planes.push_back({s->microbatch_us, static_cast<double>(boundary_usage(sg.graph, ebp, x))});
+    // The priced usage: at t*, and the gradients summed over the step (price_boundary_usage).
+    planes.push_back({s->microbatch_us,
+                      static_cast<double>(boundary_usage(sg.graph, ebp, x) + s->deferred_grad_bytes)});
     if (fits(*s, mem) && (!out.plan || s->microbatch_us < out.plan->microbatch_us)) out.plan = s;
     return true;
   };
