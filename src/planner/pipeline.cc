@@ -114,7 +114,11 @@ double busiest_rank_bound(const StageCostTable& low, const StageCostTable& forwa
   if (splits_backward(sch)) return std::max(busiest, split_ranks_head_bound(low, forward, L, P, v, M, v_shaped(sch), rf));
   // One stage per rank without a split backward: also the fill ahead of and the drain after
   // each rank's own work (split_head_tail_bound), exact for equal stages.
-  if (v == 1) return std::max(busiest, split_head_tail_bound(low, L, P, M));
+  // With rank floors, also each rank's floor with the fill ahead of it (the interleaved form
+  // at v = 1): the floors raise what the head-and-tail DP on the stage bounds cannot.
+  if (v == 1)
+    return std::max({busiest, split_head_tail_bound(low, L, P, M),
+                     rf ? split_ranks_head_tail_bound(low, L, P, 1, M, false, rf) : 0.0});
   // v stages per rank (Interleaved1F1B): the same fill and drain, through each rank's first stage.
   return std::max(busiest, split_ranks_head_tail_bound(low, L, P, v, M, v_shaped(sch), rf));
 }
@@ -187,9 +191,9 @@ Evaluated search_split(Search& S, const Layout& l, double cutoff, const std::fun
         first.emplace_back(kind, k);
   }
   S.solver.prefetch(first);
-  // v > 1 under a limit: the ranks' work under their memory (priced once per search, here so
-  // that the sizes above are solved first, as without it).
-  const RankFloors floors = v > 1 && l.limit > 0 ? rank_memory_floors(S, l, pricing()) : RankFloors{};
+  // Under a limit: the ranks' work under their memory (priced once per search, here so that
+  // the sizes above are solved first, as without it).
+  const RankFloors floors = l.limit > 0 ? rank_memory_floors(S, l, pricing()) : RankFloors{};
   Evaluated best;
   double bound = 0;  // of the timeline: the busiest rank's work
   for (int iter = 0; iter < 16; ++iter) {

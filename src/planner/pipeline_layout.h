@@ -180,15 +180,17 @@ inline Layout layout_of(PipelineSchedule sched, int32_t P, int32_t L, int32_t v,
 /// were solved at.  lambda 0: none (no layout with v > 1 under a binding limit).
 struct RankPricing {
   double lambda = 0;  ///< us per byte at t*
-  double f_lo = 0, f_hi = 0;  ///< in-flight counts sampled
+  /// In-flight counts sampled (ascending): the least and the most of all layouts, and the
+  /// least of those with v > 1 (so that one stage per rank, down to 1 in flight, does not
+  /// widen the interleaved layouts' chords).
+  std::vector<double> fs;
   double d_hi = 0;            ///< microbatches handed to W sampled besides none
   std::vector<int32_t> sizes;
 };
-/// Solves the priced floors of every stage kind for `layouts` (those with v > 1 and a limit).
+/// Solves the priced floors of every stage kind for `layouts` (those with a limit).
 RankPricing rank_pricing(Search& S, const std::vector<Layout>& layouts);
 /// Per pp rank q and layers n (index n), a lower bound of rank q's work R_q when its stages
-/// together fit the device limit; empty without a price or for v == 1 (whose stages' own
-/// budgets are the rank's).
+/// together fit the device limit (with v == 1, its one stage's); empty without a price.
 RankFloors rank_memory_floors(Search& S, const Layout& l, const RankPricing& rp);
 
 /// Per pp rank, the peak per device of `pl`'s stages (PipelinePlan::rank_peak_bytes).

@@ -1,13 +1,16 @@
 /// Lower bounds of a pp rank's work under the device limit for all its stages together: the
-/// rank-level Lagrangian relaxation of memory that layouts with v > 1 stages per rank need.
+/// rank-level Lagrangian relaxation of memory that layouts with v > 1 stages per rank need,
+/// and that one stage per rank gets too (its time-limited memory-limited solves prove little:
+/// llama3-405b's 16-layer stage, 565 ms proven against a 779 ms floor).
 ///
 /// Why.  With v stages per rank the stages' budgets are shares of the rank's memory
 /// (pipeline_layout.h Layout::budget), which bound nothing: a plan may give one stage more and
 /// another less.  The constraint that holds is the rank's: sum_j need_j <= limit, need_j a
 /// stage's one-microbatch peak plus its other in-flight microbatches' kept activations (the
 /// rank's peak, pipeline_assemble.cc rank_peaks).  Each need_j is at least the stage's true
-/// usage at its forward/backward boundary t*, which its priced problem counts as U_j less a
-/// rounding of a byte per node live there (inflight_memory.h boundary_usage).  So for every
+/// usage at its forward/backward boundary t* plus the gradients it sums over the step, which
+/// its priced problem counts as U_j less a rounding of a byte per node live there
+/// (inflight_memory.h boundary_usage, price_boundary_usage).  So for every
 /// price lambda >= 0 the rank's work R = sum_j T_j satisfies
 ///     R >= sum_j min_x [T_j(x) + lambda (U_j(x) - live_j)] - lambda limit,
 /// and each min is a memory-free priced solve's proven bound (StageSolver::priced_floors).
@@ -17,7 +20,8 @@
 ///
 /// Which solves.  One price for the whole search, from the Kelley dual of a representative
 /// middle stage on its share (StageSolver::price_memory); the priced floors of each stage kind
-/// at 1 and 32 layers, at the least and the most in-flight count of all the layouts, and with
+/// at 1 and 32 layers, at the least and the most in-flight count of all the layouts (and the
+/// least of the interleaved ones), and with
 /// none or the most microbatches handed to W.
 /// With the layers tied, a plan's priced cost is affine in the layers and jointly in the
 /// in-flight and handed-over counts, so the floors are concave in each: chords between samples
@@ -61,11 +65,14 @@ double deferred_at(const Search& S, const Layout& l, int32_t s) {
 
 RankPricing rank_pricing(Search& S, const std::vector<Layout>& layouts) {
   RankPricing rp;
-  double lo = kPipeInf, hi = 0, d_hi = 0;
+  double lo = kPipeInf, hi = 0, lo_v = kPipeInf, d_hi = 0;
   int32_t n_most = 0;
   for (const Layout& l : layouts) {
-    if (l.v == 1 || l.limit <= 0 || l.n < 3) continue;
-    for (double f : l.inflight) lo = std::min(lo, f), hi = std::max(hi, f);
+    if (l.limit <= 0 || l.n < 3) continue;
+    for (double f : l.inflight) {
+      lo = std::min(lo, f), hi = std::max(hi, f);
+      if (l.v > 1) lo_v = std::min(lo_v, f);
+    }
     for (int32_t s = 0; s < l.n; ++s) d_hi = std::max(d_hi, deferred_at(S, l, s));
     n_most = std::max(n_most, l.n);
   }
@@ -84,8 +91,9 @@ RankPricing rank_pricing(Search& S, const std::vector<Layout>& layouts) {
   // priced solves): none.
   if (!(pb.lambda > 0) || pb.bound <= relaxed->lower_bound_us * (1 + S.popt.target_gap)) return rp;
   rp.lambda = pb.lambda;
-  rp.f_lo = lo;
-  rp.f_hi = hi;
+  rp.fs = {lo};
+  if (lo_v > lo && lo_v < hi) rp.fs.push_back(lo_v);
+  if (hi > lo) rp.fs.push_back(hi);
   rp.d_hi = d_hi;
   // Two sizes: the floors are concave in k, so their chord bounds every size between, and
   // a sample between would only lower it where its own proof is looser.
@@ -95,25 +103,28 @@ RankPricing rank_pricing(Search& S, const std::vector<Layout>& layouts) {
   for (int32_t kind : {kStageFirst, kStageMid, kStageLast})
     for (int32_t k : rp.sizes)
       for (double d : {0.0, d_hi})
-        for (double f : {lo, hi})
+        for (double f : rp.fs)
           if (d == 0 || d_hi > 0) keys.emplace_back(kind, k, f, d, rp.lambda);
   S.solver.priced_floors(keys);  // all at once, on threads
   return rp;
 }
 
 RankFloors rank_memory_floors(Search& S, const Layout& l, const RankPricing& rp) {
-  if (!(rp.lambda > 0) || l.v == 1 || l.limit <= 0 || l.n < 3) return {};
+  if (!(rp.lambda > 0) || l.limit <= 0 || l.n < 3) return {};
   const int32_t L = S.L, K = L - l.n + 1;
   const double lambda = rp.lambda;
   // A kind's floor at k sampled layers, f in flight and d handed to W: the floors are jointly
   // concave in (f, d) (a plan's priced cost is affine in both), so the bilinear mix of the
-  // four corners (a convex combination) bounds it.
+  // four corners around (f, d) (a convex combination) bounds it.
   auto at = [&](int32_t kind, int32_t k, double f, double d, int64_t& live_most) {
-    const double a = rp.f_hi > rp.f_lo ? (f - rp.f_lo) / (rp.f_hi - rp.f_lo) : 0.0;
+    size_t i = 0;  // the sampled counts f0 <= f <= f1 around f
+    while (i + 2 < rp.fs.size() && f > rp.fs[i + 1]) ++i;
+    const double f0 = rp.fs[i], f1 = rp.fs[std::min(i + 1, rp.fs.size() - 1)];
+    const double a = f1 > f0 ? std::clamp((f - f0) / (f1 - f0), 0.0, 1.0) : 0.0;
     const double b = rp.d_hi > 0 ? d / rp.d_hi : 0.0;
     double y = 0;
-    for (const auto& [ff, dd, w] : {std::tuple{rp.f_lo, 0.0, (1 - a) * (1 - b)}, std::tuple{rp.f_hi, 0.0, a * (1 - b)},
-                                    std::tuple{rp.f_lo, rp.d_hi, (1 - a) * b}, std::tuple{rp.f_hi, rp.d_hi, a * b}}) {
+    for (const auto& [ff, dd, w] : {std::tuple{f0, 0.0, (1 - a) * (1 - b)}, std::tuple{f1, 0.0, a * (1 - b)},
+                                    std::tuple{f0, rp.d_hi, (1 - a) * b}, std::tuple{f1, rp.d_hi, a * b}}) {
       if (w <= 0) continue;
       const StageSolver::PricedFloor p = S.solver.priced_floors({{kind, k, ff, dd, lambda}})[0];
       y += w * p.floor;

@@ -28,17 +28,18 @@ std::vector<std::pair<double, int32_t>> rank_work(const PipelinePlan& pl) {
   return r;
 }
 
-/// Plans `sch` (v = 2) at each share of the memory-free plan's busiest rank, with and without
+/// Plans `sch` (v stages per rank on P ranks) at each share of the memory-free plan's busiest rank, with and without
 /// the rank floors: the bound never falls and stays below the step, and every rank that fits,
 /// of both plans and of torchtitan's equal split, works at least its floor.  Returns whether
 /// the bound rose somewhere; `checked` counts the ranks compared.
-bool check_floors(PipelineSchedule sch, const std::vector<double>& shares, int& checked) {
+bool check_floors(PipelineSchedule sch, const std::vector<double>& shares, int& checked, int32_t v = 2,
+                  int32_t P = 2) {
   const Graph g = testing::small_llama(8);
-  const Mesh mesh({2, 2}, {"pp", "dp"}, h100());
+  const Mesh mesh({P, 2}, {"pp", "dp"}, h100());
   PipelineOptions po;
   po.microbatches = 4;
   po.schedule = sch;
-  po.stages_per_rank = 2;
+  po.stages_per_rank = v;
   po.solve_fitted = false;  // the plans at hand under the shares: no memory-limited solves
   PlannerOptions o;
   o.objective = Objective::kAdditive;
@@ -58,20 +59,20 @@ bool check_floors(PipelineSchedule sch, const std::vector<double>& shares, int& 
 
     const LayerMap m = map_layers(g);
     StageSolver solver(g, mesh, o, po, m, 0);
-    Search S{g, mesh, po, m, solver, 0, 2, m.num_layers()};
-    const Layout l = layout_of(sch, 2, S.L, 2, po.microbatches, o.memory_limit_bytes);
+    Search S{g, mesh, po, m, solver, 0, P, m.num_layers()};
+    const Layout l = layout_of(sch, P, S.L, v, po.microbatches, o.memory_limit_bytes);
     const RankPricing rp = rank_pricing(S, {l});
     EXPECT_GT(rp.lambda, 0) << share;  // memory binds at every share here
     const RankFloors floors = rank_memory_floors(S, l, rp);
-    if (floors.size() != 2u) {
+    if (floors.size() != static_cast<size_t>(P)) {
       ADD_FAILURE() << "no floors at share " << share;
       continue;
     }
     PipelineOptions fixed = po;
-    fixed.fixed_layers = equal_split(S.L, 4);
+    fixed.fixed_layers = equal_split(S.L, P * v);
     const PipelinePlan equal = plan_pipeline(g, mesh, o, fixed);
     for (const PipelinePlan* pl : {&off, &on, &equal})
-      for (int32_t q = 0; q < 2; ++q) {
+      for (int32_t q = 0; q < P; ++q) {
         if (pl->rank_peak_bytes[static_cast<size_t>(q)] > o.memory_limit_bytes) continue;  // not a plan that fits
         const auto [work, layers] = rank_work(*pl)[static_cast<size_t>(q)];
         EXPECT_LE(floors[static_cast<size_t>(q)][static_cast<size_t>(layers)], work * (1 + 1e-9))
@@ -95,6 +96,14 @@ TEST(PipelineRankBoundLarge, ZeroBubbleFloorsCountTheGradientsHandedToW) {
   int checked = 0;
   check_floors(PipelineSchedule::kInterleavedZeroBubble, {0.45, 0.35}, checked);
   EXPECT_GE(checked, 4);
+}
+
+TEST(PipelineRankBoundLarge, OneStagePerRankGetsItsFloorsToo) {
+  // 1F1B on 4 ranks: each rank's one stage under the limit, its time-limited memory-limited
+  // solve proving little, gets the same priced floor (with the fill ahead of it).
+  int checked = 0;
+  EXPECT_TRUE(check_floors(PipelineSchedule::k1F1B, {0.45, 0.35}, checked, 1, 4));
+  EXPECT_GE(checked, 8);
 }
 
 TEST(PipelineRankBound, ZeroBubbleFloorsAtOneShare) {
