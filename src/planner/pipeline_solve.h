@@ -74,9 +74,9 @@ struct StageMemory {
   /// stages per rank the budget is a share of the rank and the rank's assembly counts them.
   bool grads = true;
   /// The budget is the rank's own limit (one stage per rank): only then is it a relaxation
-  /// whose stage bounds enter the pipeline's bound, and only then is the stage's memory priced
-  /// for a bound (StageSolver::price_memory).  Not part of the fitted key: it changes the
-  /// bound a plan is given, not which plans fit.
+  /// whose stage bounds enter the pipeline's bound, and only then does the stage's priced
+  /// memory (StageSolver::price_memory) give it a bound.  Not part of the fitted key: it
+  /// changes the bound a plan is given, not which plans fit.
   bool rank_limit = true;
 };
 

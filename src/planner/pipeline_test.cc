@@ -368,6 +368,35 @@ TEST(PipelineMemory, ShareBudgetsDoNotForceRecomputationWhereTheRanksFit) {
   EXPECT_LE(fit.lower_bound_us, fit.step_us);
 }
 
+// 11 s in Release (memory-limited solves at a 1 s limit), minutes under ASan.
+TEST(PipelineMemoryLarge, PricedSharesGivePlansButNoBound) {
+  // --price-memory with v = 2: the stages' shares of a rank are priced too (Kelley's plans
+  // that fit are candidates), but a share is no relaxation, so no stage is given a priced
+  // bound (which here can lie above its own plan).
+  const Graph g = testing::small_llama(8);
+  const Mesh mesh({2, 2}, {"pp", "dp"}, h100());
+  PipelineOptions po;
+  po.microbatches = 4;
+  po.schedule = PipelineSchedule::kInterleaved1F1B;
+  po.stages_per_rank = 2;
+  PlannerOptions o = additive();
+  o.memory_limit_bytes = 0;
+  o.time_limit_s = 1;  // the memory-limited solves' (each priced solve is memory-free and fast)
+  const PipelinePlan free = plan_pipeline(g, mesh, o, po);
+  o.memory_limit_bytes = *std::max_element(free.rank_peak_bytes.begin(), free.rank_peak_bytes.end()) * 35 / 100;
+  const PipelinePlan plain = plan_pipeline(g, mesh, o, po);
+  int priced_lines = 0;
+  o.progress = [&](std::string_view line) { priced_lines += line.find("memory priced at t* (") != std::string_view::npos; };
+  po.price_memory = true;
+  const PipelinePlan priced = plan_pipeline(g, mesh, o, po);
+  EXPECT_GT(priced_lines, 0);
+  // Each search's bound holds for the other's plan too.
+  EXPECT_LE(priced.lower_bound_us, std::min(priced.step_us, plain.step_us) * (1 + 1e-9));
+  EXPECT_LE(plain.lower_bound_us, priced.step_us * (1 + 1e-9));
+  for (const PipelineStage& st : priced.stages) EXPECT_LE(st.solve->lower_bound_us, st.solve->microbatch_us);
+  EXPECT_LE(*std::max_element(priced.rank_peak_bytes.begin(), priced.rank_peak_bytes.end()), o.memory_limit_bytes);
+}
+
 TEST(PipelineMemory, RefitFitsTheRanksOwnCountsAndPartOfItsLimit) {
   // A stage plan made for 4 microbatches in flight under half of what its memory-free plan
   // needs, refit for a rank that keeps 2: it still fits, no slower; with a hand-over to W the
