@@ -1,5 +1,6 @@
 #include "planner/inflight_memory.h"
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 
@@ -9,6 +10,14 @@ namespace {
 
 size_t isz(int64_t i) { return static_cast<size_t>(i); }
 
+
+/// What `s` leaves Partial of its output `output` (a gradient whose reduction is deferred to the
+/// step's end), per device; 0 when it reduces it.
+int64_t partial_output_bytes(const Strategy& s, int32_t output, const Mesh& mesh) {
+  const auto& outs = s.outputs;
+  if (isz(output) >= outs.size() || !outs[isz(output)].has_partial()) return 0;
+  return outs[isz(output)].local_bytes(mesh);
+}
 
 /// kept_across_boundary's node `v`'s usage with `inflight` undone.
 int64_t unscaled(int64_t usage, double inflight) {
@@ -62,15 +71,9 @@ void price_boundary_usage(const Graph& g, const Mesh& mesh, double us_per_byte, 
     if (v < 0) continue;
     const StrategyList& strats = bp.strategies[isz(v)];
     std::vector<double> bytes(bp.problem.nodes[isz(v)].costs.size(), 0.0);
-    bool any = false;
-    for (size_t q = 0; q < bytes.size() && q < strats.size(); ++q) {
-      const auto& outs = strats[q].outputs;
-      if (isz(r.output) < outs.size() && outs[isz(r.output)].has_partial()) {
-        bytes[q] = static_cast<double>(outs[isz(r.output)].local_bytes(mesh));
-        any = true;
-      }
-    }
-    if (any) price(v, bytes);
+    for (size_t q = 0; q < bytes.size() && q < strats.size(); ++q)
+      bytes[q] = static_cast<double>(partial_output_bytes(strats[q], r.output, mesh));
+    if (std::any_of(bytes.begin(), bytes.end(), [](double b) { return b > 0; })) price(v, bytes);
   }
 }
 
@@ -130,11 +133,7 @@ std::vector<TensorRef> deferred_gradient_tensors(const Graph& g) {
 int64_t deferred_gradient_bytes(const Graph& g, const Plan& plan, const Mesh& mesh) {
   int64_t bytes = 0;
   for (const TensorRef& r : deferred_gradient_tensors(g)) {
-    const auto& np = plan.nodes[isz(r.node)];
-    if (!np) continue;
-    const auto& outs = np->chosen.outputs;
-    if (isz(r.output) >= outs.size() || !outs[isz(r.output)].has_partial()) continue;
-    bytes += outs[isz(r.output)].local_bytes(mesh);
+    if (const auto& np = plan.nodes[isz(r.node)]) bytes += partial_output_bytes(np->chosen, r.output, mesh);
   }
   return bytes;
 }
