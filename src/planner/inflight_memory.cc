@@ -111,6 +111,7 @@ InflightMemory inflight_memory(const Graph& g, const BuiltProblem& bp, double in
     m.kept_bytes += usage[isz(v)];
   }
   m.microbatch_peak = peak_of_usages(p, usage, g.size() + 1);  // shadows live past the schedule
+  for (PNodeIdx v : live_at_boundary(g, bp)) m.boundary_bytes += usage[isz(v)];
   m.peak = m.microbatch_peak + static_cast<int64_t>(std::ceil((inflight - 1) * static_cast<double>(m.kept_bytes)));
   return m;
 }

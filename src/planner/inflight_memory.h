@@ -58,6 +58,10 @@ struct InflightMemory {
   int64_t kept_bytes = 0;        ///< A: one microbatch's kept activations, per device
   int64_t microbatch_peak = 0;   ///< max_t (state + live(t)): one microbatch alone
   int64_t peak = 0;              ///< max_t true(t) = microbatch_peak + (f - 1) A
+  /// One microbatch's usage at t* (state + live(t*)), at most microbatch_peak: what is above
+  /// it at the peak is the microbatch's passing work, which a pp rank's stages do not hold at
+  /// once (pipeline_layout.h rank_peaks).
+  int64_t boundary_bytes = 0;
 };
 InflightMemory inflight_memory(const Graph& g, const BuiltProblem& bp, double inflight,
                                const std::vector<StrategyIdx>& choice);

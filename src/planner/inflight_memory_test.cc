@@ -28,6 +28,14 @@ TEST(InflightMemory, TheMlpKeepsWhatItsBackwardReads) {
     const InflightMemory m = inflight_memory(g, bp, f, so.solution_choice());
     EXPECT_EQ(m.kept_bytes, 4 * 64 * 1024 * 2 + 2) << f;
     EXPECT_EQ(m.peak, m.microbatch_peak + static_cast<int64_t>((f - 1) * m.kept_bytes)) << f;
+    // One microbatch's usage at t*: its kept bytes and the state, within its peak; the
+    // scaled model's usage there adds the other f - 1 microbatches' (rounded up per node).
+    EXPECT_GE(m.boundary_bytes, m.kept_bytes) << f;
+    EXPECT_LE(m.boundary_bytes, m.microbatch_peak) << f;
+    const int64_t scaled = boundary_usage(g, bp, so.solution_choice());
+    EXPECT_GE(scaled, m.boundary_bytes + static_cast<int64_t>((f - 1) * m.kept_bytes)) << f;
+    EXPECT_LE(scaled, m.boundary_bytes + static_cast<int64_t>((f - 1) * m.kept_bytes) +
+                          static_cast<int64_t>(kept_across_boundary(g, bp).size())) << f;
     // The scaled model the solver sees is exact at the boundary and below it elsewhere.
     EXPECT_LE(p.peak_memory_bytes, m.peak) << f;
     EXPECT_GE(p.peak_memory_bytes, m.peak - static_cast<int64_t>((f - 1) * m.kept_bytes)) << f;

@@ -109,6 +109,14 @@ struct PipelineOptions {
   /// the busiest rank while the timeline shrinks, at most this many moves tried
   /// (planner/pipeline_refit.cc).
   int32_t balance_moves = 16;
+  /// With refit_ranks, before assembly: a middle stage of half a rank's L / P layers priced
+  /// under its share of the device limit at the layouts' most in flight
+  /// (StageSolver::price_rank_pattern), its sharding a source of every rank's refit, kept per
+  /// rank where it shortens the timeline.  Why: the stage plans are made per (kind, layers)
+  /// under a share of a rank, and their shardings fit a whole rank badly (llama3-405b
+  /// 8x16x8: pp rank 1's 16 layers 923 ms as four solved 4-layer stages, 838 ms as the
+  /// pattern refit to its 9.25 in flight in one stage).  One Kelley pricing (25 s there).
+  bool rank_pattern = true;
   /// Called on every stage's optimizer before it solves (a recipe's pins).
   std::function<void(ShardingOptimizer&)> stage_hook;
 };
@@ -133,6 +141,12 @@ struct StageSolve {
   /// Peak per device of one microbatch alone (parameter state included); with f microbatches
   /// in flight the stage needs microbatch_peak_bytes + (f - 1) x activation_bytes.
   int64_t microbatch_peak_bytes = 0;
+  /// One microbatch's usage at t* (InflightMemory::boundary_bytes): the stage holds at most
+  /// that, its other microbatches' activations and the summed gradients while another stage
+  /// of its rank runs; the rest of its peak (transient_bytes) only while it runs itself.
+  int64_t boundary_bytes = 0;
+  /// What the one-microbatch peak holds above the usage at t*: the running op's passing work.
+  int64_t transient_bytes() const { return microbatch_peak_bytes > boundary_bytes ? microbatch_peak_bytes - boundary_bytes : 0; }
   /// Per device, the Partial gradients the runtime sums over the step before reducing them
   /// once (planner/inflight_memory.h deferred_gradient_bytes): the rank's peak adds them.
   int64_t deferred_grad_bytes = 0;

@@ -193,7 +193,25 @@ RankPricing rank_pricing(Search& S, const std::vector<Layout>& layouts);
 /// together fit the device limit (with v == 1, its one stage's); empty without a price.
 RankFloors rank_memory_floors(Search& S, const Layout& l, const RankPricing& rp);
 
-/// Per pp rank, the peak per device of `pl`'s stages (PipelinePlan::rank_peak_bytes).
+/// What a pp rank needs per device.  A rank runs one stage's op at a time, so a stage holds
+/// its one-microbatch peak only while it runs; while another runs it holds its usage at t*
+/// (its state and one microbatch's kept activations, StageSolve::boundary_bytes), its other
+/// microbatches in flight, its summed gradients and hand-overs to W.  So the rank needs what
+/// its stages hold (`held`: StageSolver::rank_need_bytes less StageSolve::transient_bytes,
+/// each) plus the most passing work of one (`passing`), not the sum of their peaks: on
+/// llama3-405b 8x16x8 four 4-layer stages of a rank hold 5.4 GB of passing work, one of them
+/// at a time (planner/pipeline_refit.cc).  With one stage per rank it is that stage's need.
+struct RankNeed {
+  double held = 0, passing = 0;
+  double passing_sum = 0;  ///< every stage's passing work
+  void add(const StageSolve& s, double inflight, double deferred);
+  double total() const { return held + passing; }
+  /// How much more than total() the stages' needs add up to.
+  double unheld() const { return passing_sum - passing; }
+};
+/// RankNeed of `pl`'s stages on rank `r`, stage `skip` left out.
+RankNeed rank_need(const PipelinePlan& pl, int32_t r, int32_t skip = -1);
+/// Per pp rank, the peak per device of `pl`'s stages (PipelinePlan::rank_peak_bytes): RankNeed.
 void rank_peaks(PipelinePlan& pl);
 /// Every rank fits the plan's limit (or there is none).
 bool ranks_fit(const PipelinePlan& pl);

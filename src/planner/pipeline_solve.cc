@@ -50,6 +50,7 @@ void stage_figures(const Mesh& full, int32_t pp, const Mesh& sub, int32_t M, Sta
   const InflightMemory mem = inflight_memory(g, *s.optimizer->built_problem(), s.inflight, s.optimizer->solution_choice());
   s.activation_bytes = mem.kept_bytes;
   s.microbatch_peak_bytes = mem.microbatch_peak;
+  s.boundary_bytes = mem.boundary_bytes;
   // The runtime sums Partial gradients over the step and reduces them once: the rank holds
   // those sums through every microbatch's backward (added per rank, as zero bubble's deferred W).
   s.deferred_grad_bytes = deferred_gradient_bytes(g, s.plan, sub);

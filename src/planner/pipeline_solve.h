@@ -166,6 +166,16 @@ class StageSolver {
   /// and model (no memory limit; its proven bound), on PipelineOptions::stage_threads
   /// threads; cached.
   std::vector<PricedFloor> priced_floors(const std::vector<PriceKey>& keys);
+  /// Prices a middle stage of k layers under the device limit with `inflight` microbatches in
+  /// flight and the step's gradients (price_memory, as a rank with one stage of k layers),
+  /// and keeps the pattern of its cheapest priced plan that fits: a sharding made for a whole
+  /// rank's memory, which the rank refit maps onto stages of other sizes (rank_sources).
+  /// False when memory does not bind there or no priced plan fits.
+  bool price_rank_pattern(int32_t k, double inflight, int64_t limit);
+  /// The kept rank patterns evaluated at (kind, k) (those that map: stages of >= 2 layers of
+  /// the kind they were made on), each bounded by the memory-free bound; cached.
+  std::vector<std::shared_ptr<const StageSolve>> rank_sources(StageKind kind, int32_t k);
+  bool has_rank_patterns() const { return !rank_patterns_.empty(); }
   const LayerMap& layers() const { return m_; }
   const Mesh& sub() const { return sub_; }
   const PlannerOptions& options() const { return opt_; }
@@ -259,6 +269,8 @@ class StageSolver {
   std::map<FreeKey, std::shared_ptr<const StageSolve>> free_;
   std::map<FitKey, std::shared_ptr<const StageSolve>> fitted_;
   std::map<PriceKey, PricedFloor> priced_;
+  std::vector<StagePattern> rank_patterns_;
+  std::map<FreeKey, std::vector<std::shared_ptr<const StageSolve>>> rank_sources_;
   std::map<std::tuple<int32_t, int32_t, double, double, int64_t>, std::shared_ptr<const StageSolve>> rank_fits_;
   std::atomic<int32_t> solves_{0};
 };

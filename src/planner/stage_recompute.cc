@@ -86,6 +86,7 @@ std::shared_ptr<const StageSolve> StageSolver::fit_for_rank(StageKind kind, int3
     if (mem.budget > 0)
       if (auto pattern = extend_fitted(kind, k, mem, *relaxed)) sources.push_back(std::move(pattern));
   }
+  for (auto& sv : rank_sources(kind, k)) sources.push_back(std::move(sv));
   sources.push_back(relaxed);
   std::shared_ptr<const StageSolve> best;
   for (const auto& from : sources) {
@@ -141,6 +142,35 @@ std::shared_ptr<StageSolve> StageSolver::extend_fitted(StageKind kind, int32_t k
                   "recomputation that fits, {:.3f} us, bound {:.3f} us",
                   static_cast<int>(kind), k, mem.inflight, mem.budget, best->microbatch_us, best->lower_bound_us));
   return best;
+}
+
+bool StageSolver::price_rank_pattern(int32_t k, double inflight, int64_t limit) {
+  if (k < 2 || k > L_ - 2 || limit <= 0) return false;
+  const std::shared_ptr<const StageSolve> relaxed = free(kStageMid, k);
+  const StageMemory mem{inflight, limit, true, true};
+  if (fits(*relaxed, mem)) return false;  // memory does not bind
+  const PricedBound pb = price_memory(kStageMid, k, mem, *relaxed, nullptr);
+  if (!pb.plan) return false;
+  auto [lo, hi] = canonical_range(kStageMid, k, L_);
+  auto pat = stage_pattern(pb.plan->sg, pb.plan->plan, m_, lo, hi);
+  if (!pat) return false;
+  rank_patterns_.push_back(with_middle_layers(std::move(*pat)));
+  rank_sources_.clear();
+  return true;
+}
+
+std::vector<std::shared_ptr<const StageSolve>> StageSolver::rank_sources(StageKind kind, int32_t k) {
+  if (rank_patterns_.empty() || kind == kStageBoth || k < 2) return {};
+  const FreeKey key{kind, k};
+  if (const auto it = rank_sources_.find(key); it != rank_sources_.end()) return it->second;
+  std::vector<std::shared_ptr<const StageSolve>> out;
+  for (const StagePattern& p : rank_patterns_)
+    if (auto s = at_size(kind, k, {p}, false)) {
+      // A plan under a memory limit costs at least the memory-free optimum.
+      s->lower_bound_us = s->plan.lower_bound_us = std::min(free(kind, k)->lower_bound_us, s->microbatch_us);
+      out.push_back(std::move(s));
+    }
+  return rank_sources_.emplace(key, std::move(out)).first->second;
 }
 
 }  // namespace autoshard
