@@ -388,10 +388,13 @@ void register_plan(CLI::App& app) {
   sub->add_flag("--no-refit", a->pipeline.no_refit,
                 "with a pp mesh dim: keep the stage plans made for their kind's most in flight at assembly "
                 "(no rank refit: each rank's limit shared among its stages, recomputation re-chosen per rank)");
+  sub->add_flag("--no-rank-pattern", a->pipeline.no_rank_pattern,
+                "with a pp mesh dim and a memory limit: refit the ranks from their stages' own shardings only "
+                "(no sharding priced for half a rank's layers under its share of the limit: one Kelley pricing less)");
   sub->callback([a, sub] {
     a->pipeline_given = sub->count("--microbatches") + sub->count("--schedule") + sub->count("--stages-per-rank") +
                             sub->count("--price-memory") + sub->count("--no-rank-bound") +
-                            sub->count("--no-refit") > 0;
+                            sub->count("--no-refit") + sub->count("--no-rank-pattern") > 0;
     a->time_limit_given = sub->count("--time-limit") > 0;
     a->threads_given = sub->count("--threads") > 0;
     a->objective_given = sub->count("--objective") > 0;

@@ -80,6 +80,7 @@ PipelineOptions pipeline_options(const Mesh& mesh, const PipelineArgs& pa) {
   po.price_memory = pa.price_memory;
   po.rank_memory_bound = !pa.no_rank_bound;
   po.refit_ranks = !pa.no_refit;
+  po.rank_pattern = !pa.no_rank_pattern;
   return po;
 }
 

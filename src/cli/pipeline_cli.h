@@ -14,6 +14,7 @@ struct PipelineArgs {
   bool price_memory = false;     ///< PipelineOptions::price_memory
   bool no_rank_bound = false;    ///< !PipelineOptions::rank_memory_bound
   bool no_refit = false;         ///< !PipelineOptions::refit_ranks
+  bool no_rank_pattern = false;  ///< !PipelineOptions::rank_pattern
 };
 
 /// The graph of one microbatch of M: a built-in model's --batch (the global batch) split in M
