@@ -300,6 +300,15 @@ PipelineOptions one_f_one_b(int32_t M) {
   return po;
 }
 
+/// Interleaved1F1B, two stages per rank, with M microbatches.
+PipelineOptions interleaved_two(int32_t M) {
+  PipelineOptions po;
+  po.microbatches = M;
+  po.schedule = PipelineSchedule::kInterleaved1F1B;
+  po.stages_per_rank = 2;
+  return po;
+}
+
 TEST(PipelineMemory, RecomputationMakesTheInFlightActivationsFit) {
   const Graph g = testing::small_llama(2);
   const Mesh mesh({2, 2}, {"pp", "dp"}, h100());
@@ -348,10 +357,7 @@ TEST(PipelineMemory, ShareBudgetsDoNotForceRecomputationWhereTheRanksFit) {
   // is a candidate too, and wins.
   const Graph g = build_model("llama3-8b", ModelOptions{2, 2048, 8, {}});
   const Mesh mesh({2, 4}, {"pp", "dp"}, h100());
-  PipelineOptions po;
-  po.microbatches = 4;
-  po.schedule = PipelineSchedule::kInterleaved1F1B;
-  po.stages_per_rank = 2;
+  PipelineOptions po = interleaved_two(4);
   PlannerOptions o;
   o.memory_limit_bytes = 0;
   const PipelinePlan free = plan_pipeline(g, mesh, o, po);
@@ -375,10 +381,7 @@ TEST(PipelineMemoryLarge, PricedSharesGivePlansButNoBound) {
   // bound (which here can lie above its own plan).
   const Graph g = testing::small_llama(8);
   const Mesh mesh({2, 2}, {"pp", "dp"}, h100());
-  PipelineOptions po;
-  po.microbatches = 4;
-  po.schedule = PipelineSchedule::kInterleaved1F1B;
-  po.stages_per_rank = 2;
+  PipelineOptions po = interleaved_two(4);
   PlannerOptions o = additive();
   o.memory_limit_bytes = 0;
   o.time_limit_s = 1;  // the memory-limited solves' (each priced solve is memory-free and fast)
@@ -444,10 +447,7 @@ TEST(PipelineMemoryLarge, RankBalanceMovesLayersOffTheBusiestRank) {
   // leaves rank 0 the busiest: layers moved off it to its neighbours' stages shorten the step.
   const Graph g = build_model("llama3-8b", ModelOptions{2, 4096, 16, {}});
   const Mesh mesh({4, 8}, {"pp", "dp"}, h100());
-  PipelineOptions po;
-  po.microbatches = 8;
-  po.schedule = PipelineSchedule::kInterleaved1F1B;
-  po.stages_per_rank = 2;
+  PipelineOptions po = interleaved_two(8);
   po.solve_fitted = false;  // the plans at hand under the shares: seconds, not a minute
   po.rank_pattern = false;  // (with it, rank 0 is no longer the busiest here)
   PlannerOptions o;
@@ -494,10 +494,7 @@ TEST(PipelineMemoryLarge, TheRankPatternRefitsRanksFromAShardingMadeForARank) {
   // (250.8 against 251.5 ms when written).
   const Graph g = build_model("llama3-8b", ModelOptions{2, 4096, 16, {}});
   const Mesh mesh({4, 8}, {"pp", "dp"}, h100());
-  PipelineOptions po;
-  po.microbatches = 8;
-  po.schedule = PipelineSchedule::kInterleaved1F1B;
-  po.stages_per_rank = 2;
+  PipelineOptions po = interleaved_two(8);
   po.solve_fitted = false;
   PlannerOptions o;
   o.memory_limit_bytes = int64_t{9} << 30;
