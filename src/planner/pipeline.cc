@@ -415,9 +415,9 @@ PipelinePlan plan_pipeline(const Graph& g, const Mesh& mesh, const PlannerOption
   if (pl.memory_limit_bytes > 0 && popt.refit_ranks && popt.rank_pattern && !popt.stage_hook) {
     double most = 1;
     for (const Layout& l : layouts) most = std::max(most, *std::max_element(l.inflight.begin(), l.inflight.end()));
-    // Half a rank's layers under half the limit: the middle layers' sharding is what is kept,
-    // and the smaller stage's priced solves end sooner (llama3-405b: 8 layers gave the
-    // 16-layer stage's pattern).
+    // Half a rank's layers under their share of the limit (k of L / P layers): the middle
+    // layers' sharding is what is kept, and the smaller stage's priced solves end sooner
+    // (llama3-405b: 8 layers gave the 16-layer stage's pattern).
     const int32_t k = std::max(2, (S.L + S.P - 1) / S.P / 2);
     solver.price_rank_pattern(k, most, static_cast<int64_t>(static_cast<double>(pl.memory_limit_bytes) * k * S.P / S.L));
   }
