@@ -38,6 +38,9 @@ build/venv-wheel/bin/python -m pip install -q . --config-settings=build-dir=buil
   || { tail -30 build/pip-wheel.log; echo "pip install . failed (build/pip-wheel.log)"; exit 1; }
 build/venv-wheel/bin/autoshard plan --model mlp --mesh 2 --json >/dev/null
 (cd build && venv-wheel/bin/python -c "from autoshard.core import Graph, Mesh; print('wheel: autoshard._core loads (no torch):', Graph, Mesh)")
+# Every module of the source package is in the wheel and imports from it (torch from the test
+# venv, autoshard from the wheel's site-packages only).
+PYTHONPATH="$(echo "$PWD"/build/venv-wheel/lib/python3*/site-packages)" "$py" scripts/check_wheel.py python/autoshard
 
 stage "clang + ASan/UBSan build (tests and libFuzzer harnesses)"
 scripts/sanitize-configure.sh build-asan

@@ -526,6 +526,7 @@ def apply_placement(model: torch.nn.Module, placements: PlacementsArg, mesh: Dev
 def build_module(model: torch.nn.Module, runner: StepRunner, traced, graph: dict,
                  mesh: DeviceMesh, doc: Mapping[str, Any], returns: str) -> ShardedModule:
     """Lowers the planned step, splits it at the outputs the module returns, and wraps it."""
+    from .inflight import in_flight_limit
     from .lower import lower_step
     from .partition import partition
 
@@ -552,7 +553,7 @@ def build_module(model: torch.nn.Module, runner: StepRunner, traced, graph: dict
     tangents = [runner.placements_of(n).outputs[0] for n in tangent_names]
     recompute = frozenset(doc.get("recompute", []))
     split = partition(gm, out_nodes, grad_nodes, [_lowered_alias(gm, n) for n in tangent_names],
-                      recompute)
+                      recompute, in_flight=in_flight_limit(mesh))
     return ShardedModule(model, runner, traced, mesh, lowered, split, outputs, tangents,
                          returns == "outputs")
 

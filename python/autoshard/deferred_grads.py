@@ -40,6 +40,7 @@ from typing import Optional, Sequence
 import torch
 import torch.fx
 
+from .inflight import enforce_in_flight
 from .lower import META_KEY, collective_kind
 
 #: ATen ops (overload packet names) linear in their tensor inputs whatever their other
@@ -218,12 +219,15 @@ def _cut(g: torch.fx.Node, i: int, owner: dict, limit: Optional[int],
 
 
 def defer_reductions(bwd: torch.fx.GraphModule, n_param_grads: int,
-                     limits: Optional[Sequence[Optional[int]]] = None) -> DeferredReductions:
+                     limits: Optional[Sequence[Optional[int]]] = None,
+                     in_flight: Optional[int] = None) -> DeferredReductions:
     """Cuts the gradient reductions out of `bwd` (outputs: n_param_grads parameter gradients,
     then the activations' gradients); `bwd` itself is left as it was.
 
     limits: per parameter gradient, the most elements its accumulator may hold (the full
-    parameter's numel); None: no limit."""
+    parameter's numel); None: no limit.
+    in_flight: the most collectives pending at once in the graphs it builds (autoshard.inflight;
+        1 on gloo), None for no limit."""
     gm = torch.fx.GraphModule(bwd, _copy_graph(bwd.graph))
     graph = gm.graph
     out_node = next(n for n in graph.nodes if n.op == "output")
@@ -258,7 +262,10 @@ def defer_reductions(bwd: torch.fx.GraphModule, n_param_grads: int,
             name = edge[len("grad:"):].rsplit(":", 1)[0]
             if name not in result.left:
                 result.left.append(name)
+    enforce_in_flight(gm, in_flight)
     result.step = step_reduction(result)
+    if result.step is not None:
+        enforce_in_flight(result.step, in_flight)
     return result
 
 

@@ -32,6 +32,7 @@ from typing import Optional, Sequence
 import torch
 import torch.fx
 
+from .inflight import enforce_in_flight, is_wait
 from .lower import META_KEY, collective_kind
 
 
@@ -63,13 +64,16 @@ def _phases(gm: torch.fx.GraphModule, tangents: set) -> dict:
 
 def partition(gm: torch.fx.GraphModule, outputs: Sequence[torch.fx.Node],
               grads: Sequence[Optional[torch.fx.Node]], tangents: Sequence[torch.fx.Node] = (),
-              recompute: frozenset = frozenset()) -> SplitStep:
+              recompute: frozenset = frozenset(),
+              in_flight: Optional[int] = None) -> SplitStep:
     """Splits `gm` (the lowered joint step; its placeholders are the primals).
 
     outputs: forward values the module's call returns (the loss, or the model's outputs).
     grads: per parameter, the node of its gradient (None: no gradient).
     tangents: nodes replaced by backward placeholders, in order.
     recompute: names of the planned graph nodes the plan recomputes in the backward.
+    in_flight: the most collectives a rank keeps pending (autoshard.inflight: 1 on gloo);
+        None for no limit.  Both graphs are checked against the in-flight rules.
     """
     tangent_set = set(tangents)
     is_bwd = _phases(gm, tangent_set)
@@ -171,14 +175,11 @@ def partition(gm: torch.fx.GraphModule, outputs: Sequence[torch.fx.Node],
     fwd.output(tuple(fmap[n] for n in [*outputs, *saved]))
     fwd_gm = _module(gm, fwd)
     bwd_gm = _module(gm, bwd)
+    for part in (fwd_gm, bwd_gm):
+        enforce_in_flight(part, in_flight)
     return SplitStep(forward=fwd_gm, backward=bwd_gm, n_outputs=len(outputs),
                      n_saved=len(saved), saved_names=[x.name for x in saved],
                      recomputed=recomputed, overlapped=overlapped)
-
-
-def _is_wait(node: torch.fx.Node) -> bool:
-    return node.op == "call_function" and getattr(node.target, "__name__", "").startswith(
-        "wait_tensor")
 
 
 def overlap_gradient_reductions(graph: torch.fx.Graph) -> int:
@@ -193,7 +194,7 @@ def overlap_gradient_reductions(graph: torch.fx.Graph) -> int:
     moved = 0
     for node in list(graph.nodes):
         edge = node.meta.get(META_KEY, {}).get("edge", "")
-        if node.op != "call_function" or not edge.startswith("grad:") or _is_wait(node):
+        if node.op != "call_function" or not edge.startswith("grad:") or is_wait(node):
             continue
         if not node.all_input_nodes:
             continue
@@ -206,7 +207,7 @@ def overlap_gradient_reductions(graph: torch.fx.Graph) -> int:
         tail[anchor] = node
     position = {n: i for i, n in enumerate(graph.nodes)}
     for node in list(graph.nodes):
-        if _is_wait(node) and node.users:
+        if is_wait(node) and node.users:
             min(node.users, key=position.get).prepend(node)
     return moved
 

@@ -63,6 +63,7 @@ from .apply import (PlacementsArg, PlanError, StepRunner, graph_names, load_plac
                     parse_placements, placements_str, read_placements, trace_for_apply,
                     _lowered_alias)
 from .deferred_grads import DeferredReductions, defer_reductions
+from .inflight import in_flight_limit
 from .stages import SHARED, StageError, StageGraph, cut_stages
 
 #: the schedule names of docs/pipeline-format.md -> torch.distributed.pipelining class names
@@ -221,7 +222,8 @@ class StageModule(torch.nn.Module):
         # (autoshard.deferred_grads); the backward returns the un-reduced local gradients.
         full = [traced.flat_args[graph.placeholders[slot]].numel()
                 for slot in self._grad_param_slots]
-        self._deferred = (defer_reductions(split.backward, len(self._grad_param_slots), full)
+        self._deferred = (defer_reductions(split.backward, len(self._grad_param_slots), full,
+                                           in_flight=in_flight_limit(mesh))
                           if reduce_once_per_step else
                           DeferredReductions(backward=split.backward, lowered=split.backward))
         self._split = dataclasses.replace(split, backward=self._deferred.backward)
@@ -530,7 +532,8 @@ def apply_pipeline(model: torch.nn.Module, placements: PlacementsArg, mesh: Devi
     group = mesh.get_group(pp)
     modules, pipe_stages = [], []
     for cut in cuts:
-        split = partition(cut.gm, cut.out_nodes, cut.grad_nodes, cut.tangent_nodes)
+        split = partition(cut.gm, cut.out_nodes, cut.grad_nodes, cut.tangent_nodes,
+                          in_flight=in_flight_limit(sub))
         mod = StageModule(model, cut, split, runner, traced, sub, reduce_once_per_step)
         if mod.per_microbatch_params:
             warnings.warn(f"stage {cut.index}: the gradient reductions of "

@@ -109,14 +109,11 @@ class PlacementStrings(unittest.TestCase):
 
 @unittest.skipIf(torch is None, "PyTorch not installed")
 class Launch(unittest.TestCase):
-    def test_native_crash_runs_once_more(self):
+    def test_a_native_crash_fails_the_launch(self):
         tmp = tempfile.mkdtemp(prefix="autoshard-launch-")
         try:
-            marker = os.path.join(tmp, "aborted")
-            per_rank = W.launch(2, [2], ["dp"], functools.partial(W.abort_once, marker=marker),
-                                tmp, 120)
-            self.assertTrue(os.path.exists(marker))  # the first launch did abort
-            self.assertEqual(per_rank, [[[0]], [[1]]])
+            with self.assertRaisesRegex(AssertionError, "rank 0 died of SIGABRT"):
+                W.launch(2, [2], ["dp"], W.abort_rank0, tmp, 120)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 

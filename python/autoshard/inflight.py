@@ -1,0 +1,154 @@
+"""Collectives in flight: the invariants every lowered graph keeps, and gloo's limit.
+
+    problems = check_in_flight(gm.graph)              # [] on every graph the runtime runs
+    moved = limit_in_flight(gm.graph, limit=1)        # waits moved earlier; then gm.recompile()
+    limit = in_flight_limit(mesh)                     # 1 on gloo (CPU), None elsewhere
+
+A functional collective (`_c10d_functional.all_gather_into_tensor`, ...) returns at once; the
+process group's own thread reads its input and writes its output until the matching
+`wait_tensor` returns.  Between issue and wait nothing may mutate or free what the collective
+reads or writes, and every collective must be waited in the graph that issued it (a tensor
+that leaves a graph unwaited is read by code that does not know it is still being written).
+`check_in_flight` states those rules on a graph; the runtime checks every graph it builds.
+
+Why a limit on gloo.  torch 2.13's ProcessGroupGloo runs each process group's collectives on
+two worker threads sharing one gloo context.  With two or more all-gathers of one process group
+in flight at once, a worker thread corrupts the heap: a rank dies of SIGSEGV inside glibc's
+malloc (`tcache_get`) on a gloo worker thread, in `setOutput` / `setOutputs` of the next
+collective (core files of the train example and of bench/gloo_inflight_repro.py, which shows
+it with torch alone; docs/DESIGN.md "Collectives in flight").  Issued and waited one at a time,
+the same collectives never crash.  So on gloo the runtime keeps at most `limit` collectives
+pending per process: a wait moves up to just before the next collective's issue.  Overlap
+with computation stays (the one pending collective runs while the rank computes); NCCL has no
+such limit.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import torch.fx
+
+from .lower import collective_kind
+
+
+def is_wait(node: torch.fx.Node) -> bool:
+    """Whether `node` is a `_c10d_functional.wait_tensor` call."""
+    return node.op == "call_function" and getattr(node.target, "__name__", "").startswith(
+        "wait_tensor")
+
+
+def _mutated_args(node: torch.fx.Node) -> list:
+    """The FX nodes an op writes in place (its schema's mutable arguments)."""
+    schema = getattr(node.target, "_schema", None)
+    if node.op != "call_function" or schema is None or not schema.is_mutable:
+        return []
+    out = []
+    for i, arg in enumerate(schema.arguments):
+        if arg.alias_info is None or not arg.alias_info.is_write:
+            continue
+        value = node.args[i] if i < len(node.args) else node.kwargs.get(arg.name)
+        values = value if isinstance(value, (list, tuple)) else [value]
+        out.extend(v for v in values if isinstance(v, torch.fx.Node))
+    return out
+
+
+def _group(node: torch.fx.Node) -> str:
+    """The process group name a collective runs on (its last string argument)."""
+    names = [a for a in node.args if isinstance(a, str)]
+    return names[-1] if names else ""
+
+
+def check_in_flight(graph: torch.fx.Graph, limit: Optional[int] = None) -> list:
+    """Problems with the graph's collectives, as one-line strings ([] when none):
+
+    * a collective whose result is read by anything but its one wait, or never waited;
+    * an op between a collective's issue and its wait that writes the collective's input;
+    * more than `limit` collectives pending at once (when a limit is given).
+    """
+    problems: list = []
+    pending: dict = {}  # collective node -> its input nodes
+    for node in graph.nodes:
+        for written in _mutated_args(node):
+            for coll, inputs in pending.items():
+                if written in inputs:
+                    problems.append(f"node {node.name}: writes {written.name} while "
+                                    f"{coll.name} still reads it")
+        if is_wait(node):
+            src = node.args[0] if node.args else None
+            pending.pop(src, None)
+            continue
+        if collective_kind(node) is None:
+            continue
+        users = list(node.users)
+        waits = [u for u in users if is_wait(u)]
+        if len(waits) != 1 or len(users) != 1:
+            problems.append(f"node {node.name}: a collective needs exactly one reader, its "
+                            f"wait_tensor (readers: {', '.join(u.name for u in users) or 'none'})")
+        pending[node] = set(node.all_input_nodes)
+        if limit is not None and len(pending) > limit:
+            problems.append(f"node {node.name}: {len(pending)} collectives in flight "
+                            f"(limit {limit})")
+    for coll in pending:
+        problems.append(f"node {coll.name}: never waited in this graph")
+    return problems
+
+
+def limit_in_flight(graph: torch.fx.Graph, limit: int = 1) -> int:
+    """Moves waits earlier so that at most `limit` collectives are pending at any point (the
+    oldest one's wait goes just before the issue that would exceed the limit).  Every rank
+    applies the same moves to the same graph, so collectives stay matched.  Returns the number
+    of waits moved."""
+    if limit < 1:
+        raise ValueError(f"limit_in_flight: limit must be >= 1, got {limit}")
+    pending: list = []  # collective nodes in issue order
+    moved = 0
+    for node in list(graph.nodes):
+        if is_wait(node):
+            src = node.args[0] if node.args else None
+            if src in pending:
+                pending.remove(src)
+            continue
+        if collective_kind(node) is None:
+            continue
+        while len(pending) >= limit:
+            oldest = pending.pop(0)
+            wait = next((u for u in oldest.users if is_wait(u)), None)
+            if wait is None:
+                break
+            if wait.prev is not node.prev or wait.next is not node:
+                node.prepend(wait)
+                moved += 1
+        pending.append(node)
+    return moved
+
+
+def in_flight_limit(mesh) -> Optional[int]:
+    """How many collectives a rank may keep pending on this mesh's process groups: 1 where
+    any of them is gloo (see the module docstring), else None (no limit)."""
+    import torch.distributed as dist
+
+    if not dist.is_available() or not dist.is_initialized():
+        return None
+    for dim in range(mesh.ndim):
+        group = mesh.get_group(dim)
+        try:
+            backend = str(dist.get_backend(group)).lower()
+        except (RuntimeError, ValueError):
+            continue
+        if "gloo" in backend:
+            return 1
+    return None
+
+
+def enforce_in_flight(gm: torch.fx.GraphModule, limit: Optional[int]) -> int:
+    """Applies `limit` to a graph module the runtime will run (recompiling it when a wait
+    moved) and checks the invariants; raises AssertionError naming the first problem."""
+    moved = limit_in_flight(gm.graph, limit) if limit is not None else 0
+    if moved:
+        gm.recompile()
+    problems = check_in_flight(gm.graph, limit)
+    if problems:
+        raise AssertionError(f"lowered graph breaks an in-flight rule: {problems[0]} "
+                             f"({len(problems)} problem(s))")
+    return moved
