@@ -12,11 +12,11 @@ that leaves a graph unwaited is read by code that does not know it is still bein
 `check_in_flight` states those rules on a graph; the runtime checks every graph it builds.
 
 Why a limit on gloo.  torch 2.13's ProcessGroupGloo runs each process group's collectives on
-two worker threads sharing one gloo context.  With two or more all-gathers of one process group
-in flight at once, a worker thread corrupts the heap: a rank dies of SIGSEGV inside glibc's
-malloc (`tcache_get`) on a gloo worker thread, in `setOutput` / `setOutputs` of the next
-collective (core files of the train example and of bench/gloo_inflight_repro.py, which shows
-it with torch alone; docs/DESIGN.md "Collectives in flight").  Issued and waited one at a time,
+worker threads of its own.  With several all-gathers in flight at once the heap gets
+corrupted: a rank dies of SIGSEGV inside glibc's malloc (`tcache_get`) on a gloo worker thread,
+in `setOutput` / `setOutputs` of the next collective (core files of the train example and of
+bench/gloo_inflight_repro.py, which shows it with torch alone; docs/DESIGN.md "Collectives in
+flight").  Issued and waited one at a time,
 the same collectives never crash.  So on gloo the runtime keeps at most `limit` collectives
 pending per process: a wait moves up to just before the next collective's issue.  Overlap
 with computation stays (the one pending collective runs while the rank computes); NCCL has no

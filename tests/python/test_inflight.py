@@ -1,0 +1,115 @@
+"""autoshard.inflight on hand-made graphs: the in-flight rules and gloo's limit."""
+import unittest
+
+import _paths  # noqa: F401
+
+try:
+    import torch
+    import torch.fx
+    import torch.distributed  # noqa: F401  (registers _c10d_functional)
+except ImportError:  # pragma: no cover
+    torch = None
+
+
+def _graph(n_collectives: int, waits_at_end: bool = True):
+    """x -> n all-gathers of relu(x)+k on group '1' (each then waited), summed.  With
+    waits_at_end every collective is issued before the first wait."""
+    ops = torch.ops._c10d_functional
+    aten = torch.ops.aten
+    g = torch.fx.Graph()
+    x = g.placeholder("x")
+    issued, outs = [], []
+    for k in range(n_collectives):
+        y = g.call_function(aten.add.Tensor, (x, float(k)))
+        c = g.call_function(ops.all_gather_into_tensor.default, (y, 2, "1"))
+        if waits_at_end:
+            issued.append(c)
+        else:
+            outs.append(g.call_function(ops.wait_tensor.default, (c,)))
+    outs += [g.call_function(ops.wait_tensor.default, (c,)) for c in issued]
+    total = outs[0]
+    for o in outs[1:]:
+        total = g.call_function(aten.add.Tensor, (total, o))
+    g.output(total)
+    return g
+
+
+@unittest.skipIf(torch is None, "PyTorch not installed")
+class InFlight(unittest.TestCase):
+    def test_a_graph_that_keeps_the_rules_passes(self):
+        from autoshard.inflight import check_in_flight
+
+        self.assertEqual(check_in_flight(_graph(3)), [])
+        self.assertEqual(check_in_flight(_graph(3, waits_at_end=False), limit=1), [])
+
+    def test_the_limit_counts_pending_collectives(self):
+        from autoshard.inflight import check_in_flight
+
+        problems = check_in_flight(_graph(3), limit=1)
+        self.assertEqual(len(problems), 2)
+        self.assertIn("2 collectives in flight (limit 1)", problems[0])
+
+    def test_limit_in_flight_moves_waits_up_and_keeps_the_values(self):
+        from autoshard.inflight import check_in_flight, limit_in_flight
+
+        g = _graph(4)
+        self.assertEqual(limit_in_flight(g, 1), 3)
+        g.lint()
+        self.assertEqual(check_in_flight(g, limit=1), [])
+        order = [n.target.__name__.split(".")[0] for n in g.nodes
+                 if n.op == "call_function" and "c10d" in str(n.target)]
+        self.assertEqual(order, ["all_gather_into_tensor", "wait_tensor"] * 4)
+        g2 = _graph(4)
+        self.assertEqual(limit_in_flight(g2, 2), 2)
+        self.assertEqual(check_in_flight(g2, limit=2), [])
+        self.assertEqual(limit_in_flight(g2, 2), 0)  # already within the limit
+        with self.assertRaisesRegex(ValueError, "limit must be >= 1"):
+            limit_in_flight(g2, 0)
+
+    def test_a_collective_read_before_its_wait_or_never_waited_is_reported(self):
+        from autoshard.inflight import check_in_flight
+
+        ops = torch.ops._c10d_functional
+        g = torch.fx.Graph()
+        x = g.placeholder("x")
+        c = g.call_function(ops.all_gather_into_tensor.default, (x, 2, "1"))
+        early = g.call_function(torch.ops.aten.relu.default, (c,))
+        w = g.call_function(ops.wait_tensor.default, (c,))
+        c2 = g.call_function(ops.all_gather_into_tensor.default, (x, 2, "1"))
+        g.output((early, w, c2))
+        problems = check_in_flight(g)
+        self.assertTrue(any("exactly one reader" in p and "relu" in p for p in problems),
+                        problems)
+        self.assertTrue(any("never waited" in p for p in problems), problems)
+
+    def test_writing_a_collectives_input_before_its_wait_is_reported(self):
+        from autoshard.inflight import check_in_flight
+
+        ops = torch.ops._c10d_functional
+        g = torch.fx.Graph()
+        x = g.placeholder("x")
+        c = g.call_function(ops.all_gather_into_tensor.default, (x, 2, "1"))
+        g.call_function(torch.ops.aten.add_.Tensor, (x, 1.0))
+        w = g.call_function(ops.wait_tensor.default, (c,))
+        g.output(w)
+        problems = check_in_flight(g)
+        self.assertEqual(len(problems), 1, problems)
+        self.assertRegex(problems[0], r"node add_\w*: writes x while all_gather_into_tensor\w* still reads it")
+
+    def test_enforce_raises_on_a_broken_rule(self):
+        from autoshard.inflight import enforce_in_flight
+
+        ops = torch.ops._c10d_functional
+        g = torch.fx.Graph()
+        x = g.placeholder("x")
+        g.output(g.call_function(ops.all_gather_into_tensor.default, (x, 2, "1")))
+        gm = torch.fx.GraphModule(torch.nn.Module(), g)
+        with self.assertRaisesRegex(AssertionError, "exactly one reader.*readers: output"):
+            enforce_in_flight(gm, None)
+        gm2 = torch.fx.GraphModule(torch.nn.Module(), _graph(3))
+        self.assertEqual(enforce_in_flight(gm2, 1), 2)
+        self.assertIn("wait_tensor", gm2.code)
+
+
+if __name__ == "__main__":
+    unittest.main()
