@@ -307,7 +307,7 @@ class AutoParallel:
         opt = self.sharding_optimizer or self.build()
         plan = opt.get_solution()
         if not plan.has_solution:
-            raise RuntimeError(f"no plan found ({plan.status}); warnings: {plan.warnings}")
+            raise RuntimeError(_no_plan_message(plan, opt.fit_suggestions(plan)))
         if verbose:
             print(plan)
         return SolutionPlacements(lambda: opt.get_placements(plan))
@@ -456,3 +456,11 @@ def convert_placements(raw: dict[str, dict[str, list[str]]], dtensor: bool | Non
     return {n: {"outputs": [conv(s) for s in d["outputs"]], "inputs": [conv(s) for s in d["inputs"]]}
             for n, d in raw.items()}
 
+
+def _no_plan_message(plan: Any, fit: Sequence[str]) -> str:
+    """The one-line error of a solve without a plan: its status, why, and what would fit (the
+    CLI's "to fit, ..." remedies)."""
+    parts = [f"no plan found ({plan.status})"]
+    parts += list(plan.warnings)
+    parts += [f"to fit, {s}" for s in fit]
+    return "; ".join(parts)

@@ -255,6 +255,12 @@ class ShardingOptimizer:
             print(self._opt.summary_json(plan))
         return plan
 
+    def fit_suggestions(self, plan: Any = None) -> list[str]:
+        """What would make an infeasible plan (default: the last solution) feasible: the CLI's
+        "to fit, ..." remedies, one a line; empty for a plan."""
+        plan = plan if plan is not None else self._opt.solution
+        return [] if plan is None else list(self._opt.fit_suggestions(plan))
+
     def resolve(self, verbose: bool = False) -> core.Plan:
         """Solves again under the current constraints, warm-started from the last solution."""
         plan = self._opt.resolve()

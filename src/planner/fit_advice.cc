@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "planner/cp_memory.h"
+#include "planner/parameter_share.h"
 #include "planner/problem_builder.h"
 #include "planner/recompute.h"
 
@@ -55,7 +56,12 @@ std::string budget_line(const Plan& plan, const Hardware& hw) {
 
 std::vector<std::string> fit_suggestions(ShardingOptimizer& opt, const Plan& plan) {
   std::vector<std::string> out;
-  if (plan.has_solution || plan.status != SolveStatus::kInfeasible || plan.memory_limit_bytes <= 0) return out;
+  if (plan.has_solution || plan.status != SolveStatus::kInfeasible) return out;
+  // A parameter-memory bound out of reach: the one remedy is the bound itself (checked before
+  // the solve, so no memory floor was computed).
+  const auto shares = unreachable_shares(opt.graph(), opt.mesh(), opt.problem(), opt.constraints());
+  for (const UnreachableShare& u : shares) out.push_back(u.remedy());
+  if (!shares.empty() || plan.memory_limit_bytes <= 0) return out;
   const Graph& g = opt.graph();
   const Mesh& mesh = opt.mesh();
   const int64_t limit = plan.memory_limit_bytes;

@@ -13,6 +13,7 @@
 #include "planner/clock.h"
 #include "planner/cluster.h"
 #include "planner/overlap_solve.h"
+#include "planner/parameter_share.h"
 #include "planner/solution_file.h"
 #include "planner/recompute.h"
 
@@ -297,6 +298,25 @@ Plan ShardingOptimizer::get_solution() {
   if (if_needed) set_recompute_escalated(false);
   (void)problem();
   double t_build = seconds_since(t0);
+  // A parameter-memory bound no strategy choice meets: infeasible before any search.
+  if (const auto unreachable = unreachable_shares(graph_, mesh_, problem(), constraints_);
+      !unreachable.empty()) {
+    const BuiltProblem& bp = problem();
+    Plan plan;
+    plan.status = SolveStatus::kInfeasible;
+    plan.nodes.resize(static_cast<size_t>(graph_.size()));
+    plan.objective_us = plan.additive_us = plan.gap = kInfCost;  // no plan: no step time
+    plan.memory_limit_bytes = bp.memory_limit;
+    plan.graph_nodes = graph_.size();
+    plan.problem_nodes = bp.problem.num_nodes();
+    plan.problem_edges = static_cast<int32_t>(bp.edges.size());
+    plan.alpa_variables = alpa_variables(bp);
+    for (const UnreachableShare& u : unreachable) plan.warnings.push_back(u.why());
+    plan.phase_seconds.push_back({"build", t_build});
+    solution_ = plan;
+    solution_choice_.clear();
+    return plan;
+  }
 
   const bool has_shadows = std::any_of(constraints_.begin(), constraints_.end(), [](const Constraint& c) {
     return c.kind == Constraint::Kind::kParameterMemory;

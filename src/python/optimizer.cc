@@ -19,6 +19,7 @@
 #include "ir/file_util.h"
 #include "ir/graph.h"
 #include "planner/constraints.h"
+#include "planner/fit_advice.h"
 #include "planner/sharding_optimizer.h"
 #include "planner/whatif.h"
 #include "python/bindings.h"
@@ -225,6 +226,13 @@ void bind_optimizer(py::module_& m) {
       .def("resolve", &ShardingOptimizer::resolve, py::call_guard<py::gil_scoped_release>(),
            "Solves again under the current constraints, warm-started from the last solution.")
       .def_property_readonly("solution", &ShardingOptimizer::solution)
+      .def(
+          "fit_suggestions",
+          [](ShardingOptimizer& s, const Plan& plan) { return fit_suggestions(s, plan); },
+          py::arg("plan"), py::call_guard<py::gil_scoped_release>(),
+          "What would make an infeasible plan feasible: one remedy a line, the CLI's 'to fit, ...' "
+          "lines (a memory budget, recomputation, a larger mesh, a parameter-memory bound); "
+          "empty for a plan.")
       .def(
           "get_placements",
           [](const ShardingOptimizer& s, const Plan* plan) { return placements_dict(s, plan_or_solution(s, plan)); },

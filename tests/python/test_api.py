@@ -289,3 +289,25 @@ def test_parameter_memory_constraint_on_biased_mlp(core, high):
         sharding = autop.optimize_placement()
     plan = autop.sharding_optimizer.get_solution()
     assert plan.has_solution and set(n for n in sharding if n.endswith(".weight"))
+
+
+def test_an_unreachable_parameter_share_is_infeasible_with_advice(core):
+    """A bias of 10 elements cannot be split 8 ways: at most 1/8 of the parameters per device
+    is out of reach, which the planner says at once, with the share that is reachable."""
+    from autoshard import AutoParallel
+
+    with torch.device("meta"):
+        model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10))
+    x = lambda: torch.empty(16, 64, device="meta")  # noqa: E731
+    o = opts(core)
+    o.require_divisible = True
+    with AutoParallel(model, x, core.Mesh([8], ["dp"]), options=o) as autop:
+        autop.add_parameter_memory_constraint()  # default high: 1/8
+        with pytest.raises(RuntimeError) as err:
+            autop.optimize_placement()
+    msg = str(err.value)
+    assert msg.startswith("no plan found (infeasible); constraint 'parameter_memory': at most "
+                          "12.50 % of the parameter bytes"), msg
+    assert "to fit, parameter memory: allow at least" in msg and "\n" not in msg
+    fit = autop.sharding_optimizer.fit_suggestions()
+    assert len(fit) == 1 and fit[0].startswith("parameter memory: allow at least")
