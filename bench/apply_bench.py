@@ -151,8 +151,10 @@ def plan_worker(rank: int, args, out_dir: str, placements: dict, compiled: bool)
     del model
     opt = torch.optim.AdamW(step.parameters(), lr=1e-3)
 
+    local = step.shard_inputs(tokens, labels)  # this rank's part of the batch
+
     def fwd_bwd() -> None:
-        run(tokens, labels).backward()
+        run(*local).backward()
 
     def grad_bytes() -> int:
         return sum(p.grad.to_local().numel() * p.grad.element_size() for p in step.parameters())

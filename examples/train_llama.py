@@ -14,8 +14,9 @@ cuda:LOCAL_RANK), gloo on CPUs otherwise.  The script
    per device;
 3. applies the plan (autoshard.apply.apply_placement): parameters become DTensors at their
    planned placements and one call of the returned module runs the lowered per-rank step;
-4. trains with AdamW on batches drawn with one seeded generator (the same on every rank: every
-   rank passes the full global batch, and each cuts its own shard);
+4. trains with AdamW on batches drawn with one seeded generator: every rank draws the same
+   window starts and reads only its own part of each batch (the planned module takes local
+   shards; `input_slices()` says which), as a DistributedSampler loader would;
 5. prints, on rank 0, the loss and time of every step; then the first and last loss, the mean
    step time, the peak memory per device against the plan's prediction, and the collective
    audit of the first step (issued by the step vs charged by the planner).
@@ -202,7 +203,10 @@ def find_binary() -> str:
 class ByteBatches:
     """Random windows of a byte string: (tokens, labels) [batch, seq], labels shifted by one.
 
-    One seeded generator: every rank that builds it with the same seed draws the same batches."""
+    A per-rank loader, as with DistributedSampler: every rank draws the same sample indices
+    (one seeded generator: the window starts of the whole batch) and reads only the windows
+    and positions of its own part of the batch (`parts`: per tensor, a tuple of slices, the
+    planned module's input_slices()), so no rank holds the global batch."""
 
     def __init__(self, path: str, batch: int, seq: int, seed: int) -> None:
         raw = Path(path).read_bytes()
@@ -212,13 +216,18 @@ class ByteBatches:
         self.batch, self.seq = batch, seq
         self.gen = torch.Generator().manual_seed(seed)
 
-    def next(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """The next (tokens, labels) pair, on the CPU."""
+    def next(self, parts: Optional[Sequence[tuple]] = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The next (tokens, labels) pair on the CPU: the global batch, or with `parts` this
+        rank's piece of each (tokens' slices, labels' slices)."""
         starts = torch.randint(0, self.data.numel() - self.seq - 1, (self.batch,),
                                generator=self.gen)
-        idx = starts[:, None] + torch.arange(self.seq + 1)[None, :]
-        window = self.data[idx]
-        return window[:, :-1].contiguous(), window[:, 1:].contiguous()
+        full = (slice(None), slice(None))
+        out = []
+        for shift, sl in zip((0, 1), parts or (full, full)):
+            rows, cols = sl[0], sl[1] if len(sl) > 1 else slice(None)
+            pos = torch.arange(self.seq)[cols] + shift
+            out.append(self.data[starts[rows][:, None] + pos[None, :]])
+        return out[0], out[1]
 
 
 # --- planning ----------------------------------------------------------------------------------
@@ -422,9 +431,10 @@ def train(a: argparse.Namespace) -> None:
     times: list[float] = []
     audit_table = ""
     first_step_mem = 0.0
-    batch = (tokens, labels)
+    parts = step.input_slices()  # the part of each global batch this rank loads
+    batch = (tokens[parts[0]], labels[parts[1]])  # the traced batch, this rank's part of it
     for i in range(a.steps):
-        x, y = (b.to(device) for b in (batch if i == 0 else data.next()))
+        x, y = (b.to(device) for b in (batch if i == 0 else data.next(parts)))
         sync(device)
         t = time.perf_counter()
         if i == 0:  # the first step runs under the collective audit (node by node: slower)

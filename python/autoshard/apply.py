@@ -7,7 +7,8 @@
     mesh = init_device_mesh("cuda", (2, 4), mesh_dim_names=("dp", "tp"))
     step = apply_placement(model, "out/placements.json", mesh, loss_fn=loss_fn)
     opt = torch.optim.AdamW(step.parameters(), lr=1e-3)
-    loss = step(tokens, labels)        # model inputs, then the loss targets (full tensors)
+    local = [t[sl] for t, sl in zip((tokens, labels), step.input_slices())]
+    loss = step(*local)                # this rank's shards of the inputs, then the loss targets
     loss.backward(); opt.step()        # parameters and gradients are DTensors, laid out as planned
 
 How it runs.  The training step (forward, loss, backward) is traced once into an ATen FX graph
@@ -20,9 +21,10 @@ and counted in `StepRunner.mismatches`).  The graph's gradient outputs are redis
 their parameter's placement (the plan's parameter <- gradient edge) and handed to autograd,
 so `loss.backward()` fills `p.grad` with DTensors laid out like `p`.
 
-Inputs are full (global) tensors, identical on every rank; their local shards are sliced
-locally (Replicate -> Shard needs no communication).  Parameters are taken from `model` the
-same way, so every rank must hold the same initial weights (same seed, or a loaded checkpoint).
+Inputs are each rank's local shards, as a per-rank data loader reads them (`input_slices()`
+says which part of the global batch; `shard_inputs(*full)` cuts them from full tensors).
+Parameters are cut locally from `model` (Replicate -> Shard needs no communication), so every
+rank must hold the same initial weights (same seed, or a loaded checkpoint).
 """
 from __future__ import annotations
 

@@ -21,6 +21,7 @@ from torch.distributed.tensor import DTensor, Replicate
 
 from .lower import contiguous_stride
 from .partition import SplitStep
+from .placements import to_string
 
 
 def _step_function(holder: dict) -> type:
@@ -50,10 +51,12 @@ class ShardedModule(torch.nn.Module):
     """The model's parameters as DTensors at their planned placements; calling it runs the
     planned step on this rank.
 
-    `module(*inputs, *targets)` (full tensors, the same on every rank, in trace order)
-    returns the loss -- a plain tensor, the same on every rank -- or, for a step traced
-    without a loss function, the model's outputs as DTensors.  `loss.backward()` fills every
-    `p.grad` with a DTensor laid out like `p`.
+    `module(*inputs, *targets)` takes this rank's local shards of the inputs and loss targets
+    (trace order; `input_placements` says how each is split, `input_slices()` which part of
+    the global tensor this rank loads) and returns the loss -- a plain tensor, the same on
+    every rank -- or, for a step traced without a loss function, the model's outputs as
+    DTensors.  `module(*module.shard_inputs(*full))` runs it from full tensors (the same on
+    every rank).  `loss.backward()` fills every `p.grad` with a DTensor laid out like `p`.
 
     `module.compile(**kw)` compiles the two graphs with `torch.compile` (inductor by default).
     `torch.compile(module)` compiles the whole call instead: the forward is plain tensor code
@@ -89,6 +92,9 @@ class ShardedModule(torch.nn.Module):
         self._buffer_names = [n for k, n in zip(kinds, names) if k == "buffer"]
         self._input_names = [n for k, n in zip(kinds, names) if k == "input"]
         self._input_placements = [runner.placements_of(n).outputs[0] for n in self._input_names]
+        meta = dict(zip(names, traced.flat_args))
+        #: global shapes of the inputs (the traced step's)
+        self._input_shapes = [tuple(meta[n].shape) for n in self._input_names]
         _adopt(self, model, runner, mesh, self._param_names, self._buffer_names)
 
     @property
@@ -148,11 +154,21 @@ class ShardedModule(torch.nn.Module):
                                stride=contiguous_stride(shape))
         return redistribute(d, self.mesh, planned).to_local()
 
-    def local_inputs(self, *inputs: torch.Tensor) -> list:
-        """Full (global) input tensors -> this rank's local shards (no communication)."""
+    @property
+    def input_placements(self) -> list:
+        """Per input (trace order: the model's inputs, then the loss targets), its planned
+        placements over the mesh: how the global batch is split among the ranks."""
+        return [list(pl) for pl in self._input_placements]
+
+    def _check_count(self, inputs: Sequence) -> None:
         if len(inputs) != len(self._input_names):
             raise TypeError(f"expected {len(self._input_names)} tensors "
                             f"({', '.join(self._input_names)}), got {len(inputs)}")
+
+    def shard_inputs(self, *inputs: torch.Tensor) -> list:
+        """Full (global) input tensors, the same on every rank -> this rank's local shards,
+        what the module's call takes (no communication): the full-batch convenience."""
+        self._check_count(inputs)
         from .context_parallel import permute_placeholder
 
         coord = self.mesh.get_coordinate()
@@ -160,9 +176,41 @@ class ShardedModule(torch.nn.Module):
         return [local_chunk(permute_placeholder(t, n, self._runner.layout), self.mesh, pl, coord)
                 for t, n, pl in zip(inputs, self._input_names, self._input_placements)]
 
+    def input_slices(self) -> list:
+        """Per input, the part of the global tensor this rank loads: a tuple of slices, one per
+        dim (what a per-rank data loader reads, as with DistributedSampler).  Raises
+        ValueError for an input the plan permutes (load-balanced context parallelism: use
+        shard_inputs on the full tensor)."""
+        from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+
+        out = []
+        for i, (n, pl) in enumerate(zip(self._input_names, self._input_placements)):
+            if self._runner.layout is not None and self._runner.layout.permute.get(n):
+                raise ValueError(f"input {n}: its sequence is permuted for load-balanced "
+                                 f"context parallelism; cut it with shard_inputs()")
+            shape = self._input_shapes[i]
+            local, offset = compute_local_shape_and_global_offset(list(shape), self.mesh,
+                                                                  list(pl))
+            out.append(tuple(slice(o, o + s) for o, s in zip(offset, local)))
+        return out
+
+    def _check_local(self, inputs: Sequence[torch.Tensor]) -> None:
+        """A clear error for full tensors passed where local shards are expected."""
+        self._check_count(inputs)
+        for t, n, shape, pl in zip(inputs, self._input_names, self._input_shapes,
+                                   self._input_placements):
+            want = _local_shape(shape, self.mesh, pl)
+            if list(t.shape) != want:
+                hint = (" (the full tensor: pass module.shard_inputs(*full))"
+                        if list(t.shape) == list(shape) else "")
+                raise ValueError(f"input {n}: shape {list(t.shape)}, but this rank's shard at "
+                                 f"{to_string(list(pl))} is {want}{hint}")
+
     def forward(self, *inputs: torch.Tensor) -> Any:
-        """inputs: the model's inputs then the loss targets, full tensors, in trace order."""
-        flat_in = self.local_inputs(*inputs)
+        """inputs: this rank's shards of the model's inputs then the loss targets, in trace
+        order (shard_inputs cuts them from full tensors)."""
+        self._check_local(inputs)
+        flat_in = list(inputs)
         params = dict(self.named_parameters())
         buffers = dict(self.named_buffers())
         # to_local() is differentiable: the local gradient comes back as a DTensor laid out

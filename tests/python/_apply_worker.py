@@ -204,8 +204,17 @@ def run_jobs(mesh, jobs: Sequence[dict], steps: int = 3, lr: float = 1e-2) -> li
         step = apply_placement(model, job["placements"], mesh, traced=traced, graph=graph,
                                returns="outputs" if outputs else "loss")
 
+        # Each rank loads its own part of the batch (what a per-rank data loader reads), the
+        # same as the full-batch convenience cuts.
+        full = [*inputs, *targets]
+        try:
+            local = [t[sl] for t, sl in zip(full, step.input_slices())]
+            assert all(torch.equal(a, b) for a, b in zip(local, step.shard_inputs(*full)))
+        except ValueError:  # load-balanced context parallelism: permuted, cut from the full
+            local = step.shard_inputs(*full)
+
         def call(fn):
-            out = fn(*inputs, *targets)
+            out = fn(*local)
             return loss_fn(out).full_tensor() if outputs else out
         planned = {n: placements_str(t.placements) for n, t in step.named_parameters()
                    if isinstance(t, DTensor)}
@@ -221,7 +230,7 @@ def run_jobs(mesh, jobs: Sequence[dict], steps: int = 3, lr: float = 1e-2) -> li
                     loss.backward()
                 else:
                     with CommAudit(step) as audit:
-                        loss = step(*inputs, *targets)
+                        loss = step(*local)
                         loss.backward()
                     res["issued"] = {f"{k[0]}|{k[1]}": v for k, v in audit.totals().items()}
                     res["issued_edges"] = audit.per_edge()

@@ -36,7 +36,7 @@ def _reweighted(model: torch.nn.Module, seed: int) -> torch.nn.Module:
 def _train(module, opt, inputs, targets, steps: int) -> list[float]:
     losses = []
     for _ in range(steps):
-        loss = module(*inputs, *targets)
+        loss = module(*module.shard_inputs(*inputs, *targets))
         loss.backward()
         losses.append(loss.full_tensor().item() if hasattr(loss, "full_tensor") else loss.item())
         opt.step()
