@@ -212,6 +212,12 @@ def run_jobs(mesh, jobs: Sequence[dict], steps: int = 3, lr: float = 1e-2) -> li
             assert all(torch.equal(a, b) for a, b in zip(local, step.shard_inputs(*full)))
         except ValueError:  # load-balanced context parallelism: permuted, cut from the full
             local = step.shard_inputs(*full)
+        if any(a.shape != b.shape for a, b in zip(local, full)):  # full tensors by mistake
+            try:
+                step(*full)
+                raise AssertionError("the module took full tensors for local shards")
+            except ValueError as e:
+                assert "pass module.shard_inputs(*full)" in str(e), str(e)
 
         def call(fn):
             out = fn(*local)
