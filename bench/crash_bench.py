@@ -2,10 +2,16 @@
 
     python bench/crash_bench.py --runs 100 train          # examples/train_llama.py, 4 ranks, 2x2
     python bench/crash_bench.py --runs 20 train --compile # the same with the compiled step
-    python bench/crash_bench.py --runs 100 tests          # tests/python/test_apply.py's gloo jobs
+    python bench/crash_bench.py --runs 100 jobs           # the test suite's 2x2 gloo job set
 
-A run is *clean* when every process exits 0; a rank killed by a signal (SIGSEGV, SIGABRT,
-SIGBUS) is a *crash*, any other failure an *error*.  Each crash's output is kept under
+`jobs` launches, --runs times, the 4-rank 2x2 (dp, tp) job set of tests/python/test_apply.py
+(every model, the optimum and the pinned dp / fsdp / megatron plans, planned once up front;
+eager, 3 AdamW steps each, numerics against one process): one launch is one of the test
+suite's gloo jobs.
+
+A run is *clean* when every process exits 0 (for `jobs`: and every loss, gradient and
+parameter is within 1e-5 of one process); a rank killed by a signal (SIGSEGV, SIGABRT, SIGBUS)
+is a *crash*, any other failure an *error*.  Each crash's output is kept under
 --log-dir (default build/crash_bench/) with the rank's Python stack (faulthandler).  Prints one
 table row per run kind and exits 1 when any run crashed or failed, so that a bench run can
 serve as evidence of the issue's "100 consecutive runs without a crash".
@@ -21,6 +27,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -46,11 +53,7 @@ def _command(kind: str, args: argparse.Namespace) -> list:
                str(REPO / "examples" / "train_llama.py"), "--mesh", "2x2",
                "--mesh-dims", "dp,tp", "--steps", str(args.steps)]
         return cmd + (["--compile"] if args.compile else [])
-    if kind == "tests":
-        return [py, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
-                str(REPO / "tests" / "python" / "test_apply.py")] + (
-                    ["-k", args.k] if args.k else [])
-    raise SystemExit(f"crash_bench.py: error: unknown kind {kind!r} (train, tests)")
+    raise SystemExit(f"crash_bench.py: error: unknown kind {kind!r} (train, jobs)")
 
 
 #: What a signal death looks like in the output of torchrun, multiprocessing and pytest.
@@ -72,24 +75,53 @@ def run_once(cmd: list, env: dict, timeout_s: float) -> tuple[str, str]:
     return ("clean" if p.returncode == 0 else "error"), out
 
 
+class GlooJobs:
+    """The test suite's 2x2 gloo job set, planned once; `run_once()` launches it."""
+
+    def __init__(self, tmp: str) -> None:
+        os.environ.update({k: v for k, v in _env().items() if k.startswith("AUTOSHARD_")})
+        sys.path[:0] = [str(REPO / "tests" / "python"), str(REPO / "python")]
+        import _apply_worker as W  # noqa: N814 (the test suite's name for it)
+        import test_apply
+
+        self.W, self.tmp = W, tmp
+        binary = os.environ["AUTOSHARD_BIN"]
+        graphs = {k: W.trace(k)[1] for k in W.MODELS}
+        plans = test_apply._plans(binary, graphs, [2, 2], ["dp", "tp"], tmp)
+        self.jobs = [{"name": n, "model": k, "placements": p} for n, (k, p) in plans.items()]
+
+    def run_once(self) -> tuple[str, str]:
+        import functools
+
+        try:
+            per_rank = self.W.launch(4, [2, 2], ["dp", "tp"],
+                                     functools.partial(self.W.run_jobs, jobs=self.jobs),
+                                     self.tmp, 900)
+        except AssertionError as e:
+            return ("crash" if " died of SIG" in str(e) else "error"), str(e)
+        worst = max(max([r["loss_err"], *r["grad_err"].values(), *r["param_err"].values()])
+                    for results in per_rank for r in results)
+        return ("clean" if worst <= 1e-5 else "error"), f"worst relative error {worst:.3g}"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("kind", choices=["train", "tests"])
+    ap.add_argument("kind", choices=["train", "jobs"])
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--steps", type=int, default=50, help="train: steps per run")
     ap.add_argument("--compile", action="store_true", help="train: torch.compile the step")
-    ap.add_argument("-k", default="", help="tests: pytest -k expression")
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds per run")
     ap.add_argument("--log-dir", default=str(REPO / "build" / "crash_bench"))
     args = ap.parse_args()
     log_dir = Path(args.log_dir)
     log_dir.mkdir(parents=True, exist_ok=True)
-    cmd, env = _command(args.kind, args), _env()
+    jobs = GlooJobs(tempfile.mkdtemp(prefix="crash-bench-")) if args.kind == "jobs" else None
+    cmd, env = (None, None) if jobs else (_command(args.kind, args), _env())
     counts = {"clean": 0, "crash": 0, "error": 0, "timeout": 0}
     start = time.monotonic()
     for i in range(1, args.runs + 1):
         t0 = time.monotonic()
-        verdict, out = run_once(cmd, env, args.timeout)
+        verdict, out = jobs.run_once() if jobs else run_once(cmd, env, args.timeout)
         counts[verdict] += 1
         if verdict != "clean":
             (log_dir / f"{args.kind}-{i:03d}-{verdict}.log").write_text(out)

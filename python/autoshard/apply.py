@@ -40,6 +40,7 @@ import torch.fx
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
 
+from .local import local_slice, redistribute
 from .module import ShardedModule
 
 PlacementsArg = Union[str, os.PathLike, Mapping[str, Any]]
@@ -337,7 +338,7 @@ class StepRunner:
                 if isinstance(v, torch.Tensor) and node in self.names:
                     # a constant of the step (e.g. a target the loss closes over): at its
                     # planned placement, cut locally like an input
-                    v = _local_slice(v.to(device), self.mesh,
+                    v = local_slice(v.to(device), self.mesh,
                                      self.placements_of(self.names[node]).outputs[0])
                 env[node] = v
                 continue
@@ -409,49 +410,12 @@ def _call(op: Any, args: list, kwargs: dict, device: torch.device) -> Any:
     return op(*args, **kwargs)
 
 
-def redistribute(t: DTensor, mesh: DeviceMesh, placements: Sequence) -> DTensor:
-    """t at `placements`, Replicate -> Partial included (DTensor's public redistribute refuses
-    it; the plan may ask for it, e.g. a bias added to a partial matmul output).  No autograd."""
-    from torch.distributed.tensor._dtensor_spec import DTensorSpec
-    from torch.distributed.tensor._redistribute import redistribute_local_tensor
-
-    target = DTensorSpec(mesh, tuple(placements), tensor_meta=t._spec.tensor_meta)
-    local = redistribute_local_tensor(t._local_tensor, t._spec, target)
-    meta = t._spec.tensor_meta
-    if meta is not None:
-        local = _memory_order(local, meta.stride)
-    return DTensor(local, target, requires_grad=False)
-
-
-def _memory_order(local: torch.Tensor, stride: Sequence[int]) -> torch.Tensor:
-    """`local` laid out in memory in the dim order of the global `stride` (a collective's
-    output is contiguous; an op's output, e.g. the flash kernel's [B, H, S, D] stored as
-    [B, S, H, D], is not, and the traced graph's views after a transpose rely on it)."""
-    if local.dim() != len(stride) or local.dim() < 2:
-        return local
-    order = sorted(range(local.dim()), key=lambda d: (-stride[d], d))
-    if order == list(range(local.dim())) or local.permute(order).is_contiguous():
-        return local
-    inverse = [order.index(d) for d in range(local.dim())]
-    return local.permute(order).contiguous().permute(inverse)
-
-
 class _null:
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
         return False
-
-
-def _local_slice(t: torch.Tensor, mesh: DeviceMesh, placements: list) -> DTensor:
-    """A full tensor (same on every rank) -> DTensor at `placements`, without communication."""
-    from .lower import contiguous_stride
-    from .module import local_chunk
-
-    return DTensor.from_local(local_chunk(t, mesh, placements, mesh.get_coordinate()), mesh,
-                              placements, run_check=False, shape=t.shape,
-                              stride=contiguous_stride(t.shape))
 
 
 def trace_for_apply(model: torch.nn.Module, example_inputs, loss_fn=None, targets=None, *,

@@ -19,6 +19,7 @@ import torch.fx
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor, Replicate
 
+from .local import local_chunk, local_slice, redistribute
 from .lower import contiguous_stride
 from .partition import SplitStep
 from .placements import to_string
@@ -148,8 +149,6 @@ class ShardedModule(torch.nn.Module):
             return torch.zeros(_local_shape(shape, self.mesh, planned))
         if tuple(arrives) == tuple(planned):
             return g
-        from .apply import redistribute
-
         d = DTensor.from_local(g, self.mesh, arrives, run_check=False, shape=torch.Size(shape),
                                stride=contiguous_stride(shape))
         return redistribute(d, self.mesh, planned).to_local()
@@ -233,38 +232,23 @@ def _local_shape(shape: Sequence[int], mesh: DeviceMesh, placements: Sequence) -
     return list(compute_local_shape_and_global_offset(list(shape), mesh, list(placements))[0])
 
 
-def local_chunk(t: torch.Tensor, mesh: DeviceMesh, placements: list, coord) -> torch.Tensor:
-    """This rank's piece of a full tensor under `placements` (DTensor's chunking: mesh dims
-    left to right, torch.chunk sizes, empty pieces past the end)."""
-    if any(p.is_partial() for p in placements):
-        raise ValueError(f"a full tensor cannot be cut to Partial placements ({placements})")
-    for i, p in enumerate(placements):
-        if p.is_shard():
-            dim = p.dim if p.dim >= 0 else p.dim + t.dim()
-            pieces = torch.chunk(t, mesh.size(i), dim)
-            t = pieces[coord[i]] if coord[i] < len(pieces) else t.narrow(dim, 0, 0)
-    return t
-
-
 def _adopt(module: torch.nn.Module, model: torch.nn.Module, runner: Any, mesh: DeviceMesh,
            param_names: Sequence[str], buffer_names: Sequence[str]) -> None:
     """Gives `module` a copy of `model`'s submodules with every parameter and buffer replaced
     by a DTensor at its planned placements (cut locally from the full tensor: every rank must
     hold the same initial weights)."""
-    from .apply import _local_slice
-
     holder = copy.deepcopy(model)
     params = dict(holder.named_parameters())
     buffers = dict(holder.named_buffers())
     for n in param_names:
         p = params[n]
-        dt = _local_slice(p.detach(), mesh, runner.placements_of(n).outputs[0])
+        dt = local_slice(p.detach(), mesh, runner.placements_of(n).outputs[0])
         _set_tensor(holder, n, torch.nn.Parameter(dt, requires_grad=p.requires_grad))
     for n in buffer_names:
         from .context_parallel import permute_placeholder
 
         pl = runner.placements_of(n).outputs[0]
-        dt = _local_slice(permute_placeholder(buffers[n].detach(), n, runner.layout), mesh, pl)
+        dt = local_slice(permute_placeholder(buffers[n].detach(), n, runner.layout), mesh, pl)
         _set_tensor(holder, n, dt, buffer=True)
     for cname, child in holder.named_children():
         module.add_module(cname, child)

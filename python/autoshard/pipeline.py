@@ -64,6 +64,7 @@ from .apply import (PlacementsArg, PlanError, StepRunner, graph_names, load_plac
                     _lowered_alias)
 from .deferred_grads import DeferredReductions, defer_reductions
 from .inflight import in_flight_limit
+from .local import local_chunk, local_slice
 from .stages import SHARED, StageError, StageGraph, cut_stages
 
 #: the schedule names of docs/pipeline-format.md -> torch.distributed.pipelining class names
@@ -214,7 +215,6 @@ class StageModule(torch.nn.Module):
                              .index(k) for k in graph.placeholders if kinds[k] == "input"}
         own = {n for n, _, _ in self._slots}
         holder = copy.deepcopy(model)
-        from .apply import _local_slice
         from .context_parallel import permute_placeholder
 
         self._layout = runner.layout  # load-balanced CP: sequences cut in head-tail order
@@ -236,7 +236,7 @@ class StageModule(torch.nn.Module):
                 _remove(holder, n, buffer=False)
             else:
                 pl = runner.placements_of(n).outputs[0]
-                dt = _local_slice(p.detach(), mesh, pl)
+                dt = local_slice(p.detach(), mesh, pl)
                 _set_tensor(holder, n, torch.nn.Parameter(dt, requires_grad=p.requires_grad))
         for n, b in list(holder.named_buffers()):
             if n not in own:
@@ -244,7 +244,7 @@ class StageModule(torch.nn.Module):
             else:
                 pl = runner.placements_of(n).outputs[0]
                 b = permute_placeholder(b.detach(), n, self._layout)
-                _set_tensor(holder, n, _local_slice(b, mesh, pl), True)
+                _set_tensor(holder, n, local_slice(b, mesh, pl), True)
         self.add_module("model", holder)
 
     @property
@@ -360,7 +360,6 @@ class StageModule(torch.nn.Module):
 
     def forward(self, *acts: torch.Tensor, **inputs: torch.Tensor) -> Any:
         from .context_parallel import permute_placeholder
-        from .module import local_chunk
 
         params = dict(self.model.named_parameters())
         buffers = dict(self.model.named_buffers())
