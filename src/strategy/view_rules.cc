@@ -122,7 +122,10 @@ DimMap view_map(const OpContext& c) {
     return m;
   }
   if (b == "select" || b == "unbind") return drop_dim(rank, c.dim_attr("dim", 0, rank));
-  if (b == "split" || b == "split_with_sizes" || b == "chunk" || b == "tensor_split") {
+  // The unsafe_ variants (what nn.LSTM's and GRU's decompositions emit) differ only in not
+  // tracking views: the same pieces, the same layouts.
+  if (b == "split" || b == "split_with_sizes" || b == "chunk" || b == "tensor_split" ||
+      b == "unsafe_split" || b == "unsafe_split_with_sizes" || b == "unsafe_chunk") {
     DimMap m = identity(rank);
     int32_t d = c.dim_attr("dim", 0, rank);
     if (c.n_out() > 1) m.to_out[static_cast<size_t>(d)] = -1;
@@ -201,7 +204,7 @@ void register_view_rules(RuleTable& t) {
         "unflatten", "squeeze", "unsqueeze", "transpose", "swapaxes", "t", "permute",
         "expand", "repeat", "slice", "select", "alias", "detach", "lift_fresh",
         "split", "split_with_sizes", "chunk", "tensor_split", "unbind", "slice_backward",
-        "select_backward"})
+        "select_backward", "unsafe_split", "unsafe_split_with_sizes", "unsafe_chunk"})
     t[op] = view_rule;
   t["cat"] = [](const OpContext& c) { return join_rule(c, false); };
   t["stack"] = [](const OpContext& c) { return join_rule(c, true); };

@@ -123,6 +123,24 @@ TEST(View, SplitAndUnbindMultiOutput) {
   EXPECT_EQ(names(g, ub, mesh1()).back(), "S(0), S(0), S(0), S(0), S(0), S(0), S(0), S(0) <- S(1)");
 }
 
+TEST(View, UnsafeSplitsAreSplits) {
+  // nn.LSTM's decomposition: unsafe_split of the gates; the same rule as split.
+  Graph g;
+  auto a = input(g, {8, 16});
+  const std::vector<std::string> want = {"R, R <- R", "P(sum), P(sum) <- P(sum)",
+                                         "S(0), S(0) <- S(0)"};
+  NodeIdx us = op(g, "unsafe_split.Tensor", {a}, {T({8, 8}), T({8, 8})},
+                  {{"split_size", int64_t{8}}, {"dim", int64_t{1}}});
+  EXPECT_EQ(names(g, us, mesh1()), want);
+  NodeIdx uw = op(g, "unsafe_split_with_sizes", {a}, {T({8, 8}), T({8, 8})},
+                  {{"split_sizes", std::vector<int64_t>{8, 8}}, {"dim", int64_t{1}}});
+  EXPECT_EQ(names(g, uw, mesh1()), want);
+  NodeIdx uc = op(g, "unsafe_chunk", {a}, {T({4, 16}), T({4, 16})},
+                  {{"chunks", int64_t{2}}, {"dim", int64_t{0}}});
+  EXPECT_EQ(names(g, uc, mesh1()),
+            (V{"R, R <- R", "P(sum), P(sum) <- P(sum)", "S(1), S(1) <- S(1)"}));
+}
+
 TEST(View, CatAndStack) {
   Graph g;
   auto a = input(g, {4, 8});
