@@ -519,7 +519,8 @@ def build_module(model: torch.nn.Module, runner: StepRunner, traced, graph: dict
     tangents = [runner.placements_of(n).outputs[0] for n in tangent_names]
     recompute = frozenset(doc.get("recompute", []))
     split = partition(gm, out_nodes, grad_nodes, [_lowered_alias(gm, n) for n in tangent_names],
-                      recompute, in_flight=in_flight_limit(mesh))
+                      recompute, in_flight=in_flight_limit(mesh),
+                      schedule=doc.get("schedule"))
     return ShardedModule(model, runner, traced, mesh, lowered, split, outputs, tangents,
                          returns == "outputs")
 

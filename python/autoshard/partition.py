@@ -27,13 +27,14 @@ from __future__ import annotations
 
 import operator
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 import torch
 import torch.fx
 
 from .inflight import enforce_in_flight, is_wait
 from .lower import META_KEY, collective_kind
+from .schedule import apply_prefetch
 
 
 @dataclass
@@ -47,6 +48,7 @@ class SplitStep:
     saved_names: list
     recomputed: int  # nodes the backward re-executes
     overlapped: int = 0  # gradient reductions issued early (overlap_gradient_reductions)
+    prefetched: int = 0  # scheduled redistributions issued at their planned point (schedule)
 
 
 def _phases(gm: torch.fx.GraphModule, tangents: set) -> dict:
@@ -65,7 +67,8 @@ def _phases(gm: torch.fx.GraphModule, tangents: set) -> dict:
 def partition(gm: torch.fx.GraphModule, outputs: Sequence[torch.fx.Node],
               grads: Sequence[Optional[torch.fx.Node]], tangents: Sequence[torch.fx.Node] = (),
               recompute: frozenset = frozenset(),
-              in_flight: Optional[int] = None) -> SplitStep:
+              in_flight: Optional[int] = None,
+              schedule: Optional[Mapping[str, Any]] = None) -> SplitStep:
     """Splits `gm` (the lowered joint step; its placeholders are the primals).
 
     outputs: forward values the module's call returns (the loss, or the model's outputs).
@@ -74,6 +77,8 @@ def partition(gm: torch.fx.GraphModule, outputs: Sequence[torch.fx.Node],
     recompute: names of the planned graph nodes the plan recomputes in the backward.
     in_flight: the most collectives a rank keeps pending (autoshard.inflight: 1 on gloo);
         None for no limit.  Both graphs are checked against the in-flight rules.
+    schedule: placements.json's "schedule": its prefetches are issued where it says
+        (autoshard.schedule) in both graphs.
     """
     tangent_set = set(tangents)
     is_bwd = _phases(gm, tangent_set)
@@ -173,13 +178,14 @@ def partition(gm: torch.fx.GraphModule, outputs: Sequence[torch.fx.Node],
             continue
         fmap[node] = fwd.node_copy(node, lambda a: fmap[a])
     fwd.output(tuple(fmap[n] for n in [*outputs, *saved]))
+    prefetched = apply_prefetch(fwd, schedule) + apply_prefetch(bwd, schedule)
     fwd_gm = _module(gm, fwd)
     bwd_gm = _module(gm, bwd)
     for part in (fwd_gm, bwd_gm):
         enforce_in_flight(part, in_flight)
     return SplitStep(forward=fwd_gm, backward=bwd_gm, n_outputs=len(outputs),
                      n_saved=len(saved), saved_names=[x.name for x in saved],
-                     recomputed=recomputed, overlapped=overlapped)
+                     recomputed=recomputed, overlapped=overlapped, prefetched=prefetched)
 
 
 def overlap_gradient_reductions(graph: torch.fx.Graph) -> int:

@@ -42,6 +42,7 @@ struct PlanArgs {
   double time_limit = 60;
   double mip_gap = 0;
   int threads = 1;
+  int prefetch_layers = 1;  ///< --prefetch-layers: the schedule's parameter prefetch depth
   bool skip_fully_replicated = false;
   bool no_cluster = false;
   bool require_divisible = false;
@@ -283,10 +284,12 @@ int run_plan(const PlanArgs& a) {
   Plan plan = a.placements.empty() ? so.get_solution() : load_placements(so, a.placements);
   // The simulated step (overlap of communication with compute) next to the additive objective.
   std::optional<StepSimulation> sim;
-  if (plan.has_solution) sim = simulate_step(so, plan);
+  SimulationOptions sim_options;
+  sim_options.prefetch_layers = a.prefetch_layers;
+  if (plan.has_solution) sim = simulate_step(so, plan, sim_options);
   if (!a.out_dir.empty() && plan.has_solution) {
     create_output_dir(a.out_dir);
-    write_plan_outputs(so, plan, a.out_dir);  // placements.json, plan.json, plan.ap
+    write_plan_outputs(so, plan, a.out_dir, a.prefetch_layers);  // placements.json, plan.json, plan.ap
     write_file_atomic(a.out_dir + "/report.html", render_report_html(so, plan, *sim));
     write_file_atomic(a.out_dir + "/trace.json", chrome_trace_json(so, plan, *sim));
   }
@@ -328,6 +331,11 @@ void register_plan(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--mip-gap", a->mip_gap, "relative MIP gap at which to stop")->capture_default_str();
   sub->add_option("--threads", a->threads, "solver threads")->capture_default_str();
+  sub->add_option("--prefetch-layers", a->prefetch_layers,
+                  "issue parameter redistributions this many layers ahead of their use, in the "
+                  "simulated step and in placements.json's schedule (0: at the use's layer)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 64));
   sub->add_flag("--skip-fully-replicated", a->skip_fully_replicated,
                 "drop fully replicated strategies where a sharded one exists");
   sub->add_flag("--no-cluster", a->no_cluster, "do not tie repeated layers");

@@ -9,6 +9,7 @@
 
 #include "io/state.h"
 #include "ir/file_util.h"
+#include "planner/prefetch_schedule.h"
 #include "planner/recompute.h"
 #include "planner/sharding_optimizer.h"
 #include "planner/solution_file.h"
@@ -46,7 +47,32 @@ nlohmann::ordered_json placements_header(const Graph& g, const Mesh& mesh) {
   return j;
 }
 
-std::string write_placements_json(const Plan& plan, const Graph& g, const Mesh& mesh) {
+namespace {
+
+/// {"version": 1, "prefetch_layers": k, "prefetch": [{"edge": "mm_3:1", "issue_before": "add_5"},
+/// ...]}: the edge in the runtime's stamp form (consumer:slot), null issue_before = at the start.
+nlohmann::ordered_json schedule_json(const PrefetchSchedule& s, const Graph& g) {
+  nlohmann::ordered_json j;
+  j["version"] = 1;
+  j["prefetch_layers"] = s.prefetch_layers;
+  nlohmann::ordered_json list = nlohmann::ordered_json::array();
+  for (const PrefetchEntry& e : s.entries) {
+    nlohmann::ordered_json x;
+    x["edge"] = fmt::format("{}:{}", g.node(e.consumer).name, e.slot);
+    if (e.issue_before == kNoNode)
+      x["issue_before"] = nullptr;
+    else
+      x["issue_before"] = g.node(e.issue_before).name;
+    list.push_back(std::move(x));
+  }
+  j["prefetch"] = std::move(list);
+  return j;
+}
+
+}  // namespace
+
+std::string write_placements_json(const Plan& plan, const Graph& g, const Mesh& mesh,
+                                  int32_t prefetch_layers) {
   nlohmann::ordered_json j = placements_header(g, mesh);
   nlohmann::ordered_json pl = nlohmann::ordered_json::object();
   for (NodeIdx i = 0; i < g.size(); ++i) {
@@ -62,6 +88,7 @@ std::string write_placements_json(const Plan& plan, const Graph& g, const Mesh& 
   }
   j["placements"] = pl;
   if (!plan.recomputed_nodes.empty()) j["recompute"] = plan.recomputed_nodes;
+  if (plan.has_solution) j["schedule"] = schedule_json(prefetch_schedule(g, plan, prefetch_layers), g);
   return j.dump(1) + "\n";
 }
 

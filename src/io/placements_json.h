@@ -24,7 +24,10 @@ class ShardingOptimizer;
 std::string graph_fingerprint(const Graph& g);
 
 /// Deterministic JSON text of a plan's placements.
-std::string write_placements_json(const Plan& plan, const Graph& g, const Mesh& mesh);
+/// The plan's placements.json; its "schedule" section is the prefetch schedule
+/// (planner/prefetch_schedule.h) at `prefetch_layers`.
+std::string write_placements_json(const Plan& plan, const Graph& g, const Mesh& mesh,
+                                  int32_t prefetch_layers = 1);
 
 /// Parses placements JSON against a graph and mesh.  Returns, per graph node, the wanted
 /// strategy specs (nullopt for nodes the file does not mention).  Throws std::runtime_error

@@ -9,9 +9,12 @@
 #include "models/builder.h"
 #include "planner/fit_advice.h"
 #include "planner/sharding_optimizer.h"
+#include "planner/test_util.h"
 
 namespace autoshard {
 namespace {
+
+using testing::h100;
 
 /// x [16, 64] -> x @ w^T + b with w [64, 64] and a bias of `bias` elements -> sum: a bias of
 /// 10 elements cannot be split 8 ways evenly.

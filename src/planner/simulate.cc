@@ -14,6 +14,7 @@
 #include "cost/compute.h"
 #include "cost/redistribute.h"
 #include "planner/cp_cost.h"
+#include "planner/prefetch_schedule.h"
 #include "planner/recompute.h"
 #include "planner/sharding_optimizer.h"
 
@@ -303,10 +304,10 @@ StepSimulation simulate_step(ShardingOptimizer& opt, const Plan& plan, const Sim
       issued_after_redo[static_cast<size_t>(pu)].push_back(id);  // reads the recomputed tensor
     else if (!job.prefetchable)
       issued_after[static_cast<size_t>(pu)].push_back(id);
-    else if (cl < 0)
+    else if (const int32_t at = prefetch_segment(cl, o.prefetch_layers); at < 0)
       released_first.push_back(id);
     else
-      released_at[static_cast<size_t>(std::max(0, cl - o.prefetch_layers))].push_back(id);
+      released_at[static_cast<size_t>(at)].push_back(id);  // the runtime's rule too
     jobs.push_back(std::move(job));
   }
   // Prefetches are issued in consumer order (edge order within a consumer).

@@ -1,0 +1,116 @@
+"""Issuing the planned prefetches: parameter collectives moved to where the plan issues them.
+
+    moved = apply_prefetch(graph, doc.get("schedule"))   # doc: the placements.json document
+
+The planner writes, beside the placements, where a rank issues each redistribution that waits
+for nothing computed in the step (placements.json "schedule": "prefetch" entries, C++
+planner/prefetch_schedule.h): a parameter's all-gather for a layer is issued at the first op of
+the layer `prefetch_layers` before it, as FSDP does and as the simulator and the overlap-aware
+objective assume.  The lowered graph issues each collective where DTensor redistributed it, right
+before its use; this pass moves the collectives of each scheduled edge (and the local ops they
+read that depend on placeholders only, such as a weight's transpose) up to the planned issue
+point, and leaves the wait where the value is used.  It decides nothing: an entry whose issue
+point or collectives are not in this graph (a recomputed gather in the backward, an edge whose
+redistribution needs no collective) is left where it is.
+
+Every rank moves the same nodes of the same graph, so the collectives stay matched across
+ranks; autoshard.inflight's rules still hold afterwards (only issues move, never waits).
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping, Optional
+
+import torch.fx
+
+from .inflight import is_wait
+from .lower import META_KEY, collective_kind
+
+#: The schedule versions this runtime reads.
+SCHEDULE_VERSIONS = (1,)
+
+
+class ScheduleError(ValueError):
+    """A placements.json schedule this runtime cannot read (the message names the key)."""
+
+
+def _stamp(node: torch.fx.Node, key: str) -> Any:
+    return node.meta.get(META_KEY, {}).get(key)
+
+
+def prefetch_entries(schedule: Optional[Mapping[str, Any]]) -> list:
+    """The schedule's prefetch entries as (edge, issue_before or None); [] without a schedule."""
+    if not schedule:
+        return []
+    version = schedule.get("version")
+    if version not in SCHEDULE_VERSIONS:
+        raise ScheduleError(f"/schedule/version: {version!r}, this runtime reads "
+                            f"{', '.join(map(str, SCHEDULE_VERSIONS))}")
+    out = []
+    for k, e in enumerate(schedule.get("prefetch", [])):
+        if not isinstance(e, Mapping) or not isinstance(e.get("edge"), str):
+            raise ScheduleError(f"/schedule/prefetch/{k}: expected {{\"edge\": ..., "
+                                f"\"issue_before\": ...}}")
+        before = e.get("issue_before")
+        if before is not None and not isinstance(before, str):
+            raise ScheduleError(f"/schedule/prefetch/{k}/issue_before: a node name or null")
+        out.append((e["edge"], before))
+    return out
+
+
+def _movable(node: torch.fx.Node, pos: dict, limit: int, chosen: set) -> bool:
+    """Adds to `chosen` what must move with `node` to run before position `limit`: its inputs
+    that come later and depend on placeholders only (no collective among them)."""
+    for i in node.all_input_nodes:
+        if i in chosen or i.op in ("placeholder", "get_attr") or pos[i] < limit:
+            continue
+        if (i.op != "call_function" or collective_kind(i) is not None or is_wait(i)
+                or pos[i] == limit):  # the issue point itself: nothing to run before it
+            return False
+        chosen.add(i)
+        if not _movable(i, pos, limit, chosen):
+            return False
+    return True
+
+
+def apply_prefetch(graph: torch.fx.Graph, schedule: Optional[Mapping[str, Any]]) -> int:
+    """Moves the collectives of every scheduled edge found in `graph` to its issue point;
+    returns how many edges moved."""
+    entries = prefetch_entries(schedule)
+    if not entries:
+        return 0
+    nodes = list(graph.nodes)
+    first_of: dict = {}   # planned node name -> its first lowered node
+    by_edge: dict = {}    # "consumer:slot" -> its lowered nodes, in graph order
+    start = None          # the first node that is not a placeholder
+    for n in nodes:
+        if n.op in ("placeholder", "get_attr", "output"):
+            continue
+        start = start or n
+        planned = _stamp(n, "node")
+        if planned is not None:
+            first_of.setdefault(planned, n)
+        edge = _stamp(n, "edge")
+        if edge is not None:
+            by_edge.setdefault(edge, []).append(n)
+    moved = 0
+    for edge, before in entries:
+        group = by_edge.get(edge, [])
+        if not any(collective_kind(n) is not None for n in group):
+            continue
+        target = start if before is None else first_of.get(before)
+        if target is None:
+            continue  # the issue point is in another graph (e.g. a recomputed gather)
+        pos = {n: k for k, n in enumerate(graph.nodes)}
+        waits = [n for n in group if is_wait(n)]
+        # The issue part: the edge's nodes before its last wait (what follows that wait, the
+        # local ops on the arrived value, stays at the use).
+        end = pos[waits[-1]] if waits else len(pos)
+        chosen = {n for n in group if pos[n] < end}
+        if not chosen or pos[target] >= min(pos[n] for n in chosen):
+            continue
+        if not all(_movable(n, pos, pos[target], chosen) for n in list(chosen)):
+            continue
+        for n in sorted(chosen, key=pos.get):
+            target.prepend(n)
+        moved += 1
+    return moved

@@ -1,0 +1,73 @@
+#include "planner/prefetch_schedule.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "mesh/hardware.h"
+#include "models/builder.h"
+#include "planner/sharding_optimizer.h"
+#include "planner/test_util.h"
+
+namespace autoshard {
+namespace {
+
+using testing::h100;
+
+/// x -> layers.0: mm(x, t(w0)), relu -> layers.1: mm(h, t(w1)) -> loss: sum.  Weights
+/// sharded on dim 0 and every `t` replicated (pinned): each weight is gathered for its `t`.
+struct TwoLayers {
+  Graph g;
+  Plan plan;
+  TwoLayers() {
+    GraphBuilder b("two_layers");
+    const DType dt = DType::kF32;
+    TensorRef x = b.input("x", {{16, 64}, dt});
+    TensorRef w0 = b.parameter("layers.0.weight", "layers.0", {{64, 64}, dt});
+    TensorRef w1 = b.parameter("layers.1.weight", "layers.1", {{64, 64}, dt});
+    b.set_phase(Phase::kForward);
+    b.set_module("layers.0");
+    TensorRef h = b.unary("relu", b.mm(x, b.t(w0)));
+    b.set_module("layers.1");
+    TensorRef y = b.mm(h, b.t(w1));
+    b.set_module("loss");
+    b.op1("sum", {y}, Attrs{}, TensorMeta{{}, dt});
+    g = b.finish();
+    PlannerOptions o;
+    o.objective = Objective::kAdditive;
+    o.memory_limit_bytes = 0;
+    ShardingOptimizer opt(g, Mesh({4}, {"dp"}, h100()), o);
+    opt.pin("layers.0.weight", parse_placements("S(0)"));
+    opt.pin("layers.1.weight", parse_placements("S(0)"));
+    opt.pin("t", parse_placements("R"));
+    opt.pin("t_1", parse_placements("R"));
+    plan = opt.get_solution();
+  }
+  std::string name(NodeIdx i) const { return i == kNoNode ? "start" : g.node(i).name; }
+  std::vector<std::string> entries(int32_t prefetch_layers) const {
+    std::vector<std::string> out;
+    for (const PrefetchEntry& e : prefetch_schedule(g, plan, prefetch_layers).entries)
+      out.push_back(name(e.consumer) + ":" + std::to_string(e.slot) + " before " + name(e.issue_before));
+    return out;
+  }
+};
+
+TEST(PrefetchSchedule, AWeightIsGatheredOneLayerAhead) {
+  TwoLayers c;
+  ASSERT_TRUE(c.plan.has_solution);
+  // layers.0 is the first segment: its gather cannot start earlier than its own first op.
+  EXPECT_EQ(c.entries(1), (std::vector<std::string>{"t:0 before t", "t_1:0 before t"}));
+  EXPECT_EQ(c.entries(0), (std::vector<std::string>{"t:0 before t", "t_1:0 before t_1"}));
+  EXPECT_EQ(prefetch_schedule(c.g, c.plan, 2).prefetch_layers, 2);
+}
+
+TEST(PrefetchSchedule, TheSegmentRuleIsTheSimulators) {
+  EXPECT_EQ(prefetch_segment(5, 1), 4);
+  EXPECT_EQ(prefetch_segment(0, 1), 0);
+  EXPECT_EQ(prefetch_segment(3, 0), 3);
+  EXPECT_EQ(prefetch_segment(-1, 1), -1);  // outside every segment: before the first op
+}
+
+}  // namespace
+}  // namespace autoshard

@@ -1,0 +1,96 @@
+"""autoshard.schedule on hand-made stamped graphs: prefetches move to their planned point."""
+import unittest
+
+import _paths  # noqa: F401
+
+try:
+    import torch
+    import torch.fx
+    import torch.distributed  # noqa: F401  (registers _c10d_functional)
+except ImportError:  # pragma: no cover
+    torch = None
+
+
+def _stamped(g, target, args, node, edge=None):
+    n = g.call_function(target, args)
+    n.meta["autoshard"] = {"node": node, **({"edge": edge} if edge else {})}
+    return n
+
+
+def _two_layers():
+    """x -> layer 0 (relu) -> layer 1 (mm with the weight gathered for edge mm1:1)."""
+    aten, ops = torch.ops.aten, torch.ops._c10d_functional
+    g = torch.fx.Graph()
+    x = g.placeholder("x")
+    w = g.placeholder("w")
+    h = _stamped(g, aten.relu.default, (x,), "relu0")
+    h2 = _stamped(g, aten.mul.Tensor, (h, 2.0), "mul0")
+    wt = _stamped(g, aten.t.default, (w,), "t1")
+    ag = _stamped(g, ops.all_gather_into_tensor.default, (wt, 2, "1"), "mm1", "mm1:1")
+    wait = _stamped(g, ops.wait_tensor.default, (ag,), "mm1", "mm1:1")
+    view = _stamped(g, aten.view.default, (wait, [-1]), "mm1", "mm1:1")
+    out = _stamped(g, aten.mm.default, (h2, view), "mm1")
+    g.output(out)
+    return g
+
+
+def _order(g):
+    return [n.target.__name__.split(".")[0] for n in g.nodes if n.op == "call_function"]
+
+
+@unittest.skipIf(torch is None, "PyTorch not installed")
+class Prefetch(unittest.TestCase):
+    SCHEDULE = {"version": 1, "prefetch_layers": 1,
+                "prefetch": [{"edge": "mm1:1", "issue_before": "relu0"}]}
+
+    def test_the_gather_and_the_view_it_reads_move_to_the_issue_point(self):
+        from autoshard.inflight import check_in_flight
+        from autoshard.schedule import apply_prefetch
+
+        g = _two_layers()
+        self.assertEqual(apply_prefetch(g, self.SCHEDULE), 1)
+        g.lint()
+        self.assertEqual(_order(g), ["t", "all_gather_into_tensor", "relu", "mul", "wait_tensor",
+                                     "view", "mm"])
+        self.assertEqual(check_in_flight(g), [])
+        self.assertEqual(apply_prefetch(g, self.SCHEDULE), 0)  # already there
+
+    def test_null_issues_before_the_first_op_and_absent_points_leave_it(self):
+        from autoshard.schedule import apply_prefetch
+
+        g = _two_layers()
+        start = {"version": 1, "prefetch": [{"edge": "mm1:1", "issue_before": None}]}
+        self.assertEqual(apply_prefetch(g, start), 1)
+        self.assertEqual(_order(g)[:2], ["t", "all_gather_into_tensor"])
+        g2 = _two_layers()
+        elsewhere = {"version": 1, "prefetch": [{"edge": "mm1:1", "issue_before": "gone"}]}
+        self.assertEqual(apply_prefetch(g2, elsewhere), 0)
+        self.assertEqual(apply_prefetch(g2, None), 0)
+
+    def test_a_collective_reading_computed_values_does_not_move(self):
+        from autoshard.schedule import apply_prefetch
+
+        aten, ops = torch.ops.aten, torch.ops._c10d_functional
+        g = torch.fx.Graph()
+        x = g.placeholder("x")
+        h = _stamped(g, aten.relu.default, (x,), "relu0")
+        ag = _stamped(g, ops.all_gather_into_tensor.default, (h, 2, "1"), "mm1", "mm1:0")
+        g.output(_stamped(g, ops.wait_tensor.default, (ag,), "mm1", "mm1:0"))
+        before = _order(g)
+        self.assertEqual(apply_prefetch(g, {"version": 1, "prefetch": [
+            {"edge": "mm1:0", "issue_before": "relu0"}]}), 0)
+        self.assertEqual(_order(g), before)
+
+    def test_bad_schedules_name_the_key(self):
+        from autoshard.schedule import ScheduleError, prefetch_entries
+
+        with self.assertRaisesRegex(ScheduleError, "/schedule/version: 7"):
+            prefetch_entries({"version": 7})
+        with self.assertRaisesRegex(ScheduleError, "/schedule/prefetch/0"):
+            prefetch_entries({"version": 1, "prefetch": [{"issue_before": "a"}]})
+        with self.assertRaisesRegex(ScheduleError, "/schedule/prefetch/0/issue_before"):
+            prefetch_entries({"version": 1, "prefetch": [{"edge": "a:0", "issue_before": 3}]})
+
+
+if __name__ == "__main__":
+    unittest.main()
