@@ -152,3 +152,23 @@ def enforce_in_flight(gm: torch.fx.GraphModule, limit: Optional[int]) -> int:
         raise AssertionError(f"lowered graph breaks an in-flight rule: {problems[0]} "
                              f"({len(problems)} problem(s))")
     return moved
+
+
+def issue_wait_gaps(graph: torch.fx.Graph) -> dict:
+    """Per collective kind ('all_gather', ...), the number of compute ops (ATen ops that are
+    neither collectives nor waits) each collective has between its issue and its wait, in
+    graph order: 0 is a collective the rank waits for at once (fully exposed)."""
+    nodes = list(graph.nodes)
+    pos = {n: k for k, n in enumerate(nodes)}
+    compute_before = [0]
+    for n in nodes:
+        compute = (n.op == "call_function" and collective_kind(n) is None and not is_wait(n)
+                   and getattr(n.target, "namespace", "") == "aten")
+        compute_before.append(compute_before[-1] + compute)
+    gaps: dict = {}
+    for n in nodes:
+        kind = collective_kind(n)
+        wait = next((u for u in n.users if is_wait(u)), None) if kind else None
+        if wait is not None:
+            gaps.setdefault(kind, []).append(compute_before[pos[wait]] - compute_before[pos[n] + 1])
+    return gaps
