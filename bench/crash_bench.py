@@ -128,6 +128,8 @@ def main() -> int:
         print(f"run {i:3d}/{args.runs}: {verdict:7s} {time.monotonic() - t0:6.1f} s",
               flush=True)
     label = args.kind + (" --compile" if args.compile else "")
+    if jobs:  # one launch runs the whole job set: count the test suite's jobs too
+        label += f" ({len(jobs.jobs)} jobs a launch, {len(jobs.jobs) * args.runs} in all)"
     print()
     print("| job | runs | clean | crashed | other failures | wall |")
     print("|---|---|---|---|---|---|")

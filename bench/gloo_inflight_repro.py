@@ -1,21 +1,21 @@
 """torch 2.13 + gloo alone: functional collectives in flight at once crash a rank (no autoshard).
 
-    python bench/gloo_inflight_repro.py                        # all-gathers, 16 in flight: crashes
+    python bench/gloo_inflight_repro.py                        # 16 all-gathers in flight: crashes
     python bench/gloo_inflight_repro.py --in-flight 1          # the same, one at a time: clean
-    python bench/gloo_inflight_repro.py --kinds rs,ar --runs 10
+    python bench/gloo_inflight_repro.py --kinds ag,rs,ar --groups dp --runs 10
 
-Four gloo ranks on 127.0.0.1 as a 2x2 DeviceMesh (dp, tp).  Each iteration issues --in-flight
+Four gloo ranks on 127.0.0.1 as a 2x2 DeviceMesh (dp, tp).  Each iteration issues --collectives
 functional collectives (`torch.ops._c10d_functional.*`, the ops DTensor and the lowered autoshard
-step issue) on the mesh dims' process groups, with a small matmul between issues, then waits
-for all of them.  With --in-flight 1 each collective is waited before the next is issued.  One
+step issue) on the mesh dims' process groups, with a small matmul between issues; the oldest is
+waited for whenever --in-flight are pending, the rest at the iteration's end.  With
+--in-flight 1 each collective is waited before the next is issued.  One
 run is a fresh set of four processes; a rank killed by a signal counts as a crash.  Prints one
 table row and exits 1 when any run crashed.
 
-What it showed on this repository's 2-core machine (docs/benchmarks.md "Crashes"): 16 all-gathers
-in flight over both groups, 1000 iterations: 8 of 10 runs crashed (SIGSEGV in glibc's malloc,
-`tcache_get`, on a gloo worker thread inside ProcessGroupGloo's all-gather setup: the heap was
-corrupted earlier); reduce-scatters alone 0 of 10; the same all-gathers waited one at a time,
-0 of 10.
+What it showed on this repository's 2-core machine: docs/benchmarks.md "Crashes" (16 all-gathers
+in flight over both groups crash most runs: SIGSEGV in glibc's malloc, `tcache_get`, on a gloo
+worker thread inside ProcessGroupGloo's collective setup, the heap corrupted earlier; the same
+collectives one at a time never did).
 """
 from __future__ import annotations
 
@@ -25,7 +25,8 @@ import sys
 import time
 
 
-def _rank(rank: int, port: int, iters: int, in_flight: int, kinds: list, groups: list) -> None:
+def _rank(rank: int, port: int, iters: int, count: int, in_flight: int, kinds: list,
+          groups: list) -> None:
     import faulthandler
 
     import torch
@@ -42,7 +43,7 @@ def _rank(rank: int, port: int, iters: int, in_flight: int, kinds: list, groups:
     gen = torch.Generator().manual_seed(rank)
     for it in range(iters):
         pending = []
-        for k in range(in_flight):
+        for k in range(count):
             rows = 128 * (1 + (7 * k + it) % 13)
             x = torch.randn(rows, 16, generator=gen)
             group = names[groups[k % len(groups)]]
@@ -54,6 +55,8 @@ def _rank(rank: int, port: int, iters: int, in_flight: int, kinds: list, groups:
             else:
                 y = ops.all_reduce(x, "sum", group)
             pending.append(y)
+            if len(pending) >= in_flight:
+                ops.wait_tensor(pending.pop(0))
             torch.mm(torch.randn(64, 64, generator=gen), torch.randn(64, 64, generator=gen))
         for y in pending:
             ops.wait_tensor(y)
@@ -69,7 +72,7 @@ def _one_run(args: argparse.Namespace) -> list:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     ctx = mp.get_context("spawn")
-    procs = [ctx.Process(target=_rank, args=(r, port, args.iters, args.in_flight,
+    procs = [ctx.Process(target=_rank, args=(r, port, args.iters, args.collectives, args.in_flight,
                                              args.kinds.split(","), args.groups.split(",")))
              for r in range(4)]
     for p in procs:
@@ -87,7 +90,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--iters", type=int, default=1000)
-    ap.add_argument("--in-flight", type=int, default=16)
+    ap.add_argument("--collectives", type=int, default=16, help="per iteration (default 16)")
+    ap.add_argument("--in-flight", type=int, default=16,
+                    help="most pending at once (default 16: all of an iteration's)")
     ap.add_argument("--kinds", default="ag", help="comma list of ag, rs, ar (default ag)")
     ap.add_argument("--groups", default="dp,tp", help="mesh dims to use (default dp,tp)")
     ap.add_argument("--timeout", type=float, default=600.0)
@@ -101,9 +106,10 @@ def main() -> int:
         failed += (not crash) and any(c != 0 for c in codes)
         print(f"run {i + 1}/{args.runs}: exit codes {codes}", flush=True)
     print()
-    print("| kinds | groups | in flight | iterations | runs | crashed | other failures | wall |")
-    print("|---|---|---|---|---|---|---|---|")
-    print(f"| {args.kinds} | {args.groups} | {args.in_flight} | {args.iters} | {args.runs} | "
+    print("| kinds | groups | collectives | in flight | iterations | runs | crashed | other | wall |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    print(f"| {args.kinds} | {args.groups} | {args.collectives} | {args.in_flight} | {args.iters} | "
+          f"{args.runs} | "
           f"{crashed} | {failed} | {time.monotonic() - start:.0f} s |")
     return 1 if crashed or failed else 0
 

@@ -20,7 +20,10 @@ flight").  Issued and waited one at a time,
 the same collectives never crash.  So on gloo the runtime keeps at most `limit` collectives
 pending per process: a wait moves up to just before the next collective's issue.  Overlap
 with computation stays (the one pending collective runs while the rank computes); NCCL has no
-such limit.
+such limit.  Compiled graphs keep it as well: inductor orders collectives among themselves but
+moves waits towards their readers, so the gloo runtime installs `inductor_one_in_flight` as
+inductor's post-fusion pass (`use_inductor_limit`, process-wide: it only ever moves a wait
+earlier, which no program can tell apart but by timing).
 """
 from __future__ import annotations
 
@@ -172,3 +175,69 @@ def issue_wait_gaps(graph: torch.fx.Graph) -> dict:
         if wait is not None:
             gaps.setdefault(kind, []).append(compute_before[pos[wait]] - compute_before[pos[n] + 1])
     return gaps
+
+
+def inductor_one_in_flight(nodes: list) -> list:
+    """An inductor post-fusion pass (`torch._inductor.config._post_fusion_custom_pass`): the
+    scheduler's node order with each collective's wait moved up to just before the next
+    collective, so that the compiled code keeps one collective in flight as the eager graph
+    does.  Inductor orders collectives among themselves but sinks waits towards their first
+    reader (21 collectives pending at once in the train example's compiled backward, which
+    crashed gloo as the eager graph did).  Moving a wait earlier is always valid: it depends
+    on its collective alone."""
+    from torch._inductor.utils import is_collective
+    from torch._inductor.utils import is_wait as inductor_is_wait
+
+    def names(snode, attr: str) -> set:
+        try:
+            return set(getattr(snode, attr)())
+        except (AttributeError, TypeError):
+            return set()
+
+    waits_of: dict = {}  # collective scheduler node -> its wait nodes
+    owner: dict = {}     # buffer name -> collective scheduler node that writes it
+    for snode in nodes:
+        if is_collective(getattr(snode, "node", None)):
+            for b in names(snode, "get_buffer_names") | names(snode, "get_output_names"):
+                owner[b] = snode
+        elif inductor_is_wait(getattr(snode, "node", None)):
+            for b in names(snode, "used_buffer_names"):
+                if b in owner:
+                    waits_of.setdefault(owner[b], []).append(snode)
+                    break
+    out: list = []
+    placed: set = set()
+    pending: list = []
+    for snode in nodes:
+        if snode in placed:
+            continue
+        if is_collective(getattr(snode, "node", None)):
+            for prev in pending:
+                for w in waits_of.get(prev, []):
+                    if w not in placed:
+                        out.append(w)
+                        placed.add(w)
+            pending = [snode]
+        out.append(snode)
+        placed.add(snode)
+    return out
+
+
+def use_inductor_limit() -> None:
+    """Makes inductor keep one collective in flight in what it compiles from now on in this
+    process (inductor_one_in_flight as its post-fusion pass), for the gloo runtime; a pass
+    already set by someone else is kept and this one runs after it."""
+    import torch._inductor.config as inductor_config
+
+    current = inductor_config._post_fusion_custom_pass
+    if current is None or current is inductor_one_in_flight:
+        inductor_config._post_fusion_custom_pass = inductor_one_in_flight
+        return
+    if getattr(current, "_autoshard_wrapped", False):
+        return
+
+    def chained(nodes: list) -> list:
+        return inductor_one_in_flight(current(nodes))
+
+    chained._autoshard_wrapped = True  # type: ignore[attr-defined]
+    inductor_config._post_fusion_custom_pass = chained
