@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import gc
 import json
 import math
 import os
@@ -520,6 +521,10 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         train(a)
     except UsageError as e:
         fail(str(e))
+    # The planned module sits in a reference cycle (its graph holder calls back into it), so
+    # its DTensors -- and through their mesh the gloo process groups -- would otherwise live
+    # until interpreter teardown, where destroying gloo's worker state can abort the process.
+    gc.collect()
     if dist.is_initialized():
         dist.destroy_process_group()
 
