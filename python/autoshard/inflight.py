@@ -16,9 +16,9 @@ worker threads of its own.  With several all-gathers in flight at once the heap 
 corrupted: a rank dies of SIGSEGV inside glibc's malloc (`tcache_get`) on a gloo worker thread,
 in `setOutput` / `setOutputs` of the next collective (core files of the train example and of
 bench/gloo_inflight_repro.py, which shows it with torch alone; docs/DESIGN.md "Collectives in
-flight").  Issued and waited one at a time,
-the same collectives never crash.  So on gloo the runtime keeps at most `limit` collectives
-pending per process: a wait moves up to just before the next collective's issue.  Overlap
+flight").  Issued and waited one at a time, the reproducer's collectives did not crash in 10
+runs and the train example far more rarely (not never: docs/benchmarks.md "Crashes").  So on
+gloo the runtime keeps at most `limit` collectives pending per process: a wait moves up to just before the next collective's issue.  Overlap
 with computation stays (the one pending collective runs while the rank computes); NCCL has no
 such limit.  Compiled graphs keep it as well: inductor orders collectives among themselves but
 moves waits towards their readers, so the gloo runtime installs `inductor_one_in_flight` as
