@@ -2,31 +2,15 @@
 
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 
-#include <sys/resource.h>
-
 #include "solver/solver_test_util.h"
 
 namespace autoshard {
 namespace {
-
-/// CPU seconds of this process and of its waited-for children (the solver's MIP runs in one):
-/// what a time limit bounds when other work shares the cores and stretches the wall clock.
-double cpu_seconds() {
-  double t = 0;
-  for (int who : {RUSAGE_SELF, RUSAGE_CHILDREN}) {
-    rusage u{};
-    getrusage(who, &u);
-    t += static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
-         1e-6 * static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
-  }
-  return t;
-}
 
 using testing::brute_force;
 using testing::random_problem;
@@ -205,16 +189,12 @@ TEST(SolveLarge, TenThousandNodePlannerProblems) {
     SolverOptions o;
     o.time_limit_s = 4;
     const auto t0 = std::chrono::steady_clock::now();
-    const double c0 = cpu_seconds();
     SolveResult r = solve(p, o);
     const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    const double cpu = cpu_seconds() - c0;
     std::printf("10k nodes (%s): reduced to %d nodes, %lld MIP variables; %s objective %.0f lb %.0f; %.2f s\n",
                 tight ? "tight" : "loose", r.reduced_nodes, static_cast<long long>(r.mip_variables),
                 std::string(solve_status_name(r.status)).c_str(), r.objective, r.lower_bound, wall);
-    // The solve stops at its limit: in wall time on a machine to itself, in CPU time when
-    // other work shares the cores (the wall clock then also counts the wait for one).
-    EXPECT_LE(std::min(wall, cpu), o.time_limit_s + 1.0) << "wall " << wall << " s, cpu " << cpu << " s";
+    EXPECT_LE(wall, o.time_limit_s + 1.0);
     if (!tight) {
       EXPECT_EQ(r.status, SolveStatus::kOptimal);
     }
@@ -234,13 +214,9 @@ TEST(SolveLarge, TimeLimitHoldsOnGWithoutReductions) {
   o.time_limit_s = 3;
   o.skip_reductions = true;
   const auto t0 = std::chrono::steady_clock::now();
-  const double c0 = cpu_seconds();
   SolveResult r = solve(p, o);
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  const double cpu = cpu_seconds() - c0;
-  // The solve stops at its limit: in wall time on a machine to itself, in CPU time when other
-  // work shares the cores (the wall clock then also counts the time spent waiting for one).
-  EXPECT_LE(std::min(wall, cpu), o.time_limit_s + 1.0) << "wall " << wall << " s, cpu " << cpu << " s";
+  EXPECT_LE(wall, o.time_limit_s + 1.0);
   EXPECT_NE(r.status, SolveStatus::kInfeasible);
   if (!r.choice.empty()) {
     EXPECT_LE(peak_usage(p, r.choice), p.usage_limit);
@@ -267,18 +243,14 @@ TEST(SolveLarge, TimeLimitHoldsOnG) {
   SolverOptions o;
   o.time_limit_s = 5;
   const auto t0 = std::chrono::steady_clock::now();
-  const double c0 = cpu_seconds();
   SolveResult r = solve(p, o);
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  const double cpu = cpu_seconds() - c0;
   std::printf("G: reduced to %d nodes %d edges, %lld MIP variables; status %s, objective %.0f, "
               "lower bound %.0f, %.2f s\n",
               r.reduced_nodes, r.reduced_edges, static_cast<long long>(r.mip_variables),
               std::string(solve_status_name(r.status)).c_str(), r.objective, r.lower_bound, wall);
   for (auto& [name, s] : r.phase_seconds) std::printf("  %s: %.3f s\n", name.c_str(), s);
-  // The solve stops at its limit: in wall time on a machine to itself, in CPU time when other
-  // work shares the cores (the wall clock then also counts the time spent waiting for one).
-  EXPECT_LE(std::min(wall, cpu), o.time_limit_s + 1.0) << "wall " << wall << " s, cpu " << cpu << " s";
+  EXPECT_LE(wall, o.time_limit_s + 1.0);
   EXPECT_LT(r.reduced_nodes, p.num_nodes());
   if (!r.choice.empty()) {
     EXPECT_LE(peak_usage(p, r.choice), p.usage_limit);
