@@ -96,6 +96,9 @@ class ShardedModule(torch.nn.Module):
         meta = dict(zip(names, traced.flat_args))
         #: global shapes of the inputs (the traced step's)
         self._input_shapes = [tuple(meta[n].shape) for n in self._input_names]
+        #: this rank's shard shape of each input (checked on every call: computed once)
+        self._input_local_shapes = [_local_shape(shape, mesh, pl) for shape, pl in
+                                    zip(self._input_shapes, self._input_placements)]
         _adopt(self, model, runner, mesh, self._param_names, self._buffer_names)
 
     @property
@@ -196,9 +199,8 @@ class ShardedModule(torch.nn.Module):
     def _check_local(self, inputs: Sequence[torch.Tensor]) -> None:
         """A clear error for full tensors passed where local shards are expected."""
         self._check_count(inputs)
-        for t, n, shape, pl in zip(inputs, self._input_names, self._input_shapes,
-                                   self._input_placements):
-            want = _local_shape(shape, self.mesh, pl)
+        for t, n, shape, pl, want in zip(inputs, self._input_names, self._input_shapes,
+                                         self._input_placements, self._input_local_shapes):
             if list(t.shape) != want:
                 hint = (" (the full tensor: pass module.shard_inputs(*full))"
                         if list(t.shape) == list(shape) else "")
