@@ -39,6 +39,7 @@ def _rank(rank: int, port: int, iters: int, count: int, in_flight: int, kinds: l
                             world_size=4)
     mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
     names = {d: mesh.get_group(d).group_name for d in ("dp", "tp")}
+    groups_by_name = {mesh.get_group(d).group_name: mesh.get_group(d) for d in ("dp", "tp")}
     ops = torch.ops._c10d_functional
     gen = torch.Generator().manual_seed(rank)
     for it in range(iters):
@@ -50,6 +51,12 @@ def _rank(rank: int, port: int, iters: int, count: int, in_flight: int, kinds: l
             kind = kinds[(k // len(groups)) % len(kinds)]
             if kind == "ag":
                 y = ops.all_gather_into_tensor(x, 2, group)
+            elif kind == "agsum":
+                # The same gather as a sum: this rank's rows in a zeroed buffer, all-reduced.
+                index = dist.get_group_rank(groups_by_name[group], rank)
+                buf = x.new_zeros((2 * rows, 16))
+                buf[index * rows:(index + 1) * rows] = x
+                y = ops.all_reduce(buf, "sum", group)
             elif kind == "rs":
                 y = ops.reduce_scatter_tensor(x, "sum", 2, group)
             else:
@@ -93,7 +100,8 @@ def main() -> int:
     ap.add_argument("--collectives", type=int, default=16, help="per iteration (default 16)")
     ap.add_argument("--in-flight", type=int, default=16,
                     help="most pending at once (default 16: all of an iteration's)")
-    ap.add_argument("--kinds", default="ag", help="comma list of ag, rs, ar (default ag)")
+    ap.add_argument("--kinds", default="ag", help="comma list of ag, agsum (an all-gather done as an all-reduce of a "
+                    "zero-padded buffer), rs, ar (default ag)")
     ap.add_argument("--groups", default="dp,tp", help="mesh dims to use (default dp,tp)")
     ap.add_argument("--timeout", type=float, default=600.0)
     args = ap.parse_args()

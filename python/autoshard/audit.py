@@ -96,6 +96,8 @@ class _Recorder(TorchDispatchMode):
         info = _kind_and_bytes(func, args)
         if info is not None:
             kind, nbytes, group = info
+            if kind == "all_reduce" and self.audit._gather_as_sum:
+                kind = "all_gather"  # its buffer is the gathered output: the same bytes
             self.audit._record(kind, nbytes, group)
         return func(*args, **(kwargs or {}))
 
@@ -108,13 +110,17 @@ class _EdgeInterpreter(torch.fx.Interpreter):
         self.audit = audit
 
     def run_node(self, n: torch.fx.Node) -> Any:
-        from .lower import META_KEY
+        from .lower import GATHER_AS_SUM, META_KEY
 
         self.audit._edge.append(n.meta.get(META_KEY, {}).get("edge", ""))
+        # an all-gather the gloo runtime does as an all-reduce (autoshard.inflight) is
+        # audited as the gather the plan charged
+        self.audit._gather_as_sum = bool(n.meta.get(GATHER_AS_SUM))
         try:
             return super().run_node(n)
         finally:
             self.audit._edge.pop()
+            self.audit._gather_as_sum = False
 
 
 class CommAudit:
@@ -125,6 +131,7 @@ class CommAudit:
         self.mesh = step.mesh
         self.records: list[Collective] = []
         self._edge: list[str] = []
+        self._gather_as_sum = False
         self._saved_step = None
         self._groups = {}
         for d in range(self.mesh.ndim):

@@ -40,7 +40,7 @@ from typing import Optional, Sequence
 import torch
 import torch.fx
 
-from .inflight import enforce_in_flight
+from .inflight import enforce_in_flight, gather_buffer
 from .lower import META_KEY, collective_kind
 
 #: ATen ops (overload packet names) linear in their tensor inputs whatever their other
@@ -89,7 +89,7 @@ def is_linear(node: torch.fx.Node) -> bool:
     input; for several, jointly): the ops a gradient reduction is made of."""
     if node.op != "call_function":
         return False
-    if node.target is operator.getitem:
+    if node.target is operator.getitem or node.target is gather_buffer:
         return True
     kind = collective_kind(node)
     if kind is not None:

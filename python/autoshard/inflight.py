@@ -27,12 +27,12 @@ earlier, which no program can tell apart but by timing).
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 import torch.fx
 
-from .lower import collective_kind
+from .lower import GATHER_AS_SUM, collective_kind
 
 
 def is_wait(node: torch.fx.Node) -> bool:
@@ -144,12 +144,61 @@ def in_flight_limit(mesh) -> Optional[int]:
     return None
 
 
-def enforce_in_flight(gm: torch.fx.GraphModule, limit: Optional[int]) -> int:
-    """Applies `limit` to a graph module the runtime will run (recompiling it when a wait
-    moved) and checks the invariants; raises AssertionError naming the first problem."""
-    moved = limit_in_flight(gm.graph, limit) if limit is not None else 0
-    if moved:
-        gm.recompile()
+def gather_buffer(x: torch.Tensor, group_size: int, index: int) -> torch.Tensor:
+    """A zeroed buffer of an all-gather's output shape with `x` at rows `index` of
+    `group_size` equal blocks: summed over the group it is the all-gather of `x`."""
+    rows = x.shape[0]
+    out = x.new_zeros((group_size * rows, *x.shape[1:]))
+    out[index * rows:(index + 1) * rows] = x
+    return out
+
+
+def group_rank(group_name: str) -> int:
+    """This process's rank within the process group named `group_name`."""
+    from torch.distributed.distributed_c10d import _resolve_process_group
+
+    return _resolve_process_group(group_name).rank()
+
+
+def gathers_as_sums(graph: torch.fx.Graph,
+                    rank_in: Callable[[str], int] = group_rank) -> int:
+    """Rewrites every `all_gather_into_tensor(x, n, group)` as an all-reduce (sum) of
+    `gather_buffer(x, n, rank)`: the same values (x plus zeros, exact), through gloo's
+    all-reduce instead of its all-gather, whose coalesced work corrupts the heap (module
+    docstring).  The all-reduce keeps the gather's meta and is flagged GATHER_AS_SUM, so
+    collective_kind still calls it an all-gather.  `rank_in(group_name)`: this process's
+    rank in that group.  Returns the number of gathers rewritten."""
+    target = torch.ops._c10d_functional.all_gather_into_tensor.default
+    rewritten = 0
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node.target is not target:
+            continue
+        x, size, group = node.args[:3]
+        with graph.inserting_before(node):
+            buf = graph.call_function(gather_buffer, (x, size, rank_in(group)))
+            summed = graph.call_function(torch.ops._c10d_functional.all_reduce.default,
+                                         (buf, "sum", group))
+        buf.meta = {k: v for k, v in node.meta.items() if k != "val"}
+        summed.meta = {**node.meta, GATHER_AS_SUM: True}
+        node.replace_all_uses_with(summed)
+        graph.erase_node(node)
+        rewritten += 1
+    return rewritten
+
+
+def enforce_in_flight(gm: torch.fx.GraphModule, limit: Optional[int],
+                      rank_in: Callable[[str], int] = group_rank) -> int:
+    """Makes a graph module the runtime will run safe for its backend and checks the
+    invariants; raises AssertionError naming the first problem.  `limit` is
+    in_flight_limit's (not None: a gloo mesh): the graph then keeps at most `limit`
+    collectives pending and does its all-gathers as sums (gathers_as_sums, `rank_in`).
+    Recompiles `gm` when it changed; returns the number of waits moved."""
+    moved = 0
+    if limit is not None:
+        changed = gathers_as_sums(gm.graph, rank_in)
+        moved = limit_in_flight(gm.graph, limit)
+        if changed or moved:
+            gm.recompile()
     problems = check_in_flight(gm.graph, limit)
     if problems:
         raise AssertionError(f"lowered graph breaks an in-flight rule: {problems[0]} "

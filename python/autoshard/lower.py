@@ -41,6 +41,10 @@ COLLECTIVES = {
     "all_to_all_single": "all_to_all",
 }
 
+#: meta flag of an all-reduce that does an all-gather (autoshard.inflight.gathers_as_sums):
+#: the audit and the graph passes still see the gather it stands for.
+GATHER_AS_SUM = "autoshard_gather_as_sum"
+
 
 class LoweringError(ValueError):
     """The plan cannot be lowered (the message names the node)."""
@@ -67,6 +71,8 @@ def collective_kind(node: torch.fx.Node) -> Optional[str]:
     target = node.target
     if getattr(target, "namespace", "") != "_c10d_functional":
         return None
+    if node.meta.get(GATHER_AS_SUM):
+        return "all_gather"
     return COLLECTIVES.get(target.__name__.split(".")[0])
 
 

@@ -107,8 +107,28 @@ class InFlight(unittest.TestCase):
         with self.assertRaisesRegex(AssertionError, "exactly one reader.*readers: output"):
             enforce_in_flight(gm, None)
         gm2 = torch.fx.GraphModule(torch.nn.Module(), _graph(3))
-        self.assertEqual(enforce_in_flight(gm2, 1), 2)
+        self.assertEqual(enforce_in_flight(gm2, 1, rank_in=lambda group: 1), 2)
         self.assertIn("wait_tensor", gm2.code)
+        self.assertNotIn("all_gather", gm2.code)  # on gloo the gathers are sums
+
+    def test_gathers_become_sums_of_a_padded_buffer(self):
+        from autoshard.inflight import check_in_flight, gather_buffer, gathers_as_sums
+        from autoshard.lower import collective_kind
+
+        g = _graph(2)
+        self.assertEqual(gathers_as_sums(g, lambda group: 1 if group == "1" else -1), 2)
+        g.lint()
+        self.assertEqual(check_in_flight(g), [])
+        colls = [n for n in g.nodes if collective_kind(n) is not None]
+        self.assertEqual([collective_kind(n) for n in colls], ["all_gather", "all_gather"])
+        self.assertTrue(all(n.target is torch.ops._c10d_functional.all_reduce.default
+                            and n.args[1:] == ("sum", "1") for n in colls))
+        self.assertEqual([n.args[0].args[1:] for n in colls], [(2, 1), (2, 1)])
+        self.assertEqual(gathers_as_sums(g, lambda group: 0), 0)  # nothing left to rewrite
+        # The buffers of the group's ranks sum to the gather: x at each rank's rows.
+        parts = [torch.randn(3, 2) for _ in range(4)]
+        total = sum(gather_buffer(p, 4, i) for i, p in enumerate(parts))
+        self.assertTrue(torch.equal(total, torch.cat(parts)))
 
 
 if __name__ == "__main__":
