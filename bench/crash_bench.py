@@ -61,6 +61,16 @@ _SIGNAL = re.compile(r"Signal (\d+) \(SIG\w+\)|exitcode\s*:\s*-(\d+)|exit code -
                      r"Fatal Python error: (Segmentation fault|Aborted|Bus error)")
 
 
+#: Signals a native crash dies of (SIGILL, SIGABRT, SIGBUS, SIGFPE, SIGSEGV).  SIGTERM and
+#: SIGKILL are torchrun stopping the other ranks after one failed: not a crash themselves.
+_FATAL = {4, 6, 7, 8, 11}
+
+
+def _fatal(m: re.Match) -> bool:
+    number = next((g for g in m.groups()[:3] if g), None)
+    return int(number) in _FATAL if number else True
+
+
 def run_once(cmd: list, env: dict, timeout_s: float) -> tuple[str, str]:
     """-> ("clean" | "crash" | "error" | "timeout", output)."""
     try:
@@ -70,7 +80,7 @@ def run_once(cmd: list, env: dict, timeout_s: float) -> tuple[str, str]:
         out = (e.stdout or b"").decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
         return "timeout", out
     out = p.stdout + p.stderr
-    if p.returncode < 0 or _SIGNAL.search(out):
+    if -p.returncode in _FATAL or any(_fatal(m) for m in _SIGNAL.finditer(out)):
         return "crash", out
     return ("clean" if p.returncode == 0 else "error"), out
 

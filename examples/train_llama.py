@@ -414,7 +414,9 @@ def train(a: argparse.Namespace) -> None:
     step = apply_placement(model, plan.placements, mesh, traced=traced, graph=graph)
     del model  # the planned module holds its own (sharded) copy of the weights
     say(f"applied the plan: lowered per-rank step of {len(step.step_graph.graph.nodes)} nodes "
-        f"({time.perf_counter() - t0:.1f} s)")
+        f"({time.perf_counter() - t0:.1f} s); the plan's schedule: {step.split.prefetched} "
+        f"redistributions issued ahead of use, {step.split.bucketed} all-gathers saved by "
+        f"its buckets")
     if a.compile:
         step.compile()
     opt = torch.optim.AdamW(step.parameters(), lr=a.lr)

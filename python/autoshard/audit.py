@@ -343,13 +343,32 @@ def planned_collectives(binary: str, graph: dict, placements: dict, mesh_shape: 
         for kind, dim, b in steps:
             totals[(kind, dim)][0] += 1
             totals[(kind, dim)][1] += b
+    bucket_of = _buckets(placements.get("schedule"))
+    merged: set = set()  # (bucket, k-th all-gather of its edges, mesh dim, dtype) counted once
     for e, r in zip(edges, json.loads(res)):
         steps = [(s["collective"], int(s["mesh_dim"]), float(s["bytes"])) for s in r["steps"]]
         if cpu:
             steps = [("all_gather", d, b * mesh_shape[d]) if k == "all_to_all" else (k, d, b)
                      for k, d, b in steps]
         per_edge[e["edge"]] = sorted(per_edge.get(e["edge"], []) + steps, key=str)
+        gathers = 0
         for kind, dim, b in steps:
-            totals[(kind, dim)][0] += 1
+            if kind == "all_gather" and e["edge"] in bucket_of:
+                key = (bucket_of[e["edge"]], gathers, dim, e["dtype"])
+                gathers += 1
+                totals[(kind, dim)][0] += key not in merged
+                merged.add(key)
+            else:
+                totals[(kind, dim)][0] += 1
             totals[(kind, dim)][1] += b
     return dict(totals), per_edge
+
+
+def _buckets(schedule: Optional[dict]) -> dict:
+    """edge -> bucket of the schedule's prefetch entries (placements.json version 2): the
+    runtime runs the k-th all-gather of a bucket's edges on one mesh dim and dtype as one
+    collective (autoshard.schedule.merge_buckets), so the plan expects it once."""
+    if not schedule or schedule.get("version", 1) < 2:
+        return {}
+    return {e["edge"]: e["bucket"] for e in schedule.get("prefetch", [])
+            if isinstance(e.get("bucket"), int)}

@@ -34,7 +34,7 @@ import torch.fx
 
 from .inflight import enforce_in_flight, is_wait
 from .lower import META_KEY, collective_kind
-from .schedule import apply_prefetch
+from .schedule import apply_prefetch, merge_buckets
 
 
 @dataclass
@@ -49,6 +49,7 @@ class SplitStep:
     recomputed: int  # nodes the backward re-executes
     overlapped: int = 0  # gradient reductions issued early (overlap_gradient_reductions)
     prefetched: int = 0  # scheduled redistributions issued at their planned point (schedule)
+    bucketed: int = 0  # all-gathers saved by running each planned bucket as one (schedule)
 
 
 def _phases(gm: torch.fx.GraphModule, tangents: set) -> dict:
@@ -77,8 +78,8 @@ def partition(gm: torch.fx.GraphModule, outputs: Sequence[torch.fx.Node],
     recompute: names of the planned graph nodes the plan recomputes in the backward.
     in_flight: the most collectives a rank keeps pending (autoshard.inflight: 1 on gloo);
         None for no limit.  Both graphs are checked against the in-flight rules.
-    schedule: placements.json's "schedule": its prefetches are issued where it says
-        (autoshard.schedule) in both graphs.
+    schedule: placements.json's "schedule": its prefetches are issued where it says, and the
+        all-gathers of each of its buckets run as one (autoshard.schedule), in both graphs.
     """
     tangent_set = set(tangents)
     is_bwd = _phases(gm, tangent_set)
@@ -179,13 +180,15 @@ def partition(gm: torch.fx.GraphModule, outputs: Sequence[torch.fx.Node],
         fmap[node] = fwd.node_copy(node, lambda a: fmap[a])
     fwd.output(tuple(fmap[n] for n in [*outputs, *saved]))
     prefetched = apply_prefetch(fwd, schedule) + apply_prefetch(bwd, schedule)
+    bucketed = merge_buckets(fwd, schedule) + merge_buckets(bwd, schedule)
     fwd_gm = _module(gm, fwd)
     bwd_gm = _module(gm, bwd)
     for part in (fwd_gm, bwd_gm):
         enforce_in_flight(part, in_flight)
     return SplitStep(forward=fwd_gm, backward=bwd_gm, n_outputs=len(outputs),
                      n_saved=len(saved), saved_names=[x.name for x in saved],
-                     recomputed=recomputed, overlapped=overlapped, prefetched=prefetched)
+                     recomputed=recomputed, overlapped=overlapped, prefetched=prefetched,
+                     bucketed=bucketed)
 
 
 def overlap_gradient_reductions(graph: torch.fx.Graph) -> int:

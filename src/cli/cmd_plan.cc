@@ -43,6 +43,7 @@ struct PlanArgs {
   double mip_gap = 0;
   int threads = 1;
   int prefetch_layers = 1;  ///< --prefetch-layers: the schedule's parameter prefetch depth
+  std::string bucket = "layer";  ///< --bucket: how prefetched collectives are grouped
   bool skip_fully_replicated = false;
   bool no_cluster = false;
   bool require_divisible = false;
@@ -286,10 +287,11 @@ int run_plan(const PlanArgs& a) {
   std::optional<StepSimulation> sim;
   SimulationOptions sim_options;
   sim_options.prefetch_layers = a.prefetch_layers;
+  sim_options.bucketing = *parse_bucketing(a.bucket);  // CLI11 checked the name
   if (plan.has_solution) sim = simulate_step(so, plan, sim_options);
   if (!a.out_dir.empty() && plan.has_solution) {
     create_output_dir(a.out_dir);
-    write_plan_outputs(so, plan, a.out_dir, a.prefetch_layers);  // placements.json, plan.json, plan.ap
+    write_plan_outputs(so, plan, a.out_dir, sim_options);  // placements.json, plan.json, plan.ap
     write_file_atomic(a.out_dir + "/report.html", render_report_html(so, plan, *sim));
     write_file_atomic(a.out_dir + "/trace.json", chrome_trace_json(so, plan, *sim));
   }
@@ -336,6 +338,11 @@ void register_plan(CLI::App& app) {
                   "simulated step and in placements.json's schedule (0: at the use's layer)")
       ->capture_default_str()
       ->check(CLI::Range(0, 64));
+  sub->add_option("--bucket", a->bucket,
+                  "layer: a layer's prefetched parameter collectives on one mesh dim run as one "
+                  "collective on a flat buffer (FSDP2); none: one collective each")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"layer", "none"}));
   sub->add_flag("--skip-fully-replicated", a->skip_fully_replicated,
                 "drop fully replicated strategies where a sharded one exists");
   sub->add_flag("--no-cluster", a->no_cluster, "do not tie repeated layers");

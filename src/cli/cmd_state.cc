@@ -23,9 +23,9 @@
 namespace autoshard::cli {
 
 void write_plan_outputs(ShardingOptimizer& opt, const Plan& plan, const std::string& dir,
-                        int32_t prefetch_layers) {
+                        const ScheduleOptions& schedule) {
   write_file_atomic(dir + "/placements.json",
-                    write_placements_json(plan, opt.graph(), opt.mesh(), prefetch_layers));
+                    write_placements_json(plan, opt.graph(), opt.mesh(), schedule));
   write_file_atomic(dir + "/plan.json", plan_json_text(opt, plan));
   save_state(opt, dir + "/plan.ap");
 }

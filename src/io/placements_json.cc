@@ -49,12 +49,14 @@ nlohmann::ordered_json placements_header(const Graph& g, const Mesh& mesh) {
 
 namespace {
 
-/// {"version": 1, "prefetch_layers": k, "prefetch": [{"edge": "mm_3:1", "issue_before": "add_5"},
-/// ...]}: the edge in the runtime's stamp form (consumer:slot), null issue_before = at the start.
+/// {"version": 2, "prefetch_layers": k, "bucketing": "layer", "prefetch": [{"edge": "mm_3:1",
+/// "issue_before": "add_5", "bucket": 0}, ...]}: the edge in the runtime's stamp form
+/// (consumer:slot), null issue_before = at the start; entries of one bucket run merged.
 nlohmann::ordered_json schedule_json(const PrefetchSchedule& s, const Graph& g) {
   nlohmann::ordered_json j;
-  j["version"] = 1;
-  j["prefetch_layers"] = s.prefetch_layers;
+  j["version"] = 2;
+  j["prefetch_layers"] = s.options.prefetch_layers;
+  j["bucketing"] = std::string(bucketing_name(s.options.bucketing));
   nlohmann::ordered_json list = nlohmann::ordered_json::array();
   for (const PrefetchEntry& e : s.entries) {
     nlohmann::ordered_json x;
@@ -63,6 +65,7 @@ nlohmann::ordered_json schedule_json(const PrefetchSchedule& s, const Graph& g) 
       x["issue_before"] = nullptr;
     else
       x["issue_before"] = g.node(e.issue_before).name;
+    x["bucket"] = e.bucket;
     list.push_back(std::move(x));
   }
   j["prefetch"] = std::move(list);
@@ -72,7 +75,7 @@ nlohmann::ordered_json schedule_json(const PrefetchSchedule& s, const Graph& g) 
 }  // namespace
 
 std::string write_placements_json(const Plan& plan, const Graph& g, const Mesh& mesh,
-                                  int32_t prefetch_layers) {
+                                  const ScheduleOptions& schedule) {
   nlohmann::ordered_json j = placements_header(g, mesh);
   nlohmann::ordered_json pl = nlohmann::ordered_json::object();
   for (NodeIdx i = 0; i < g.size(); ++i) {
@@ -88,7 +91,7 @@ std::string write_placements_json(const Plan& plan, const Graph& g, const Mesh& 
   }
   j["placements"] = pl;
   if (!plan.recomputed_nodes.empty()) j["recompute"] = plan.recomputed_nodes;
-  if (plan.has_solution) j["schedule"] = schedule_json(prefetch_schedule(g, plan, prefetch_layers), g);
+  if (plan.has_solution) j["schedule"] = schedule_json(prefetch_schedule(g, plan, schedule), g);
   return j.dump(1) + "\n";
 }
 

@@ -14,6 +14,7 @@
 #include "ir/graph.h"
 #include "mesh/mesh.h"
 #include "planner/plan.h"
+#include "planner/prefetch_schedule.h"
 
 namespace autoshard {
 
@@ -23,11 +24,10 @@ class ShardingOptimizer;
 /// attributes): the "graph" component of the problem fingerprint (planner/solution_file.h).
 std::string graph_fingerprint(const Graph& g);
 
-/// Deterministic JSON text of a plan's placements.
-/// The plan's placements.json; its "schedule" section is the prefetch schedule
-/// (planner/prefetch_schedule.h) at `prefetch_layers`.
+/// Deterministic JSON text of a plan's placements.json; its "schedule" section is the
+/// prefetch schedule (planner/prefetch_schedule.h) with `schedule`'s depth and buckets.
 std::string write_placements_json(const Plan& plan, const Graph& g, const Mesh& mesh,
-                                  int32_t prefetch_layers = 1);
+                                  const ScheduleOptions& schedule = {});
 
 /// Parses placements JSON against a graph and mesh.  Returns, per graph node, the wanted
 /// strategy specs (nullopt for nodes the file does not mention).  Throws std::runtime_error

@@ -23,6 +23,7 @@ nlohmann::ordered_json simulation_summary_json(const StepSimulation& sim,
   j["prefetch_peak_bytes"] = sim.prefetch_peak_bytes;
   j["layers"] = sim.num_layers;
   j["prefetch_layers"] = o.prefetch_layers;
+  j["bucketing"] = std::string(bucketing_name(o.bucketing));
   nlohmann::ordered_json streams = nlohmann::ordered_json::array();
   for (size_t s = 0; s < sim.streams.size(); ++s) {
     double busy = 0;

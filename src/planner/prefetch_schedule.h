@@ -11,13 +11,52 @@
 /// consumer's (layer_segments(), overlap.h), at that segment's first op; 0 issues it at its
 /// consumer's segment.  Every other redistribution is issued when its producer finishes and
 /// needs no entry.  The consumer waits for it where it reads it.
+///
+/// Buckets.  FSDP2 gathers a layer's parameters with one all-gather on one flat buffer, so a
+/// layer pays one collective latency, not one per parameter.  Under Bucketing::kLayer the
+/// prefetched redistributions issued at the same point with the same source and destination
+/// placements and dtype (the same collectives on the same mesh dims) share a bucket: the
+/// runtime runs each of their collective steps once on the concatenated shards, and the
+/// simulator charges that step's latency once (bucket_latency_credit_us).
 #include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
 #include <vector>
 
+#include "cost/collective.h"
 #include "ir/graph.h"
+#include "placement/placement.h"
 #include "planner/plan.h"
 
 namespace autoshard {
+
+/// How prefetched redistributions are grouped into collectives.
+enum class Bucketing : uint8_t {
+  kNone,   ///< one collective per redistribution step
+  kLayer,  ///< one per issue point, placements and dtype (FSDP2's per-layer all-gather)
+};
+
+/// "none", "layer".
+std::string_view bucketing_name(Bucketing b);
+/// Parses "none" / "layer".
+std::optional<Bucketing> parse_bucketing(std::string_view s);
+
+/// The schedule's knobs, shared by the simulator and placements.json's schedule.
+struct ScheduleOptions {
+  int32_t prefetch_layers = 1;  ///< FSDP's default of one layer ahead
+  Bucketing bucketing = Bucketing::kLayer;
+};
+
+/// The bucket key of a prefetched redistribution issued at the start of segment
+/// `issue_segment` (-1: before the first op): equal keys share a bucket under kLayer.
+std::string bucket_key(int32_t issue_segment, const ShardingSpec& from, const ShardingSpec& to);
+
+/// What merging a bucket saves on one of its collective steps: every member after the first
+/// no longer pays the step's fixed latency (the time of the collective on 0 bytes; the
+/// models are affine in the bytes).  Never more than `member_us`.
+double bucket_latency_credit_us(Collective c, MeshDimIdx dim, const Mesh& mesh, CommModel model,
+                                double member_us);
 
 /// The segment at whose start a prefetchable redistribution into a consumer of segment
 /// `consumer_segment` is issued (the simulator's rule; -1 for a consumer outside every
@@ -30,15 +69,17 @@ struct PrefetchEntry {
   NodeIdx consumer = kNoNode;
   int32_t slot = 0;
   NodeIdx issue_before = kNoNode;
+  int32_t bucket = 0;  ///< entries with one bucket run their collectives merged
 };
 
 struct PrefetchSchedule {
-  int32_t prefetch_layers = 1;
+  ScheduleOptions options;
   std::vector<PrefetchEntry> entries;  ///< in consumer order, slots ascending
+  int32_t num_buckets = 0;             ///< buckets are numbered in order of first entry
 };
 
 /// The prefetched redistributions of `plan` (which must have a solution): every tensor use
 /// read from a placeholder or a view of placeholders whose spec differs from its producer's.
-PrefetchSchedule prefetch_schedule(const Graph& g, const Plan& plan, int32_t prefetch_layers);
+PrefetchSchedule prefetch_schedule(const Graph& g, const Plan& plan, const ScheduleOptions& o);
 
 }  // namespace autoshard

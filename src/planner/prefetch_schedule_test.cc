@@ -47,8 +47,9 @@ struct TwoLayers {
   std::string name(NodeIdx i) const { return i == kNoNode ? "start" : g.node(i).name; }
   std::vector<std::string> entries(int32_t prefetch_layers) const {
     std::vector<std::string> out;
-    for (const PrefetchEntry& e : prefetch_schedule(g, plan, prefetch_layers).entries)
-      out.push_back(name(e.consumer) + ":" + std::to_string(e.slot) + " before " + name(e.issue_before));
+    for (const PrefetchEntry& e : prefetch_schedule(g, plan, {prefetch_layers}).entries)
+      out.push_back(name(e.consumer) + ":" + std::to_string(e.slot) + " before " + name(e.issue_before) +
+                    " bucket " + std::to_string(e.bucket));
     return out;
   }
 };
@@ -57,9 +58,37 @@ TEST(PrefetchSchedule, AWeightIsGatheredOneLayerAhead) {
   TwoLayers c;
   ASSERT_TRUE(c.plan.has_solution);
   // layers.0 is the first segment: its gather cannot start earlier than its own first op.
-  EXPECT_EQ(c.entries(1), (std::vector<std::string>{"t:0 before t", "t_1:0 before t"}));
-  EXPECT_EQ(c.entries(0), (std::vector<std::string>{"t:0 before t", "t_1:0 before t_1"}));
-  EXPECT_EQ(prefetch_schedule(c.g, c.plan, 2).prefetch_layers, 2);
+  // One layer ahead both gathers are issued at t, with the same placements: one bucket.
+  EXPECT_EQ(c.entries(1), (std::vector<std::string>{"t:0 before t bucket 0", "t_1:0 before t bucket 0"}));
+  EXPECT_EQ(c.entries(0), (std::vector<std::string>{"t:0 before t bucket 0", "t_1:0 before t_1 bucket 1"}));
+  EXPECT_EQ(prefetch_schedule(c.g, c.plan, {2}).options.prefetch_layers, 2);
+}
+
+TEST(PrefetchSchedule, WithoutBucketingEachEntryIsItsOwnBucket) {
+  TwoLayers c;
+  const PrefetchSchedule s = prefetch_schedule(c.g, c.plan, {1, Bucketing::kNone});
+  ASSERT_EQ(s.entries.size(), 2u);
+  EXPECT_EQ(s.entries[0].bucket, 0);
+  EXPECT_EQ(s.entries[1].bucket, 1);
+  EXPECT_EQ(s.num_buckets, 2);
+  EXPECT_EQ(prefetch_schedule(c.g, c.plan, {1}).num_buckets, 1);
+  EXPECT_EQ(parse_bucketing("layer"), Bucketing::kLayer);
+  EXPECT_EQ(parse_bucketing("none"), Bucketing::kNone);
+  EXPECT_FALSE(parse_bucketing("model").has_value());
+  EXPECT_EQ(bucketing_name(Bucketing::kLayer), "layer");
+}
+
+TEST(PrefetchSchedule, ABucketPaysEachStepsLatencyOnce) {
+  // 4 x H100 ring (nccl): all_gather = base + 3 alpha + 3/4 S / B, affine in S, so the
+  // credit is the time on 0 bytes, and never more than the member's own time.
+  const Mesh mesh({4}, {"dp"}, h100());
+  const double fixed = collective_time_us(Collective::kAllGather, 0.0, mesh, 0);
+  const double one = collective_time_us(Collective::kAllGather, 1 << 20, mesh, 0);
+  const double two = collective_time_us(Collective::kAllGather, 2 << 20, mesh, 0);
+  EXPECT_GT(fixed, 0.0);
+  EXPECT_NEAR(bucket_latency_credit_us(Collective::kAllGather, 0, mesh, CommModel::kNccl, one),
+              2 * one - two, 1e-9);
+  EXPECT_DOUBLE_EQ(bucket_latency_credit_us(Collective::kAllGather, 0, mesh, CommModel::kNccl, 1e-3), 1e-3);
 }
 
 TEST(PrefetchSchedule, TheSegmentRuleIsTheSimulators) {

@@ -258,6 +258,17 @@ StepSimulation simulate_step(ShardingOptimizer& opt, const Plan& plan, const Sim
   std::vector<std::vector<int32_t>> released_at(static_cast<size_t>(std::max(sim.num_layers, 1)));
   std::vector<int32_t> released_first;                                    // before any op
   std::map<std::pair<NodeIdx, int32_t>, int32_t> job_of_slot;
+  std::set<std::string> buckets_seen;
+  /// A prefetched job issued at segment `at` joins its bucket: after the bucket's first
+  /// member it no longer pays its steps' fixed latency (prefetch_schedule.h "Buckets").
+  auto join_bucket = [&](CommJob& job, int32_t at, const ShardingSpec& from, ShardingSpec to,
+                         const TensorMeta& meta) {
+    if (o.bucketing != Bucketing::kLayer) return;
+    to.meta = meta;
+    if (buckets_seen.insert(bucket_key(at, from, to)).second) return;
+    for (CommJob::Step& st : job.steps)
+      st.us -= bucket_latency_credit_us(st.kind, st.dim, mesh, opt.options().comm_model, st.us);
+  };
   for (size_t k = 0; k < bp.edges.size(); ++k) {
     const auto& origin = bp.edge_origin[k];
     // Tensor uses (slot >= 0), gradient agreements (-1) and the redistributions of ops the
@@ -304,10 +315,11 @@ StepSimulation simulate_step(ShardingOptimizer& opt, const Plan& plan, const Sim
       issued_after_redo[static_cast<size_t>(pu)].push_back(id);  // reads the recomputed tensor
     else if (!job.prefetchable)
       issued_after[static_cast<size_t>(pu)].push_back(id);
-    else if (const int32_t at = prefetch_segment(cl, o.prefetch_layers); at < 0)
-      released_first.push_back(id);
-    else
-      released_at[static_cast<size_t>(at)].push_back(id);  // the runtime's rule too
+    else {
+      const int32_t at = prefetch_segment(cl, o.prefetch_layers);  // the runtime's rule too
+      join_bucket(job, at, from, to, g.meta(origin.producer));
+      (at < 0 ? released_first : released_at[static_cast<size_t>(at)]).push_back(id);
+    }
     jobs.push_back(std::move(job));
   }
   // Prefetches are issued in consumer order (edge order within a consumer).

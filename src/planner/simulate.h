@@ -28,6 +28,9 @@
 ///   numeric component ("layers.3.attention.wq" -> "layers.3"), else its first component; ops
 ///   without a module path stay in the current run.  The backward visits the layers again, so
 ///   its runs are new layers;
+/// - buckets: prefetched redistributions of one bucket (ScheduleOptions::bucketing) are issued
+///   together, and every member after the first is credited its steps' fixed latency, so the
+///   bucket pays each collective's latency once, as the merged collective the runtime issues;
 /// - gradient reductions need no special case: they are issued when the gradient is produced
 ///   and only the optimizer (or the end of the step) waits for them, so they overlap the rest
 ///   of the backward on their own stream.
@@ -69,16 +72,15 @@
 #include "ir/graph.h"
 #include "planner/overlap.h"
 #include "planner/plan.h"
+#include "planner/prefetch_schedule.h"
 
 namespace autoshard {
 
 class ShardingOptimizer;
 
-struct SimulationOptions {
-  /// How many layers ahead parameter redistributions may be issued (0: when the consumer's
-  /// layer starts; FSDP prefetches one).
-  int32_t prefetch_layers = 1;
-};
+/// The schedule the step runs: prefetch depth and buckets (planner/prefetch_schedule.h), the
+/// same options placements.json's schedule is written with.
+using SimulationOptions = ScheduleOptions;
 
 /// Index of a stream: 0 is compute, 1 + d the communication stream of mesh dim d.
 using StreamIdx = int32_t;

@@ -156,6 +156,37 @@ TEST(Simulate, GatherOfAWeightViewIsPrefetched) {
   EXPECT_DOUBLE_EQ(late.step_us, plan.compute_us + comm);
 }
 
+// Two weights of layer 1 gathered the same way one layer ahead share a bucket: the second
+// no longer pays the all-gather's fixed latency (what one merged collective costs).
+TEST(Simulate, ABucketPaysTheLatencyOnce) {
+  GraphBuilder b("bucket");
+  TensorRef x = b.input("x", {{kN, kN}, kDt});
+  TensorRef w0 = b.parameter("w0", "layers.0", {{kN, kN}, kDt});
+  TensorRef w1 = b.parameter("w1", "layers.1", {{kN, kN}, kDt});
+  TensorRef w2 = b.parameter("w2", "layers.1", {{kN, kN}, kDt});
+  b.set_module("layers.0");
+  TensorRef a = b.mm(x, w0);
+  b.set_module("layers.1");
+  TensorRef y = b.mm(b.mm(a, w1), w2);
+  Graph g = b.finish();
+  add_output(g, y);
+  ShardingOptimizer opt(g, mesh_1d());
+  Plan plan = plan_with(opt, {{"x", {"R"}}, {"w0", {"R"}}, {"w1", {"S(0)"}}, {"w2", {"S(0)"}},
+                              {"mm", {"R", "R", "R"}}, {"mm_1", {"R", "R", "R"}},
+                              {"mm_2", {"R", "R", "R"}}});
+  const double comm = gather_us("S(0)", {{kN, kN}, kDt}, opt.mesh());
+  const double fixed = collective_time_us(Collective::kAllGather, 0.0, opt.mesh(), 0);
+  ASSERT_GT(fixed, 0);
+  EXPECT_DOUBLE_EQ(simulate_step(opt, plan, {1, Bucketing::kNone}).comm_us, 2 * comm);
+  const StepSimulation sim = simulate_step(opt, plan);  // kLayer by default
+  EXPECT_DOUBLE_EQ(sim.comm_us, 2 * comm - fixed);
+  ASSERT_EQ(sim.streams[1].size(), 2u);
+  EXPECT_TRUE(sim.streams[1][0].prefetched && sim.streams[1][1].prefetched);
+  // Issued at different layers (no prefetch: each at its own consumer) they still share
+  // one: both consumers are in layer 1.
+  EXPECT_DOUBLE_EQ(simulate_step(opt, plan, {0}).comm_us, 2 * comm - fixed);
+}
+
 TEST(Simulate, ActivationRedistributionOnTheCriticalPathIsExposed) {
   Graph g = two_layer_chain();
   ShardingOptimizer opt(g, mesh_1d());
@@ -203,7 +234,7 @@ TEST(Simulate, GradientReductionOverlapsLaterCompute) {
   const double ar = redistribute_cost_us(spec("P(sum)", {{kN, kN}, kDt}), spec("R", {{kN, kN}, kDt}),
                                          opt.mesh());
   ASSERT_GT(ar, 0);
-  StepSimulation sim = simulate_step(opt, plan);
+  StepSimulation sim = simulate_step(opt, plan, {1, Bucketing::kNone});  // the plan has no buckets
   EXPECT_DOUBLE_EQ(sim.comm_us, plan.comm_us);
   // Find the all-reduce: it starts right after `mm` (its producer) ends and overlaps mm_1.
   const SimEvent* red = nullptr;
@@ -246,7 +277,12 @@ TEST(Simulate, NoCommunicationMeansTheAdditiveTimeAndThePlansPeak) {
 /// -> how many redistributions move a recomputed tensor to a backward consumer.
 int check_simulation(ShardingOptimizer& opt, const Plan& plan) {
   const Graph& g = opt.graph();
-  StepSimulation sim = simulate_step(opt, plan);
+  // Without buckets the simulation's comm is the plan's (the additive objective charges every
+  // collective its latency); buckets can only take latencies away.
+  StepSimulation sim = simulate_step(opt, plan, {1, Bucketing::kNone});
+  const StepSimulation bucketed = simulate_step(opt, plan);
+  EXPECT_LE(bucketed.comm_us, sim.comm_us * (1 + 1e-12));
+  EXPECT_LE(bucketed.step_us, sim.step_us * (1 + 1e-9));
   // The plan's compute and comm include the recomputation's: so does the simulation.
   EXPECT_NEAR(sim.compute_us, plan.compute_us, 1e-6 * plan.compute_us);
   EXPECT_NEAR(sim.comm_us, plan.comm_us, 1e-6 * std::max(1.0, plan.comm_us));

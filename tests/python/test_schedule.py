@@ -90,6 +90,93 @@ class Prefetch(unittest.TestCase):
             prefetch_entries({"version": 1, "prefetch": [{"issue_before": "a"}]})
         with self.assertRaisesRegex(ScheduleError, "/schedule/prefetch/0/issue_before"):
             prefetch_entries({"version": 1, "prefetch": [{"edge": "a:0", "issue_before": 3}]})
+        with self.assertRaisesRegex(ScheduleError, "/schedule/prefetch/0/bucket"):
+            prefetch_entries({"version": 2, "prefetch": [{"edge": "a:0", "issue_before": None}]})
+        self.assertEqual(prefetch_entries({"version": 2, "prefetch": [
+            {"edge": "a:0", "issue_before": None, "bucket": 3}]}), [("a:0", None, 3)])
+
+
+def _bucket_graph(prefetched: bool = True):
+    """Four weights gathered and used by one op each: w1 [4, 3], w2 [2, 3] and w3 [5] over
+    group "1", w4 [2, 2] over group "2" (each 2 ranks); the result sums them.  prefetched:
+    every gather issued first (as apply_prefetch leaves them), else each right before its use."""
+    ops = torch.ops._c10d_functional
+    aten = torch.ops.aten
+    shapes = {"w1": (4, 3), "w2": (2, 3), "w3": (5,), "w4": (2, 2)}
+    g = torch.fx.Graph()
+    x = g.placeholder("x")
+    ws = []
+    for name, shape in shapes.items():
+        ws.append(g.placeholder(name))
+        ws[-1].meta["val"] = torch.empty(shape)
+    total = _stamped(g, aten.relu.default, (x,), "relu0")
+
+    def issue(k):
+        group = "2" if k == 3 else "1"
+        return _stamped(g, ops.all_gather_into_tensor.default, (ws[k], 2, group), f"use{k}",
+                        f"use{k}:1")
+
+    issued = [issue(k) for k in range(4)] if prefetched else []
+    for k in range(4):
+        ag = issued[k] if prefetched else issue(k)
+        wait = _stamped(g, ops.wait_tensor.default, (ag,), f"use{k}", f"use{k}:1")
+        scaled = _stamped(g, aten.mul.Tensor, (wait, float(k + 1)), f"use{k}")
+        total = _stamped(g, aten.add.Tensor,
+                         (total, _stamped(g, aten.sum.default, (scaled,), f"use{k}")), f"use{k}")
+    g.output(total)
+    return g, shapes
+
+
+class _LocalGather(torch.fx.Interpreter if torch is not None else object):
+    """Runs a graph with each 2-rank all-gather simulated: the other rank holds x + 100."""
+
+    def call_function(self, target, args, kwargs):
+        ops = torch.ops._c10d_functional
+        if target is ops.all_gather_into_tensor.default:
+            return torch.cat([args[0], args[0] + 100])
+        if target is ops.wait_tensor.default:
+            return args[0]
+        return super().call_function(target, args, kwargs)
+
+
+@unittest.skipIf(torch is None, "PyTorch not installed")
+class Buckets(unittest.TestCase):
+    def _schedule(self, buckets):
+        return {"version": 2, "prefetch": [{"edge": f"use{k}:1", "issue_before": None,
+                                            "bucket": b} for k, b in enumerate(buckets)]}
+
+    def test_a_buckets_gathers_on_one_group_run_as_one_with_the_same_values(self):
+        from autoshard.inflight import check_in_flight
+        from autoshard.schedule import merge_buckets
+
+        g, shapes = _bucket_graph()
+        inputs = [torch.randn(2, 2)] + [torch.randn(s) for s in shapes.values()]
+        before = _LocalGather(torch.fx.GraphModule(torch.nn.Module(), g)).run(*inputs)
+        self.assertEqual(merge_buckets(g, self._schedule([0, 0, 0, 0])), 2)  # w4: other group
+        g.lint()
+        self.assertEqual(check_in_flight(g), [])
+        self.assertEqual(_order(g).count("all_gather_into_tensor"), 2)
+        after = _LocalGather(torch.fx.GraphModule(torch.nn.Module(), g)).run(*inputs)
+        self.assertTrue(torch.equal(before, after))
+
+    def test_separate_buckets_and_old_schedules_stay_apart(self):
+        from autoshard.schedule import merge_buckets
+
+        g, _ = _bucket_graph()
+        self.assertEqual(merge_buckets(g, self._schedule([0, 1, 2, 3])), 0)
+        self.assertEqual(merge_buckets(g, {"version": 1, "prefetch": [
+            {"edge": f"use{k}:1", "issue_before": None} for k in range(4)]}), 0)
+        self.assertEqual(merge_buckets(g, self._schedule([0, 1, 0, 1])), 1)
+        self.assertEqual(_order(g).count("all_gather_into_tensor"), 3)
+
+    def test_a_member_waited_before_another_is_issued_stays_apart(self):
+        from autoshard.schedule import merge_buckets
+
+        # Each gather right before its use: use0's wait comes before use1's issue, so a bucket
+        # would wait for a collective not yet issued; nothing merges.
+        g, _ = _bucket_graph(prefetched=False)
+        self.assertEqual(merge_buckets(g, self._schedule([0, 0, 0, 0])), 0)
+        self.assertEqual(_order(g).count("all_gather_into_tensor"), 4)
 
 
 if __name__ == "__main__":
@@ -118,21 +205,26 @@ out = tempfile.mkdtemp()
 with open(os.path.join(out, "g.json"), "w") as f:
     json.dump(to_graph_dict(traced), f)
 result = {}
-for k in (1, 0):
-    d = os.path.join(out, f"k{k}")
+for k, bucket in ((1, "layer"), (0, "layer"), (1, "none")):
+    d = os.path.join(out, f"k{k}{bucket}")
     subprocess.run([os.environ["AUTOSHARD_BIN"], "plan", "--graph", os.path.join(out, "g.json"),
                     "--mesh", "2", "--mesh-dims", "dp", "--algo", "fsdp", "--comm-model", "dtensor",
-                    "--prefetch-layers", str(k), "-o", d], check=True, capture_output=True)
+                    "--prefetch-layers", str(k), "--bucket", bucket, "-o", d], check=True,
+                   capture_output=True)
     doc = json.load(open(os.path.join(d, "placements.json")))
     step = apply_placement(model, doc, mesh, traced=traced)
     gaps = issue_wait_gaps(step.split.forward.graph)["all_gather"]
     assert check_in_flight(step.split.forward.graph) == []
-    result[k] = [step.split.prefetched, len(gaps), sum(g > 0 for g in gaps),
-                 doc["schedule"]["prefetch_layers"]]
+    both = len(gaps) + len(issue_wait_gaps(step.split.backward.graph).get("all_gather", []))
+    result[f"{k}{bucket}"] = [step.split.prefetched, step.split.bucketed, both,
+                              sum(g > 0 for g in gaps), doc["schedule"]["prefetch_layers"],
+                              sum(gaps)]
 doc.pop("schedule")  # an older writer's file: every collective at its use
 step = apply_placement(model, doc, mesh, traced=traced)
 gaps = issue_wait_gaps(step.split.forward.graph)["all_gather"]
-result["none"] = [step.split.prefetched, len(gaps), sum(g > 0 for g in gaps), None]
+both = len(gaps) + len(issue_wait_gaps(step.split.backward.graph).get("all_gather", []))
+result["none"] = [step.split.prefetched, step.split.bucketed, both, sum(g > 0 for g in gaps), None,
+                  sum(gaps)]
 print(json.dumps(result))
 """
 
@@ -155,12 +247,21 @@ class PrefetchOnAPlan(unittest.TestCase):
                            text=True, timeout=600)
         self.assertEqual(r.returncode, 0, r.stderr[-3000:])
         res = json.loads(r.stdout.strip().splitlines()[-1])
-        prefetched, gathers, overlapped, k = res["1"]
-        self.assertEqual(k, 1)
+        # One layer ahead, no buckets: one gather per weight, most of them overlapped.
+        # (gathers: forward and backward; overlapped: the forward's.)
+        prefetched, bucketed, gathers, overlapped, k, _ = res["1none"]
+        self.assertEqual((k, bucketed), (1, 0))
         self.assertGreater(prefetched, 0)
         self.assertGreaterEqual(overlapped, prefetched // 2)
-        self.assertGreater(gathers, 0)
-        prefetched0, gathers0, overlapped0, k0 = res["0"]  # at the use's own layer
+        # Without a schedule (an older file): the same gathers, none overlapped.
+        self.assertEqual(res["none"][:4], [0, 0, gathers, 0])
+        # Buckets (the default): a layer's weights in one gather, the same weights prefetched.
+        prefetched_b, bucketed_b, gathers_b, overlapped_b, _, covered_b = res["1layer"]
+        self.assertEqual(prefetched_b, prefetched)
+        self.assertGreater(bucketed_b, 0)
+        self.assertEqual(gathers_b, gathers - bucketed_b)
+        self.assertGreaterEqual(overlapped_b, 3)  # a bucket per layer ahead of its use
+        # At the use's own layer: less compute (ops between issue and wait) to hide behind.
+        _, _, _, _, k0, covered0 = res["0layer"]
         self.assertEqual(k0, 0)
-        self.assertLess(overlapped0, overlapped)
-        self.assertEqual(res["none"][:3], [0, gathers, 0])
+        self.assertLess(covered0, covered_b)
