@@ -96,7 +96,11 @@ TEST_P(OverlapChain, ObjectiveEqualsTheSimulatedStep) {
   ASSERT_GT(plan.comm_us, 0);
   const double by_hand = chain_step_by_hand(plan, opt.graph(), opt.mesh(), layers);
   EXPECT_NEAR(plan.objective_us, by_hand, 1e-9 * by_hand);
-  EXPECT_NEAR(simulate_step(opt, plan).step_us, plan.objective_us, 1e-9 * by_hand);
+  // The objective charges every gather its latency: it is the simulated step without buckets
+  // (the first two gathers, both issued at layer 0, share one; the bucketed step is shorter).
+  const double unbucketed = simulate_step(opt, plan, {1, Bucketing::kNone}).step_us;
+  EXPECT_NEAR(unbucketed, plan.objective_us, 1e-9 * by_hand);
+  EXPECT_LE(simulate_step(opt, plan).step_us, unbucketed * (1 + 1e-12));
   EXPECT_LT(plan.objective_us, plan.additive_us);
   EXPECT_NEAR(plan.additive_us - plan.overlapped_us, plan.objective_us, 1e-9 * by_hand);
 }
