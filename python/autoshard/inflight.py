@@ -3,6 +3,7 @@
     problems = check_in_flight(gm.graph)              # [] on every graph the runtime runs
     moved = limit_in_flight(gm.graph, limit=1)        # waits moved earlier; then gm.recompile()
     limit = in_flight_limit(mesh)                     # 1 on gloo (CPU), None elsewhere
+    enforce_in_flight(gm, limit)                      # on gloo: gathers as sums, the limit, checks
 
 A functional collective (`_c10d_functional.all_gather_into_tensor`, ...) returns at once; the
 process group's own thread reads its input and writes its output until the matching
@@ -11,19 +12,24 @@ reads or writes, and every collective must be waited in the graph that issued it
 that leaves a graph unwaited is read by code that does not know it is still being written).
 `check_in_flight` states those rules on a graph; the runtime checks every graph it builds.
 
-Why a limit on gloo.  torch 2.13's ProcessGroupGloo runs each process group's collectives on
-worker threads of its own.  With several all-gathers in flight at once the heap gets
-corrupted: a rank dies of SIGSEGV inside glibc's malloc (`tcache_get`) on a gloo worker thread,
-in `setOutput` / `setOutputs` of the next collective (core files of the train example and of
-bench/gloo_inflight_repro.py, which shows it with torch alone; docs/DESIGN.md "Collectives in
-flight").  Issued and waited one at a time, the reproducer's collectives did not crash in 10
-runs and the train example far more rarely (not never: docs/benchmarks.md "Crashes").  So on
-gloo the runtime keeps at most `limit` collectives pending per process: a wait moves up to just before the next collective's issue.  Overlap
-with computation stays (the one pending collective runs while the rank computes); NCCL has no
-such limit.  Compiled graphs keep it as well: inductor orders collectives among themselves but
-moves waits towards their readers, so the gloo runtime installs `inductor_one_in_flight` as
-inductor's post-fusion pass (`use_inductor_limit`, process-wide: it only ever moves a wait
-earlier, which no program can tell apart but by timing).
+Why gathers as sums, and a limit, on gloo.  torch 2.13's ProcessGroupGloo runs the functional
+all-gather (`_allgather_base`) as `allgather_into_tensor_coalesced` -> `allgather_coalesced`
+(AsyncAllgatherCoalescedWork, which copies the flat result into the output chunks from the
+worker thread).  With all-gathers in flight the heap gets corrupted: a rank dies of SIGSEGV
+inside glibc's malloc (`tcache_get`) on a gloo worker thread (core files of the train example
+and of bench/gloo_inflight_repro.py, which shows it with torch alone: 16 all-gathers in flight
+crash 5-8 runs of 10; the same gathers as all-reduces of zero-padded buffers, 0 of 10; torch's
+own test of that path was disabled as flaky, pytorch issue 65231).  So on gloo the runtime
+never uses that path: `gathers_as_sums` rewrites every all-gather as an all-reduce of a buffer
+holding this rank's shard at its rows and zeros elsewhere (the same values: x + 0 is exact; twice
+the bytes, on a CPU test backend).  It also keeps at most `limit` collectives pending per process
+(a wait moves up to just before the next collective's issue), which alone made the crash rare
+but not impossible (docs/benchmarks.md "Crashes").  Overlap with computation stays (the one
+pending collective runs while the rank computes); NCCL has neither.  Compiled graphs keep the
+limit as well: inductor orders collectives among themselves but moves waits towards their
+readers, so the gloo runtime installs `inductor_one_in_flight` as inductor's post-fusion pass
+(`use_inductor_limit`, process-wide: it only ever moves a wait earlier, which no program can
+tell apart but by timing).
 """
 from __future__ import annotations
 
