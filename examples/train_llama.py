@@ -415,7 +415,7 @@ def train(a: argparse.Namespace) -> None:
     del model  # the planned module holds its own (sharded) copy of the weights
     say(f"applied the plan: lowered per-rank step of {len(step.step_graph.graph.nodes)} nodes "
         f"({time.perf_counter() - t0:.1f} s); the plan's schedule: {step.split.prefetched} "
-        f"redistributions issued ahead of use, {step.split.bucketed} all-gathers saved by "
+        f"redistributions issued ahead of use, {step.split.bucketed} collectives saved by "
         f"its buckets")
     if a.compile:
         step.compile()

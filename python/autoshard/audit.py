@@ -42,6 +42,7 @@ class Collective:
     mesh_dim: Any      # int, or a tuple of ints for a flattened group, or "?" if unknown
     bytes: float       # per device, autoshard's convention (see the module docstring)
     edge: str = ""     # "node:slot", "grad:<param>:-1", "<node>:op" (inside an op), "" unknown
+    counted: bool = True  # False: another member edge of the same bucketed collective
 
 
 def _kind_and_bytes(func, args) -> Optional[tuple[str, float, str]]:
@@ -116,11 +117,15 @@ class _EdgeInterpreter(torch.fx.Interpreter):
         # an all-gather the gloo runtime does as an all-reduce (autoshard.inflight) is
         # audited as the gather the plan charged
         self.audit._gather_as_sum = bool(n.meta.get(GATHER_AS_SUM))
+        stamp = n.meta.get(META_KEY, {})
+        if "bucket_edges" in stamp:
+            self.audit._bucket = (stamp["bucket_edges"], stamp["bucket_numels"])
         try:
             return super().run_node(n)
         finally:
             self.audit._edge.pop()
             self.audit._gather_as_sum = False
+            self.audit._bucket = None
 
 
 class CommAudit:
@@ -132,6 +137,7 @@ class CommAudit:
         self.records: list[Collective] = []
         self._edge: list[str] = []
         self._gather_as_sum = False
+        self._bucket: Optional[tuple] = None  # (edges, numels) of the node being run
         self._saved_step = None
         self._groups = {}
         for d in range(self.mesh.ndim):
@@ -140,6 +146,13 @@ class CommAudit:
 
     def _record(self, kind: str, nbytes: float, group: str) -> None:
         dim = self._groups.get(group, "?")
+        if self._bucket:  # one collective serving several edges (autoshard.buckets)
+            edges, numels = self._bucket
+            total = float(sum(numels))
+            for k, (edge, numel) in enumerate(zip(edges, numels)):
+                self.records.append(Collective(kind, dim, nbytes * numel / total, edge or "",
+                                               counted=k == 0))
+            return
         self.records.append(Collective(kind, dim, nbytes, self._edge[-1] if self._edge else ""))
 
     def __enter__(self) -> "CommAudit":
@@ -164,7 +177,7 @@ class CommAudit:
         for r in self.records:
             if r.edge.split(":")[0] in exclude_edges:
                 continue
-            out[(r.kind, r.mesh_dim)][0] += 1
+            out[(r.kind, r.mesh_dim)][0] += r.counted
             out[(r.kind, r.mesh_dim)][1] += r.bytes
         return dict(out)
 
@@ -344,18 +357,18 @@ def planned_collectives(binary: str, graph: dict, placements: dict, mesh_shape: 
             totals[(kind, dim)][0] += 1
             totals[(kind, dim)][1] += b
     bucket_of = _buckets(placements.get("schedule"))
-    merged: set = set()  # (bucket, k-th all-gather of its edges, mesh dim, dtype) counted once
+    merged: set = set()  # (bucket, k-th collective of its edges, kind, mesh dim, dtype): once
     for e, r in zip(edges, json.loads(res)):
         steps = [(s["collective"], int(s["mesh_dim"]), float(s["bytes"])) for s in r["steps"]]
         if cpu:
             steps = [("all_gather", d, b * mesh_shape[d]) if k == "all_to_all" else (k, d, b)
                      for k, d, b in steps]
         per_edge[e["edge"]] = sorted(per_edge.get(e["edge"], []) + steps, key=str)
-        gathers = 0
+        position = 0
         for kind, dim, b in steps:
-            if kind == "all_gather" and e["edge"] in bucket_of:
-                key = (bucket_of[e["edge"]], gathers, dim, e["dtype"])
-                gathers += 1
+            if kind in _MERGED_KINDS and e["edge"] in bucket_of:
+                key = (bucket_of[e["edge"]], position, kind, dim, e["dtype"])
+                position += 1
                 totals[(kind, dim)][0] += key not in merged
                 merged.add(key)
             else:
@@ -364,11 +377,16 @@ def planned_collectives(binary: str, graph: dict, placements: dict, mesh_shape: 
     return dict(totals), per_edge
 
 
+#: The collective kinds autoshard.buckets merges.
+_MERGED_KINDS = ("all_gather", "reduce_scatter", "all_reduce")
+
+
 def _buckets(schedule: Optional[dict]) -> dict:
-    """edge -> bucket of the schedule's prefetch entries (placements.json version 2): the
-    runtime runs the k-th all-gather of a bucket's edges on one mesh dim and dtype as one
-    collective (autoshard.schedule.merge_buckets), so the plan expects it once."""
-    if not schedule or schedule.get("version", 1) < 2:
-        return {}
-    return {e["edge"]: e["bucket"] for e in schedule.get("prefetch", [])
-            if isinstance(e.get("bucket"), int)}
+    """edge -> bucket of the schedule's prefetch entries (version 2) and gradient reductions
+    (version 3): the runtime runs the k-th collective of a bucket's edges of one kind, mesh dim
+    and dtype as one (autoshard.buckets.merge_buckets), so the plan expects it once."""
+    from .schedule import prefetch_entries, reduce_entries
+
+    out = {edge: ("prefetch", b) for edge, _, b in prefetch_entries(schedule) if b is not None}
+    out.update((edge, ("reduce", b)) for edge, b in reduce_entries(schedule))
+    return out

@@ -34,7 +34,8 @@ import torch.fx
 
 from .inflight import enforce_in_flight, is_wait
 from .lower import META_KEY, collective_kind
-from .schedule import apply_prefetch, merge_buckets
+from .buckets import merge_buckets
+from .schedule import apply_prefetch
 
 
 @dataclass
@@ -49,7 +50,7 @@ class SplitStep:
     recomputed: int  # nodes the backward re-executes
     overlapped: int = 0  # gradient reductions issued early (overlap_gradient_reductions)
     prefetched: int = 0  # scheduled redistributions issued at their planned point (schedule)
-    bucketed: int = 0  # all-gathers saved by running each planned bucket as one (schedule)
+    bucketed: int = 0  # collectives saved by running each planned bucket as one (buckets)
 
 
 def _phases(gm: torch.fx.GraphModule, tangents: set) -> dict:
@@ -79,7 +80,7 @@ def partition(gm: torch.fx.GraphModule, outputs: Sequence[torch.fx.Node],
     in_flight: the most collectives a rank keeps pending (autoshard.inflight: 1 on gloo);
         None for no limit.  Both graphs are checked against the in-flight rules.
     schedule: placements.json's "schedule": its prefetches are issued where it says, and the
-        all-gathers of each of its buckets run as one (autoshard.schedule), in both graphs.
+        collectives of each of its buckets run as one (autoshard.buckets), in both graphs.
     """
     tangent_set = set(tangents)
     is_bwd = _phases(gm, tangent_set)

@@ -18,17 +18,16 @@ ranks; autoshard.inflight's rules still hold afterwards (only issues move, never
 """
 from __future__ import annotations
 
-import math
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional
 
-import torch
 import torch.fx
 
 from .inflight import is_wait
 from .lower import META_KEY, collective_kind
 
-#: The schedule versions this runtime reads (2 added the entries' buckets).
-SCHEDULE_VERSIONS = (1, 2)
+#: The schedule versions this runtime reads (2 added the prefetch entries' buckets, 3 the
+#: gradient reductions' buckets).
+SCHEDULE_VERSIONS = (1, 2, 3)
 
 
 class ScheduleError(ValueError):
@@ -61,6 +60,23 @@ def prefetch_entries(schedule: Optional[Mapping[str, Any]]) -> list:
                              or bucket < 0):
             raise ScheduleError(f"/schedule/prefetch/{k}/bucket: a bucket number >= 0")
         out.append((e["edge"], before, bucket if version >= 2 else None))
+    return out
+
+
+def reduce_entries(schedule: Optional[Mapping[str, Any]]) -> list:
+    """The schedule's gradient reductions as (edge, bucket) ("grad:<param>:-1"); [] without a
+    schedule or before version 3."""
+    if not schedule or schedule.get("version", 1) < 3:
+        return []
+    prefetch_entries(schedule)  # checks the version
+    out = []
+    for k, e in enumerate(schedule.get("reduce", [])):
+        bucket = e.get("bucket") if isinstance(e, Mapping) else None
+        if (not isinstance(e, Mapping) or not isinstance(e.get("edge"), str)
+                or not isinstance(bucket, int) or isinstance(bucket, bool) or bucket < 0):
+            raise ScheduleError(f"/schedule/reduce/{k}: expected {{\"edge\": ..., "
+                                f"\"bucket\": n >= 0}}")
+        out.append((e["edge"], bucket))
     return out
 
 
@@ -122,111 +138,3 @@ def apply_prefetch(graph: torch.fx.Graph, schedule: Optional[Mapping[str, Any]])
         moved += 1
     return moved
 
-
-def bucket_flat(*shards: torch.Tensor) -> torch.Tensor:
-    """The bucket's input: its members' shards flattened end to end (FSDP2's copy-in)."""
-    return torch.cat([s.reshape(-1) for s in shards])
-
-
-def bucket_piece(gathered: torch.Tensor, group_size: int, offset: int,
-                 shape: Sequence[int]) -> torch.Tensor:
-    """One member's all-gather out of the bucket's (FSDP2's copy-out): rank r's block of the
-    gathered buffer holds every member's shard end to end, so the member's rows of rank r
-    are at `offset` in block r."""
-    numel = math.prod(shape)
-    blocks = gathered.view(group_size, -1)[:, offset:offset + numel]
-    return blocks.reshape(group_size * shape[0], *shape[1:])
-
-
-def _gathers(group: list) -> list:
-    """The all-gathers of one edge's lowered nodes, in graph order, each with its one wait."""
-    target = torch.ops._c10d_functional.all_gather_into_tensor.default
-    out = []
-    for n in group:
-        if n.op == "call_function" and n.target is target:
-            waits = [u for u in n.users if is_wait(u)]
-            if len(waits) == 1 and len(n.users) == 1:
-                out.append((n, waits[0]))
-    return out
-
-
-def _static_shape(node: torch.fx.Node) -> Optional[tuple]:
-    val = node.meta.get("val")
-    shape = getattr(val, "shape", None)
-    if shape is None or not all(isinstance(d, int) for d in shape) or len(shape) == 0:
-        return None
-    return tuple(shape)
-
-
-def _merge(graph: torch.fx.Graph, members: list) -> None:
-    """Replaces the all-gathers `members` [(collective, wait)] (same group, size and dtype;
-    every issue before every wait) by one all-gather of their flat shards: issued where the
-    last of them was, waited where the first of them was, each member's value cut out of it
-    right after that wait."""
-    pos = {n: k for k, n in enumerate(graph.nodes)}
-    last_issue = max((c for c, _ in members), key=pos.get)
-    first_wait = min((w for _, w in members), key=pos.get)
-    size, group = members[0][0].args[1], members[0][0].args[2]
-    shards = [c.args[0] for c, _ in members]
-    with graph.inserting_before(last_issue):
-        flat = graph.call_function(bucket_flat, tuple(shards))
-        coll = graph.call_function(torch.ops._c10d_functional.all_gather_into_tensor.default,
-                                   (flat, size, group))
-    with graph.inserting_before(first_wait):
-        wait = graph.call_function(torch.ops._c10d_functional.wait_tensor.default, (coll,))
-    stamp = dict(last_issue.meta.get(META_KEY, {}))
-    stamp["bucket_edges"] = [c.meta.get(META_KEY, {}).get("edge") for c, _ in members]
-    for n in (flat, coll, wait):
-        n.meta[META_KEY] = stamp
-    offset = 0
-    anchor = wait
-    for (c, w), shard in zip(members, shards):
-        shape = _static_shape(shard)
-        with graph.inserting_after(anchor):
-            piece = graph.call_function(bucket_piece, (wait, size, offset, shape))
-        piece.meta = dict(w.meta)
-        anchor = piece
-        offset += math.prod(shape)
-        w.replace_all_uses_with(piece)
-        graph.erase_node(w)
-        graph.erase_node(c)
-
-
-def merge_buckets(graph: torch.fx.Graph, schedule: Optional[Mapping[str, Any]]) -> int:
-    """Runs the all-gathers of each planned bucket as one (after apply_prefetch): per bucket,
-    the k-th all-gather of every member edge, when they share group, group size and dtype and
-    all are issued before the first of them is waited (a member issued later stays apart).
-    Returns the number of collectives saved."""
-    entries = prefetch_entries(schedule)
-    buckets: dict = {}
-    for edge, _, bucket in entries:
-        if bucket is not None:
-            buckets.setdefault(bucket, []).append(edge)
-    if not any(len(edges) > 1 for edges in buckets.values()):
-        return 0
-    by_edge: dict = {}
-    for n in graph.nodes:
-        edge = _stamp(n, "edge")
-        if edge is not None:
-            by_edge.setdefault(edge, []).append(n)
-    saved = 0
-    for bucket in sorted(buckets):
-        lists = [_gathers(by_edge.get(e, [])) for e in buckets[bucket]]
-        for k in range(max((len(x) for x in lists), default=0)):
-            pos = {n: i for i, n in enumerate(graph.nodes)}
-            steps = sorted((x[k] for x in lists if len(x) > k), key=lambda cw: pos[cw[0]])
-            groups: dict = {}
-            for c, w in steps:
-                shard = c.args[0]
-                shape = _static_shape(shard) if isinstance(shard, torch.fx.Node) else None
-                if shape is None:
-                    continue
-                key = (c.args[1], c.args[2], shard.meta["val"].dtype)
-                members = groups.setdefault(key, [])
-                if not members or pos[c] < min(pos[mw] for _, mw in members):
-                    members.append((c, w))
-            for members in groups.values():
-                if len(members) > 1:
-                    _merge(graph, members)
-                    saved += len(members) - 1
-    return saved

@@ -49,12 +49,13 @@ nlohmann::ordered_json placements_header(const Graph& g, const Mesh& mesh) {
 
 namespace {
 
-/// {"version": 2, "prefetch_layers": k, "bucketing": "layer", "prefetch": [{"edge": "mm_3:1",
-/// "issue_before": "add_5", "bucket": 0}, ...]}: the edge in the runtime's stamp form
-/// (consumer:slot), null issue_before = at the start; entries of one bucket run merged.
+/// {"version": 3, "prefetch_layers": k, "bucketing": "layer", "prefetch": [{"edge": "mm_3:1",
+/// "issue_before": "add_5", "bucket": 0}, ...], "reduce": [{"edge": "grad:w:-1", "bucket": 0},
+/// ...]}: edges in the runtime's stamp form (consumer:slot; grad:<param>:-1), null
+/// issue_before = at the start; entries of one bucket run merged.
 nlohmann::ordered_json schedule_json(const PrefetchSchedule& s, const Graph& g) {
   nlohmann::ordered_json j;
-  j["version"] = 2;
+  j["version"] = 3;
   j["prefetch_layers"] = s.options.prefetch_layers;
   j["bucketing"] = std::string(bucketing_name(s.options.bucketing));
   nlohmann::ordered_json list = nlohmann::ordered_json::array();
@@ -69,6 +70,10 @@ nlohmann::ordered_json schedule_json(const PrefetchSchedule& s, const Graph& g) 
     list.push_back(std::move(x));
   }
   j["prefetch"] = std::move(list);
+  nlohmann::ordered_json reduce = nlohmann::ordered_json::array();
+  for (const ReductionEntry& r : s.reductions)
+    reduce.push_back({{"edge", fmt::format("grad:{}:-1", g.node(r.param).name)}, {"bucket", r.bucket}});
+  j["reduce"] = std::move(reduce);
   return j;
 }
 

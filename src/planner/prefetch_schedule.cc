@@ -34,6 +34,32 @@ int32_t prefetch_segment(int32_t consumer_segment, int32_t prefetch_layers) {
   return std::max(0, consumer_segment - std::max(0, prefetch_layers));
 }
 
+std::vector<ReductionEntry> reduction_buckets(const Graph& g, const Plan& plan, Bucketing b,
+                                              int32_t* num_buckets) {
+  int32_t n_segments = 0;
+  const std::vector<int32_t> segment = layer_segments(g, &n_segments);
+  std::map<std::string, int32_t> bucket_of;
+  std::vector<ReductionEntry> out;
+  int32_t count = 0;
+  for (const GradPair& gp : g.grad_pairs) {
+    const auto& param = plan.nodes[static_cast<size_t>(gp.param)];
+    const auto& grad = plan.nodes[static_cast<size_t>(gp.grad.node)];
+    if (!param || !grad) continue;
+    const ShardingSpec& from = grad->chosen.outputs.at(static_cast<size_t>(gp.grad.output));
+    ShardingSpec to = param->chosen.outputs.at(0);
+    if (from.to_string() == to.to_string()) continue;  // nothing to reduce or move
+    to.meta = g.meta(gp.grad);
+    int32_t bucket = count;
+    if (b == Bucketing::kLayer)
+      bucket = bucket_of.try_emplace(bucket_key(segment[static_cast<size_t>(gp.grad.node)], from, to), count)
+                   .first->second;
+    if (bucket == count) ++count;
+    out.push_back({gp.param, gp.grad.node, bucket});
+  }
+  if (num_buckets) *num_buckets = count;
+  return out;
+}
+
 PrefetchSchedule prefetch_schedule(const Graph& g, const Plan& plan, const ScheduleOptions& o) {
   if (!plan.has_solution) throw std::runtime_error("prefetch_schedule: the plan has no solution");
   PrefetchSchedule s;
@@ -70,6 +96,7 @@ PrefetchSchedule prefetch_schedule(const Graph& g, const Plan& plan, const Sched
                            k < 0 ? kNoNode : first_op[static_cast<size_t>(k)], bucket});
     }
   }
+  s.reductions = reduction_buckets(g, plan, o.bucketing, &s.num_reduction_buckets);
   return s;
 }
 

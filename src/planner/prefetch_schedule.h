@@ -17,7 +17,10 @@
 /// prefetched redistributions issued at the same point with the same source and destination
 /// placements and dtype (the same collectives on the same mesh dims) share a bucket: the
 /// runtime runs each of their collective steps once on the concatenated shards, and the
-/// simulator charges that step's latency once (bucket_latency_credit_us).
+/// simulator charges that step's latency once (bucket_latency_credit_us).  Gradient
+/// reductions are bucketed the same way by the layer segment of the op producing the gradient
+/// (FSDP2 reduce-scatters a layer's gradients together): a bucket is issued when its last
+/// gradient exists.
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -72,11 +75,25 @@ struct PrefetchEntry {
   int32_t bucket = 0;  ///< entries with one bucket run their collectives merged
 };
 
+/// One gradient reduction: a grad pair (Graph::grad_pairs) whose gradient's spec differs
+/// from its parameter's.
+struct ReductionEntry {
+  NodeIdx param = kNoNode;
+  NodeIdx producer = kNoNode;  ///< the op computing the gradient
+  int32_t bucket = 0;          ///< numbered apart from the prefetch buckets
+};
+
 struct PrefetchSchedule {
   ScheduleOptions options;
   std::vector<PrefetchEntry> entries;  ///< in consumer order, slots ascending
   int32_t num_buckets = 0;             ///< buckets are numbered in order of first entry
+  std::vector<ReductionEntry> reductions;  ///< in grad-pair order
+  int32_t num_reduction_buckets = 0;
 };
+
+/// The gradient reductions of `plan` with their buckets (the rule above).
+std::vector<ReductionEntry> reduction_buckets(const Graph& g, const Plan& plan, Bucketing b,
+                                              int32_t* num_buckets = nullptr);
 
 /// The prefetched redistributions of `plan` (which must have a solution): every tensor use
 /// read from a placeholder or a view of placeholders whose spec differs from its producer's.

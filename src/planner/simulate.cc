@@ -259,6 +259,15 @@ StepSimulation simulate_step(ShardingOptimizer& opt, const Plan& plan, const Sim
   std::vector<int32_t> released_first;                                    // before any op
   std::map<std::pair<NodeIdx, int32_t>, int32_t> job_of_slot;
   std::set<std::string> buckets_seen;
+  // Gradient reductions of one bucket are issued together once its last gradient exists.
+  std::map<NodeIdx, std::pair<int32_t, NodeIdx>> reduction_of;  // param -> (bucket, issue after)
+  {
+    std::map<int32_t, NodeIdx> last;
+    const std::vector<ReductionEntry> rb = reduction_buckets(g, plan, o.bucketing);
+    for (const ReductionEntry& r : rb) last[r.bucket] = std::max(last[r.bucket], r.producer);
+    for (const ReductionEntry& r : rb) reduction_of[r.param] = {r.bucket, last[r.bucket]};
+  }
+  std::set<int32_t> reduction_buckets_seen;
   /// A prefetched job issued at segment `at` joins its bucket: after the bucket's first
   /// member it no longer pays its steps' fixed latency (prefetch_schedule.h "Buckets").
   auto join_bucket = [&](CommJob& job, int32_t at, const ShardingSpec& from, ShardingSpec to,
@@ -311,7 +320,14 @@ StepSimulation simulate_step(ShardingOptimizer& opt, const Plan& plan, const Sim
     if (origin.slot >= 0) job_of_slot[{origin.consumer, origin.slot}] = id;
     const int32_t cl = layer[static_cast<size_t>(origin.consumer)];
     const NodeIdx redo_at = rs.point[static_cast<size_t>(pu)];
-    if (!job.prefetchable && redo_at >= 0 && origin.consumer >= redo_at)
+    const auto reduction = origin.slot == -1 ? reduction_of.find(origin.consumer) : reduction_of.end();
+    if (reduction != reduction_of.end() && o.bucketing == Bucketing::kLayer) {
+      const auto [bucket, after] = reduction->second;
+      if (!reduction_buckets_seen.insert(bucket).second)
+        for (CommJob::Step& st : job.steps)
+          st.us -= bucket_latency_credit_us(st.kind, st.dim, mesh, opt.options().comm_model, st.us);
+      issued_after[static_cast<size_t>(after)].push_back(id);
+    } else if (!job.prefetchable && redo_at >= 0 && origin.consumer >= redo_at)
       issued_after_redo[static_cast<size_t>(pu)].push_back(id);  // reads the recomputed tensor
     else if (!job.prefetchable)
       issued_after[static_cast<size_t>(pu)].push_back(id);

@@ -205,6 +205,48 @@ TEST(Simulate, ActivationRedistributionOnTheCriticalPathIsExposed) {
   EXPECT_FALSE(sim.streams[1][0].prefetched);
 }
 
+// Two Partial gradients of one layer reduced into replicated parameters: one bucket, issued
+// when the second gradient exists, paying the all-reduce's latency once.
+TEST(Simulate, GradientReductionsOfALayerShareABucket) {
+  GraphBuilder b("grads");
+  TensorRef x = b.input("x", {{kN, kN}, kDt});
+  TensorRef w = b.input("w", {{kN, kN}, kDt});
+  TensorRef p = b.parameter("p", "layers.0", {{kN, kN}, kDt});
+  TensorRef q = b.parameter("q", "layers.0", {{kN, kN}, kDt});
+  b.set_phase(Phase::kBackward);
+  b.set_module("layers.0");
+  TensorRef gp = b.mm(x, w);
+  TensorRef gq = b.mm(x, w);
+  Graph gr = b.finish();
+  gr.grad_pairs.push_back({p.node, gp});
+  gr.grad_pairs.push_back({q.node, gq});
+  Node out;
+  out.name = "output";
+  out.kind = NodeKind::kOutput;
+  out.inputs = {gp, gq};
+  gr.add(std::move(out));
+  ShardingOptimizer opt(gr, mesh_1d());
+  Plan plan = plan_with(opt, {{"x", {"S(1)"}}, {"w", {"S(0)"}}, {"p", {"R"}}, {"q", {"R"}},
+                              {"mm", {"P(sum)", "S(1)", "S(0)"}},
+                              {"mm_1", {"P(sum)", "S(1)", "S(0)"}}});
+  const std::vector<ReductionEntry> rb = reduction_buckets(gr, plan, Bucketing::kLayer);
+  ASSERT_EQ(rb.size(), 2u);
+  EXPECT_EQ(rb[0].bucket, rb[1].bucket);
+  EXPECT_NE(reduction_buckets(gr, plan, Bucketing::kNone)[1].bucket, rb[0].bucket);
+  const double ar = redistribute_cost_us(spec("P(sum)", {{kN, kN}, kDt}), spec("R", {{kN, kN}, kDt}),
+                                         opt.mesh());
+  const double fixed = collective_time_us(Collective::kAllReduce, 0.0, opt.mesh(), 0);
+  ASSERT_GT(fixed, 0);
+  const StepSimulation apart = simulate_step(opt, plan, {1, Bucketing::kNone});
+  EXPECT_DOUBLE_EQ(apart.comm_us, 2 * ar);
+  ASSERT_EQ(apart.streams[1].size(), 2u);
+  EXPECT_DOUBLE_EQ(apart.streams[1][0].start_us, apart.streams[0][0].end_us);  // after mm
+  const StepSimulation merged = simulate_step(opt, plan);
+  EXPECT_DOUBLE_EQ(merged.comm_us, 2 * ar - fixed);
+  ASSERT_EQ(merged.streams[1].size(), 2u);
+  EXPECT_DOUBLE_EQ(merged.streams[1][0].start_us, merged.streams[0][1].end_us);  // after mm_1
+}
+
 TEST(Simulate, GradientReductionOverlapsLaterCompute) {
   // g = mm(x, w) produces a Partial gradient of p early; the agreement edge all-reduces it
   // while the independent C = mm(x, w) runs; only the end of the step waits for it.

@@ -229,6 +229,20 @@ RuleResult spatial(const OpContext& c) {
   return r;
 }
 
+/// Upsampling (aten upsample_{nearest,linear}1d, upsample_{nearest,bilinear,bicubic}2d,
+/// upsample_{nearest,trilinear}3d, the _upsample_nearest_exact* and _upsample_*_aa variants,
+/// and each one's _backward [grad_input | grad_output]): the spatial rows (batch and channel
+/// splits), plus [P(sum) | P(sum)]: the op is linear in its one tensor (a fixed weighting of
+/// input pixels; the backward, its transpose, is linear in grad_output), so a pending sum passes
+/// through.  That is torch 2.13 DTensor's set (torch/distributed/tensor/_ops/_math_ops.py,
+/// interp_upsample_1out_1in_strategy) less its P(avg) row (autoshard passes P(sum) only).
+/// Other layouts (an .out overload's extra `out` tensor) get the spatial rows only.
+RuleResult upsample(const OpContext& c) {
+  RuleResult r = spatial(c);
+  if (c.n_in() == 1 && c.n_out() == 1) r.rows.push_back({P, P});
+  return r;
+}
+
 /// Fused optimizer step (_fused_adam: param, grad, master, exp_avg, exp_avg_sq -> 4 updated
 /// tensors): every tensor shaped like the parameter shares one placement (R or S(d)); other
 /// tensors (step counts, lr) stay R.  No Partial: the grad must be reduced first.
@@ -269,9 +283,14 @@ void register_nn_rules(RuleTable& t) {
         "avg_pool2d_backward", "avg_pool3d_backward", "adaptive_avg_pool1d",
         "adaptive_avg_pool2d", "adaptive_avg_pool3d", "_adaptive_avg_pool2d",
         "_adaptive_avg_pool3d", "_adaptive_avg_pool2d_backward", "_adaptive_avg_pool3d_backward",
-        "adaptive_max_pool2d", "adaptive_max_pool2d_backward", "upsample_nearest2d",
-        "upsample_nearest2d_backward", "upsample_bilinear2d", "upsample_bilinear2d_backward"})
+        "adaptive_max_pool2d", "adaptive_max_pool2d_backward"})
     t[op] = spatial;
+  for (const char* op :
+       {"upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d", "upsample_linear1d",
+        "upsample_bilinear2d", "upsample_bicubic2d", "upsample_trilinear3d",
+        "_upsample_nearest_exact1d", "_upsample_nearest_exact2d", "_upsample_nearest_exact3d",
+        "_upsample_bilinear2d_aa", "_upsample_bicubic2d_aa"})
+    for (const char* suffix : {"", "_backward"}) t[std::string(op) + suffix] = upsample;
   t["triu"] = spatial;
   t["tril"] = spatial;
   for (const char* op : {"_fused_adam", "_fused_adamw", "_fused_sgd"}) t[op] = optimizer;

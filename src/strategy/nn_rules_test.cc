@@ -152,6 +152,38 @@ TEST(Pool, TriuKeepsTheMatrixWhole) {
   EXPECT_EQ(names(g, n, mesh1()), (V{"R <- R", "S(0) <- S(0)"}));
 }
 
+TEST(Upsample, BatchChannelAndPartialForEverySpatialRank) {
+  Graph g;
+  // bicubic 2d forward and backward: [N, C, H, W]
+  auto x = input(g, {4, 8, 6, 6});
+  NodeIdx up = g.add_op("bc", "upsample_bicubic2d", {x}, T({4, 8, 12, 12}), Phase::kForward,
+                        {{"align_corners", false}});
+  const V four{"R <- R", "S(0) <- S(0)", "S(1) <- S(1)", "P(sum) <- P(sum)"};
+  EXPECT_EQ(names(g, up, mesh1()), four);
+  auto go = input(g, {4, 8, 12, 12});
+  NodeIdx bw = g.add_op("bcb", "upsample_bicubic2d_backward", {go}, T({4, 8, 6, 6}),
+                        Phase::kBackward);
+  EXPECT_EQ(names(g, bw, mesh1()), four);
+  // 1d ([N, C, L]) and 3d ([N, C, D, H, W]): the trailing 1 / 3 dims stay whole
+  auto x1 = input(g, {4, 8, 6});
+  for (const char* op1 : {"upsample_nearest1d", "upsample_linear1d"})
+    EXPECT_EQ(names(g, g.add_op(op1, op1, {x1}, T({4, 8, 12})), mesh1()), four) << op1;
+  auto x3 = input(g, {4, 8, 4, 6, 6});
+  for (const char* op3 : {"upsample_nearest3d_backward", "upsample_trilinear3d"})
+    EXPECT_EQ(names(g, g.add_op(op3, op3, {x3}, T({4, 8, 4, 6, 6})), mesh1()), four) << op3;
+  // the 2d ops of the first table gained the Partial row too; a 1-element channel dim is not
+  // split
+  auto xc = input(g, {4, 1, 6, 6});
+  NodeIdx near = g.add_op("n2", "upsample_nearest2d.vec", {xc}, T({4, 1, 12, 12}));
+  EXPECT_EQ(names(g, near, mesh1()), (V{"R <- R", "S(0) <- S(0)", "P(sum) <- P(sum)"}));
+  for (const char* op : {"aten.upsample_trilinear3d_backward.default",
+                         "aten.upsample_linear1d_backward.default",
+                         "aten.upsample_nearest1d_backward.default",
+                         "aten._upsample_bicubic2d_aa_backward.default",
+                         "aten._upsample_nearest_exact3d.default"})
+    EXPECT_TRUE(has_rule(op)) << op;
+}
+
 TEST(Optimizer, FusedAdamSharesOnePlacement) {
   Graph g;
   auto p = input(g, {8, 4});

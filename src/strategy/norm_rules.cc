@@ -15,6 +15,25 @@
 ///   StrategyOptions::batch_norm_local_stats (per-shard statistics like DDP without
 ///   SyncBatchNorm): the batch statistics (save_mean/save_invstd and updated running stats)
 ///   are P(avg), weight/bias/running inputs R; backward gives grad_weight/grad_bias P(sum).
+///
+/// Group norm (aten native_group_norm: input [N, C, *], weight/bias [C] -> out [N, C, *],
+/// mean/rstd [N, group]; statistics per (sample, group) over C/group channels and HxW):
+/// - batch: activations and mean/rstd S(0), weight/bias R; backward grad_weight/grad_bias
+///   P(sum) (their sums over the batch).  torch 2.13 DTensor registers exactly this forward
+///   strategy (torch/distributed/tensor/_ops/_math_ops.py, group_norm_strategy, which rewrites
+///   the N/C/HxW scalars to local values) and none for native_group_norm_backward.
+/// - channel: activations S(1), mean/rstd S(1), weight/bias (and their grads) S(0), kept only
+///   when the shard count of dim 1 divides `group`: then every shard holds whole groups
+///   (C = group * C/group, split like torch.chunk) and runs group norm with group/shards
+///   groups.  DTensor 2.13 does not offer this one (it would also have to rewrite `group`).
+///
+/// Weight norm (aten _weight_norm_interface(v, g, dim) -> (w, norm), the fused kernel behind
+/// torch._weight_norm, aten/src/ATen/native/WeightNorm.cpp): g and norm keep only `dim`
+/// (size 1 elsewhere) and norm reduces v over every other dim, so sharding v on `dim` (g, norm,
+/// w with it) is the one exact split; any other dim would need a partial sum of squares
+/// under the square root, which no placement expresses.  The backward
+/// [grad_v, grad_g | grad_w, v, g, norm] shards the same way, and is linear in grad_w, so
+/// [P, P | P, R, R, R] holds too.  DTensor 2.13 has no rule for either op.
 #include <algorithm>
 
 #include "strategy/rule.h"
@@ -116,6 +135,66 @@ RuleResult batch_norm(const OpContext& c, bool backward) {
   return r;
 }
 
+/// The accept check of group norm's channel rows: the shards of dim 1 of input `input` must
+/// divide the group count, so that each shard holds whole groups.
+std::function<bool(const Combo&)> whole_groups(const OpContext& c, size_t input) {
+  const int64_t groups = c.node.attr_int("group", 0);
+  const Mesh* mesh = &c.mesh;
+  const size_t slot = c.in_slot(input);
+  return [groups, mesh, slot](const Combo& combo) {
+    int64_t n = shards_of(combo[slot], 1, *mesh);
+    return n == 1 || (groups > 0 && groups % n == 0);
+  };
+}
+
+/// native_group_norm [out, mean, rstd | input, weight?, bias?] (backward=false) or
+/// native_group_norm_backward [grad_in, grad_w, grad_b | grad_out, input, mean, rstd, weight?].
+/// Slots are positional: with a 2-D input ([N, C], HxW = 1) mean/rstd have the input's rank.
+RuleResult group_norm(const OpContext& c, bool backward) {
+  const size_t n_act_in = backward ? 2 : 1;       // grad_out, input | input
+  const size_t n_stats_in = backward ? 2 : 0;     // mean, rstd
+  if (c.n_in() < n_act_in + n_stats_in || c.n_out() < 1) c.fail("expected the group norm tensors");
+  const TensorMeta& x = c.in[n_act_in - 1];
+  if (x.rank() < 2) c.fail("group norm input needs rank >= 2");
+  RuleResult r;
+  r.rows.push_back(c.replicated());
+  for (int32_t d : {0, 1}) {
+    Row row = c.replicated();
+    for (size_t i = 0; i < c.n_out(); ++i) {
+      if (!backward || i == 0) row[c.out_slot(i)] = Placement::shard(d);  // out, mean, rstd
+      else row[c.out_slot(i)] = d == 0 ? P : shard_if(c.out(i), 0);      // grad_w, grad_b
+    }
+    for (size_t i = 0; i < c.n_in(); ++i) {
+      const bool per_channel = i >= n_act_in + n_stats_in;
+      row[c.in_slot(i)] = !per_channel ? Placement::shard(d) : d == 0 ? R : shard_if(c.in[i], 0);
+    }
+    r.rows.push_back(std::move(row));
+  }
+  r.accept = whole_groups(c, n_act_in - 1);
+  return r;
+}
+
+/// _weight_norm_interface [w, norm | v, g] and _weight_norm_interface_backward
+/// [grad_v, grad_g | grad_w, v, g, norm] (header comment).
+RuleResult weight_norm(const OpContext& c, bool backward) {
+  if (c.n_in() < (backward ? 4u : 2u) || c.n_out() < 1) c.fail("expected the weight norm tensors");
+  const TensorMeta& v = c.in[backward ? 1 : 0];
+  const int32_t dim = c.dim_attr("dim", 0, v.rank());
+  RuleResult r;
+  r.rows.push_back(c.replicated());
+  Row row = c.replicated();
+  for (size_t i = 0; i < c.n_out(); ++i) row[c.out_slot(i)] = shard_if(c.out(i), dim);
+  for (size_t i = 0; i < c.n_in(); ++i) row[c.in_slot(i)] = shard_if(c.in[i], dim);
+  r.rows.push_back(std::move(row));
+  if (backward) {
+    Row linear = c.replicated();
+    for (size_t i = 0; i < c.n_out(); ++i) linear[c.out_slot(i)] = P;
+    linear[c.in_slot(0)] = P;
+    r.rows.push_back(std::move(linear));
+  }
+  return r;
+}
+
 }  // namespace
 
 void register_norm_rules(RuleTable& t) {
@@ -128,6 +207,10 @@ void register_norm_rules(RuleTable& t) {
                          "_native_batch_norm_legit_no_training", "batch_norm"})
     t[op] = [](const OpContext& c) { return batch_norm(c, false); };
   t["native_batch_norm_backward"] = [](const OpContext& c) { return batch_norm(c, true); };
+  t["native_group_norm"] = [](const OpContext& c) { return group_norm(c, false); };
+  t["native_group_norm_backward"] = [](const OpContext& c) { return group_norm(c, true); };
+  t["_weight_norm_interface"] = [](const OpContext& c) { return weight_norm(c, false); };
+  t["_weight_norm_interface_backward"] = [](const OpContext& c) { return weight_norm(c, true); };
 }
 
 }  // namespace autoshard

@@ -82,7 +82,7 @@ class Prefetch(unittest.TestCase):
         self.assertEqual(_order(g), before)
 
     def test_bad_schedules_name_the_key(self):
-        from autoshard.schedule import ScheduleError, prefetch_entries
+        from autoshard.schedule import ScheduleError, prefetch_entries, reduce_entries
 
         with self.assertRaisesRegex(ScheduleError, "/schedule/version: 7"):
             prefetch_entries({"version": 7})
@@ -90,6 +90,10 @@ class Prefetch(unittest.TestCase):
             prefetch_entries({"version": 1, "prefetch": [{"issue_before": "a"}]})
         with self.assertRaisesRegex(ScheduleError, "/schedule/prefetch/0/issue_before"):
             prefetch_entries({"version": 1, "prefetch": [{"edge": "a:0", "issue_before": 3}]})
+        with self.assertRaisesRegex(ScheduleError, "/schedule/reduce/0"):
+            reduce_entries({"version": 3, "prefetch": [], "reduce": [{"edge": "grad:w:-1"}]})
+        self.assertEqual(reduce_entries({"version": 3, "reduce": [
+            {"edge": "grad:w:-1", "bucket": 1}]}), [("grad:w:-1", 1)])
         with self.assertRaisesRegex(ScheduleError, "/schedule/prefetch/0/bucket"):
             prefetch_entries({"version": 2, "prefetch": [{"edge": "a:0", "issue_before": None}]})
         self.assertEqual(prefetch_entries({"version": 2, "prefetch": [
@@ -128,15 +132,46 @@ def _bucket_graph(prefetched: bool = True):
 
 
 class _LocalGather(torch.fx.Interpreter if torch is not None else object):
-    """Runs a graph with each 2-rank all-gather simulated: the other rank holds x + 100."""
+    """Runs a graph with its 2-rank collectives simulated on rank 0: the other rank holds
+    x + 100."""
 
     def call_function(self, target, args, kwargs):
         ops = torch.ops._c10d_functional
         if target is ops.all_gather_into_tensor.default:
             return torch.cat([args[0], args[0] + 100])
+        if target is ops.reduce_scatter_tensor.default:
+            return (2 * args[0] + 100)[:args[0].shape[0] // 2]
+        if target is ops.all_reduce.default:
+            return 2 * args[0] + 100
         if target is ops.wait_tensor.default:
             return args[0]
         return super().call_function(target, args, kwargs)
+
+
+def _reduction_graph():
+    """Three gradients (x times a weight of shape [4, 3], [2, 3], [6]) reduce-scattered and an
+    [3, 2] one all-reduced over group "1" (2 ranks), each issued once computed and waited at
+    the end, as overlap_gradient_reductions leaves them."""
+    ops = torch.ops._c10d_functional
+    aten = torch.ops.aten
+    shapes = [(4, 3), (2, 3), (6,), (3, 2)]
+    g = torch.fx.Graph()
+    x = g.placeholder("x")
+    issued = []
+    for k, shape in enumerate(shapes):
+        w = g.placeholder(f"w{k}")
+        w.meta["val"] = torch.empty(shape)
+        grad = _stamped(g, aten.mul.Tensor, (w, x), f"grad{k}")
+        grad.meta["val"] = torch.empty(shape)
+        edge = f"grad:w{k}:-1"
+        if k < 3:
+            c = _stamped(g, ops.reduce_scatter_tensor.default, (grad, "sum", 2, "1"), "w", edge)
+        else:
+            c = _stamped(g, ops.all_reduce.default, (grad, "sum", "1"), "w", edge)
+        issued.append((c, edge))
+    outs = [_stamped(g, ops.wait_tensor.default, (c,), "w", edge) for c, edge in issued]
+    g.output(tuple(outs))
+    return g, shapes
 
 
 @unittest.skipIf(torch is None, "PyTorch not installed")
@@ -147,7 +182,7 @@ class Buckets(unittest.TestCase):
 
     def test_a_buckets_gathers_on_one_group_run_as_one_with_the_same_values(self):
         from autoshard.inflight import check_in_flight
-        from autoshard.schedule import merge_buckets
+        from autoshard.buckets import merge_buckets
 
         g, shapes = _bucket_graph()
         inputs = [torch.randn(2, 2)] + [torch.randn(s) for s in shapes.values()]
@@ -160,7 +195,7 @@ class Buckets(unittest.TestCase):
         self.assertTrue(torch.equal(before, after))
 
     def test_separate_buckets_and_old_schedules_stay_apart(self):
-        from autoshard.schedule import merge_buckets
+        from autoshard.buckets import merge_buckets
 
         g, _ = _bucket_graph()
         self.assertEqual(merge_buckets(g, self._schedule([0, 1, 2, 3])), 0)
@@ -169,8 +204,30 @@ class Buckets(unittest.TestCase):
         self.assertEqual(merge_buckets(g, self._schedule([0, 1, 0, 1])), 1)
         self.assertEqual(_order(g).count("all_gather_into_tensor"), 3)
 
+    def test_gradient_reductions_of_a_bucket_run_as_one_with_the_same_values(self):
+        from autoshard.buckets import merge_buckets
+        from autoshard.inflight import check_in_flight
+
+        g, shapes = _reduction_graph()
+        inputs = [torch.tensor(3.0)] + [torch.randn(s) for s in shapes]
+        before = _LocalGather(torch.fx.GraphModule(torch.nn.Module(), g)).run(*inputs)
+        schedule = {"version": 3, "prefetch": [], "reduce": [
+            {"edge": f"grad:w{k}:-1", "bucket": 0} for k in range(4)]}
+        # The three reduce-scatters become one; the all-reduce is another kind: apart.
+        self.assertEqual(merge_buckets(g, schedule), 2)
+        g.lint()
+        self.assertEqual(check_in_flight(g), [])
+        self.assertEqual(_order(g).count("reduce_scatter_tensor"), 1)
+        after = _LocalGather(torch.fx.GraphModule(torch.nn.Module(), g)).run(*inputs)
+        self.assertEqual(len(before), len(after))
+        for a, b in zip(before, after):
+            self.assertTrue(torch.equal(a, b))
+        # Version 2 files carry no reduction buckets.
+        g2, _ = _reduction_graph()
+        self.assertEqual(merge_buckets(g2, {**schedule, "version": 2}), 0)
+
     def test_a_member_waited_before_another_is_issued_stays_apart(self):
-        from autoshard.schedule import merge_buckets
+        from autoshard.buckets import merge_buckets
 
         # Each gather right before its use: use0's wait comes before use1's issue, so a bucket
         # would wait for a collective not yet issued; nothing merges.
@@ -215,14 +272,16 @@ for k, bucket in ((1, "layer"), (0, "layer"), (1, "none")):
     step = apply_placement(model, doc, mesh, traced=traced)
     gaps = issue_wait_gaps(step.split.forward.graph)["all_gather"]
     assert check_in_flight(step.split.forward.graph) == []
-    both = len(gaps) + len(issue_wait_gaps(step.split.backward.graph).get("all_gather", []))
+    both = sum(len(v) for part in (step.split.forward, step.split.backward)
+               for v in issue_wait_gaps(part.graph).values())
     result[f"{k}{bucket}"] = [step.split.prefetched, step.split.bucketed, both,
                               sum(g > 0 for g in gaps), doc["schedule"]["prefetch_layers"],
                               sum(gaps)]
 doc.pop("schedule")  # an older writer's file: every collective at its use
 step = apply_placement(model, doc, mesh, traced=traced)
 gaps = issue_wait_gaps(step.split.forward.graph)["all_gather"]
-both = len(gaps) + len(issue_wait_gaps(step.split.backward.graph).get("all_gather", []))
+both = sum(len(v) for part in (step.split.forward, step.split.backward)
+           for v in issue_wait_gaps(part.graph).values())
 result["none"] = [step.split.prefetched, step.split.bucketed, both, sum(g > 0 for g in gaps), None,
                   sum(gaps)]
 print(json.dumps(result))
@@ -248,14 +307,16 @@ class PrefetchOnAPlan(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr[-3000:])
         res = json.loads(r.stdout.strip().splitlines()[-1])
         # One layer ahead, no buckets: one gather per weight, most of them overlapped.
-        # (gathers: forward and backward; overlapped: the forward's.)
+        # (gathers: every collective of the forward and the backward; overlapped: the forward's
+        # all-gathers.)
         prefetched, bucketed, gathers, overlapped, k, _ = res["1none"]
         self.assertEqual((k, bucketed), (1, 0))
         self.assertGreater(prefetched, 0)
         self.assertGreaterEqual(overlapped, prefetched // 2)
         # Without a schedule (an older file): the same gathers, none overlapped.
         self.assertEqual(res["none"][:4], [0, 0, gathers, 0])
-        # Buckets (the default): a layer's weights in one gather, the same weights prefetched.
+        # Buckets (the default): a layer's weights in one gather and its gradients in one
+        # reduce-scatter, the same weights prefetched.
         prefetched_b, bucketed_b, gathers_b, overlapped_b, _, covered_b = res["1layer"]
         self.assertEqual(prefetched_b, prefetched)
         self.assertGreater(bucketed_b, 0)
