@@ -299,7 +299,7 @@ int run_plan(const PlanArgs& a) {
   const std::vector<std::string> fit = fit_suggestions(so, plan);
   if (a.json) {
     auto j = plan_summary_json(plan, so.graph(), mesh);
-    if (sim) j["simulation"] = simulation_summary_json(*sim);
+    if (sim) j["simulation"] = simulation_summary_json(*sim, sim_options);
     if (!fit.empty()) j["fit_suggestions"] = fit;
     std::cout << j.dump(2) << "\n";
     // The text summary prints warnings inline; with --json they would be easy to miss.
@@ -339,8 +339,9 @@ void register_plan(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::Range(0, 64));
   sub->add_option("--bucket", a->bucket,
-                  "layer: a layer's prefetched parameter collectives on one mesh dim run as one "
-                  "collective on a flat buffer (FSDP2); none: one collective each")
+                  "layer: a layer's prefetched parameter collectives, and its gradient reductions, "
+                  "on one mesh dim run as one collective on a flat buffer (FSDP2); none: one "
+                  "collective each")
       ->capture_default_str()
       ->check(CLI::IsMember({"layer", "none"}));
   sub->add_flag("--skip-fully-replicated", a->skip_fully_replicated,

@@ -147,4 +147,25 @@ pycheck "$TMP/r_none.json" "
 f = j['fit_suggestions']
 assert [s.split(':')[0] for s in f] == ['memory', 'recompute', 'mesh'], f"
 ok "default recomputes only under a binding budget ($mid B); --recompute none names the remedies"
+
+# --bucket: FSDP's layer buckets (default) in placements.json's schedule and in the simulated
+# step; `none` gives every entry its own bucket and a simulated step that pays every latency.
+F=(--model llama3-1b --layers 2 --seq 256 --batch 4 --mesh 4 --mesh-dims dp --algo fsdp --json)
+"$AS" plan "${F[@]}" -o "$TMP/bl" >"$TMP/bl.json"
+"$AS" plan "${F[@]}" --bucket none -o "$TMP/bn" >"$TMP/bn.json"
+python3 - "$TMP" <<'PY' || fail "--bucket: buckets missing or not cheaper"
+import json, sys
+t = sys.argv[1]
+layer, none = (json.load(open(f"{t}/{d}/placements.json"))["schedule"] for d in ("bl", "bn"))
+assert layer["version"] == 3 and layer["bucketing"] == "layer" and none["bucketing"] == "none"
+for key in ("prefetch", "reduce"):
+    assert len(layer[key]) == len(none[key]) > 1, (key, len(layer[key]))
+    assert len({e["bucket"] for e in none[key]}) == len(none[key]), key
+    assert len({e["bucket"] for e in layer[key]}) < len(layer[key]), key
+sl, sn = (json.load(open(f"{t}/{d}.json"))["simulation"] for d in ("bl", "bn"))
+assert sl["bucketing"] == "layer" and sn["bucketing"] == "none"
+assert sl["comm_us"] < sn["comm_us"], (sl["comm_us"], sn["comm_us"])
+PY
+expect_error "bucket" -- "$AS" plan "${F[@]}" --bucket model
+ok "--bucket layer|none"
 ok plan_options
