@@ -38,15 +38,25 @@ def _stamp(node: torch.fx.Node, key: str) -> Any:
     return node.meta.get(META_KEY, {}).get(key)
 
 
+def _version(schedule: Mapping[str, Any]) -> int:
+    """The schedule's version; ScheduleError for one this runtime does not read."""
+    version = schedule.get("version")
+    if version not in SCHEDULE_VERSIONS:
+        raise ScheduleError(f"/schedule/version: {version!r}, this runtime reads "
+                            f"{', '.join(map(str, SCHEDULE_VERSIONS))}")
+    return version
+
+
+def _is_bucket(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
 def prefetch_entries(schedule: Optional[Mapping[str, Any]]) -> list:
     """The schedule's prefetch entries as (edge, issue_before or None, bucket or None); []
     without a schedule.  Version 1 has no buckets."""
     if not schedule:
         return []
-    version = schedule.get("version")
-    if version not in SCHEDULE_VERSIONS:
-        raise ScheduleError(f"/schedule/version: {version!r}, this runtime reads "
-                            f"{', '.join(map(str, SCHEDULE_VERSIONS))}")
+    version = _version(schedule)
     out = []
     for k, e in enumerate(schedule.get("prefetch", [])):
         if not isinstance(e, Mapping) or not isinstance(e.get("edge"), str):
@@ -55,28 +65,24 @@ def prefetch_entries(schedule: Optional[Mapping[str, Any]]) -> list:
         before = e.get("issue_before")
         if before is not None and not isinstance(before, str):
             raise ScheduleError(f"/schedule/prefetch/{k}/issue_before: a node name or null")
-        bucket = e.get("bucket")
-        if version >= 2 and (not isinstance(bucket, int) or isinstance(bucket, bool)
-                             or bucket < 0):
+        if version >= 2 and not _is_bucket(e.get("bucket")):
             raise ScheduleError(f"/schedule/prefetch/{k}/bucket: a bucket number >= 0")
-        out.append((e["edge"], before, bucket if version >= 2 else None))
+        out.append((e["edge"], before, e["bucket"] if version >= 2 else None))
     return out
 
 
 def reduce_entries(schedule: Optional[Mapping[str, Any]]) -> list:
     """The schedule's gradient reductions as (edge, bucket) ("grad:<param>:-1"); [] without a
     schedule or before version 3."""
-    if not schedule or schedule.get("version", 1) < 3:
+    if not schedule or _version(schedule) < 3:
         return []
-    prefetch_entries(schedule)  # checks the version
     out = []
     for k, e in enumerate(schedule.get("reduce", [])):
-        bucket = e.get("bucket") if isinstance(e, Mapping) else None
         if (not isinstance(e, Mapping) or not isinstance(e.get("edge"), str)
-                or not isinstance(bucket, int) or isinstance(bucket, bool) or bucket < 0):
+                or not _is_bucket(e.get("bucket"))):
             raise ScheduleError(f"/schedule/reduce/{k}: expected {{\"edge\": ..., "
                                 f"\"bucket\": n >= 0}}")
-        out.append((e["edge"], bucket))
+        out.append((e["edge"], e["bucket"]))
     return out
 
 

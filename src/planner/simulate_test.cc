@@ -51,13 +51,15 @@ Plan plan_with(ShardingOptimizer& opt, const Choices& c) {
   return opt.evaluate(choice);
 }
 
-void add_output(Graph& g, TensorRef r) {
+void add_output(Graph& g, std::vector<TensorRef> outputs) {
   Node out;
   out.name = "output";
   out.kind = NodeKind::kOutput;
-  out.inputs.push_back(r);
+  out.inputs = std::move(outputs);
   g.add(std::move(out));
 }
+
+void add_output(Graph& g, TensorRef r) { add_output(g, std::vector<TensorRef>{r}); }
 
 /// x -> A = mm(x, w0) in layers.0 -> B = mm(A, w1) in layers.1 -> output.
 Graph two_layer_chain() {
@@ -220,11 +222,7 @@ TEST(Simulate, GradientReductionsOfALayerShareABucket) {
   Graph gr = b.finish();
   gr.grad_pairs.push_back({p.node, gp});
   gr.grad_pairs.push_back({q.node, gq});
-  Node out;
-  out.name = "output";
-  out.kind = NodeKind::kOutput;
-  out.inputs = {gp, gq};
-  gr.add(std::move(out));
+  add_output(gr, {gp, gq});
   ShardingOptimizer opt(gr, mesh_1d());
   Plan plan = plan_with(opt, {{"x", {"S(1)"}}, {"w", {"S(0)"}}, {"p", {"R"}}, {"q", {"R"}},
                               {"mm", {"P(sum)", "S(1)", "S(0)"}},
@@ -261,11 +259,7 @@ TEST(Simulate, GradientReductionOverlapsLaterCompute) {
   TensorRef d = b.mm(c, w);
   Graph gr = b.finish();
   gr.grad_pairs.push_back({p.node, grad});
-  Node out;
-  out.name = "output";
-  out.kind = NodeKind::kOutput;
-  out.inputs = {d, grad};
-  gr.add(std::move(out));
+  add_output(gr, {d, grad});
   ShardingOptimizer opt(gr, mesh_1d());
   // mm S(1) x S(0) -> P(sum): the gradient is partial; p is replicated (DDP all-reduce).
   Plan plan = plan_with(opt, {{"x", {"S(1)"}}, {"w", {"S(0)"}}, {"p", {"R"}},
