@@ -112,6 +112,20 @@ def _output_list(s: str, where: str) -> list:
     return [parse_placements(t, where)]
 
 
+def planned_paths(schedule: Optional[Mapping[str, Any]], ndim: int, origin: str = "") -> dict:
+    """The schedule's "via" entries: edge -> [placements after each collective but the last]."""
+    from .schedule import via_entries
+
+    out = {}
+    for k, (edge, states) in enumerate(via_entries(schedule)):
+        where = f"{origin}/schedule/via/{k}: "
+        parsed = [parse_placements(x, where) for x in states]
+        if any(len(p) != ndim for p in parsed):
+            raise PlanError(f"{where}placements for a {ndim}-dim mesh expected")
+        out[edge] = parsed
+    return out
+
+
 @dataclass
 class NodePlan:
     outputs: list            # per output: placements list or None
@@ -270,6 +284,9 @@ class StepRunner:
     #: load-balanced CP nodes run with contiguous positions (the plan cuts the sequence
     #: after its sources, so the shards hold contiguous pieces; context_parallel.py)
     unbalanced: list = field(default_factory=list)
+    #: "consumer:slot" / "grad:<param>:-1" -> the placements between the collectives the plan
+    #: chose for that redistribution (schedule "via"); DTensor's own order elsewhere
+    via: dict = field(default_factory=dict)
 
     def placements_of(self, name: str) -> NodePlan:
         p = self.plan.get(name)
@@ -283,6 +300,8 @@ class StepRunner:
         if tuple(t.placements) == tuple(placements):
             return t
         with (self.edge_hook(name, slot) if self.edge_hook else _null()):
+            for state in self.via.get(f"{name}:{slot}", ()):
+                t = redistribute(t, self.mesh, state)
             return redistribute(t, self.mesh, placements)
 
     def _wrap(self, t: Any, placements: Optional[list], name: str, k: int) -> Any:
@@ -482,6 +501,7 @@ def apply_placement(model: torch.nn.Module, placements: PlacementsArg, mesh: Dev
     if unknown:
         raise PlanError(f"node {unknown[0]}: in the placements but not in the traced graph")
     runner = StepRunner(traced.gm, plan, names, mesh)
+    runner.via = planned_paths(doc.get("schedule"), mesh.ndim, origin)
     from .context_parallel import sequence_layout
 
     runner.layout = sequence_layout(graph, plan, traced.placeholder_names,

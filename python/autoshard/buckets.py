@@ -115,6 +115,13 @@ def _merge(graph: torch.fx.Graph, members: list, kind: str, group_size: int) -> 
     stamp["bucket_numels"] = [math.prod(_static_shape(x)) for x in inputs]
     for n in (flat, coll, wait):
         n.meta[META_KEY] = stamp
+    # sizes for later passes and the replay (autoshard.replay prices a collective by them)
+    total = sum(stamp["bucket_numels"])
+    out = {"all_gather": total * group_size, "reduce_scatter": total // group_size}
+    dtype = inputs[0].meta["val"].dtype
+    flat.meta["val"] = torch.empty(total, dtype=dtype, device="meta")
+    coll.meta["val"] = wait.meta["val"] = torch.empty(out.get(kind, total), dtype=dtype,
+                                                      device="meta")
     offset = 0
     anchor = wait
     for (c, w), x in zip(members, inputs):

@@ -45,9 +45,10 @@ Plan = _core.Plan
 ShardingOptimizer = _core.ShardingOptimizer
 Placement = str  #: placements cross the C++ boundary as DTensor strings, e.g. "S(0)R"
 normalize_placements = _core.normalize_placements  #: "Shard(0), Replicate()" -> "S(0)R"
+collective_time_us = _core.collective_time_us  #: (kind, bytes, mesh, dim, comm_model) -> us
 
 __all__ = ["Mesh", "Graph", "PlannerOptions", "Plan", "ShardingOptimizer", "Placement",
-           "normalize_placements", "planner_options", "plan_graph"]
+           "normalize_placements", "collective_time_us", "planner_options", "plan_graph"]
 
 
 def planner_options(**kwargs: Any) -> PlannerOptions:

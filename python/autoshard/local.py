@@ -10,6 +10,7 @@ imports another only for them.
 """
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
 import torch
@@ -45,12 +46,82 @@ def redistribute(t: DTensor, mesh: DeviceMesh, placements: Sequence) -> DTensor:
     from torch.distributed.tensor._dtensor_spec import DTensorSpec
     from torch.distributed.tensor._redistribute import redistribute_local_tensor
 
+    t = _unmask(t, placements)
+    moved = _all_to_all(t, mesh, placements)
+    if moved is not None:
+        return moved
     target = DTensorSpec(mesh, tuple(placements), tensor_meta=t._spec.tensor_meta)
     local = redistribute_local_tensor(t._local_tensor, t._spec, target)
     meta = t._spec.tensor_meta
     if meta is not None:
         local = memory_order(local, meta.stride)
     return DTensor(local, target, requires_grad=False)
+
+
+def _all_to_all(t: DTensor, mesh: DeviceMesh, placements: Sequence) -> "DTensor | None":
+    """Shard(i) -> Shard(j) on one mesh dim as one functional all-to-all, or None where DTensor
+    should do it.  DTensor 2.13 runs this move as a synchronous op (`shard_dim_alltoall`: the
+    caller waits where it is issued), so no compute overlaps it; as `all_to_all_single` its
+    wait is a node of its own that the schedule leaves at the use.  Only for the innermost
+    split of both tensor dims (what a local chunk of the shard is), even splits, and process
+    groups with an all-to-all (not gloo)."""
+    from torch.distributed import get_backend
+    from torch.distributed._functional_collectives import all_to_all_single
+    from torch.distributed.tensor import Shard
+
+    src, dst = list(t.placements), list(placements)
+    changed = [m for m in range(mesh.ndim) if src[m] != dst[m]]
+    if len(changed) != 1:
+        return None
+    m = changed[0]
+    a, b = src[m], dst[m]
+    if not (isinstance(a, Shard) and isinstance(b, Shard)) or type(a) is not Shard \
+            or type(b) is not Shard:
+        return None
+    nd = t.ndim
+    i, j = a.dim % nd, b.dim % nd
+    later = [p for p in src[m + 1:] if isinstance(p, Shard)]
+    if i == j or any(p.dim % nd in (i, j) for p in later):
+        return None
+    group = mesh.get_group(m)
+    if "gloo" in str(get_backend(group)).lower():
+        return None
+    def splits(ps: list, d: int) -> int:
+        return math.prod(mesh.size(k) for k, p in enumerate(ps) if isinstance(p, Shard)
+                         and p.dim % nd == d)
+
+    if t.shape[i] % splits(src, i) or t.shape[j] % splits(dst, j):
+        return None  # uneven shards: ranks hold different sizes
+    n = mesh.size(m)
+    send = torch.stack(t._local_tensor.chunk(n, dim=j)).contiguous()
+    recv = all_to_all_single(send, None, None, group)
+    local = torch.cat(list(recv.unbind(0)), dim=i)
+    meta = t._spec.tensor_meta
+    if meta is not None:
+        local = memory_order(local, meta.stride)
+    return DTensor.from_local(local, mesh, dst, run_check=False, shape=t.shape, stride=t.stride())
+
+
+def _unmask(t: DTensor, placements: Sequence) -> DTensor:
+    """`t` with each masked partial (a vocabulary-parallel embedding's output, DTensor's
+    `_MaskPartial`) that must stay a plain Partial(sum) turned into one: the rows of ids outside
+    this rank's shard are zeroed, which is what the masked reduction would do.  DTensor 2.13
+    refuses MaskPartial -> Partial, which a plan may ask for (a sum kept partial past the
+    embedding)."""
+    from torch.distributed.tensor import Partial
+    from torch.distributed.tensor.placement_types import _MaskPartial
+
+    src = list(t.placements)
+    dims = [i for i, (p, q) in enumerate(zip(src, placements)) if isinstance(p, _MaskPartial)
+            and q.is_partial() and not isinstance(q, _MaskPartial)]
+    if not dims:
+        return t
+    local = t._local_tensor.clone()
+    for i in dims:
+        src[i].mask_buffer.apply_mask(local)
+        src[i] = Partial(src[i].reduce_op)
+    return DTensor.from_local(local, t.device_mesh, src, run_check=False, shape=t.shape,
+                              stride=t.stride())
 
 
 def memory_order(local: torch.Tensor, stride: Sequence[int]) -> torch.Tensor:

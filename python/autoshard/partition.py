@@ -35,7 +35,7 @@ import torch.fx
 from .inflight import enforce_in_flight, is_wait
 from .lower import META_KEY, collective_kind
 from .buckets import merge_buckets
-from .schedule import apply_prefetch
+from .schedule import apply_issue_points, apply_prefetch
 
 
 @dataclass
@@ -51,6 +51,7 @@ class SplitStep:
     overlapped: int = 0  # gradient reductions issued early (overlap_gradient_reductions)
     prefetched: int = 0  # scheduled redistributions issued at their planned point (schedule)
     bucketed: int = 0  # collectives saved by running each planned bucket as one (buckets)
+    issued: int = 0  # activation redistributions issued right after their producer (schedule)
 
 
 def _phases(gm: torch.fx.GraphModule, tangents: set) -> dict:
@@ -180,7 +181,10 @@ def partition(gm: torch.fx.GraphModule, outputs: Sequence[torch.fx.Node],
             continue
         fmap[node] = fwd.node_copy(node, lambda a: fmap[a])
     fwd.output(tuple(fmap[n] for n in [*outputs, *saved]))
+    # Prefetches first: their issue point is where the compute reaches an op, before the
+    # redistributions of its inputs that the issue points then move up to their producers.
     prefetched = apply_prefetch(fwd, schedule) + apply_prefetch(bwd, schedule)
+    issued = apply_issue_points(fwd, schedule) + apply_issue_points(bwd, schedule)
     bucketed = merge_buckets(fwd, schedule) + merge_buckets(bwd, schedule)
     fwd_gm = _module(gm, fwd)
     bwd_gm = _module(gm, bwd)
@@ -189,7 +193,7 @@ def partition(gm: torch.fx.GraphModule, outputs: Sequence[torch.fx.Node],
     return SplitStep(forward=fwd_gm, backward=bwd_gm, n_outputs=len(outputs),
                      n_saved=len(saved), saved_names=[x.name for x in saved],
                      recomputed=recomputed, overlapped=overlapped, prefetched=prefetched,
-                     bucketed=bucketed)
+                     bucketed=bucketed, issued=issued)
 
 
 def overlap_gradient_reductions(graph: torch.fx.Graph) -> int:

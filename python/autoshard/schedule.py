@@ -1,6 +1,7 @@
-"""Issuing the planned prefetches: parameter collectives moved to where the plan issues them.
+"""Issuing collectives where the plan issues them: prefetched parameters, early activations.
 
     moved = apply_prefetch(graph, doc.get("schedule"))   # doc: the placements.json document
+    moved += apply_issue_points(graph, doc.get("schedule"))
 
 The planner writes, beside the placements, where a rank issues each redistribution that waits
 for nothing computed in the step (placements.json "schedule": "prefetch" entries, C++
@@ -12,6 +13,14 @@ read that depend on placeholders only, such as a weight's transpose) up to the p
 point, and leaves the wait where the value is used.  It decides nothing: an entry whose issue
 point or collectives are not in this graph (a recomputed gather in the backward, an edge whose
 redistribution needs no collective) is left where it is.
+
+Activations (schedule version 4, "issue" entries): a redistribution of a computed tensor is
+issued as soon as its producer has run, so its collective overlaps the ops between the
+producer and the consumer, as the simulator assumes; DTensor issues it at the use.  The pass
+moves the edge's local ops and its first collective right after the producer's last lowered
+node in this graph (the backward's start for a value the forward saved), or after a later
+input of theirs; the first wait and any later step of a multi-step redistribution stay at the
+use, where the value is read.
 
 Every rank moves the same nodes of the same graph, so the collectives stay matched across
 ranks; autoshard.inflight's rules still hold afterwards (only issues move, never waits).
@@ -26,8 +35,8 @@ from .inflight import is_wait
 from .lower import META_KEY, collective_kind
 
 #: The schedule versions this runtime reads (2 added the prefetch entries' buckets, 3 the
-#: gradient reductions' buckets).
-SCHEDULE_VERSIONS = (1, 2, 3)
+#: gradient reductions' buckets, 4 the activations' issue points).
+SCHEDULE_VERSIONS = (1, 2, 3, 4)
 
 
 class ScheduleError(ValueError):
@@ -84,6 +93,91 @@ def reduce_entries(schedule: Optional[Mapping[str, Any]]) -> list:
                                 f"\"bucket\": n >= 0}}")
         out.append((e["edge"], e["bucket"]))
     return out
+
+
+def issue_entries(schedule: Optional[Mapping[str, Any]]) -> list:
+    """The schedule's activation issue points as (edge, issue_after); [] without a schedule or
+    before version 4."""
+    if not schedule or _version(schedule) < 4:
+        return []
+    out = []
+    for k, e in enumerate(schedule.get("issue", [])):
+        if (not isinstance(e, Mapping) or not isinstance(e.get("edge"), str)
+                or not isinstance(e.get("issue_after"), str)):
+            raise ScheduleError(f"/schedule/issue/{k}: expected {{\"edge\": ..., "
+                                f"\"issue_after\": a node name}}")
+        out.append((e["edge"], e["issue_after"]))
+    return out
+
+
+def via_entries(schedule: Optional[Mapping[str, Any]]) -> list:
+    """The schedule's planned paths as (edge, [placement strings]); [] without a schedule, before
+    version 4, or for a plan priced with DTensor's own order (no "via")."""
+    if not schedule or _version(schedule) < 4:
+        return []
+    out = []
+    for k, e in enumerate(schedule.get("via", [])):
+        via = e.get("via") if isinstance(e, Mapping) else None
+        if (not isinstance(e, Mapping) or not isinstance(e.get("edge"), str)
+                or not isinstance(via, list) or not all(isinstance(x, str) for x in via)):
+            raise ScheduleError(f"/schedule/via/{k}: expected {{\"edge\": ..., \"via\": "
+                                f"[placements, ...]}}")
+        out.append((e["edge"], list(via)))
+    return out
+
+
+def _follows(anchor: torch.fx.Node, nodes: list) -> bool:
+    """Whether `nodes` run right after `anchor`, in order."""
+    for n in nodes:
+        if anchor.next is not n:
+            return False
+        anchor = n
+    return True
+
+
+def apply_issue_points(graph: torch.fx.Graph, schedule: Optional[Mapping[str, Any]]) -> int:
+    """Moves the first collective of every "issue" entry found in `graph` (with the edge's local
+    ops before it) right after its producer (module docstring); returns how many edges moved."""
+    entries = issue_entries(schedule)
+    if not entries:
+        return 0
+    last_of: dict = {}    # planned node name -> its last lowered node
+    by_edge: dict = {}    # "consumer:slot" -> its lowered nodes, in graph order
+    start = None          # the node before the first op (the last placeholder)
+    for n in graph.nodes:
+        if n.op in ("placeholder", "get_attr"):
+            start = n
+            continue
+        planned = _stamp(n, "node")
+        if planned is not None:
+            last_of[planned] = n
+        edge = _stamp(n, "edge")
+        if edge is not None:
+            by_edge.setdefault(edge, []).append(n)
+    moved = 0
+    pos = {n: k for k, n in enumerate(graph.nodes)}
+    for edge, after in entries:
+        group = by_edge.get(edge, [])
+        first = next((k for k, n in enumerate(group) if collective_kind(n) is not None), None)
+        if first is None:
+            continue
+        chosen = [n for n in group[:first + 1] if not is_wait(n)]
+        inside = set(chosen)
+        anchors = [i for n in chosen for i in n.all_input_nodes if i not in inside]
+        target = last_of.get(after, start)
+        if target is None:
+            continue
+        anchor = max([target, *anchors], key=pos.get)
+        if pos[anchor] > pos[chosen[0]]:
+            continue  # the producer's last node follows the issue part: leave it
+        if _follows(anchor, chosen):
+            continue  # already right after it
+        for n in chosen:
+            anchor.append(n)
+            anchor = n
+        moved += 1
+        pos = {n: k for k, n in enumerate(graph.nodes)}
+    return moved
 
 
 def _movable(node: torch.fx.Node, pos: dict, limit: int, chosen: set) -> bool:

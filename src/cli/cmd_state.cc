@@ -23,7 +23,8 @@
 namespace autoshard::cli {
 
 void write_plan_outputs(ShardingOptimizer& opt, const Plan& plan, const std::string& dir,
-                        const ScheduleOptions& schedule) {
+                        ScheduleOptions schedule) {
+  schedule.planned_paths = opt.options().comm_model == CommModel::kNccl;
   write_file_atomic(dir + "/placements.json",
                     write_placements_json(plan, opt.graph(), opt.mesh(), schedule));
   write_file_atomic(dir + "/plan.json", plan_json_text(opt, plan));

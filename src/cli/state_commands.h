@@ -23,7 +23,7 @@ void print_nodes(const Plan& plan, const Graph& g);
 /// `plan -o DIR`'s files besides report.html / trace.json: DIR/placements.json, DIR/plan.json
 /// and DIR/plan.ap (the state), each written to a temporary and renamed.
 void write_plan_outputs(ShardingOptimizer& opt, const Plan& plan, const std::string& dir,
-                        const ScheduleOptions& schedule = {});
+                        ScheduleOptions schedule = {});
 
 void register_state_commands(CLI::App& app);
 

@@ -205,8 +205,30 @@ struct ShardBytes {
 
 }  // namespace
 
-RedistributePlan plan_redistribute(const ShardingSpec& from, const ShardingSpec& to,
-                                   const Mesh& mesh) {
+namespace {
+
+/// The all-reduces go in after the first `at` states (the smallest size): one state per
+/// all-reduce, each taking one more Partial -> Replicate dim to Replicate, and every later
+/// state holds them replicated too (the loop above never touches those dims).
+void insert_all_reduce_states(std::vector<std::vector<Placement>>& states, size_t at,
+                              const ShardingSpec& from, const ShardingSpec& to) {
+  std::vector<Placement> base = at > 0 ? states[at - 1] : from.placements;
+  std::vector<std::vector<Placement>> added;
+  for (size_t m = 0; m < base.size(); ++m) {
+    if (!from.placements[m].is_partial() || !to.placements[m].is_replicate()) continue;
+    base[m] = Placement::replicate();
+    added.push_back(base);
+  }
+  for (size_t k = at; k < states.size(); ++k)
+    for (size_t m = 0; m < base.size(); ++m)
+      if (from.placements[m].is_partial() && to.placements[m].is_replicate())
+        states[k][m] = Placement::replicate();
+  states.insert(states.begin() + static_cast<std::ptrdiff_t>(at), added.begin(), added.end());
+}
+
+/// plan_redistribute, recording into `states` (when given) the placements after each step.
+RedistributePlan plan_steps(const ShardingSpec& from, const ShardingSpec& to, const Mesh& mesh,
+                            std::vector<std::vector<Placement>>* states) {
   RedistributePlan plan;
   if (!compatible(from, to, mesh)) {
     plan.impossible = true;
@@ -271,11 +293,18 @@ RedistributePlan plan_redistribute(const ShardingSpec& from, const ShardingSpec&
   auto push = [&](Collective kind, MeshDimIdx m, double b) {
     plan.steps[static_cast<size_t>(plan.num_steps++)] = CommStep{kind, m, b};
   };
+  // Every state the tensor passes through (a free slice's too), and where the smallest is.
+  size_t min_state = 0;
+  auto record = [&] {
+    if (states) states->emplace_back(cur.begin(), cur.begin() + nd);
+  };
   auto update = [&] {
+    record();
     cur_bytes = bytes_of(cur.data());
     if (cur_bytes < min_bytes) {
       min_bytes = cur_bytes;
       min_pos = plan.num_steps;
+      if (states) min_state = states->size();
     }
   };
   // Mesh dim m may leave the sharding of its tensor dim only as the innermost split.
@@ -334,9 +363,11 @@ RedistributePlan plan_redistribute(const ShardingSpec& from, const ShardingSpec&
       remove[mi] = false;
       cur_bytes = bytes_of(cur.data());
       push(Collective::kAllGather, m, cur_bytes);  // bytes = gathered size
+      record();
       if (cur_bytes < min_bytes) {
         min_bytes = cur_bytes;
         min_pos = plan.num_steps;
+        if (states) min_state = states->size();
       }
       progress = true;
       break;
@@ -361,8 +392,27 @@ RedistributePlan plan_redistribute(const ShardingSpec& from, const ShardingSpec&
       if (src[m].is_partial() && tgt[m].is_replicate())
         plan.steps[static_cast<size_t>(at++)] = CommStep{Collective::kAllReduce, m, min_bytes};
     plan.num_steps += num_ar;
+    if (states) insert_all_reduce_states(*states, min_state, from, to);
   }
   return plan;
+}
+
+}  // namespace
+
+RedistributePlan plan_redistribute(const ShardingSpec& from, const ShardingSpec& to,
+                                   const Mesh& mesh) {
+  return plan_steps(from, to, mesh, nullptr);
+}
+
+std::vector<std::vector<Placement>> redistribute_path(const ShardingSpec& from,
+                                                      const ShardingSpec& to, const Mesh& mesh) {
+  std::vector<std::vector<Placement>> states;
+  const RedistributePlan plan = plan_steps(from, to, mesh, &states);
+  if (plan.impossible) return {};
+  // Replicate -> Partial dims are free and left to the end.
+  if (from.placements != to.placements && (states.empty() || states.back() != to.placements))
+    states.push_back(to.placements);
+  return states;
 }
 
 RedistributePlan plan_redistribute_dtensor(const ShardingSpec& from, const ShardingSpec& to,

@@ -44,6 +44,7 @@
 /// padded collective moves.
 #include <array>
 #include <cstdint>
+#include <vector>
 
 #include "cost/collective.h"
 #include "mesh/mesh.h"
@@ -72,6 +73,14 @@ struct RedistributePlan {
 /// Builds the sound N-D schedule described above.  No heap allocation.
 RedistributePlan plan_redistribute(const ShardingSpec& from, const ShardingSpec& to,
                                    const Mesh& mesh);
+
+/// The placements the tensor holds after each step of plan_redistribute(from, to, mesh), free
+/// local slices included, the last one `to`'s: the path a runtime follows (one DTensor
+/// redistribution per step, each one collective or none) to issue exactly the planned
+/// collectives, where DTensor's own order would move more bytes (it gathers a tp-sharded
+/// activation before reduce-scattering it over dp, for one).  Empty when impossible.
+std::vector<std::vector<Placement>> redistribute_path(const ShardingSpec& from,
+                                                      const ShardingSpec& to, const Mesh& mesh);
 
 /// The collectives DTensor 2.13 issues for the redistribution (its greedy transform list, the
 /// `dtensor` profile's walk): S->R all_gather, S(i)->S(j) all_to_all, P->R all_reduce, P->S

@@ -6,6 +6,8 @@
 
 #include <cmath>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 namespace autoshard {
 namespace {
@@ -290,6 +292,57 @@ TEST(RedistributeNccl, AllPairsOnThreeDimMeshHaveSchedules) {
       }
     }
   }
+}
+
+/// The path's states as strings.
+std::vector<std::string> path_strings(const char* from, const char* to, const Mesh& mesh,
+                                      std::vector<int64_t> shape = {64, 64, 64}) {
+  std::vector<std::string> out;
+  for (const auto& state : redistribute_path(spec(from, shape), spec(to, shape), mesh))
+    out.push_back(placements_to_string(state));
+  return out;
+}
+
+/// The runtime follows these states one DTensor redistribution at a time; each must be one of
+/// the planned collectives (or a free slice), in the planned order.
+TEST(RedistributePath, StatesBetweenThePlannedCollectives) {
+  const Mesh mesh = make_mesh({2, 4});
+  // Reduce-scatter over dp on the tp-sharded gradient, then move tp's split (FSDP + TP's
+  // gradient): DTensor would gather over tp first, 4x the bytes.
+  EXPECT_EQ(path_strings("P(sum)S(1)", "S(0)S(0)", mesh),
+            (std::vector<std::string>{"S(0)S(1)", "S(0)S(0)"}));
+  // An all-to-all over dp while the tensor is still split over tp, then the tp gather.
+  EXPECT_EQ(path_strings("S(2)S(1)", "S(0)R", mesh),
+            (std::vector<std::string>{"S(0)S(1)", "S(0)R"}));
+  // A free slice comes first, so the all-to-all moves a quarter of the bytes.
+  EXPECT_EQ(path_strings("RS(1)", "S(0)S(0)", mesh),
+            (std::vector<std::string>{"S(0)S(1)", "S(0)S(0)"}));
+  // Partial -> Replicate all-reduces run at the smallest size, one mesh dim at a time.
+  EXPECT_EQ(path_strings("P(sum)P(sum)", "RR", mesh),
+            (std::vector<std::string>{"RP(sum)", "RR"}));
+  EXPECT_EQ(path_strings("S(0)R", "S(0)R", mesh), std::vector<std::string>{});
+  EXPECT_TRUE(path_strings("S(0)R", "P(sum)R", mesh).empty());  // impossible
+}
+
+/// The path has one state per planned collective plus the free slices, and ends at `to`.
+TEST(RedistributePath, OneStatePerStepEndingAtTheTarget) {
+  const Mesh mesh = make_mesh({2, 2, 2});
+  const char* specs[] = {"RRR", "S(0)RR", "RS(0)S(1)", "P(sum)S(0)R", "S(1)S(0)S(0)", "P(sum)P(sum)S(2)",
+                         "S(2)S(2)R", "RRP(sum)"};
+  for (const char* from : specs)
+    for (const char* to : specs) {
+      const ShardingSpec f = spec(from, {64, 64, 64}), t = spec(to, {64, 64, 64});
+      const RedistributePlan plan = plan_redistribute(f, t, mesh);
+      const auto path = redistribute_path(f, t, mesh);
+      if (plan.impossible) {
+        EXPECT_TRUE(path.empty()) << from << " -> " << to;
+        continue;
+      }
+      EXPECT_GE(path.size(), static_cast<size_t>(plan.num_steps)) << from << " -> " << to;
+      if (!path.empty()) {
+        EXPECT_EQ(placements_to_string(path.back()), t.to_string()) << from << " -> " << to;
+      }
+    }
 }
 
 }  // namespace

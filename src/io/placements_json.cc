@@ -49,13 +49,14 @@ nlohmann::ordered_json placements_header(const Graph& g, const Mesh& mesh) {
 
 namespace {
 
-/// {"version": 3, "prefetch_layers": k, "bucketing": "layer", "prefetch": [{"edge": "mm_3:1",
-/// "issue_before": "add_5", "bucket": 0}, ...], "reduce": [{"edge": "grad:w:-1", "bucket": 0},
-/// ...]}: edges in the runtime's stamp form (consumer:slot; grad:<param>:-1), null
-/// issue_before = at the start; entries of one bucket run merged.
+/// {"version": 4, "prefetch_layers": k, "bucketing": "layer", "prefetch": [{"edge": "mm_3:1",
+/// "issue_before": "add_5", "bucket": 0}, ...], "issue": [{"edge": "mm_4:0", "issue_after":
+/// "mul_2"}, ...], "reduce": [{"edge": "grad:w:-1", "bucket": 0}, ...]}: edges in the
+/// runtime's stamp form (consumer:slot; grad:<param>:-1), null issue_before = at the start;
+/// entries of one bucket run merged.
 nlohmann::ordered_json schedule_json(const PrefetchSchedule& s, const Graph& g) {
   nlohmann::ordered_json j;
-  j["version"] = 3;
+  j["version"] = 4;
   j["prefetch_layers"] = s.options.prefetch_layers;
   j["bucketing"] = std::string(bucketing_name(s.options.bucketing));
   nlohmann::ordered_json list = nlohmann::ordered_json::array();
@@ -70,11 +71,30 @@ nlohmann::ordered_json schedule_json(const PrefetchSchedule& s, const Graph& g) 
     list.push_back(std::move(x));
   }
   j["prefetch"] = std::move(list);
+  nlohmann::ordered_json issue = nlohmann::ordered_json::array();
+  for (const IssueEntry& e : s.issues)
+    issue.push_back({{"edge", fmt::format("{}:{}", g.node(e.consumer).name, e.slot)},
+                     {"issue_after", g.node(e.issue_after).name}});
+  j["issue"] = std::move(issue);
   nlohmann::ordered_json reduce = nlohmann::ordered_json::array();
   for (const ReductionEntry& r : s.reductions)
     reduce.push_back({{"edge", fmt::format("grad:{}:-1", g.node(r.param).name)}, {"bucket", r.bucket}});
   j["reduce"] = std::move(reduce);
   return j;
+}
+
+/// [{"edge": "mm_4:0", "via": ["S(0)S(1)"]}, {"edge": "grad:w:-1", "via": [...]}]: the
+/// placements between a redistribution's planned collectives.
+nlohmann::ordered_json paths_json(const std::vector<PathEntry>& paths, const Graph& g) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  for (const PathEntry& p : paths) {
+    nlohmann::ordered_json via = nlohmann::ordered_json::array();
+    for (const std::vector<Placement>& state : p.via) via.push_back(placements_to_string(state));
+    const std::string& name = g.node(p.consumer).name;
+    out.push_back({{"edge", p.slot < 0 ? fmt::format("grad:{}:-1", name) : fmt::format("{}:{}", name, p.slot)},
+                   {"via", std::move(via)}});
+  }
+  return out;
 }
 
 }  // namespace
@@ -96,7 +116,10 @@ std::string write_placements_json(const Plan& plan, const Graph& g, const Mesh& 
   }
   j["placements"] = pl;
   if (!plan.recomputed_nodes.empty()) j["recompute"] = plan.recomputed_nodes;
-  if (plan.has_solution) j["schedule"] = schedule_json(prefetch_schedule(g, plan, schedule), g);
+  if (plan.has_solution) {
+    j["schedule"] = schedule_json(prefetch_schedule(g, plan, schedule), g);
+    if (schedule.planned_paths) j["schedule"]["via"] = paths_json(planned_paths(g, plan, mesh), g);
+  }
   return j.dump(1) + "\n";
 }
 
@@ -381,7 +404,9 @@ Plan load_placements(ShardingOptimizer& opt, const std::string& path) {
 void save_placements(const ShardingOptimizer& opt, const std::string& path) {
   if (!opt.solution() || !opt.solution()->has_solution)
     throw std::runtime_error(fmt::format("{}: cannot save placements: no solution", path));
-  write_file_atomic(path, write_placements_json(*opt.solution(), opt.graph(), opt.mesh()));
+  ScheduleOptions schedule;
+  schedule.planned_paths = opt.options().comm_model == CommModel::kNccl;
+  write_file_atomic(path, write_placements_json(*opt.solution(), opt.graph(), opt.mesh(), schedule));
 }
 
 }  // namespace autoshard

@@ -6,6 +6,7 @@
 #include <map>
 #include <stdexcept>
 
+#include "cost/redistribute.h"
 #include "ir/dtype.h"
 #include "planner/overlap.h"
 
@@ -19,19 +20,40 @@ std::optional<Bucketing> parse_bucketing(std::string_view s) {
   return std::nullopt;
 }
 
-std::string bucket_key(int32_t issue_segment, const ShardingSpec& from, const ShardingSpec& to) {
-  return fmt::format("{}|{}|{}|{}", issue_segment, from.to_string(), to.to_string(),
+std::string bucket_key(NodeIdx issue_before, const ShardingSpec& from, const ShardingSpec& to) {
+  return fmt::format("{}|{}|{}|{}", issue_before, from.to_string(), to.to_string(),
                      dtype_name(to.meta.dtype));
 }
 
 double bucket_latency_credit_us(Collective c, MeshDimIdx dim, const Mesh& mesh, CommModel model,
                                 double member_us) {
+  if (c == Collective::kAllToAll) return 0;  // the runtime merges no all-to-all (see header)
   return std::clamp(collective_time_us(c, 0.0, mesh, dim, model), 0.0, std::max(0.0, member_us));
 }
 
 int32_t prefetch_segment(int32_t consumer_segment, int32_t prefetch_layers) {
   if (consumer_segment < 0) return -1;
   return std::max(0, consumer_segment - std::max(0, prefetch_layers));
+}
+
+NodeIdx first_backward_op(const Graph& g) {
+  // The seed's ops (a tangent and what only feeds tangents) do not run: the runtime's
+  // backward starts from the gradient its caller passes.
+  std::vector<char> seed(static_cast<size_t>(g.size()), 0);
+  for (NodeIdx t : g.tangents) seed[static_cast<size_t>(t)] = 1;
+  std::vector<std::vector<NodeIdx>> users(static_cast<size_t>(g.size()));
+  for (NodeIdx v = 0; v < g.size(); ++v)
+    for (const TensorRef& r : g.node(v).inputs) users[static_cast<size_t>(r.node)].push_back(v);
+  for (NodeIdx v = g.size() - 1; v >= 0; --v) {
+    const auto& u = users[static_cast<size_t>(v)];
+    if (g.node(v).phase == Phase::kBackward && !u.empty() &&
+        std::all_of(u.begin(), u.end(), [&](NodeIdx w) { return seed[static_cast<size_t>(w)] != 0; }))
+      seed[static_cast<size_t>(v)] = 1;
+  }
+  for (NodeIdx v = 0; v < g.size(); ++v)
+    if (g.node(v).kind == NodeKind::kOp && g.node(v).phase == Phase::kBackward && !seed[static_cast<size_t>(v)])
+      return v;
+  return kNoNode;
 }
 
 std::vector<ReductionEntry> reduction_buckets(const Graph& g, const Plan& plan, Bucketing b,
@@ -60,6 +82,50 @@ std::vector<ReductionEntry> reduction_buckets(const Graph& g, const Plan& plan, 
   return out;
 }
 
+namespace {
+
+/// The states between `from` and `to` on their planned path of two or more steps (slices or
+/// collectives); none for a one-step move, which DTensor makes the same way.
+std::vector<std::vector<Placement>> via_states(const ShardingSpec& from, const ShardingSpec& to,
+                                               const Mesh& mesh) {
+  if (from.to_string() == to.to_string()) return {};
+  std::vector<std::vector<Placement>> path = redistribute_path(from, to, mesh);
+  if (path.size() < 2) return {};
+  path.pop_back();  // the last state is `to`
+  return path;
+}
+
+}  // namespace
+
+std::vector<PathEntry> planned_paths(const Graph& g, const Plan& plan, const Mesh& mesh) {
+  std::vector<PathEntry> out;
+  for (NodeIdx i = 0; i < g.size(); ++i) {
+    const auto& consumer = plan.nodes[static_cast<size_t>(i)];
+    if (g.node(i).kind != NodeKind::kOp || !consumer) continue;
+    const Node& x = g.node(i);
+    for (size_t slot = 0; slot < x.inputs.size() && slot < consumer->chosen.inputs.size(); ++slot) {
+      const auto& from_plan = plan.nodes[static_cast<size_t>(x.inputs[slot].node)];
+      if (!from_plan) continue;
+      const ShardingSpec& from = from_plan->chosen.outputs.at(static_cast<size_t>(x.inputs[slot].output));
+      ShardingSpec to = consumer->chosen.inputs[slot];
+      to.meta = g.meta(x.inputs[slot]);
+      auto via = via_states(from, to, mesh);
+      if (!via.empty()) out.push_back({i, static_cast<int32_t>(slot), std::move(via)});
+    }
+  }
+  for (const GradPair& gp : g.grad_pairs) {
+    const auto& param = plan.nodes[static_cast<size_t>(gp.param)];
+    const auto& grad = plan.nodes[static_cast<size_t>(gp.grad.node)];
+    if (!param || !grad) continue;
+    const ShardingSpec& from = grad->chosen.outputs.at(static_cast<size_t>(gp.grad.output));
+    ShardingSpec to = param->chosen.outputs.at(0);
+    to.meta = g.meta(gp.grad);
+    auto via = via_states(from, to, mesh);
+    if (!via.empty()) out.push_back({gp.param, -1, std::move(via)});
+  }
+  return out;
+}
+
 PrefetchSchedule prefetch_schedule(const Graph& g, const Plan& plan, const ScheduleOptions& o) {
   if (!plan.has_solution) throw std::runtime_error("prefetch_schedule: the plan has no solution");
   PrefetchSchedule s;
@@ -67,6 +133,7 @@ PrefetchSchedule prefetch_schedule(const Graph& g, const Plan& plan, const Sched
   int32_t n_segments = 0;
   const std::vector<int32_t> segment = layer_segments(g, &n_segments);
   const std::vector<char> view = placeholder_views(g);
+  const NodeIdx first_backward = first_backward_op(g);
   std::vector<NodeIdx> first_op(static_cast<size_t>(n_segments), kNoNode);
   for (NodeIdx i = 0; i < g.size(); ++i) {
     const int32_t k = segment[static_cast<size_t>(i)];
@@ -79,21 +146,25 @@ PrefetchSchedule prefetch_schedule(const Graph& g, const Plan& plan, const Sched
     if (x.kind != NodeKind::kOp || !consumer) continue;
     for (size_t slot = 0; slot < x.inputs.size(); ++slot) {
       const TensorRef& r = x.inputs[slot];
-      const Node& producer = g.node(r.node);
-      if (producer.kind == NodeKind::kOp && !view[static_cast<size_t>(r.node)]) continue;
       const auto& from_plan = plan.nodes[static_cast<size_t>(r.node)];
       if (!from_plan || slot >= consumer->chosen.inputs.size()) continue;
       const ShardingSpec& from = from_plan->chosen.outputs.at(static_cast<size_t>(r.output));
       ShardingSpec to = consumer->chosen.inputs[slot];
       if (from.to_string() == to.to_string()) continue;  // no collective to issue
+      if (g.node(r.node).kind == NodeKind::kOp && !view[static_cast<size_t>(r.node)]) {
+        s.issues.push_back({i, static_cast<int32_t>(slot), r.node});
+        continue;
+      }
       to.meta = g.meta(r);
       const int32_t k = prefetch_segment(segment[static_cast<size_t>(i)], o.prefetch_layers);
+      NodeIdx at = k < 0 ? kNoNode : first_op[static_cast<size_t>(k)];
+      if (x.phase == Phase::kBackward && first_backward != kNoNode && (at == kNoNode || at < first_backward))
+        at = first_backward;
       int32_t bucket = s.num_buckets;
       if (o.bucketing == Bucketing::kLayer)
-        bucket = bucket_of.try_emplace(bucket_key(k, from, to), s.num_buckets).first->second;
+        bucket = bucket_of.try_emplace(bucket_key(at, from, to), s.num_buckets).first->second;
       if (bucket == s.num_buckets) ++s.num_buckets;
-      s.entries.push_back({i, static_cast<int32_t>(slot),
-                           k < 0 ? kNoNode : first_op[static_cast<size_t>(k)], bucket});
+      s.entries.push_back({i, static_cast<int32_t>(slot), at, bucket});
     }
   }
   s.reductions = reduction_buckets(g, plan, o.bucketing, &s.num_reduction_buckets);

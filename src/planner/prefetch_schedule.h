@@ -9,8 +9,10 @@
 /// the previous layer computes.  The rule (simulate.h "prefetch"): such a redistribution is
 /// issued when the compute stream reaches the layer segment `prefetch_layers` before its
 /// consumer's (layer_segments(), overlap.h), at that segment's first op; 0 issues it at its
-/// consumer's segment.  Every other redistribution is issued when its producer finishes and
-/// needs no entry.  The consumer waits for it where it reads it.
+/// consumer's segment.  Every other redistribution of a tensor use is issued when its producer
+/// finishes (an IssueEntry names the producer; the runtime moves the collectives right after
+/// it), so the exchange of an activation overlaps the ops between its producer and its
+/// consumer.  The consumer waits for it where it reads it.
 ///
 /// Buckets.  FSDP2 gathers a layer's parameters with one all-gather on one flat buffer, so a
 /// layer pays one collective latency, not one per parameter.  Under Bucketing::kLayer the
@@ -49,15 +51,22 @@ std::optional<Bucketing> parse_bucketing(std::string_view s);
 struct ScheduleOptions {
   int32_t prefetch_layers = 1;  ///< FSDP's default of one layer ahead
   Bucketing bucketing = Bucketing::kLayer;
+  /// placements.json carries each multi-collective redistribution's planned path ("via"), so
+  /// the runtime issues the collectives the plan priced; off for plans priced with the
+  /// `dtensor` comm model, which charges DTensor's own order.
+  bool planned_paths = true;
 };
 
-/// The bucket key of a prefetched redistribution issued at the start of segment
-/// `issue_segment` (-1: before the first op): equal keys share a bucket under kLayer.
-std::string bucket_key(int32_t issue_segment, const ShardingSpec& from, const ShardingSpec& to);
+/// The bucket key of a prefetched redistribution issued before op `issue_before` (kNoNode:
+/// before the first op; for a gradient reduction, the segment of the op producing it): equal
+/// keys share a bucket under kLayer.
+std::string bucket_key(NodeIdx issue_before, const ShardingSpec& from, const ShardingSpec& to);
 
 /// What merging a bucket saves on one of its collective steps: every member after the first
 /// no longer pays the step's fixed latency (the time of the collective on 0 bytes; the
-/// models are affine in the bytes).  Never more than `member_us`.
+/// models are affine in the bytes).  Never more than `member_us`.  All-gathers,
+/// reduce-scatters and all-reduces merge (one flat buffer); an all-to-all does not (its
+/// members' chunks would interleave per peer), so it saves nothing.
 double bucket_latency_credit_us(Collective c, MeshDimIdx dim, const Mesh& mesh, CommModel model,
                                 double member_us);
 
@@ -65,6 +74,14 @@ double bucket_latency_credit_us(Collective c, MeshDimIdx dim, const Mesh& mesh, 
 /// `consumer_segment` is issued (the simulator's rule; -1 for a consumer outside every
 /// segment: before the first op).
 int32_t prefetch_segment(int32_t consumer_segment, int32_t prefetch_layers);
+
+/// The first backward op in schedule order that runs (not the loss's seed, which the runtime
+/// replaces by the caller's gradient; kNoNode: none).  A backward consumer's prefetch is
+/// issued no earlier than it: the runtime's backward is its own graph, run after the forward
+/// returns, so nothing the backward reads is gathered during the forward (FSDP2 likewise
+/// starts the backward's prefetches in the backward); a segment can straddle the boundary
+/// (the loss and its gradient share one).
+NodeIdx first_backward_op(const Graph& g);
 
 /// One prefetched redistribution: the tensor use (consumer, slot) and the op before which a
 /// rank issues its collectives (kNoNode: before the step's first op).
@@ -75,6 +92,15 @@ struct PrefetchEntry {
   int32_t bucket = 0;  ///< entries with one bucket run their collectives merged
 };
 
+/// One redistribution of a computed tensor: the tensor use (consumer, slot) and the op after
+/// which a rank issues its collectives (the producer; on a recomputed producer, its re-execution
+/// where the consumer is in the backward).
+struct IssueEntry {
+  NodeIdx consumer = kNoNode;
+  int32_t slot = 0;
+  NodeIdx issue_after = kNoNode;
+};
+
 /// One gradient reduction: a grad pair (Graph::grad_pairs) whose gradient's spec differs
 /// from its parameter's.
 struct ReductionEntry {
@@ -83,10 +109,23 @@ struct ReductionEntry {
   int32_t bucket = 0;          ///< numbered apart from the prefetch buckets
 };
 
+/// A redistribution planned in two or more steps (cost/redistribute.h redistribute_path: local
+/// slices and collectives), with the placements the tensor holds between them.
+struct PathEntry {
+  NodeIdx consumer = kNoNode;  ///< the op reading the tensor; for a gradient, the parameter
+  int32_t slot = 0;            ///< its input slot; -1: the gradient reduced into the parameter
+  std::vector<std::vector<Placement>> via;  ///< after each step but the last
+};
+
+/// Every tensor use and gradient reduction of `plan` planned in two or more steps, in
+/// node order (uses) then grad-pair order (gradients).
+std::vector<PathEntry> planned_paths(const Graph& g, const Plan& plan, const Mesh& mesh);
+
 struct PrefetchSchedule {
   ScheduleOptions options;
   std::vector<PrefetchEntry> entries;  ///< in consumer order, slots ascending
   int32_t num_buckets = 0;             ///< buckets are numbered in order of first entry
+  std::vector<IssueEntry> issues;      ///< in consumer order, slots ascending
   std::vector<ReductionEntry> reductions;  ///< in grad-pair order
   int32_t num_reduction_buckets = 0;
 };
@@ -95,8 +134,9 @@ struct PrefetchSchedule {
 std::vector<ReductionEntry> reduction_buckets(const Graph& g, const Plan& plan, Bucketing b,
                                               int32_t* num_buckets = nullptr);
 
-/// The prefetched redistributions of `plan` (which must have a solution): every tensor use
-/// read from a placeholder or a view of placeholders whose spec differs from its producer's.
+/// The schedule of `plan` (which must have a solution): its prefetched redistributions (every
+/// tensor use read from a placeholder or a view of placeholders whose spec differs from its
+/// producer's), the issue points of the other redistributions and the gradient reductions.
 PrefetchSchedule prefetch_schedule(const Graph& g, const Plan& plan, const ScheduleOptions& o);
 
 }  // namespace autoshard

@@ -13,6 +13,7 @@
 
 #include "cost/compute.h"
 #include "cost/redistribute.h"
+#include "planner/comm_streams.h"
 #include "planner/cp_cost.h"
 #include "planner/prefetch_schedule.h"
 #include "planner/recompute.h"
@@ -58,24 +59,6 @@ double mfu(double flops, int64_t devices, double peak_flops_per_s, double step_u
 
 namespace {
 
-struct CommJob {
-  int32_t edge = -1;
-  NodeIdx producer = kNoNode;
-  NodeIdx consumer = kNoNode;
-  int32_t slot = -1;
-  int64_t buffer_bytes = 0;  ///< destination buffer per device
-  struct Step {
-    MeshDimIdx dim = 0;
-    Collective kind = Collective::kAllGather;
-    double bytes = 0;
-    double us = 0;
-  };
-  std::vector<Step> steps;
-  bool prefetchable = false;
-  bool recompute = false;  ///< a recomputation's redistribution (edge slot kRecomputeSlot)
-  double start_us = -1;  ///< first collective start (set when issued)
-  double end_us = -1;    ///< last collective end
-};
 
 /// The collectives of one redistribution with their real times (see the header).
 std::vector<CommJob::Step> comm_steps(const ShardingSpec& from, const ShardingSpec& to,
@@ -244,6 +227,12 @@ StepSimulation simulate_step(ShardingOptimizer& opt, const Plan& plan, const Sim
 
   // Layers (prefetch unit) of the op nodes.
   const std::vector<int32_t> layer = layer_segments(g, &sim.num_layers);
+  const NodeIdx first_backward = first_backward_op(g);
+  std::vector<NodeIdx> segment_start(static_cast<size_t>(std::max(sim.num_layers, 1)), kNoNode);
+  for (NodeIdx i = 0; i < g.size(); ++i) {
+    const int32_t k = layer[static_cast<size_t>(i)];
+    if (k >= 0 && segment_start[static_cast<size_t>(k)] == kNoNode) segment_start[static_cast<size_t>(k)] = i;
+  }
 
   const std::vector<char> placeholder_view = placeholder_views(g);
 
@@ -255,7 +244,7 @@ StepSimulation simulate_step(ShardingOptimizer& opt, const Plan& plan, const Sim
   std::vector<CommJob> jobs;
   std::vector<std::vector<int32_t>> issued_after(n);                      // by producer op
   std::vector<std::vector<int32_t>> issued_after_redo(n);  // by re-executed producer (backward uses)
-  std::vector<std::vector<int32_t>> released_at(static_cast<size_t>(std::max(sim.num_layers, 1)));
+  std::vector<std::vector<int32_t>> released_before(n);                  // prefetches by issue op
   std::vector<int32_t> released_first;                                    // before any op
   std::map<std::pair<NodeIdx, int32_t>, int32_t> job_of_slot;
   std::set<std::string> buckets_seen;
@@ -268,13 +257,16 @@ StepSimulation simulate_step(ShardingOptimizer& opt, const Plan& plan, const Sim
     for (const ReductionEntry& r : rb) reduction_of[r.param] = {r.bucket, last[r.bucket]};
   }
   std::set<int32_t> reduction_buckets_seen;
-  /// A prefetched job issued at segment `at` joins its bucket: after the bucket's first
+  std::map<std::string, int32_t> gang_of;  // bucket -> CommJob::gang
+  /// A prefetched job issued before op `at` joins its bucket: after the bucket's first
   /// member it no longer pays its steps' fixed latency (prefetch_schedule.h "Buckets").
-  auto join_bucket = [&](CommJob& job, int32_t at, const ShardingSpec& from, ShardingSpec to,
+  auto join_bucket = [&](CommJob& job, NodeIdx at, const ShardingSpec& from, ShardingSpec to,
                          const TensorMeta& meta) {
     if (o.bucketing != Bucketing::kLayer) return;
     to.meta = meta;
-    if (buckets_seen.insert(bucket_key(at, from, to)).second) return;
+    const std::string key = bucket_key(at, from, to);
+    job.gang = gang_of.try_emplace(key, static_cast<int32_t>(gang_of.size())).first->second;
+    if (buckets_seen.insert(key).second) return;
     for (CommJob::Step& st : job.steps)
       st.us -= bucket_latency_credit_us(st.kind, st.dim, mesh, opt.options().comm_model, st.us);
   };
@@ -323,6 +315,8 @@ StepSimulation simulate_step(ShardingOptimizer& opt, const Plan& plan, const Sim
     const auto reduction = origin.slot == -1 ? reduction_of.find(origin.consumer) : reduction_of.end();
     if (reduction != reduction_of.end() && o.bucketing == Bucketing::kLayer) {
       const auto [bucket, after] = reduction->second;
+      job.gang = gang_of.try_emplace(fmt::format("grad|{}", bucket), static_cast<int32_t>(gang_of.size()))
+                     .first->second;
       if (!reduction_buckets_seen.insert(bucket).second)
         for (CommJob::Step& st : job.steps)
           st.us -= bucket_latency_credit_us(st.kind, st.dim, mesh, opt.options().comm_model, st.us);
@@ -332,45 +326,26 @@ StepSimulation simulate_step(ShardingOptimizer& opt, const Plan& plan, const Sim
     else if (!job.prefetchable)
       issued_after[static_cast<size_t>(pu)].push_back(id);
     else {
-      const int32_t at = prefetch_segment(cl, o.prefetch_layers);  // the runtime's rule too
+      const int32_t k = prefetch_segment(cl, o.prefetch_layers);  // the runtime's rule too
+      NodeIdx at = k < 0 ? kNoNode : segment_start[static_cast<size_t>(k)];
+      if (g.node(origin.consumer).phase == Phase::kBackward && first_backward != kNoNode &&
+          (at == kNoNode || at < first_backward))
+        at = first_backward;
       join_bucket(job, at, from, to, g.meta(origin.producer));
-      (at < 0 ? released_first : released_at[static_cast<size_t>(at)]).push_back(id);
+      (at == kNoNode ? released_first : released_before[static_cast<size_t>(at)]).push_back(id);
     }
     jobs.push_back(std::move(job));
   }
   // Prefetches are issued in consumer order (edge order within a consumer).
-  for (auto& v : released_at)
+  for (auto& v : released_before)
     std::stable_sort(v.begin(), v.end(), [&](int32_t a, int32_t b) {
       return jobs[static_cast<size_t>(a)].consumer < jobs[static_cast<size_t>(b)].consumer;
     });
 
-  std::vector<double> stream_free(sim.streams.size(), 0.0);
+  const std::vector<std::vector<int32_t>> upstream = view_inputs(g, jobs, job_of_slot);
+  CommStreams streams(jobs, sim);
   auto issue = [&](int32_t id, double ready, bool prefetched) {
-    CommJob& job = jobs[static_cast<size_t>(id)];
-    double t = ready;
-    for (size_t s = 0; s < job.steps.size(); ++s) {
-      const CommJob::Step& st = job.steps[s];
-      const StreamIdx stream = 1 + st.dim;
-      double start = std::max(t, stream_free[static_cast<size_t>(stream)]);
-      double end = start + st.us;
-      stream_free[static_cast<size_t>(stream)] = end;
-      if (s == 0) job.start_us = start;
-      t = end;
-      SimEvent e;
-      e.stream = stream;
-      e.start_us = start;
-      e.end_us = end;
-      e.node = job.consumer;
-      e.edge = job.edge;
-      e.step = static_cast<int32_t>(s);
-      e.collective = st.kind;
-      e.bytes = st.bytes;
-      e.prefetched = prefetched;
-      e.recomputed = job.recompute;
-      sim.streams[static_cast<size_t>(stream)].push_back(e);
-      sim.comm_us += st.us;
-    }
-    job.end_us = t;
+    streams.issue(id, ready, prefetched, prefetched ? upstream[static_cast<size_t>(id)] : std::vector<int32_t>{});
   };
 
   for (int32_t id : released_first) issue(id, 0.0, true);
@@ -413,7 +388,7 @@ StepSimulation simulate_step(ShardingOptimizer& opt, const Plan& plan, const Sim
         const NodeIdx u = x.inputs[static_cast<size_t>(s)].node;
         double arrive = std::max(node_end[static_cast<size_t>(u)], redone_end[static_cast<size_t>(u)]);
         for (int32_t id : recompute_in[static_cast<size_t>(v)])
-          if (jobs[static_cast<size_t>(id)].slot == s) arrive = jobs[static_cast<size_t>(id)].end_us;
+          if (jobs[static_cast<size_t>(id)].slot == s) arrive = streams.finish(id);
         ready = std::max(ready, arrive);
       }
       compute(v, ready, rs.us[static_cast<size_t>(v)], true);
@@ -432,16 +407,16 @@ StepSimulation simulate_step(ShardingOptimizer& opt, const Plan& plan, const Sim
     const size_t stream = static_cast<size_t>(1 + st.cp.mesh_dim);
     SimEvent e;
     e.stream = static_cast<StreamIdx>(stream);
-    e.start_us = std::max(start, stream_free[stream]);
+    streams.run_until(start);
+    e.start_us = std::max(start, streams.free_at(stream));
     e.end_us = e.start_us + nc.transfer_us;
     e.node = i;
     e.context_parallel = true;
     e.bytes = cp_attention_input(g.node(i), st, mesh).kv_bytes;
-    stream_free[stream] = e.end_us;
+    streams.free_at(stream) = e.end_us;
     sim.streams[stream].push_back(e);
     sim.comm_us += nc.transfer_us;
   };
-  int32_t layers_started = -1;
   for (NodeIdx i = 0; i < g.size(); ++i) {
     const Node& x = g.node(i);
     const size_t iu = static_cast<size_t>(i);
@@ -450,18 +425,13 @@ StepSimulation simulate_step(ShardingOptimizer& opt, const Plan& plan, const Sim
       node_start[iu] = node_end[iu] = x.kind == NodeKind::kOutput ? cursor : 0.0;
       continue;
     }
-    while (layers_started < layer[iu]) {
-      ++layers_started;
-      for (int32_t id : released_at[static_cast<size_t>(layers_started)]) {
-        bool ahead = layer[static_cast<size_t>(jobs[static_cast<size_t>(id)].consumer)] > layers_started;
-        issue(id, cursor, ahead);
-      }
-    }
+    for (int32_t id : released_before[iu])
+      issue(id, cursor, layer[static_cast<size_t>(jobs[static_cast<size_t>(id)].consumer)] > layer[iu]);
     recompute_before(i);
     double ready = 0;
     for (int32_t s = 0; s < static_cast<int32_t>(x.inputs.size()); ++s) {
       auto it = job_of_slot.find({i, s});
-      double arrive = it != job_of_slot.end() ? jobs[static_cast<size_t>(it->second)].end_us
+      double arrive = it != job_of_slot.end() ? streams.finish(it->second)
                                               : node_end[static_cast<size_t>(x.inputs[static_cast<size_t>(s)].node)];
       ready = std::max(ready, arrive);
     }
@@ -471,8 +441,7 @@ StepSimulation simulate_step(ShardingOptimizer& opt, const Plan& plan, const Sim
     for (int32_t id : issued_after[iu]) issue(id, cursor, false);
   }
   recompute_before(g.size());  // a region whose point is past the schedule
-  sim.step_us = cursor;
-  for (double f : stream_free) sim.step_us = std::max(sim.step_us, f);
+  sim.step_us = std::max(cursor, streams.last_end());
   sim.exposed_comm_us = std::max(0.0, sim.step_us - sim.compute_us);
   for (auto& s : sim.streams)
     std::stable_sort(s.begin(), s.end(),

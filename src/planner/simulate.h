@@ -13,13 +13,16 @@
 ///   of its `nccl` schedule (cost/redistribute.h plan_redistribute); each collective runs on
 ///   the stream of its mesh dim, one after the other (a redistribution over two mesh dims puts
 ///   its first step on the first dim's stream and the next step on the next dim's stream, once
-///   the first has finished).  Under the `dtensor` comm model the steps keep the `nccl`
+///   the first has finished; the later step joins its stream's queue only then, as the
+///   runtime issues DTensor's next collective after waiting the previous one, so it never
+///   holds a place in line while it waits on another dim).  Under the `dtensor` comm model the
+///   steps keep the `nccl`
 ///   schedule's dims and kinds and are scaled to DTensor's total.  Times are the real
 ///   redistribution times from the specs, not the (possibly discounted, see
 ///   PlannerOptions::overlap) edge costs of the problem;
 /// - data dependencies: a redistribution is issued when its producer has finished; a stream
-///   runs what was issued on it in issue order (FIFO, as one NCCL communicator does); an op
-///   starts when the compute stream is free and all its inputs have arrived;
+///   runs what was issued on it in the order it became ready (FIFO, as one NCCL communicator
+///   does); an op starts when the compute stream is free and all its inputs have arrived;
 /// - prefetch: a redistribution whose producer is a placeholder (parameter, buffer, input), or a
 ///   view op of placeholders only (the `t` of a weight that a linear layer's matmul reads), has
 ///   no producer to wait for; it is issued when the compute stream reaches the layer
@@ -27,10 +30,15 @@
 ///   are runs of ops in schedule order sharing a layer key: the module path up to its first
 ///   numeric component ("layers.3.attention.wq" -> "layers.3"), else its first component; ops
 ///   without a module path stay in the current run.  The backward visits the layers again, so
-///   its runs are new layers;
+///   its runs are new layers; a backward use is prefetched no earlier than the first backward
+///   op that runs (first_backward_op: the runtime's backward is its own graph).  A prefetch of a
+///   view of placeholders whose input is itself redistributed (a weight's `t` after the
+///   weight's gather) waits for that redistribution;
 /// - buckets: prefetched redistributions of one bucket (ScheduleOptions::bucketing) are issued
 ///   together, and every member after the first is credited its steps' fixed latency, so the
 ///   bucket pays each collective's latency once, as the merged collective the runtime issues;
+///   the members' k-th steps are ready together (when the last one is) and run back to back,
+///   as that one collective;
 /// - gradient reductions need no special case: they are issued when the gradient is produced
 ///   and only the optimizer (or the end of the step) waits for them, so they overlap the rest
 ///   of the backward on their own stream.

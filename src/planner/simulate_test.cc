@@ -318,12 +318,15 @@ int check_simulation(ShardingOptimizer& opt, const Plan& plan) {
   StepSimulation sim = simulate_step(opt, plan, {1, Bucketing::kNone});
   const StepSimulation bucketed = simulate_step(opt, plan);
   EXPECT_LE(bucketed.comm_us, sim.comm_us * (1 + 1e-12));
-  EXPECT_LE(bucketed.step_us, sim.step_us * (1 + 1e-9));
+  // (Not the step: a bucket's members wait for its last one, which can cost more than the
+  // latencies it saves.)
+  EXPECT_LE(bucketed.step_us, plan.additive_us * (1 + 1e-9));
   // The plan's compute and comm include the recomputation's: so does the simulation.
   EXPECT_NEAR(sim.compute_us, plan.compute_us, 1e-6 * plan.compute_us);
   EXPECT_NEAR(sim.comm_us, plan.comm_us, 1e-6 * std::max(1.0, plan.comm_us));
   EXPECT_GE(sim.step_us, sim.compute_us * (1 - 1e-12));
-  EXPECT_LE(sim.step_us, plan.objective_us * (1 + 1e-9));
+  // Work-conserving: while compute waits, some stream runs, so the step is at most the sum.
+  EXPECT_LE(sim.step_us, plan.additive_us * (1 + 1e-9));
   EXPECT_GE(sim.peak_memory_bytes, plan.peak_memory_bytes);
   int recomputed = 0;
   for (const SimEvent& e : sim.streams[0]) recomputed += e.recomputed;

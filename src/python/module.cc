@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "cost/collective.h"
 #include "io/placements_json.h"
 #include "io/plan_json.h"
 #include "ir/file_util.h"
@@ -118,6 +119,25 @@ void bind_mesh(py::module_& m) {
         return fmt::format("<autoshard.Mesh {} of {}>", mesh.describe(), mesh.hardware().name);
       });
   m.def("hardware_presets", &hardware_preset_names);
+  // The cost model of one collective, for pricing a lowered graph's own collectives with the
+  // figures the simulator uses (autoshard.replay).
+  m.def(
+      "collective_time_us",
+      [](const std::string& kind, double bytes, const Mesh& mesh, int dim, const std::string& model) {
+        static constexpr Collective kAll[] = {Collective::kAllGather, Collective::kReduceScatter,
+                                              Collective::kAllReduce, Collective::kAllToAll};
+        auto cm = parse_comm_model(model);
+        if (!cm) throw std::invalid_argument(fmt::format("comm_model: expected nccl or dtensor, got '{}'", model));
+        if (dim < 0 || dim >= mesh.ndim())
+          throw std::invalid_argument(fmt::format("dim {}: the mesh has {} dims", dim, mesh.ndim()));
+        for (Collective c : kAll)
+          if (collective_name(c) == kind) return collective_time_us(c, bytes, mesh, MeshDimIdx(dim), *cm);
+        throw std::invalid_argument(fmt::format(
+            "collective '{}': expected all_gather, reduce_scatter, all_reduce or all_to_all", kind));
+      },
+      py::arg("kind"), py::arg("bytes"), py::arg("mesh"), py::arg("dim"), py::arg("comm_model") = "nccl",
+      "Microseconds of one collective over mesh dim `dim` (bytes per device: the gathered output "
+      "of an all_gather, the input of a reduce_scatter, the buffer of an all_reduce).");
   m.def(
       "normalize_placements",
       [](const std::string& s) { return placements_to_string(parse_placements(s)); },

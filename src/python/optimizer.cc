@@ -247,7 +247,9 @@ void bind_optimizer(py::module_& m) {
       .def(
           "placements_json",
           [](const ShardingOptimizer& s, const Plan* plan) {
-            return write_placements_json(plan_or_solution(s, plan), s.graph(), s.mesh());
+            ScheduleOptions schedule;
+            schedule.planned_paths = s.options().comm_model == CommModel::kNccl;
+            return write_placements_json(plan_or_solution(s, plan), s.graph(), s.mesh(), schedule);
           },
           py::arg("plan") = nullptr,
           "The placements JSON text of a plan (the solution by default), as save_placements writes.")

@@ -5,15 +5,13 @@
 #include <cmath>
 #include <map>
 
+#include "cost/collective.h"
 #include "cost/compute.h"
 #include "io/placements_json.h"
 #include "planner/sharding_optimizer.h"
 #include "report/report_data.h"
 
 namespace autoshard {
-
-namespace {
-}  // namespace
 
 std::string chrome_trace_json(ShardingOptimizer& opt, const Plan& plan) {
   return chrome_trace_json(opt, plan, simulate_step(opt, plan));
@@ -80,7 +78,12 @@ std::string chrome_trace_json(ShardingOptimizer& opt, const Plan& plan, const St
   j["displayTimeUnit"] = "ms";
   j["otherData"] = {{"model", g.name}, {"mesh", opt.mesh().describe()},
                     {"step_us", round_milli(sim.step_us)}, {"exposed_comm_us", round_milli(sim.exposed_comm_us)},
-                    {"additive_us", round_milli(sim.additive_us)}};
+                    {"additive_us", round_milli(sim.additive_us)},
+                    // What a replay of the lowered step (autoshard.replay) needs to price its
+                    // collectives on the same mesh with the same model.
+                    {"mesh_shape", opt.mesh().shape()}, {"mesh_dim_names", opt.mesh().names()},
+                    {"hardware", opt.mesh().hardware().name},
+                    {"comm_model", std::string(comm_model_name(opt.options().comm_model))}};
   return j.dump() + "\n";
 }
 
