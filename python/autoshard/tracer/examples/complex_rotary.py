@@ -15,10 +15,12 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .._compat import parse_dtype
+from ..meta_init import meta_init
 from .llama import FeedForward, LlamaConfig, RMSNorm, cross_entropy_loss
 
 __all__ = ["ComplexRotaryTransformer", "rotary_angles", "apply_complex_rotary",
-           "cross_entropy_loss"]
+           "complex_rotary_tiny", "cross_entropy_loss"]
 
 TABLES = ("buffer", "forward")
 
@@ -109,3 +111,21 @@ class ComplexRotaryTransformer(nn.Module):
         for layer in self.layers:
             h = layer(h, freqs_cis)
         return self.output(self.norm(h))
+
+
+def complex_rotary_tiny(batch: int = 2, seq: int = 64, dtype="bf16", table: str = "buffer"):
+    """Factory (the op-coverage fixture): 2 layers, hidden 256, 4 heads, 2 KV heads, ffn 512,
+    vocab 1024, on the meta device; weights in `dtype`, the rotary table complex64.
+
+    Returns (model, (tokens,), cross_entropy_loss, (labels,))."""
+    cfg = LlamaConfig(dim=256, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=512,
+                      vocab_size=1024, max_seq_len=max(seq, 1))
+    model = meta_init(ComplexRotaryTransformer, cfg, table)
+    dt = parse_dtype(dtype)
+    if dt is not None:
+        for mod in model.modules():
+            for n, p in list(mod.named_parameters(recurse=False)):
+                setattr(mod, n, nn.Parameter(p.to(dt), requires_grad=p.requires_grad))
+    tokens = torch.empty(batch, seq, dtype=torch.int64, device="meta")
+    labels = torch.empty(batch, seq, dtype=torch.int64, device="meta")
+    return model, (tokens,), cross_entropy_loss, (labels,)
