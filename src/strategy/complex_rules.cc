@@ -13,6 +13,7 @@
 ///   Partial.  torch 2.13's DTensor has no strategy for it: python/autoshard/dtensor_rules.py
 ///   registers these rows for the applied step.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "strategy/rule.h"
 
@@ -39,7 +40,8 @@ RuleResult view_as_complex_rule(const OpContext& c) {
   check_unary(c);
   const TensorMeta& in = c.in[0];
   if (in.rank() < 1 || in.shape.back() != 2)
-    c.fail(fmt::format("view_as_complex needs a last dim of size 2, got rank {} input", in.rank()));
+    c.fail(fmt::format("view_as_complex needs a last dim of size 2, got shape [{}]",
+                       fmt::join(in.shape, ", ")));
   if (c.out(0).rank() != in.rank() - 1) c.fail("view_as_complex output must drop the last dim");
   // The pair dim (in.rank() - 1) has no row: a shard of it must be gathered first.
   return same_dim_view_rows(c, in.rank() - 1);
