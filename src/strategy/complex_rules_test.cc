@@ -62,6 +62,13 @@ TEST(Complex, ComplexMulIsTheRealPointwiseRule) {
                "S(3) <- S(3), S(3)", "P(sum) <- P(sum), R", "P(sum) <- R, P(sum)"}));
 }
 
+TEST(Complex, ConjHasNoPartialAsInDTensor) {
+  Graph g;
+  auto z = input(g, {1, 8, 1, 4}, kC64);
+  NodeIdx n = g.add_op("c", "_conj", {z}, T({1, 8, 1, 4}, kC64));
+  EXPECT_EQ(names(g, n, mesh1(2)), (V{"R <- R", "S(1) <- S(1)", "S(3) <- S(3)"}));
+}
+
 TEST(Complex, BadShapesFailWithTheNodeName) {
   Graph g;
   auto x = input(g, {2, 8, 3});

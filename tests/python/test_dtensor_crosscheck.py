@@ -106,7 +106,7 @@ CHECKED_OPS = {"mm", "bmm", "addmm", "add.Tensor", "mul.Tensor", "relu", "sum.di
                "mean.dim", "mean", "sum", "_softmax", "native_layer_norm", "embedding", "view",
                "t", "transpose.int", "unsqueeze", "_unsafe_view", "clone", "uniform_",
                "exponential_", "view_as_complex", "view_as_real",
-               "polar"}
+               "polar", "_conj"}
 
 #: DTensor 2.13 candidates autoshard does not enumerate, by design (documented differences):
 #: - "partial-non-sum": P(avg), P(max), P(min) passed through ops; autoshard passes only
