@@ -47,6 +47,7 @@ def _broadcast_shard(out_shape, in_shape, dim: int):
 
 
 def _polar_strategy(op_schema):
+    """polar(abs, angle): the planner's rows (complex_rules.cc) expanded over the mesh."""
     import torch
     from torch.distributed.tensor import Replicate, Shard
     from torch.distributed.tensor._ops.utils import expand_to_full_mesh_op_strategy
