@@ -57,6 +57,25 @@ def write(sub, name, data):
         f.write(data)
 
 
+COMPLEX_ROTARY = """{"format": "autoshard-graph", "version": 1, "name": "complex_rotary",
+ "nodes": [
+  {"name": "q", "kind": "input", "outputs": [{"shape": [2, 8, 4, 8, 2], "dtype": "f32"}]},
+  {"name": "freqs_cis", "kind": "buffer", "outputs": [{"shape": [8, 8], "dtype": "c64"}]},
+  {"name": "z", "kind": "op", "op": "view_as_complex", "inputs": ["q"],
+   "outputs": [{"shape": [2, 8, 4, 8], "dtype": "c64"}]},
+  {"name": "f", "kind": "op", "op": "view", "inputs": ["freqs_cis"], "attrs": {"size": [1, 8, 1, 8]},
+   "outputs": [{"shape": [1, 8, 1, 8], "dtype": "complex64"}]},
+  {"name": "rot", "kind": "op", "op": "mul.Tensor", "inputs": ["z", "f"],
+   "outputs": [{"shape": [2, 8, 4, 8], "dtype": "c64"}]},
+  {"name": "r", "kind": "op", "op": "view_as_real", "inputs": ["rot"],
+   "outputs": [{"shape": [2, 8, 4, 8, 2], "dtype": "f32"}]},
+  {"name": "w", "kind": "op", "op": "_to_copy", "inputs": ["rot"], "attrs": {"dtype": "c128"},
+   "outputs": [{"shape": [2, 8, 4, 8], "dtype": "c128"}]},
+  {"name": "out", "kind": "output", "inputs": ["r", "w"]}
+ ]}
+"""
+
+
 def dump_graph(g):
     lines = [json.dumps(n, separators=(",", ":")) for n in g["nodes"]]
     head = {k: v for k, v in g.items() if k != "nodes"}
@@ -74,6 +93,8 @@ def main():
     doc = open(os.path.join(ROOT, "docs", "graph-format.md")).read()
     start = doc.index("```json\n") + len("```json\n")
     write("graph_json", "doc_example.json", doc[start:doc.index("```", start)])
+    # Complex dtypes (c64, c128; PyTorch's spelling too) through a rotary's views and mul.
+    write("graph_json", "complex_rotary.json", COMPLEX_ROTARY)
 
     write("hardware_json", "base_h100.json", '{"base": "h100", "memory_gb": 40}\n')
     write("hardware_json", "custom.json", json.dumps({

@@ -6,6 +6,13 @@ for its CPU twin, `_scaled_dot_product_flash_attention_for_cpu` (what
 `F.scaled_dot_product_attention` runs on CPU), nor its backward.  They are registered here
 with the same choices as the planner's `sdpa` rule (src/strategy/nn_rules.cc): per mesh dim,
 everything replicated, or every tensor sharded on the batch dim (0), or on the heads dim (1).
+
+Nor has it one for `polar` (abs, angle -> complex), with which rotary embeddings build their
+complex table (Meta's reference LLaMA, torchtitan): it gets the planner's `polar` rule
+(src/strategy/complex_rules.cc), DTensor's pointwise rows without Partial: everything
+replicated, or the output sharded on one dim and each input on the dim broadcast maps it to
+(replicated where the input lacks that dim or has it as 1).
+
 Registration happens on first use (`ensure_registered`), never at import.
 """
 from __future__ import annotations
@@ -28,6 +35,33 @@ def _strategy(n_outputs: int):
     return strategy
 
 
+def _broadcast_shard(out_shape, in_shape, dim: int):
+    """The placement of an input of `in_shape` under an output sharded on `dim` (right-aligned
+    broadcasting): Shard of the matching dim, Replicate where the input lacks it or has 1."""
+    from torch.distributed.tensor import Replicate, Shard
+
+    d = dim - (len(out_shape) - len(in_shape))
+    if d < 0 or in_shape[d] == 1 and out_shape[dim] != 1:
+        return Replicate()
+    return Shard(d)
+
+
+def _polar_strategy(op_schema):
+    """polar(abs, angle): the planner's rows (complex_rules.cc) expanded over the mesh."""
+    import torch
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor._ops.utils import expand_to_full_mesh_op_strategy
+
+    abs_shape, angle_shape = (tuple(a.shape) for a in op_schema.args_schema[:2])
+    out_shape = tuple(torch.broadcast_shapes(abs_shape, angle_shape))
+    per_dim = [[Replicate()] * 3]
+    for d in range(len(out_shape)):
+        per_dim.append([Shard(d), _broadcast_shard(out_shape, abs_shape, d),
+                        _broadcast_shard(out_shape, angle_shape, d)])
+    mesh = op_schema.get_mesh_from_args()
+    return expand_to_full_mesh_op_strategy(mesh, op_schema, per_dim, input_index=1)
+
+
 def ensure_registered() -> None:
     """Registers the strategies above with DTensor's sharding propagator (once)."""
     global _DONE
@@ -44,4 +78,5 @@ def ensure_registered() -> None:
     # backward: (grad_out, query, key, value, out, logsumexp, ...) -> (dq, dk, dv)
     register_op_strategy(aten._scaled_dot_product_flash_attention_for_cpu_backward.default,
                          schema_info=RuntimeSchemaInfo(6))(_strategy(3))
+    register_op_strategy(aten.polar.default)(_polar_strategy)
     _DONE = True

@@ -123,7 +123,7 @@ DType parse_dtype_option(const std::string& s) {
   else if (name == "fp8") name = "f8";
   if (auto d = parse_dtype(name)) return *d;
   throw std::invalid_argument(fmt::format(
-      "--dtype: unknown dtype '{}' (expected bf16, f32, f16, f8, i64, i32 or bool)", s));
+      "--dtype: unknown dtype '{}' (expected bf16, f32, f16, f8, i64, i32, bool, c64 or c128)", s));
 }
 
 std::vector<Placement> parse_placements_option(std::string_view option, const std::string& s) {

@@ -8,7 +8,7 @@ namespace autoshard {
 namespace {
 
 enum class OpClass : uint8_t {
-  kPointwise,  ///< default: 1 FLOP per output element
+  kPointwise,  ///< default: 1 FLOP per output element (complex: complex_flops_factor)
   kView,       ///< alias/view, no kernel
   kFree,       ///< no compute kernel (uninitialised allocation, collectives, waits)
   kCopy,       ///< pure data movement
@@ -200,6 +200,18 @@ std::string_view aten_packet(std::string_view op) {
 
 bool is_view_op(std::string_view op) { return classify(op) == OpClass::kView; }
 
+namespace {
+
+/// Real FLOPs per element of a pointwise op with an output of `dt`: 1 for real types; a
+/// complex number is two reals, so 2 (add, conj, casts, ...), and a complex multiply
+/// (a + bi)(c + di) takes 4 multiplies and 2 adds: 6 (rotary embeddings' complex mul).
+double complex_flops_factor(std::string_view op, DType dt) {
+  if (!is_complex(dt)) return 1;
+  return aten_packet(op) == "mul" ? 6 : 2;
+}
+
+}  // namespace
+
 double op_flops(const Node& node, const std::vector<TensorMeta>& inputs,
                 const std::vector<TensorMeta>& outputs) {
   if (node.kind != NodeKind::kOp) return 0;
@@ -261,7 +273,7 @@ double op_flops(const Node& node, const std::vector<TensorMeta>& inputs,
       return inputs.empty() ? 0 : numel(inputs[0]);
     case OpClass::kPointwise: {
       double n = 0;
-      for (const TensorMeta& m : outputs) n += numel(m);
+      for (const TensorMeta& m : outputs) n += numel(m) * complex_flops_factor(node.op, m.dtype);
       if (outputs.empty() && !inputs.empty()) n = numel(inputs[0]);
       return n;
     }

@@ -117,6 +117,12 @@ TEST(ComputeFlops, Convolution) {
 TEST(ComputeFlops, OtherConventions) {
   const TensorMeta a = t({1024, 1024});
   EXPECT_DOUBLE_EQ(op_flops(op("add.Tensor"), {a, a}, {a}), 1024.0 * 1024);
+  // Complex: two reals per element; a complex multiply is 4 multiplies and 2 adds.
+  const TensorMeta z = t({1024, 1024}, DType::kC64);
+  EXPECT_DOUBLE_EQ(op_flops(op("mul.Tensor"), {z, z}, {z}), 6.0 * 1024 * 1024);
+  EXPECT_DOUBLE_EQ(op_flops(op("_conj"), {z}, {z}), 2.0 * 1024 * 1024);
+  EXPECT_DOUBLE_EQ(op_flops(op("polar"), {a, a}, {z}), 2.0 * 1024 * 1024);
+  EXPECT_EQ(op_flops(op("view_as_complex"), {t({1024, 1024, 2}, DType::kF32)}, {z}), 0.0);
   EXPECT_DOUBLE_EQ(op_flops(op("native_layer_norm"), {a, t({1024}), t({1024})},
                             {a, t({1024, 1}), t({1024, 1})}),
                    5.0 * 1024 * 1024);

@@ -38,7 +38,7 @@ class Decoder {
   TensorMeta meta(const pb::TensorMeta& x, const std::string& where) const {
     TensorMeta m;
     if (x.shape_size() > kMaxRank) fail(where, fmt::format("rank {} is too large", x.shape_size()));
-    if (x.dtype() > static_cast<uint32_t>(DType::kBool))
+    if (x.dtype() > static_cast<uint32_t>(kLastDType))
       fail(where + ".dtype", fmt::format("unknown dtype {}", x.dtype()));
     m.dtype = static_cast<DType>(x.dtype());
     int64_t numel = 1;

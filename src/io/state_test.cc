@@ -317,6 +317,17 @@ TEST(State, EmptyIntListAttributeRoundTrips) {
   EXPECT_EQ(state_bytes(back), once);
 }
 
+TEST(State, ComplexDtypesRoundTrip) {
+  // The state file stores DType's value: the complex types, added last, read back as such.
+  Graph g = small_gpt2(1);
+  g.nodes[0].outputs[0].dtype = DType::kC64;
+  g.nodes[1].outputs[0].dtype = DType::kC128;
+  ShardingOptimizer so(std::move(g), mesh_2x2(), no_limit());
+  ShardingOptimizer back = state_from_bytes(state_bytes(so), "x.ap");
+  EXPECT_EQ(back.graph().node(0).outputs[0].dtype, DType::kC64);
+  EXPECT_EQ(back.graph().node(1).outputs[0].dtype, DType::kC128);
+}
+
 TEST(Replay, RegeneratesTheSameOptimum) {
   ShardingOptimizer so = solved_optimizer();
   std::string replay = replay_bytes(so);
@@ -431,6 +442,10 @@ TEST(StateErrors, SemanticChecksNameTheField) {
   EXPECT_THAT(fails([](StateParts& t) { t.problem->pnode[1] = 0; }), HasSubstr("s.ap: problem.pnode[1]"));
   EXPECT_THAT(fails([](StateParts& t) { t.graph.nodes[5].inputs.push_back({5000, 0}); }),
               HasSubstr("s.ap: graph.nodes[5]"));
+  EXPECT_THAT(fails([](StateParts& t) {
+                t.graph.nodes[0].outputs[0].dtype = static_cast<DType>(static_cast<int>(kLastDType) + 1);
+              }),
+              HasSubstr("s.ap: graph.nodes[0]"));
   EXPECT_THAT(fails([](StateParts& t) { t.constraints[0].node = "nope"; }),
               HasSubstr("s.ap: constraints[0] ('pin:transformer.wte.weight').node: no node named 'nope'"));
   EXPECT_THAT(fails([](StateParts& t) {

@@ -5,8 +5,8 @@
 namespace autoshard {
 namespace {
 
-constexpr DType kAll[] = {DType::kF32, DType::kBF16, DType::kF16, DType::kF8,
-                          DType::kI64, DType::kI32,  DType::kBool};
+constexpr DType kAll[] = {DType::kF32, DType::kBF16, DType::kF16, DType::kF8,  DType::kI64,
+                          DType::kI32, DType::kBool, DType::kC64, DType::kC128};
 
 TEST(DType, Sizes) {
   EXPECT_EQ(dtype_size(DType::kF32), 4);
@@ -16,6 +16,8 @@ TEST(DType, Sizes) {
   EXPECT_EQ(dtype_size(DType::kI64), 8);
   EXPECT_EQ(dtype_size(DType::kI32), 4);
   EXPECT_EQ(dtype_size(DType::kBool), 1);
+  EXPECT_EQ(dtype_size(DType::kC64), 8);    // two f32
+  EXPECT_EQ(dtype_size(DType::kC128), 16);  // two f64
 }
 
 TEST(DType, CanonicalNamesRoundTrip) {
@@ -40,6 +42,10 @@ TEST(DType, PyTorchNames) {
   EXPECT_EQ(parse_dtype("long"), DType::kI64);
   EXPECT_EQ(parse_dtype("int32"), DType::kI32);
   EXPECT_EQ(parse_dtype("torch.bool"), DType::kBool);
+  EXPECT_EQ(parse_dtype("torch.complex64"), DType::kC64);
+  EXPECT_EQ(parse_dtype("cfloat"), DType::kC64);
+  EXPECT_EQ(parse_dtype("complex128"), DType::kC128);
+  EXPECT_EQ(parse_dtype("torch.cdouble"), DType::kC128);
 }
 
 TEST(DType, UnknownNames) {
@@ -47,7 +53,8 @@ TEST(DType, UnknownNames) {
   EXPECT_FALSE(parse_dtype("f128"));
   EXPECT_FALSE(parse_dtype("torch."));
   EXPECT_FALSE(parse_dtype("BF16"));  // names are case-sensitive, like PyTorch's
-  EXPECT_FALSE(parse_dtype("complex64"));
+  EXPECT_FALSE(parse_dtype("complex32"));  // torch.chalf: no graph uses it
+  EXPECT_FALSE(parse_dtype("C64"));
 }
 
 TEST(DType, Floating) {
@@ -58,6 +65,16 @@ TEST(DType, Floating) {
   EXPECT_FALSE(is_floating(DType::kI64));
   EXPECT_FALSE(is_floating(DType::kI32));
   EXPECT_FALSE(is_floating(DType::kBool));
+  EXPECT_TRUE(is_floating(DType::kC64));
+  EXPECT_TRUE(is_floating(DType::kC128));
+}
+
+TEST(DType, Complex) {
+  for (DType t : kAll)
+    EXPECT_EQ(is_complex(t), t == DType::kC64 || t == DType::kC128) << dtype_name(t);
+  EXPECT_EQ(dtype_name(DType::kC64), "c64");
+  EXPECT_EQ(dtype_name(DType::kC128), "c128");
+  EXPECT_EQ(kLastDType, DType::kC128);
 }
 
 }  // namespace

@@ -119,6 +119,23 @@ TEST(GraphJson, RoundTrip) {
   EXPECT_EQ(ln.attr_double("neg_inf", 0), -std::numeric_limits<double>::infinity());
 }
 
+TEST(GraphJson, ComplexDtypes) {
+  // A rotary's view_as_complex; PyTorch's spellings read, the short names written.
+  const std::string text = R"({"format": "autoshard-graph", "version": 1, "nodes": [
+    {"name": "x", "kind": "input", "outputs": [{"shape": [4, 8, 2], "dtype": "f32"}]},
+    {"name": "f", "kind": "buffer", "outputs": [{"shape": [8], "dtype": "torch.complex128"}]},
+    {"name": "z", "kind": "op", "op": "view_as_complex", "inputs": ["x"],
+     "outputs": [{"shape": [4, 8], "dtype": "complex64"}]},
+    {"name": "out", "kind": "output", "inputs": ["z", "f"]}]})";
+  Graph g = read_graph_json(text, "c.json");
+  EXPECT_EQ(g.meta({*g.find("z"), 0}).dtype, DType::kC64);
+  EXPECT_EQ(g.meta({*g.find("f"), 0}).dtype, DType::kC128);
+  const std::string written = write_graph_json(g);
+  EXPECT_THAT(written, HasSubstr(R"("dtype":"c64")"));
+  EXPECT_THAT(written, HasSubstr(R"("dtype":"c128")"));
+  expect_same(g, read_graph_json(written, "c2.json"));
+}
+
 TEST(GraphJson, TangentsRoundTripAndNameNodes) {
   Graph g = hand_made();
   g.tangents = {*g.find("ln")};

@@ -195,7 +195,7 @@ TensorMeta Reader<V>::tensor_meta(const V& v, const Path& p) const {
   Path pd = p.at("dtype");
   std::string_view dt = string_view(required(dtype_v, p, "dtype"), pd);
   auto t = parse_dtype(dt);
-  if (!t) fail(pd, fmt::format("unknown dtype '{}' (expected f32, bf16, f16, f8, i64, i32 or bool)", dt));
+  if (!t) fail(pd, fmt::format("unknown dtype '{}' (expected f32, bf16, f16, f8, i64, i32, bool, c64 or c128)", dt));
   m.dtype = *t;
   return m;
 }

@@ -69,6 +69,9 @@ TEST(Graph, TensorMeta) {
   EXPECT_EQ(scalar.bytes(), 4);
   TensorMeta empty{{3, 0}, DType::kF32};
   EXPECT_EQ(empty.numel(), 0);
+  TensorMeta rotary{{8, 32}, DType::kC64};  // a rotary table: 8 bytes per complex number
+  EXPECT_EQ(rotary.bytes(), 8 * 32 * 8);
+  EXPECT_EQ((TensorMeta{{8, 32}, DType::kC128}.bytes()), 8 * 32 * 16);
 }
 
 TEST(Graph, Uses) {

@@ -13,7 +13,10 @@ namespace autoshard {
 
 double Hardware::peak_flops(DType t) const {
   // FP32 matmuls run on CUDA cores at the FP32 peak; everything narrower uses tensor cores.
-  return (t == DType::kF32 ? peak_fp32_tflops : peak_bf16_tflops) * 1e12;
+  // Complex arithmetic runs on its real parts (f32 for c64) on CUDA cores: the FP32 peak, an
+  // upper bound for c128 (whose f64 parts are slower still).
+  const bool fp32 = t == DType::kF32 || is_complex(t);
+  return (fp32 ? peak_fp32_tflops : peak_bf16_tflops) * 1e12;
 }
 
 namespace {

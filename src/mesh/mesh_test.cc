@@ -229,6 +229,8 @@ TEST(Hardware, PeakFlops) {
   EXPECT_DOUBLE_EQ(h.peak_flops(DType::kBF16), 989e12);
   EXPECT_DOUBLE_EQ(h.peak_flops(DType::kF16), 989e12);
   EXPECT_DOUBLE_EQ(h.peak_flops(DType::kF32), 67e12);
+  EXPECT_DOUBLE_EQ(h.peak_flops(DType::kC64), 67e12);  // complex runs on its f32 parts
+  EXPECT_DOUBLE_EQ(h.peak_flops(DType::kC128), 67e12);
 }
 
 TEST(HardwareJson, BasePreset) {

@@ -1,7 +1,7 @@
 // Op coverage on graphs traced with torch 2.13 (tests/fixtures/coverage, made by
-// tests/fixtures/coverage/regenerate.sh): every op of the LLaMA, GPT-2, ViT, ResNet,
-// MobileNet-style and mixture-of-experts training steps has a sharding rule, so planning them
-// never falls back to "no sharding rule for op".
+// tests/fixtures/coverage/regenerate.sh): every op of the LLaMA (also with complex rotary),
+// GPT-2, ViT, ResNet, MobileNet-style and mixture-of-experts training steps has a sharding
+// rule, so planning them never falls back to "no sharding rule for op".
 #include <gtest/gtest.h>
 
 #include <set>
@@ -41,7 +41,8 @@ TEST_P(Coverage, EveryOpHasARuleAndEnumerates) {
 
 INSTANTIATE_TEST_SUITE_P(Torch213, Coverage,
                          ::testing::Values("llama2l_t213", "vit_tiny_t213", "gpt2_tiny",
-                                           "resnet_tiny", "mobilenet_tiny", "moe_tiny"));
+                                           "resnet_tiny", "mobilenet_tiny", "moe_tiny",
+                                           "complex_rotary_tiny"));
 
 }  // namespace
 }  // namespace autoshard

@@ -78,8 +78,12 @@ void register_pointwise_rules(RuleTable& t) {
   // Unary linear ops and dtype casts.
   for (const char* op : {"neg", "_to_copy", "clone", "contiguous", "to",
                          "convert_element_type", "copy_", "copy", "lift_fresh_copy",
-                         "_conj", "positive"})
+                         "positive"})
     t[op] = rule(Linear::kAll);
+  // _conj (the backward of a complex mul) is linear over the reals, but torch 2.13's DTensor
+  // registers it as a plain pointwise op, without Partial: a plan keeping P(sum) through it
+  // would be redistributed at apply time.
+  t["_conj"] = rule(Linear::kNone);
   // Non-linear pointwise ops (any arity, broadcasting): Partial must be resolved first.
   for (const char* op :
        {"rsqrt", "sqrt", "pow", "silu", "gelu", "relu", "tanh", "exp", "exp2", "log", "log2",

@@ -82,6 +82,7 @@ void register_view_rules(RuleTable& t);
 void register_nn_rules(RuleTable& t);
 void register_index_rules(RuleTable& t);  // index_rules.cc: gather/scatter/index/pad/roll/new_*
 void register_attention_rules(RuleTable& t);  // attention_rules.cc: SDPA, context parallel
+void register_complex_rules(RuleTable& t);  // complex_rules.cc: polar, view_as_complex/_real
 
 // Helpers shared by rule files.
 

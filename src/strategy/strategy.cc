@@ -121,6 +121,7 @@ const RuleTable& rule_table() {
     register_attention_rules(t);
     register_index_rules(t);
     register_moe_rules(t);
+    register_complex_rules(t);
     return t;
   }();
   return table;

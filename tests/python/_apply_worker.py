@@ -68,8 +68,34 @@ def make_odd_mlp():
     return model, (x,), (y,), squared_error
 
 
+def make_rotary(table: str = "buffer"):
+    """The LLaMA above with Meta's complex rotary (torch.polar table, view_as_complex, complex
+    mul, view_as_real; examples/complex_rotary.py): table="buffer" keeps the complex64 table
+    as a buffer, "forward" runs polar in the step."""
+    from autoshard.tracer.examples.complex_rotary import ComplexRotaryTransformer
+    from autoshard.tracer.examples.llama import LlamaConfig, cross_entropy_loss
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(dim=16, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=32, vocab_size=64,
+                      max_seq_len=8)
+    model = ComplexRotaryTransformer(cfg, table)
+    g = torch.Generator().manual_seed(1)
+    tokens = torch.randint(0, 64, (4, 8), generator=g)
+    labels = torch.randint(0, 64, (4, 8), generator=g)
+    return model, (tokens,), (labels,), cross_entropy_loss
+
+
+def make_rotary_polar():
+    return make_rotary("forward")
+
+
 MODELS = {"mlp": make_mlp, "llama": make_llama, "mlp_out": make_mlp_outputs,
-          "mlp_odd": make_odd_mlp}
+          "mlp_odd": make_odd_mlp, "rotary": make_rotary, "rotary_polar": make_rotary_polar}
+
+#: Models planned on the 2x2 mesh only, under one plan each (test time): the complex64 table
+#: as a buffer under Megatron (the heads split, so the rotary runs on head shards), polar in
+#: the step under the optimum (which splits the complex tensors its own ways).
+MESH_2X2_ONLY = {"rotary": "megatron", "rotary_polar": "optimum"}
 
 
 def returns_outputs(key: str) -> bool:

@@ -4,7 +4,9 @@
 graphs (autoshard.lower, split by autoshard.partition), a 3-layer MLP and a 2-layer LLaMA-style
 model (hidden 16, 4 heads, 2 KV heads) under autoshard's optimum and under hand-pinned DP, FSDP
 and Megatron-TP plans (`autoshard plan --pin`), all planned with `--comm-model dtensor` (the walk
-DTensor executes).  Besides: one plan per mesh compiled (torch.compile, inductor); on 2 ranks the
+DTensor executes).  On 2x2 also the LLaMA with Meta's complex rotary (complex64 tensors:
+torch.polar, view_as_complex, complex mul, view_as_real), its table a buffer under Megatron and
+built by polar in the step under the optimum.  Besides: one plan per mesh compiled (torch.compile, inductor); on 2 ranks the
 DP plan with every layer recomputed (`--recompute full`), an MLP with uneven shards (15 features
 over 2 ranks), and the MLP traced without a loss (AutoParallel's way: the module returns its
 outputs as DTensors and the test's own loss of them back-propagates).  Each rank compares with
@@ -60,6 +62,11 @@ def _plans(binary, graphs, mesh, dims, tmp):
                 out["mlp_odd/uneven"] = (key, W.plan(binary, graph, mesh, dims, pins, d,
                                                      divisible=False))
             continue
+        if key in W.MESH_2X2_ONLY:
+            if tp:
+                out[f"{key}/{W.MESH_2X2_ONLY[key]}"] = (key, _one_plan(
+                    binary, graph, mesh, dims, W.MESH_2X2_ONLY[key], dp_in, tmp, key))
+            continue
         specs = {
             "optimum": [],
             "dp": W.input_pins(graph, dp_in) + W.param_pins(graph, lambda n, s: rep),
@@ -77,6 +84,15 @@ def _plans(binary, graphs, mesh, dims, tmp):
             extra = ["--recompute", "full"] if name == "recompute" else []
             out[f"{key}/{name}"] = (key, W.plan(binary, graph, mesh, dims, pins, d, extra))
     return out
+
+
+def _one_plan(binary, graph, mesh, dims, name, dp_in, tmp, key):
+    """The optimum or the Megatron plan of `graph` (placements.json object)."""
+    pins = [] if name == "optimum" else W.input_pins(graph, dp_in) + W.param_pins(
+        graph, lambda n, s: "R" + W.megatron(n, s))
+    d = os.path.join(tmp, f"{key}-{name}")
+    os.makedirs(d)
+    return W.plan(binary, graph, mesh, dims, pins, d)
 
 
 def jobs_recompute_listed(jobs, name) -> bool:

@@ -81,6 +81,8 @@ class _Zoo(torch.nn.Module if torch is not None else object):
         self.bw = torch.nn.Parameter(torch.randn(2, 8, 4))
         self.emb = torch.nn.Embedding(16, 8)
         self.ln = torch.nn.LayerNorm(8)
+        self.register_buffer("mag", torch.ones(4))
+        self.register_buffer("ang", torch.arange(4.0))
 
     def forward(self, x, tok):
         h = torch.mm(x, self.w)                                  # mm
@@ -89,17 +91,22 @@ class _Zoo(torch.nn.Module if torch is not None else object):
         h = self.ln(h)                                           # native_layer_norm
         h = torch.softmax(h, dim=-1)                             # _softmax
         h = h * torch.empty_like(h).uniform_() + torch.empty_like(h).exponential_()  # random
+        rot = torch.polar(self.mag, self.ang)                    # complex64 rotary table
+        z = torch.view_as_complex(h.reshape(8, 4, 2)) * rot      # c64 mul
+        h = h + torch.view_as_real(z).flatten(1)                 # view_as_real
         b = torch.bmm(h.view(2, 4, 8), self.bw)                  # view + bmm
         b = b.transpose(1, 2).reshape(2, 16).unsqueeze(0)        # view ops
         e = self.emb(tok)                                        # embedding
         return b.sum(dim=-1).mean() + e.mean(dim=0).sum()        # sum / mean
 
 
-#: Ops compared (base names of the traced graph's forward ops).
+#: Ops compared (base names of the traced graph's forward ops).  DTensor 2.13 has no `polar`:
+#: the test compares the one autoshard.dtensor_rules registers for the applied step.
 CHECKED_OPS = {"mm", "bmm", "addmm", "add.Tensor", "mul.Tensor", "relu", "sum.dim_IntList",
                "mean.dim", "mean", "sum", "_softmax", "native_layer_norm", "embedding", "view",
                "t", "transpose.int", "unsqueeze", "_unsafe_view", "clone", "uniform_",
-               "exponential_"}
+               "exponential_", "view_as_complex", "view_as_real",
+               "polar", "_conj"}
 
 #: DTensor 2.13 candidates autoshard does not enumerate, by design (documented differences):
 #: - "partial-non-sum": P(avg), P(max), P(min) passed through ops; autoshard passes only
@@ -156,9 +163,12 @@ class StrategyCrossCheck(unittest.TestCase):
         from autoshard.tracer.export import to_graph_dict
         from autoshard.tracer.trace import trace_training_step
 
+        from autoshard.dtensor_rules import ensure_registered
+
         binary = ref.autoshard_binary()
         if binary is None:
             self.skipTest("autoshard binary not built (set AUTOSHARD_BIN)")
+        ensure_registered()
         torch.manual_seed(0)
         traced = trace_training_step(_Zoo(), (torch.randn(8, 8), torch.randint(0, 16, (4,))))
         graph = to_graph_dict(traced)

@@ -195,6 +195,8 @@ _DTYPE_NAMES = {
     torch.int64: "i64",
     torch.int32: "i32",
     torch.bool: "bool",
+    torch.complex64: "c64",  # rotary tables built with torch.polar (Meta's LLaMA, torchtitan)
+    torch.complex128: "c128",
 }
 for _n in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz"):
     if hasattr(torch, _n):

@@ -142,7 +142,7 @@ def _dtype(dt, node_name: str) -> str:
     name = _compat.dtype_name(dt)
     if name is None:
         raise ExportError(f"node {node_name}: dtype {dt} has no autoshard name "
-                          "(supported: f32, bf16, f16, f8, i64, i32, bool)")
+                          "(supported: f32, bf16, f16, f8, i64, i32, bool, c64, c128)")
     return name
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import sys
 
-DTYPES = {"f32", "bf16", "f16", "f8", "i64", "i32", "bool"}
+DTYPES = {"f32", "bf16", "f16", "f8", "i64", "i32", "bool", "c64", "c128"}
 KINDS = {"input", "parameter", "buffer", "op", "output"}
 PHASES = {"forward", "backward", "optimizer"}
 TOP_KEYS = {"format", "version", "name", "nodes", "grad_pairs", "loss", "tangents"}

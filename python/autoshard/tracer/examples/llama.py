@@ -3,8 +3,8 @@ untied input/output embeddings, next-token cross-entropy loss.
 
 Parameter names follow Meta's reference checkpoints: tok_embeddings,
 layers.N.attention.{wq,wk,wv,wo}, layers.N.feed_forward.{w1,w2,w3}, layers.N.attention_norm,
-layers.N.ffn_norm, norm, output.  Rotary uses the real-valued rotate-half form (no complex
-tensors: the graph format has no complex dtypes).
+layers.N.ffn_norm, norm, output.  Rotary uses the real-valued rotate-half form (the complex
+form of Meta's reference code: examples/complex_rotary.py).
 """
 from __future__ import annotations
 
