@@ -16,6 +16,13 @@ uint32_t placement_code(const Placement& p) {
   if (p.is_shard()) {
     if (p.dim < 0) throw std::runtime_error(fmt::format("cannot save placement S({})", p.dim));
     value = static_cast<uint32_t>(p.dim);
+    // A strided shard keeps its split factor above the dim's 6 bits (plain shards: 0, so older
+    // files read the same); the code has 30 bits for the value.
+    if (p.split_factor > 1) {
+      if (p.dim >= 64 || p.split_factor - 1 >= (int64_t{1} << 24))
+        throw std::runtime_error(fmt::format("cannot save placement {}", p.to_string()));
+      value |= static_cast<uint32_t>(p.split_factor - 1) << 6;
+    }
   } else if (p.is_partial()) {
     value = static_cast<uint32_t>(p.reduce);
   }
