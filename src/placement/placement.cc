@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <stdexcept>
 
@@ -319,8 +320,9 @@ bool ShardingSpec::valid(const Mesh& mesh, bool require_divisible) const {
   for (const Placement& p : placements)
     if (p.is_shard() && (p.dim < 0 || p.dim >= meta.rank())) return false;
   const int32_t nd = ndim_mesh();
-  std::vector<int64_t> sizes(static_cast<size_t>(nd));
-  std::vector<int32_t> pos(static_cast<size_t>(nd));
+  if (nd > 16) return false;
+  std::array<int64_t, 16> sizes{};  // no heap: valid() runs for every candidate strategy
+  std::array<int32_t, 16> pos{};
   for (int32_t m = 0; m < nd; ++m) sizes[static_cast<size_t>(m)] = mesh.size(m);
   if (!decode_shard_positions(placements.data(), nd, sizes.data(), pos.data())) return false;
   // Every shard must be non-empty.  With torch.chunk splitting this is not just "size >=
