@@ -181,6 +181,7 @@ class Decoder {
     if (x.objective() > 1) fail("options.objective", fmt::format("unknown objective {}", x.objective()));
     o.objective = x.objective() == 1 ? Objective::kOverlap : Objective::kAdditive;
     o.context_parallel = !x.no_context_parallel();
+    o.shard_orders = x.shard_orders();
     return o;
   }
 

@@ -129,6 +129,7 @@ void put_options(const PlannerOptions& o, pb::Options* out) {
   out->set_overlap_discount(o.overlap_discount);
   out->set_objective(o.objective == Objective::kOverlap ? 1 : 0);
   out->set_no_context_parallel(!o.context_parallel);
+  out->set_shard_orders(o.shard_orders);
 }
 
 void put_placements(const std::vector<Placement>& p, google::protobuf::RepeatedField<uint32_t>* out) {

@@ -75,13 +75,18 @@ bool keeps_layout(const Graph& g, const Node& n) {
   if (n.kind == NodeKind::kParameter || n.kind == NodeKind::kInput || n.kind == NodeKind::kBuffer)
     return n.inputs.empty() && n.outputs.size() == 1;
   if (n.kind != NodeKind::kOp || n.outputs.empty()) return false;
-  const std::vector<int64_t>& shape = n.out(0).shape;
-  if (shape.size() < 1) return false;
+  // Scalars (an optimizer's step count) have no cuts to order and do not count.
+  const std::vector<int64_t>* shape = nullptr;
+  auto same = [&](const TensorMeta& m) {
+    if (m.rank() == 0) return true;
+    if (shape == nullptr) shape = &m.shape;
+    return m.shape == *shape;
+  };
   for (const TensorMeta& m : n.outputs)
-    if (m.shape != shape) return false;
+    if (!same(m)) return false;
   for (const auto& ref : n.inputs)
-    if (g.meta(ref).shape != shape) return false;
-  return true;
+    if (!same(g.meta(ref))) return false;
+  return shape != nullptr;
 }
 
 }  // namespace autoshard

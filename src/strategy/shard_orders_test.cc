@@ -78,6 +78,11 @@ TEST(ShardOrders, KeepsLayout) {
   EXPECT_TRUE(keeps_layout(g, g.node(a.node)));
   EXPECT_TRUE(keeps_layout(g, g.node(relu)));
   EXPECT_FALSE(keeps_layout(g, g.node(t)));
+  const TensorRef step = input(g, {});
+  const NodeIdx upd = op(g, "mul.Tensor", {a, step}, {T({16, 8})});
+  EXPECT_TRUE(keeps_layout(g, g.node(upd)));  // a scalar does not count
+  const NodeIdx s2 = op(g, "mul.Tensor", {step, step}, {T({})});
+  EXPECT_FALSE(keeps_layout(g, g.node(s2)));  // nothing to order
 }
 
 }  // namespace
