@@ -58,9 +58,14 @@ def parse_placements(s: str, where: str = "") -> list:
     from . import placements as _pl
 
     try:
-        return list(_pl.to_dtensor(s))
+        out = list(_pl.to_dtensor(s))
     except ValueError as e:
         raise PlanError(f"{where}{e}") from None
+    if any(type(p).__name__ == "_StridedShard" for p in out):
+        raise PlanError(f"{where}placements {s!r}: strided shards (a plan made with "
+                        "--shard-orders) are not applied by the runtime yet (issue 39); plan "
+                        "without --shard-orders")
+    return out
 
 
 def placements_str(ps: Sequence) -> str:
