@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <set>
 #include <string>
+#include <string_view>
 
 namespace autoshard {
 
@@ -75,6 +76,9 @@ bool keeps_layout(const Graph& g, const Node& n) {
   if (n.kind == NodeKind::kParameter || n.kind == NodeKind::kInput || n.kind == NodeKind::kBuffer)
     return n.inputs.empty() && n.outputs.size() == 1;
   if (n.kind != NodeKind::kOp || n.outputs.empty()) return false;
+  // Dim permutations move every cut with its dim: a transposed weight keeps its order.
+  const std::string_view op = std::string_view(n.op).substr(0, n.op.find('.'));
+  if (op == "t" || op == "transpose" || op == "permute") return n.outputs.size() == 1;
   // Scalars (an optimizer's step count) have no cuts to order and do not count.
   const std::vector<int64_t>* shape = nullptr;
   auto same = [&](const TensorMeta& m) {

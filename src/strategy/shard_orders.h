@@ -2,7 +2,8 @@
 /// Ordered variants of strategies: the same placements with another shard order (strided
 /// shards, placement/placement.h), for the ops where the order cannot change what the op
 /// computes per device: leaves (parameters, inputs, buffers) and ops whose tensors all have the
-/// same shape, scalars aside (elementwise ops, casts, the optimizer update).  FSDP2 over TP stores a
+/// same shape, scalars aside (elementwise ops, casts, the optimizer update), and dim
+/// permutations (t, transpose, permute: every cut moves with its dim).  FSDP2 over TP stores a
 /// column-parallel weight as _S(0,tp)S(0); its gradient and optimizer state follow it.
 ///
 /// A variant permutes the cut order of a set of mesh dims that together cut one tensor dim, and

@@ -70,6 +70,16 @@ TEST(ShardOrders, SameShapeOpsReorderEveryTensor) {
   EXPECT_EQ(names(g, mm, mesh2(4, 2), ordered()), names(g, mm, mesh2(4, 2)));
 }
 
+// A transposed weight keeps its order: the rows cut tp-first become columns cut tp-first.
+TEST(ShardOrders, TransposeCarriesTheOrder) {
+  Graph g;
+  const TensorRef w = input(g, {16, 8});
+  const NodeIdx t = op(g, "t", {w}, {T({8, 16})});
+  const auto with = names(g, t, mesh2(4, 2), ordered());
+  EXPECT_THAT(with, Contains("_S(1,2)S(1) <- _S(0,2)S(0)"));
+  EXPECT_THAT(with, Not(Contains("_S(1,2)S(1) <- S(0)S(0)")));
+}
+
 TEST(ShardOrders, KeepsLayout) {
   Graph g;
   const TensorRef a = input(g, {16, 8});
@@ -77,7 +87,9 @@ TEST(ShardOrders, KeepsLayout) {
   const NodeIdx t = op(g, "t", {a}, {T({8, 16})});
   EXPECT_TRUE(keeps_layout(g, g.node(a.node)));
   EXPECT_TRUE(keeps_layout(g, g.node(relu)));
-  EXPECT_FALSE(keeps_layout(g, g.node(t)));
+  EXPECT_TRUE(keeps_layout(g, g.node(t)));  // a permutation moves cuts with their dims
+  const NodeIdx flat = op(g, "view", {a}, {T({128})});
+  EXPECT_FALSE(keeps_layout(g, g.node(flat)));
   const TensorRef step = input(g, {});
   const NodeIdx upd = op(g, "mul.Tensor", {a, step}, {T({16, 8})});
   EXPECT_TRUE(keeps_layout(g, g.node(upd)));  // a scalar does not count
