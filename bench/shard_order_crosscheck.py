@@ -4,7 +4,7 @@ orders (strided shards), many random cases (tests/python/test_dtensor_crosscheck
 fixed 60 of them).
 
     AUTOSHARD_BIN=build/autoshard PYTHONPATH=python python bench/shard_order_crosscheck.py \\
-        [--cases 400] [--seed 20261205]
+        [--cases 600] [--seed 20261205]
 
 Prints how many cases agree within 1e-9 relative (both impossible counts as agreeing), how many
 have an order on either side, by mesh rank, and every disagreement (case, ours, torch); exit
@@ -27,7 +27,7 @@ import _dtensor_ref as ref  # noqa: E402
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--cases", type=int, default=400)
+    ap.add_argument("--cases", type=int, default=600)
     ap.add_argument("--seed", type=int, default=20261205)
     ap.add_argument("--bin", default=None, help="autoshard binary (default $AUTOSHARD_BIN, build/)")
     args = ap.parse_args()
