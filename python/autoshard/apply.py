@@ -52,39 +52,19 @@ class PlanError(ValueError):
 
 # --- placements -----------------------------------------------------------------------------
 def parse_placements(s: str, where: str = "") -> list:
-    """'S(0)RP(sum)' (also 'P', 'Shard(0)', 'Replicate()', 'Partial(sum)', ', ' separators)
-    -> [Shard(0), Replicate(), Partial('sum')]."""
-    text = s.strip()
-    if text.startswith("[") and text.endswith("]"):
-        text = text[1:-1]
-    out: list = []
-    i = 0
-    aliases = (("Shard(", "S("), ("Replicate()", "R"), ("Partial(", "P("))
-    for long, short in aliases:
-        text = text.replace(long, short)
-    text = text.replace(",", "").replace(" ", "")
-    while i < len(text):
-        c = text[i]
-        if c == "R":
-            out.append(Replicate())
-            i += 1
-        elif c in "SP" and i + 1 < len(text) and text[i + 1] == "(":
-            j = text.find(")", i)
-            if j < 0:
-                raise PlanError(f"{where}placements '{s}': unclosed '(' at {i}")
-            arg = text[i + 2:j]
-            if c == "S":
-                if not arg.lstrip("-").isdigit():
-                    raise PlanError(f"{where}placements '{s}': bad shard dim '{arg}'")
-                out.append(Shard(int(arg)))
-            else:
-                out.append(Partial(arg or "sum"))
-            i = j + 1
-        elif c == "P":
-            out.append(Partial("sum"))
-            i += 1
-        else:
-            raise PlanError(f"{where}placements '{s}': unexpected '{c}' at position {i}")
+    """'S(0)RP(sum)' (also '_S(0,8)', 'P', 'Shard(0)', '_StridedShard(dim=0, sf=8)',
+    'Replicate()', 'Partial(sum)', ', ' separators, one pair of [])
+    -> [Shard(0), Replicate(), Partial('sum')] (autoshard.placements.parse)."""
+    from . import placements as _pl
+
+    try:
+        out = list(_pl.to_dtensor(s))
+    except ValueError as e:
+        raise PlanError(f"{where}{e}") from None
+    if any(type(p).__name__ == "_StridedShard" for p in out):
+        raise PlanError(f"{where}placements {s!r}: strided shards (a plan made with "
+                        "--shard-orders) are not applied by the runtime yet (issue 39); plan "
+                        "without --shard-orders")
     return out
 
 
@@ -92,7 +72,10 @@ def placements_str(ps: Sequence) -> str:
     """[Shard(0), Replicate(), Partial()] -> 'S(0)RP(sum)' (autoshard's short strings)."""
     out = []
     for p in ps:
-        if p.is_replicate():
+        if type(p).__name__ == "_StridedShard":  # its is_shard() is False in torch 2.13
+            # Even with split factor 1 (a view's, same layout as Shard): says what torch holds.
+            out.append(f"_S({p.dim},{int(p.split_factor)})")
+        elif p.is_replicate():
             out.append("R")
         elif p.is_shard():
             out.append(f"S({p.dim})")

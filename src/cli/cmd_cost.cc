@@ -111,6 +111,11 @@ void run_cost(const CostArgs& a) {
       throw std::invalid_argument(fmt::format("{} '{}': {} placements for a {}-D mesh", opt,
                                               s->to_string(), s->ndim_mesh(), mesh.ndim()));
   for (const auto& [opt, s] : {std::pair{"--from", &from}, std::pair{"--to", &to}})
+    if (!decode_shard_order(s->placements, mesh))
+      throw std::invalid_argument(fmt::format("{} '{}': the split factors fit no shard order on "
+                                              "mesh {}",
+                                              opt, s->to_string(), mesh.describe()));
+  for (const auto& [opt, s] : {std::pair{"--from", &from}, std::pair{"--to", &to}})
     if (!s->valid(mesh))
       throw std::invalid_argument(fmt::format("{} '{}': cannot shard shape [{}] on mesh {}", opt,
                                               s->to_string(), a.shape, mesh.describe()));
@@ -144,7 +149,7 @@ void register_cost(CLI::App& app) {
   add_mesh_options(sub, a->mesh, "8", "");
   sub->add_option("--shape", a->shape, "global tensor shape, e.g. 8192,4096");
   sub->add_option("--dtype", a->dtype, "dtype")->capture_default_str();
-  sub->add_option("--from", a->from, "current placements, e.g. 'S(0)' or 'S(0)R'");
+  sub->add_option("--from", a->from, "current placements, e.g. 'S(0)', 'S(0)R' or '_S(0,8)S(0)' (strided: shard order)");
   sub->add_option("--to", a->to, "target placements, e.g. R");
   sub->add_option("--comm-model", a->comm_model, "nccl (measured bandwidths) or dtensor (DTensor's model)")
       ->capture_default_str();

@@ -48,6 +48,7 @@ struct PlanArgs {
   bool no_cluster = false;
   bool require_divisible = false;
   bool no_context_parallel = false;
+  bool shard_orders = false;
   bool no_checks = false;
   std::string out_dir;
   std::string preload;
@@ -213,6 +214,7 @@ int run_plan(const PlanArgs& a) {
   opt.cluster = !a.no_cluster;
   opt.require_divisible = a.require_divisible;
   opt.context_parallel = !a.no_context_parallel;
+  opt.shard_orders = a.shard_orders;
   opt.overlap = a.overlap;
   if (a.objective == "overlap") opt.objective = Objective::kOverlap;
   else if (a.objective == "additive") opt.objective = Objective::kAdditive;
@@ -350,6 +352,9 @@ void register_plan(CLI::App& app) {
   sub->add_flag("--require-divisible", a->require_divisible, "only shard dims that split evenly");
   sub->add_flag("--no-context-parallel", a->no_context_parallel,
                 "never split attention's sequence over a mesh dim (ring / all-gather attention)");
+  sub->add_flag("--shard-orders", a->shard_orders,
+                "also offer non-default shard orders (strided shards such as FSDP2-over-TP's "
+                "_S(0,tp)S(0)) for parameters and same-shape ops");
   sub->add_flag("--no-checks", a->no_checks, "skip the independent verification of the solution");
   sub->add_option("--pin", a->pins, "pin a node's output placements: NODE=PLACEMENTS (repeatable)");
   sub->add_option("--preload", a->preload, "placements JSON of an earlier plan to start from");

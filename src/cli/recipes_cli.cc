@@ -27,7 +27,10 @@ Recipe parse_algo_option(const std::string& s) {
 
 std::vector<std::string> apply_recipe(ShardingOptimizer& so, Recipe r) {
   if (r == Recipe::kAlpa) return {};
-  RecipePins pins = recipe_pins(r, so.graph(), so.mesh(), so.options().require_divisible);
+  // With --shard-orders, fsdp+tp stores column-parallel weights tp-first (FSDP2 over TP);
+  // not by default: the runtime does not apply strided placements yet (issue 39 item 4).
+  RecipePins pins = recipe_pins(r, so.graph(), so.mesh(), so.options().require_divisible,
+                                so.options().shard_orders);
   if (!pins.not_applicable.empty())
     throw std::invalid_argument(fmt::format("--algo {}: {}", recipe_name(r), pins.not_applicable));
   for (const Constraint& c : pins.constraints) so.add_constraint(c);

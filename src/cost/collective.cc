@@ -43,7 +43,7 @@ double ring_hops(Collective c, int64_t n) {
 
 /// DTensor's allgather_cost / reduce_scatter_cost / allreduce_cost (_collective_utils.py):
 /// latency 6.6 + hops * lat (us); data (GiB * hops / n) / (GB/s) in s, times 1e6.
-double dtensor_time_us(Collective c, double bytes, const MeshDim& d) {
+double dtensor_time_gib_us(Collective c, double gib, const MeshDim& d) {
   double bw = kDtensorBandwidthGBps;
   double lat = kDtensorHopLatencyUs;
   if (d.inter_node) {
@@ -51,10 +51,13 @@ double dtensor_time_us(Collective c, double bytes, const MeshDim& d) {
     lat = kDtensorInterHopLatencyUs;
   }
   const double hops = ring_hops(c, d.size);
-  const double gib = bytes / 1024.0 / 1024.0 / 1024.0;
   const double latency = kDtensorBaseLatencyUs + hops * lat;
   const double seconds = (gib * hops / static_cast<double>(d.size)) / bw;
   return latency + seconds * 1e6;
+}
+
+double dtensor_time_us(Collective c, double bytes, const MeshDim& d) {
+  return dtensor_time_gib_us(c, bytes / 1024.0 / 1024.0 / 1024.0, d);
 }
 
 /// Ring model (nccl-tests doc/PERFORMANCE.md): t = latency + hops/n * S / busbw.
@@ -73,6 +76,11 @@ double collective_time_us(Collective c, double bytes, const Mesh& mesh, MeshDimI
   const MeshDim& d = mesh.dim(dim);
   if (model == CommModel::kDtensor) return dtensor_time_us(c, bytes, d);
   return nccl_time_us(c, bytes, d, mesh.hardware().base_latency_us);
+}
+
+double dtensor_collective_gib_us(Collective c, double gib, const Mesh& mesh, MeshDimIdx dim) {
+  return dtensor_time_gib_us(c == Collective::kAllToAll ? Collective::kAllGather : c, gib,
+                             mesh.dim(dim));
 }
 
 double collective_bus_bytes(Collective c, double bytes, int64_t n) {

@@ -77,6 +77,13 @@ inline double all_to_all_us(double bytes, const Mesh& mesh, MeshDimIdx dim,
 /// (n-1)/n S for all_gather / reduce_scatter / all_to_all, 2(n-1)/n S for all_reduce.
 double collective_bus_bytes(Collective c, double bytes, int64_t n);
 
+/// DTensor's cost of `c` over mesh dim `dim` for `gib` GiB per device, evaluated in the same
+/// order of binary64 operations as torch 2.13's allgather_cost / reduce_scatter_cost /
+/// allreduce_cost (all_to_all: allgather_cost, as DTensor prices a shard-to-shard step), so
+/// that equal inputs give bit-equal costs (DTensor's planner breaks cost ties by insertion
+/// order, which only an exact replica of its arithmetic reproduces).
+double dtensor_collective_gib_us(Collective c, double gib, const Mesh& mesh, MeshDimIdx dim);
+
 /// DTensor MeshTopoInfo constants (_collective_utils.py).
 inline constexpr double kDtensorBandwidthGBps = 87.7;
 inline constexpr double kDtensorInterNodeFactor = 0.22;

@@ -1,5 +1,7 @@
 #include "cost/redistribute.h"
 
+#include "cost/dtensor_planner.h"
+
 #include <fmt/format.h>
 
 #include <limits>
@@ -28,6 +30,13 @@ void check_spec(const ShardingSpec& s, const Mesh& mesh, const char* which) {
       throw std::invalid_argument(fmt::format("redistribute: {} spec {} shards dim {} of a "
                                               "rank-{} tensor",
                                               which, s.to_string(), p.dim, s.meta.rank()));
+  std::array<int64_t, kMaxMeshDims> sizes{};
+  std::array<int32_t, kMaxMeshDims> pos{};
+  for (int32_t m = 0; m < mesh.ndim(); ++m) sizes[static_cast<size_t>(m)] = mesh.size(m);
+  if (!decode_shard_positions(s.placements.data(), mesh.ndim(), sizes.data(), pos.data()))
+    throw std::invalid_argument(fmt::format("redistribute: {} spec {}: the split factors fit no "
+                                            "shard order on mesh {}",
+                                            which, s.to_string(), mesh.describe()));
 }
 
 /// Checks the specs; returns false when the transition is impossible for every profile.
@@ -37,133 +46,66 @@ bool compatible(const ShardingSpec& from, const ShardingSpec& to, const Mesh& me
   return from.meta.shape == to.meta.shape && from.meta.dtype == to.meta.dtype;
 }
 
-/// One step of DTensor's transform list: mesh dim `dim` goes from `from` to `to`.
-struct DtensorStep {
-  MeshDimIdx dim = 0;
-  Placement from;
-  Placement to;
-};
-
-/// DTensor's greedy transform list (torch 2.13 _redistribute.py,
-/// DTensorRedistributePlanner.generate_greedy_transform_infos): on a 1-D mesh one direct step;
-/// otherwise, when the source has any shard, walk the mesh dims LAST TO FIRST, sending a mesh
-/// dim to Replicate instead of its Shard(d) target when the mesh dims before it shard d
-/// differently in source and target (nested sharding to undo), then walk FIRST TO LAST for the
-/// remaining differences.  Returns the number of steps written into `steps`.
-int32_t dtensor_transform_steps(const ShardingSpec& from, const ShardingSpec& to, const Mesh& mesh,
-                                std::array<DtensorStep, 2 * kMaxMeshDims>& steps) {
-  const int32_t nd = mesh.ndim();
-  const Placement* tgt = to.placements.data();
-  int32_t n = 0;
-  if (nd == 1) {
-    if (!(from.placements[0] == tgt[0])) steps[0] = DtensorStep{0, from.placements[0], tgt[0]};
-    return from.placements[0] == tgt[0] ? 0 : 1;
-  }
-  std::array<Placement, kMaxMeshDims> cur{};
-  bool any_shard = false;
-  for (int32_t m = 0; m < nd; ++m) {
-    cur[static_cast<size_t>(m)] = from.placements[static_cast<size_t>(m)];
-    any_shard |= cur[static_cast<size_t>(m)].is_shard() && mesh.size(m) > 1;
-  }
-  if (any_shard) {  // DTensor tests num_shards > 1
-    for (int32_t m = nd - 1; m >= 0; --m) {
-      Placement target = tgt[m];
-      if (target.is_shard()) {
-        for (int32_t i = 0; i < m; ++i)
-          if (cur[static_cast<size_t>(i)].is_shard(target.dim) != tgt[i].is_shard(target.dim)) {
-            target = Placement::replicate();
-            break;
-          }
-      }
-      if (!(cur[static_cast<size_t>(m)] == target)) {
-        steps[static_cast<size_t>(n++)] = DtensorStep{m, cur[static_cast<size_t>(m)], target};
-        cur[static_cast<size_t>(m)] = target;
-      }
-    }
-  }
-  for (int32_t m = 0; m < nd; ++m)
-    if (!(cur[static_cast<size_t>(m)] == tgt[m])) {
-      steps[static_cast<size_t>(n++)] = DtensorStep{m, cur[static_cast<size_t>(m)], tgt[m]};
-      cur[static_cast<size_t>(m)] = tgt[m];
-    }
-  return n;
-}
-
-/// DTensor's collectives along the greedy transform list, with its byte tracking (see
-/// plan_redistribute_dtensor in the header).
-RedistributePlan dtensor_plan(const ShardingSpec& from, const ShardingSpec& to, const Mesh& mesh) {
-  RedistributePlan plan;
-  if (from.is_replicated() || from.placements == to.placements) return plan;
+/// Walks DTensor's transform list with its byte tracking (redistribute_cost in torch 2.13
+/// _collective_utils.py: GiB = global bytes / num_shards / 1024^3, times n after a gather,
+/// divided by n after a scatter or slice, in that order of operations), calling
+/// `step(kind, mesh dim, GiB)` for every collective; all_to_all is priced by the caller.
+/// Returns false when a step is impossible (S -> P, P(x) -> P(y)) or no plan exists.
+template <class Step>
+bool walk_dtensor(const ShardingSpec& from, const ShardingSpec& to, const Mesh& mesh, Step step) {
+  if (from.is_replicated() || from.placements == to.placements) return true;
   int64_t num_shards = 1;
   for (int32_t m = 0; m < mesh.ndim(); ++m)
     if (from.placements[static_cast<size_t>(m)].is_shard()) num_shards *= mesh.size(m);
-  double bytes = static_cast<double>(from.meta.bytes()) / static_cast<double>(num_shards);
-  std::array<DtensorStep, 2 * kMaxMeshDims> steps{};
-  const int32_t num_steps = dtensor_transform_steps(from, to, mesh, steps);
-  auto push = [&](Collective kind, MeshDimIdx m, double b) {
-    plan.steps[static_cast<size_t>(plan.num_steps++)] = CommStep{kind, m, b};
-  };
-  for (int32_t i = 0; i < num_steps; ++i) {
-    const DtensorStep& s = steps[static_cast<size_t>(i)];
+  double gib = static_cast<double>(from.meta.bytes()) / static_cast<double>(num_shards) / 1024 / 1024 / 1024;
+  const DtensorSteps steps = dtensor_transform_steps(from, to, mesh);
+  if (!steps.found) return false;
+  for (int32_t i = 0; i < steps.num; ++i) {
+    const DtensorStep& s = steps.steps[static_cast<size_t>(i)];
     const auto n = static_cast<double>(mesh.size(s.dim));
     if (s.from.is_shard() && s.to.is_replicate()) {
-      bytes *= n;
-      push(Collective::kAllGather, s.dim, bytes);
+      gib *= n;
+      step(Collective::kAllGather, s.dim, gib);
     } else if (s.from.is_shard() && s.to.is_shard()) {
-      push(Collective::kAllToAll, s.dim, bytes);
+      step(Collective::kAllToAll, s.dim, gib);
     } else if (s.from.is_partial() && s.to.is_replicate()) {
-      push(Collective::kAllReduce, s.dim, bytes);
+      step(Collective::kAllReduce, s.dim, gib);
     } else if (s.from.is_partial() && s.to.is_shard()) {
-      push(Collective::kReduceScatter, s.dim, bytes);
-      bytes /= n;
+      step(Collective::kReduceScatter, s.dim, gib);
+      gib /= n;
     } else if (s.from.is_replicate() && s.to.is_shard()) {
-      bytes /= n;
+      gib /= n;
     } else if (!s.from.is_replicate()) {  // S -> P, P(x) -> P(y)
-      plan.impossible = true;
-      plan.num_steps = 0;
-      return plan;
+      return false;
     }
+    // Replicate -> Partial: free.
+  }
+  return true;
+}
+
+/// DTensor's collectives (see plan_redistribute_dtensor in the header).
+RedistributePlan dtensor_plan(const ShardingSpec& from, const ShardingSpec& to, const Mesh& mesh) {
+  RedistributePlan plan;
+  const bool ok = walk_dtensor(from, to, mesh, [&](Collective kind, MeshDimIdx m, double gib) {
+    if (plan.num_steps == RedistributePlan::kMaxSteps)
+      throw std::logic_error("redistribute: DTensor plan longer than RedistributePlan holds");
+    plan.steps[static_cast<size_t>(plan.num_steps++)] = CommStep{kind, m, gib * 1024 * 1024 * 1024};
+  });
+  if (!ok) {
+    plan.impossible = true;
+    plan.num_steps = 0;
   }
   return plan;
 }
 
-/// DTensor's redistribute_cost (torch 2.13 _collective_utils.py), step for step over the
-/// greedy transform list (see the header).
+/// DTensor's redistribute_cost, step for step over its transform list (see the header).
 double dtensor_cost(const ShardingSpec& from, const ShardingSpec& to, const Mesh& mesh) {
-  if (from.is_replicated() || from.placements == to.placements) return 0.0;
-  int64_t num_shards = 1;
-  for (int32_t m = 0; m < mesh.ndim(); ++m)
-    if (from.placements[static_cast<size_t>(m)].is_shard()) num_shards *= mesh.size(m);
-  double bytes = static_cast<double>(from.meta.bytes()) / static_cast<double>(num_shards);
   double cost = 0.0;
-  std::array<DtensorStep, 2 * kMaxMeshDims> steps{};
-  const int32_t num_steps = dtensor_transform_steps(from, to, mesh, steps);
-  for (int32_t i = 0; i < num_steps; ++i) {
-    const DtensorStep& s = steps[static_cast<size_t>(i)];
-    const Placement& c = s.from;
-    const Placement& t = s.to;
-    const MeshDimIdx m = s.dim;
-    const auto n = static_cast<double>(mesh.size(m));
-    if (c.is_shard() && t.is_replicate()) {
-      bytes *= n;
-      cost += all_gather_us(bytes, mesh, m, CommModel::kDtensor);
-    } else if (c.is_shard() && t.is_shard()) {
-      cost += all_gather_us(bytes, mesh, m, CommModel::kDtensor) + kDtensorShardToShardPenaltyUs;
-    } else if (c.is_partial() && t.is_replicate()) {
-      cost += all_reduce_us(bytes, mesh, m, CommModel::kDtensor);
-    } else if (c.is_partial() && t.is_shard()) {
-      cost += reduce_scatter_us(bytes, mesh, m, CommModel::kDtensor);
-      bytes /= n;
-    } else if (c.is_shard() && t.is_partial()) {
-      return kInf;
-    } else if (c.is_partial() && t.is_partial()) {
-      return kInf;  // different reduce ops (equal placements are not steps)
-    } else if (c.is_replicate() && t.is_shard()) {
-      bytes /= n;
-    }
-    // Replicate -> Partial: free.
-  }
-  return cost;
+  const bool ok = walk_dtensor(from, to, mesh, [&](Collective kind, MeshDimIdx m, double gib) {
+    cost += dtensor_collective_gib_us(kind, gib, mesh, m);
+    if (kind == Collective::kAllToAll) cost += kDtensorShardToShardPenaltyUs;
+  });
+  return ok ? cost : kInf;
 }
 
 /// Per-device bytes of the largest local shard, split into a constant part (tensor dims no
@@ -202,6 +144,24 @@ struct ShardBytes {
     return b;
   }
 };
+
+/// The mesh dim at `pos`ition i of tensor dim d's shard order in `p`, -1 if none.
+int32_t cut_at(const Placement* p, const int32_t* pos, int32_t nd, int32_t d, int32_t i) {
+  for (int32_t m = 0; m < nd; ++m)
+    if (p[m].is_shard(d) && pos[m] == i) return m;
+  return -1;
+}
+
+/// Whether mesh dim m shards the same tensor dim in both specs within the common prefix of
+/// that dim's two shard orders (a cut both keep; everything after it is undone and redone).
+bool in_common_prefix(const Placement* src, const int32_t* src_pos, const Placement* tgt,
+                      const int32_t* tgt_pos, int32_t nd, int32_t m) {
+  if (!src[m].is_shard() || !tgt[m].is_shard(src[m].dim) || src_pos[m] != tgt_pos[m]) return false;
+  const int32_t d = src[m].dim;
+  for (int32_t i = 0; i < src_pos[m]; ++i)
+    if (cut_at(src, src_pos, nd, d, i) != cut_at(tgt, tgt_pos, nd, d, i)) return false;
+  return true;
+}
 
 }  // namespace
 
@@ -246,44 +206,25 @@ RedistributePlan plan_steps(const ShardingSpec& from, const ShardingSpec& to, co
   bytes_of.mesh_sizes = sizes.data();
   bytes_of.nd = nd;
 
-  // Tensor dims whose kept prefix has ended (see the header).
-  std::array<int32_t, 2 * kMaxMeshDims> broken{};
-  int32_t num_broken = 0;
-  auto is_broken = [&](int32_t d) {
-    for (int32_t i = 0; i < num_broken; ++i)
-      if (broken[static_cast<size_t>(i)] == d) return true;
-    return false;
-  };
-  auto mark_broken = [&](int32_t d) {
-    if (!is_broken(d)) broken[static_cast<size_t>(num_broken++)] = d;
-  };
-
+  std::array<int32_t, kMaxMeshDims> src_pos{}, tgt_pos{}, cur_pos{};
+  for (int32_t m = 0; m < nd; ++m) sizes[static_cast<size_t>(m)] = mesh.size(m);
+  decode_shard_positions(src, nd, sizes.data(), src_pos.data());  // compatible() checked both
+  decode_shard_positions(tgt, nd, sizes.data(), tgt_pos.data());
   for (int32_t m = 0; m < nd; ++m) {
     const Placement& f = src[m];
     const Placement& t = tgt[m];
     cur[static_cast<size_t>(m)] = f;
-    sizes[static_cast<size_t>(m)] = mesh.size(m);
+    cur_pos[static_cast<size_t>(m)] = src_pos[static_cast<size_t>(m)];
     if ((f.is_shard() && t.is_partial()) ||
         (f.is_partial() && t.is_partial() && f.reduce != t.reduce)) {
       plan.impossible = true;
       return plan;
     }
-    const int32_t fs = f.is_shard() ? f.dim : -1;
-    const int32_t ts = t.is_shard() ? t.dim : -1;
-    if (fs >= 0) bytes_of.touch(fs);
-    if (ts >= 0) bytes_of.touch(ts);
-    if (fs >= 0 && fs == ts) {
-      if (is_broken(fs)) remove[static_cast<size_t>(m)] = add[static_cast<size_t>(m)] = true;
-      continue;
-    }
-    if (fs >= 0) {
-      mark_broken(fs);
-      remove[static_cast<size_t>(m)] = true;
-    }
-    if (ts >= 0) {
-      mark_broken(ts);
-      add[static_cast<size_t>(m)] = true;
-    }
+    if (f.is_shard()) bytes_of.touch(f.dim);
+    if (t.is_shard()) bytes_of.touch(t.dim);
+    const bool keep = in_common_prefix(src, src_pos.data(), tgt, tgt_pos.data(), nd, m);
+    remove[static_cast<size_t>(m)] = f.is_shard() && !keep;
+    add[static_cast<size_t>(m)] = t.is_shard() && !keep;
   }
   bytes_of.finish();
 
@@ -307,26 +248,26 @@ RedistributePlan plan_steps(const ShardingSpec& from, const ShardingSpec& to, co
       if (states) min_state = states->size();
     }
   };
-  // Mesh dim m may leave the sharding of its tensor dim only as the innermost split.
+  // Mesh dim m may leave the sharding of its tensor dim only as the innermost cut.
   auto remove_ready = [&](int32_t m) {
     const int32_t d = cur[static_cast<size_t>(m)].dim;
-    for (int32_t m2 = m + 1; m2 < nd; ++m2)
-      if (cur[static_cast<size_t>(m2)].is_shard(d)) return false;
+    for (int32_t m2 = 0; m2 < nd; ++m2)
+      if (cur[static_cast<size_t>(m2)].is_shard(d) && cur_pos[static_cast<size_t>(m2)] > cur_pos[static_cast<size_t>(m)])
+        return false;
     return true;
   };
-  // Mesh dim m may join the sharding of d once every sharding of d to undo is undone, as the
-  // innermost split, after the target's outer ones.
+  // Mesh dim m may join the sharding of d as its innermost cut once the current cuts of d are
+  // exactly the target's cuts outside m (every cut to undo undone, every outer one in place).
   auto add_ready = [&](int32_t m, int32_t d) {
+    int32_t count = 0;
     for (int32_t m2 = 0; m2 < nd; ++m2) {
-      const Placement& c = cur[static_cast<size_t>(m2)];
-      if (remove[static_cast<size_t>(m2)] && c.is_shard(d)) return false;
-      if (m2 == m) continue;
-      if (m2 > m && c.is_shard(d)) return false;
-      if (m2 < m && add[static_cast<size_t>(m2)] && tgt[m2].is_shard(d)) return false;
+      const auto i = static_cast<size_t>(m2);
+      if (!cur[i].is_shard(d)) continue;
+      if (m2 == m || remove[i] || !tgt[m2].is_shard(d) || tgt_pos[i] != cur_pos[i]) return false;
+      ++count;
     }
-    return true;
+    return count == tgt_pos[static_cast<size_t>(m)];
   };
-
   for (;;) {
     bool progress = false;
     // Free slices first (scanning first to last), so that collectives see smaller data.
@@ -334,6 +275,7 @@ RedistributePlan plan_steps(const ShardingSpec& from, const ShardingSpec& to, co
       const auto mi = static_cast<size_t>(m);
       if (!add[mi] || !cur[mi].is_replicate() || !add_ready(m, tgt[m].dim)) continue;
       cur[mi] = tgt[m];
+      cur_pos[mi] = tgt_pos[mi];
       add[mi] = false;
       update();
       progress = true;
@@ -351,6 +293,7 @@ RedistributePlan plan_steps(const ShardingSpec& from, const ShardingSpec& to, co
         remove[mi] = false;
       }
       cur[mi] = tgt[m];
+      cur_pos[mi] = tgt_pos[mi];
       add[mi] = false;
       update();
       progress = true;
@@ -360,6 +303,7 @@ RedistributePlan plan_steps(const ShardingSpec& from, const ShardingSpec& to, co
       const auto mi = static_cast<size_t>(m);
       if (!remove[mi] || !remove_ready(m)) continue;
       cur[mi] = Placement::replicate();
+      cur_pos[mi] = -1;
       remove[mi] = false;
       cur_bytes = bytes_of(cur.data());
       push(Collective::kAllGather, m, cur_bytes);  // bytes = gathered size

@@ -16,20 +16,26 @@
 /// LAST for what is left; a 1-D mesh is one step): S->R b *= n then all_gather(b); S(i)->S(j)
 /// all_gather(b) + 1 us (DTensor's penalty in place of an all-to-all); P->R all_reduce(b);
 /// P->S reduce_scatter(b) then b /= n; R->S b /= n (free); R->P free; S->P and P(x)->P(y) inf.
-/// It ignores uneven shards, as DTensor does.  DTensor's model has changed between releases
+/// It ignores uneven shards, as DTensor does.  Specs with a strided shard (a non-default shard
+/// order, placement/placement.h) get torch's graph-based plan instead of the greedy walk
+/// (cost/dtensor_planner.h), priced by the same per-step rules; torch 2.13's redistribute_cost
+/// itself returns +inf for specs written with _StridedShard (its "temporary fix" while their
+/// shard_order is None) and prices the same layout written as Shard placements plus an explicit
+/// shard_order, which is what DTensor executes either way; this profile gives the latter.  DTensor's model has changed between releases
 /// (e.g. pytorch PRs #169304, #173420, #178175); a plain first-to-last walk of the mesh dims
 /// (this profile before the cross-check) prices e.g. S(0)P -> RR differently.  Pinned to 2.13.
 ///
 /// Profile `nccl`: a schedule that is sound for N-D meshes, costed with the ring model.
-/// Semantics: a tensor dim sharded on several mesh dims is split in mesh-dim order (the lower
-/// mesh dim is the outer split, as ShardingSpec::local_shape does and as DTensor's default
-/// shard order does).  Per mesh dim the moves are: S->R all-gather, P->R all-reduce,
+/// Semantics: a tensor dim sharded on several mesh dims is split in its shard order (mesh-dim
+/// order by default, the lower mesh dim the outer split; strided shards encode another order,
+/// placement/placement.h).  Per mesh dim the moves are: S->R all-gather, P->R all-reduce,
 /// P->S reduce-scatter, R->S local slice (free), R->P local (free), S(i)->S(j) all-to-all.
 /// Nesting: a mesh dim may only leave or join the sharding of tensor dim d as its innermost
-/// split, so for each tensor dim the longest common prefix (in mesh-dim order) of the current
+/// split, so for each tensor dim the longest common prefix (in shard order) of the current
 /// and target mesh dims sharding it is kept, and every other current sharding of d is undone
-/// innermost first before the target's remaining ones are added outermost first.  E.g.
-/// S(0)S(0) -> RS(0) gathers mesh dim 1, then mesh dim 0, then slices on mesh dim 1.
+/// innermost first before the target's remaining ones are added outermost first.  E.g. on a
+/// (dp, tp) mesh S(0)S(0) -> RS(0) gathers tp, then dp, then slices on tp, while
+/// _S(0,tp)S(0) -> RS(0) (tp the outer cut: FSDP2 over TP) is one all-gather on dp.
 /// Order of the steps (greedy, shrink before grow):
 ///   1. apply every ready R->S local slice (free, shrinks the data), scanning mesh dims FIRST
 ///      TO LAST, until none is ready;
@@ -70,7 +76,8 @@ struct RedistributePlan {
   bool impossible = false;
 };
 
-/// Builds the sound N-D schedule described above.  No heap allocation.
+/// Builds the sound N-D schedule described above.  No heap allocation.  Specs whose split
+/// factors decode to no shard order are std::invalid_argument.
 RedistributePlan plan_redistribute(const ShardingSpec& from, const ShardingSpec& to,
                                    const Mesh& mesh);
 
@@ -86,7 +93,8 @@ std::vector<std::vector<Placement>> redistribute_path(const ShardingSpec& from,
 /// `dtensor` profile's walk): S->R all_gather, S(i)->S(j) all_to_all, P->R all_reduce, P->S
 /// reduce_scatter, bytes per DTensor's tracking (b = local bytes, times n after a gather,
 /// divided by n after a scatter or slice), in collective_time_us's convention.  What an
-/// applied plan is audited against (python/autoshard/audit.py).  No heap allocation.
+/// applied plan is audited against (python/autoshard/audit.py).  No heap allocation unless a
+/// spec has a strided shard (then torch's graph search, cost/dtensor_planner.h).
 RedistributePlan plan_redistribute_dtensor(const ShardingSpec& from, const ShardingSpec& to,
                                           const Mesh& mesh);
 

@@ -347,7 +347,7 @@ TEST(Placements, BadFilesNameEveryBadNodeOnOneLine) {
   EXPECT_LT(e.size(), 1000u);
   EXPECT_THAT(e, HasSubstr("/placements/kkkk"));
   EXPECT_THAT(e, HasSubstr("k...: no such node"));
-  EXPECT_THAT(e, HasSubstr("YYY...': expected R, S(d) or P(op)"));
+  EXPECT_THAT(e, HasSubstr("YYY...': expected R, S(d), _S(d,sf) or P(op)"));
 }
 
 TEST(Placements, AnotherGraphsFingerprintIsAWarning) {

@@ -181,6 +181,7 @@ class Decoder {
     if (x.objective() > 1) fail("options.objective", fmt::format("unknown objective {}", x.objective()));
     o.objective = x.objective() == 1 ? Objective::kOverlap : Objective::kAdditive;
     o.context_parallel = !x.no_context_parallel();
+    o.shard_orders = x.shard_orders();
     return o;
   }
 
@@ -194,8 +195,10 @@ class Decoder {
       return Placement::replicate();
     }
     if (kind == static_cast<uint32_t>(Placement::Kind::kShard)) {
-      if (value >= kMaxRank) fail(where(), fmt::format("shard dim {} out of range", value));
-      return Placement::shard(static_cast<int32_t>(value));
+      // Low 6 bits: the dim; above them: split factor - 1 (state_encode.cc).
+      static_assert(kMaxRank == 64);
+      const uint32_t dim = value & 63, sf = (value >> 6) + 1;
+      return Placement::strided_shard(static_cast<int32_t>(dim), sf);
     }
     if (kind == static_cast<uint32_t>(Placement::Kind::kPartial) && value <= static_cast<uint32_t>(ReduceOp::kMin))
       return Placement::partial(static_cast<ReduceOp>(value));

@@ -16,6 +16,13 @@ uint32_t placement_code(const Placement& p) {
   if (p.is_shard()) {
     if (p.dim < 0) throw std::runtime_error(fmt::format("cannot save placement S({})", p.dim));
     value = static_cast<uint32_t>(p.dim);
+    // A strided shard keeps its split factor above the dim's 6 bits (plain shards: 0, so older
+    // files read the same); the code has 30 bits for the value.
+    if (p.split_factor > 1) {
+      if (p.dim >= 64 || p.split_factor - 1 >= (int64_t{1} << 24))
+        throw std::runtime_error(fmt::format("cannot save placement {}", p.to_string()));
+      value |= static_cast<uint32_t>(p.split_factor - 1) << 6;
+    }
   } else if (p.is_partial()) {
     value = static_cast<uint32_t>(p.reduce);
   }
@@ -122,6 +129,7 @@ void put_options(const PlannerOptions& o, pb::Options* out) {
   out->set_overlap_discount(o.overlap_discount);
   out->set_objective(o.objective == Objective::kOverlap ? 1 : 0);
   out->set_no_context_parallel(!o.context_parallel);
+  out->set_shard_orders(o.shard_orders);
 }
 
 void put_placements(const std::vector<Placement>& p, google::protobuf::RepeatedField<uint32_t>* out) {

@@ -182,6 +182,36 @@ TEST(State, RoundTripKeepsEverything) {
   EXPECT_TRUE(same_bits(back.evaluate(back.solution_choice()).objective_us, so.solution()->objective_us));
 }
 
+/// A plan with strided shards (shard orders on, a weight pinned tp-first) saves and loads with
+/// its split factors and the option; placement codes of plain shards are as before.
+TEST(State, ShardOrdersRoundTrip) {
+  EXPECT_EQ(placement_code(Placement::shard(3)), static_cast<uint32_t>(Placement::Kind::kShard) | (3u << 2));
+  EXPECT_NE(placement_code(Placement::strided_shard(3, 8)), placement_code(Placement::shard(3)));
+  PlannerOptions po = no_limit();
+  po.shard_orders = true;
+  ModelOptions mo;
+  mo.layers = 1;
+  ShardingOptimizer so(build_model("llama3-8b", mo), Mesh({2, 4}, {"dp", "tp"}, *hardware_preset("h100")), po);
+  Constraint c;
+  c.kind = Constraint::Kind::kPin;
+  c.node = "layers.0.feed_forward.w1.weight";
+  c.output = parse_placements("_S(0,4)S(0)");
+  c.name = "fsdp2";
+  so.add_constraint(c);
+  ASSERT_TRUE(so.get_solution().has_solution);
+  ShardingOptimizer back = state_from_bytes(state_bytes(so), "plan.ap");
+  EXPECT_TRUE(back.options().shard_orders);
+  expect_same_plan(*so.solution(), *back.solution());
+  const auto w1 = back.graph().find("layers.0.feed_forward.w1.weight");
+  ASSERT_TRUE(w1.has_value());
+  EXPECT_EQ(back.solution()->nodes[static_cast<size_t>(*w1)]->chosen.outputs[0].to_string(), "_S(0,4)S(0)");
+  EXPECT_EQ(problem_fingerprint(back), problem_fingerprint(so));
+  // The option is part of the fingerprint (a solution file for one does not fit the other).
+  PlannerOptions plain = no_limit();
+  ShardingOptimizer other(build_model("llama3-8b", mo), Mesh({2, 4}, {"dp", "tp"}, *hardware_preset("h100")), plain);
+  EXPECT_NE(problem_fingerprint(other), problem_fingerprint(so));
+}
+
 /// Context-parallel attention's buffer nodes (planner/cp_memory.h) are not stored: loading reads
 /// them back from their tie edges, so the loaded problem ties and floors as the built one.
 TEST(State, ContextParallelBufferNodesRoundTrip) {

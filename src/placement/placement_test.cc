@@ -1,5 +1,7 @@
 #include "placement/placement.h"
 
+#include <algorithm>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -27,6 +29,8 @@ TEST(Placement, ToString) {
   EXPECT_EQ(P::partial().to_string(), "P(sum)");
   EXPECT_EQ(P::partial(ReduceOp::kMax).to_string(), "P(max)");
   EXPECT_EQ(placements_to_string({P::shard(0), P::replicate()}), "S(0)R");
+  EXPECT_EQ(P::strided_shard(0, 8).to_string(), "_S(0,8)");
+  EXPECT_EQ(P::strided_shard(2, 1).to_string(), "S(2)");  // split factor 1: a plain shard
 }
 
 TEST(Placement, Equality) {
@@ -39,11 +43,18 @@ TEST(Placement, Equality) {
   EXPECT_EQ(r1, P::replicate());
   EXPECT_TRUE(P::shard(2).is_shard(2));
   EXPECT_FALSE(P::shard(2).is_shard(1));
+  // A strided shard is shard-like but a different placement.
+  EXPECT_NE(P::strided_shard(0, 2), P::shard(0));
+  EXPECT_NE(P::strided_shard(0, 2), P::strided_shard(0, 4));
+  EXPECT_EQ(P::strided_shard(0, 1), P::shard(0));
+  EXPECT_TRUE(P::strided_shard(0, 2).is_shard(0));
+  EXPECT_TRUE(P::strided_shard(0, 2).is_strided());
+  EXPECT_FALSE(P::shard(0).is_strided());
 }
 
 TEST(ParsePlacements, RoundTrip) {
   for (const char* s : {"S(0)R", "P(sum)S(1)", "RR", "R", "S(0)S(0)", "P(avg)P(max)P(min)",
-                        "S(12)R"}) {
+                        "S(12)R", "_S(0,8)S(0)", "R_S(1,2)S(1)", "_S(0,6)_S(0,2)S(0)"}) {
     auto p = parse_placements(s);
     EXPECT_EQ(placements_to_string(p), s);
   }
@@ -67,17 +78,28 @@ TEST(ParsePlacements, Spellings) {
             (std::vector<P>{P::partial(ReduceOp::kAvg)}));
   EXPECT_EQ(parse_placements("Partial(reduce_op=\"max\")"),
             (std::vector<P>{P::partial(ReduceOp::kMax)}));
+  // DTensor's str and repr of _StridedShard, and the constructor's keyword.
+  std::vector<P> fsdp_tp{P::strided_shard(0, 8), P::shard(0)};
+  EXPECT_EQ(parse_placements("_S(0, 8)S(0)"), fsdp_tp);
+  EXPECT_EQ(parse_placements("_StridedShard(dim=0, sf=8), Shard(dim=0)"), fsdp_tp);
+  EXPECT_EQ(parse_placements("[_StridedShard(0, split_factor=8), Shard(0)]"), fsdp_tp);
+  EXPECT_EQ(parse_placements("_S(0,1)R"), (std::vector<P>{P::shard(0), P::replicate()}));
 }
 
 TEST(ParsePlacements, ErrorsWithPosition) {
   EXPECT_THAT(parse_error(""), HasSubstr("no placements at position 0"));
   EXPECT_THAT(parse_error("[]"), HasSubstr("no placements"));
-  EXPECT_THAT(parse_error("X"), HasSubstr("placement 'X': expected R, S(d) or P(op) at position 0"));
-  EXPECT_THAT(parse_error("S(0)X"), HasSubstr("expected R, S(d) or P(op) at position 4"));
+  EXPECT_THAT(parse_error("X"), HasSubstr("placement 'X': expected R, S(d), _S(d,sf) or P(op) at position 0"));
+  EXPECT_THAT(parse_error("S(0)X"), HasSubstr("expected R, S(d), _S(d,sf) or P(op) at position 4"));
   EXPECT_THAT(parse_error("RS"), HasSubstr("Shard needs a dim in parentheses, e.g. S(0) at position 2"));
   EXPECT_THAT(parse_error("S()"), HasSubstr("Shard needs a dim, e.g. S(0) at position 1"));
   EXPECT_THAT(parse_error("S(-1)"), HasSubstr("Shard dim '-1' is not a non-negative integer at position 1"));
   EXPECT_THAT(parse_error("S(a)"), HasSubstr("at position 1"));
+  EXPECT_THAT(parse_error("R_S(0)"), HasSubstr("_StridedShard needs (dim, split_factor), e.g. _S(0,8) at position 3"));
+  EXPECT_THAT(parse_error("_S(0,x)"), HasSubstr("split factor 'x' is not a non-negative integer at position 2"));
+  EXPECT_THAT(parse_error("_S(0,0)"), HasSubstr("split factor must be at least 1 at position 2"));
+  EXPECT_THAT(parse_error("_S(,2)"), HasSubstr("Shard dim is missing at position 2"));
+  EXPECT_THAT(parse_error("_StridedShard"), HasSubstr("at position 13"));
   EXPECT_THAT(parse_error("S(99999999999)"), HasSubstr("out of range"));
   EXPECT_THAT(parse_error("RS(0"), HasSubstr("missing ')' at position 3"));
   EXPECT_THAT(parse_error("P(prod)"), HasSubstr("unknown reduce op 'prod'"));
@@ -94,7 +116,7 @@ TEST(ParsePlacements, ErrorsWithPosition) {
   const std::string e = parse_error(huge);
   EXPECT_LT(e.size(), 200u);
   EXPECT_THAT(e, HasSubstr("placement 'RYYY"));
-  EXPECT_THAT(e, HasSubstr("...': expected R, S(d) or P(op) at position 1"));
+  EXPECT_THAT(e, HasSubstr("...': expected R, S(d), _S(d,sf) or P(op) at position 1"));
   EXPECT_LT(parse_error("S(" + std::string(3000, '7') + ")").size(), 200u);
   EXPECT_LT(parse_error("P(" + std::string(3000, 'x') + ")").size(), 200u);
 }
@@ -187,6 +209,67 @@ TEST(ShardingSpec, Valid) {
   EXPECT_TRUE(spec("S(0)S(0)", {11}).valid(m42));
   EXPECT_FALSE(spec("S(0)S(0)", {11}).valid(m));
   EXPECT_EQ(spec("S(0)S(0)", {11}).local_shape(m42), (std::vector<int64_t>{2}));
+  // The same order written as a strided shard on (2, 4): the size-4 mesh dim cuts first.
+  EXPECT_TRUE(spec("_S(0,4)S(0)", {11}).valid(m));
+  EXPECT_EQ(spec("_S(0,4)S(0)", {11}).local_shape(m), (std::vector<int64_t>{2}));
+  EXPECT_EQ(spec("_S(0,4)S(0)", {11}).shards_per_dim(m), (std::vector<int64_t>{8}));
+  EXPECT_EQ(spec("_S(0,4)S(0)", {11}).num_shards(m), 8);
+  EXPECT_FALSE(spec("_S(0,4)S(0)", {12}).valid(m, true));
+  EXPECT_TRUE(spec("_S(0,4)S(0)", {16}).valid(m, true));
+  // 6 in 4 -> 2,2,2,0 first: empty, whereas the default order (6 -> 3,3 -> 1,1,1,0) is too.
+  EXPECT_FALSE(spec("_S(0,4)S(0)", {6}).valid(m));
+  // Split factors that fit no order (a strided shard of a view, not an order): invalid.
+  EXPECT_FALSE(spec("_S(0,2)", {8}).valid(mesh({4})));
+  EXPECT_FALSE(spec("_S(0,3)S(0)", {16}).valid(m));
+  EXPECT_FALSE(spec("_S(0,4)S(1)", {16, 16}).valid(m));
+}
+
+TEST(ShardOrder, DecodesLikeTorch) {
+  // torch's _maybe_convert_StridedShard_to_shard_order docstring: mesh (4, 3, 2),
+  // (_S(0,2), _S(0,2), S(0)) is tensor dim 0 cut by mesh dims 2, 0, 1 in that order.
+  Mesh m = mesh({4, 3, 2});
+  auto order = decode_shard_order(parse_placements("_S(0,2)_S(0,2)S(0)"), m);
+  ASSERT_TRUE(order.has_value());
+  EXPECT_EQ(*order, (ShardOrder{{0, {2, 0, 1}}}));
+  EXPECT_EQ(shard_order_to_string(*order), "(0: [2, 0, 1])");
+  // Default order without strided shards; tensor dims sorted.
+  EXPECT_EQ(*decode_shard_order(parse_placements("S(1)S(0)S(1)"), m),
+            (ShardOrder{{0, {1}}, {1, {0, 2}}}));
+  EXPECT_EQ(*decode_shard_order(parse_placements("RPR"), m), ShardOrder{});
+  EXPECT_FALSE(decode_shard_order(parse_placements("_S(0,2)"), mesh({4})).has_value());
+  EXPECT_FALSE(decode_shard_order(parse_placements("RR"), m).has_value());  // wrong length
+}
+
+TEST(ShardOrder, EncodeDecodeRoundTrip) {
+  // Every order of three mesh dims cutting one tensor dim, and two tensor dims sharing a mesh.
+  Mesh m = mesh({4, 3, 2});
+  std::vector<int32_t> perm{0, 1, 2};
+  int n = 0;
+  do {
+    const auto p = encode_shard_order(parse_placements("S(0)S(0)S(0)"), {{0, perm}}, m);
+    EXPECT_EQ(*decode_shard_order(p, m), (ShardOrder{{0, perm}})) << placements_to_string(p);
+    EXPECT_EQ(parse_placements(placements_to_string(p)), p);
+    ++n;
+  } while (std::next_permutation(perm.begin(), perm.end()));
+  EXPECT_EQ(n, 6);
+  EXPECT_EQ(placements_to_string(encode_shard_order(parse_placements("S(0)S(0)S(0)"),
+                                                    {{0, {2, 0, 1}}}, m)),
+            "_S(0,2)_S(0,2)S(0)");
+  // FSDP2 over TP on (dp=8, tp=8): tp cuts first.
+  Mesh dp_tp = mesh({8, 8});
+  EXPECT_EQ(placements_to_string(encode_shard_order(parse_placements("S(0)S(0)"), {{0, {1, 0}}},
+                                                    dp_tp)),
+            "_S(0,8)S(0)");
+  const auto two = encode_shard_order(parse_placements("S(1)S(0)S(1)"), {{0, {1}}, {1, {2, 0}}}, m);
+  EXPECT_EQ(placements_to_string(two), "_S(1,2)S(0)S(1)");
+  EXPECT_EQ(*decode_shard_order(two, m), (ShardOrder{{0, {1}}, {1, {2, 0}}}));
+  // Orders that do not match the placements.
+  EXPECT_THROW(encode_shard_order(parse_placements("S(0)S(0)R"), {{0, {0}}}, m),
+               std::invalid_argument);
+  EXPECT_THROW(encode_shard_order(parse_placements("S(0)RR"), {{0, {0, 1}}}, m),
+               std::invalid_argument);
+  EXPECT_THROW(encode_shard_order(parse_placements("S(0)RR"), {{1, {0}}}, m),
+               std::invalid_argument);
 }
 
 }  // namespace

@@ -50,6 +50,9 @@ struct PlannerOptions {
   /// Offer context-parallel attention strategies (StrategyOptions::context_parallel); off,
   /// the best plan without them (`--no-context-parallel`, the benchmarks' baseline).
   bool context_parallel = true;
+  /// Offer non-default shard orders (strided shards, StrategyOptions::shard_orders) for
+  /// leaves and same-shape ops: FSDP2-over-TP's _S(0,tp)S(0) weights (`--shard-orders`).
+  bool shard_orders = false;
   /// Prefetch discount: redistributions of parameters (gathers FSDP prefetches behind the
   /// previous layer's compute) cost overlap_discount x their time in the objective.  The step
   /// simulation (planner/simulate.h) measures what it buys; docs/benchmarks.md "Step simulation".

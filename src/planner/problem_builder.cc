@@ -290,6 +290,7 @@ BuiltProblem build_problem(const Graph& g, const Mesh& mesh, const PlannerOption
   StrategyOptions sopt;
   sopt.require_divisible = opt.require_divisible;
   sopt.context_parallel = opt.context_parallel;
+  sopt.shard_orders = opt.shard_orders;
   std::set<std::string> fallback;
   // Views alias their base only without recomputation (see live_intervals).
   const bool views_alias =

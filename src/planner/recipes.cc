@@ -266,7 +266,29 @@ TpAnalysis tensor_parallel_analysis(const Graph& g) {
   return res;
 }
 
-RecipePins recipe_pins(Recipe r, const Graph& g, const Mesh& mesh, bool require_divisible) {
+namespace {
+
+/// FSDP2 over TP (torchtitan): FSDP shards the local TP shard, so when both split one tensor
+/// dim (a column-parallel weight, dim 0), tp cuts first and FSDP's mesh dims cut each tp
+/// shard: `_S(0,tp)S(0)` on (dp, tp), not DTensor's default dp-first order.  Unchanged when the
+/// order would leave an empty shard.
+std::vector<Placement> tp_cuts_first(std::vector<Placement> p, MeshDimIdx tp, const TensorMeta& m,
+                                     const Mesh& mesh, bool require_divisible) {
+  if (tp < 0 || !p[static_cast<size_t>(tp)].is_shard()) return p;
+  std::optional<ShardOrder> order = decode_shard_order(p, mesh);
+  if (!order) return p;
+  for (ShardOrderEntry& e : *order) {
+    auto it = std::find(e.mesh_dims.begin(), e.mesh_dims.end(), static_cast<int32_t>(tp));
+    if (it != e.mesh_dims.end()) std::rotate(e.mesh_dims.begin(), it, it + 1);
+  }
+  std::vector<Placement> q = encode_shard_order(p, *order, mesh);
+  return valid(q, m, mesh, require_divisible) ? q : p;
+}
+
+}  // namespace
+
+RecipePins recipe_pins(Recipe r, const Graph& g, const Mesh& mesh, bool require_divisible,
+                       bool shard_orders) {
   RecipePins out;
   if (r == Recipe::kAlpa) return out;
   const std::string name(recipe_name(r));
@@ -411,6 +433,8 @@ RecipePins recipe_pins(Recipe r, const Graph& g, const Mesh& mesh, bool require_
       }
     }
     if (whole) ++kept_whole;
+    if (r == Recipe::kFsdpTp && shard_orders)
+      p = tp_cuts_first(std::move(p), tp, m, mesh, require_divisible);
     pin(n, p);
     param_p[static_cast<size_t>(i)] = std::move(p);
   }
@@ -474,7 +498,7 @@ RecipeResult plan_recipe_from(Recipe r, const Graph& g, const Mesh& mesh, const 
   res.recipe = r;
   const auto t0 = std::chrono::steady_clock::now();
   try {
-    RecipePins pins = recipe_pins(r, g, mesh, opt.require_divisible);
+    RecipePins pins = recipe_pins(r, g, mesh, opt.require_divisible, opt.shard_orders);
     res.notes = pins.notes;
     res.not_applicable = pins.not_applicable;
     if (res.not_applicable.empty()) {

@@ -114,7 +114,11 @@ struct RecipePins {
   std::vector<std::string> notes;
 };
 /// kAlpa gives no constraints.  `require_divisible` as in PlannerOptions.
-RecipePins recipe_pins(Recipe r, const Graph& g, const Mesh& mesh, bool require_divisible = false);
+/// With `shard_orders`, fsdp+tp stores column-parallel weights tp-first (`_S(0,tp)S(0)`,
+/// FSDP2 over TP); the problem must then be built with PlannerOptions::shard_orders (the CLI's
+/// `--shard-orders`; plan_recipe and compare_recipes pass opt.shard_orders).
+RecipePins recipe_pins(Recipe r, const Graph& g, const Mesh& mesh, bool require_divisible = false,
+                       bool shard_orders = false);
 
 struct RecipeResult {
   Recipe recipe = Recipe::kAlpa;

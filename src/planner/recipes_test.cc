@@ -183,6 +183,37 @@ TEST(Recipes, SaysWhyARecipeDoesNotApply) {
       << d.not_applicable;
 }
 
+// With shard orders, fsdp+tp stores column-parallel weights as FSDP2 over TP does: tp cuts
+// first (_S(0,4)S(0) on (dp=2, tp=4)); row-parallel weights (dim 1 on tp) are unchanged; the
+// optimum, offered the same orders, is never worse.
+TEST(RecipesLarge, FsdpTpWithShardOrdersUsesFsdp2Layout) {
+  Graph g = small_llama();
+  Mesh mesh({2, 4}, {"dp", "tp"}, h100());
+  PlannerOptions po = no_limit();
+  po.shard_orders = true;
+  auto results = compare_recipes(g, mesh, po, {}, {Recipe::kAlpa, Recipe::kFsdpTp}, 2);
+  ASSERT_EQ(results.size(), 2u);
+  ASSERT_TRUE(results[0].plan && results[1].plan) << results[0].error << results[1].error;
+  const Plan& tp = *results[1].plan;
+  for (const std::string& w : kColumn) {
+    const std::string name = "layers.1." + w + ".weight";
+    EXPECT_EQ(placement_of(g, tp, name), "_S(0,4)S(0)") << name;
+    EXPECT_EQ(placement_of(g, tp, name + ".exp_avg"), "_S(0,4)S(0)") << name;
+  }
+  for (const std::string& w : kRow)
+    EXPECT_EQ(placement_of(g, tp, "layers.1." + w + ".weight"), "S(0)S(1)") << w;
+  EXPECT_LE(results[0].plan->objective_us, tp.objective_us * (1 + 1e-9));
+  // Without orders the recipe keeps DTensor's default order.
+  RecipePins plain = recipe_pins(Recipe::kFsdpTp, g, mesh);
+  int checked = 0;
+  for (const Constraint& c : plain.constraints) {
+    if (c.node != "layers.1.feed_forward.w1.weight") continue;
+    EXPECT_EQ(placements_to_string(c.output), "S(0)S(0)");
+    ++checked;
+  }
+  EXPECT_EQ(checked, 1);
+}
+
 TEST(RecipesLarge, OverBudgetRecipesStillShowTheirNeeds) {
   Graph g = small_llama();
   Mesh mesh({2, 4}, {"dp", "tp"}, h100());

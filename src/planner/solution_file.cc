@@ -157,6 +157,7 @@ std::string hash_options(const PlannerOptions& o) {
   h.f64(o.overlap_discount);
   h.u64(o.objective == Objective::kOverlap ? 1 : 0);
   if (!o.context_parallel) h.str("no context parallelism");  // fingerprints from before stay
+  if (o.shard_orders) h.str("shard orders");                 // likewise
   if (o.optimizer_cost_scale != 1.0) h.f64(o.optimizer_cost_scale);  // older files: 1
   if (o.inflight_microbatches != 1.0) {  // older files: 1
     h.str("inflight");

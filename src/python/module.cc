@@ -180,6 +180,7 @@ void bind_options(py::module_& m) {
       .def_readwrite("cluster", &PlannerOptions::cluster)
       .def_readwrite("require_divisible", &PlannerOptions::require_divisible)
       .def_readwrite("context_parallel", &PlannerOptions::context_parallel)
+      .def_readwrite("shard_orders", &PlannerOptions::shard_orders)
       .def_readwrite("run_checks", &PlannerOptions::run_checks)
       .def_readwrite("preload_solution", &PlannerOptions::preload_solution)
       .def_readwrite("ilp_solution_file", &PlannerOptions::ilp_solution_file);

@@ -8,6 +8,7 @@
 
 #include "strategy/moe_rules.h"
 #include "strategy/rule.h"
+#include "strategy/shard_orders.h"
 
 namespace autoshard {
 
@@ -246,6 +247,8 @@ NodeStrategies enumerate_strategies(const Graph& g, NodeIdx n, const Mesh& mesh,
         rr.rows.push_back(c.replicated());
       }
       ns.strategies = expand(c, rr);
+      if (opt.shard_orders && keeps_layout(g, node))
+        add_shard_order_variants(mesh, opt.require_divisible, ns.strategies);
       return ns;
     }
     case NodeKind::kOp: break;
@@ -266,6 +269,8 @@ NodeStrategies enumerate_strategies(const Graph& g, NodeIdx n, const Mesh& mesh,
     c.fail(fmt::format("unexpected tensors or attrs ({})", e.what()));
   }
   if (ns.strategies.empty()) ns.strategies.push_back(replicated_strategy(g, node, mesh));
+  if (opt.shard_orders && keeps_layout(g, node))
+    add_shard_order_variants(mesh, opt.require_divisible, ns.strategies);
   return ns;
 }
 

@@ -84,6 +84,11 @@ struct StrategyOptions {
   /// Context-parallel attention strategies (attention_rules.cc); off, attention keeps whole
   /// sequences.
   bool context_parallel = true;
+  /// Also offer non-default shard orders (strided shards) where the order cannot change the
+  /// op's per-device work: leaves and same-shape ops (strategy/shard_orders.h).  Off by default:
+  /// the planner does not enable it yet (issue 39), so plans and their strategy lists stay as
+  /// they were.
+  bool shard_orders = false;
 };
 
 struct NodeStrategies {

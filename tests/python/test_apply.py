@@ -115,6 +115,33 @@ class PlacementStrings(unittest.TestCase):
         self.assertEqual(_output_list("(S(0)R, None)", ""), [[Shard(0), Replicate()], None])
         with self.assertRaisesRegex(PlanError, "/placements/mm: placements 'Q'"):
             parse_placements("Q", "/placements/mm: ")
+        # Strided shards: a clear refusal until the runtime applies them; split factor 1 is
+        # a plain shard.
+        with self.assertRaisesRegex(PlanError, "/placements/w: .*_S.0,2.S.0.*--shard-orders"):
+            parse_placements("_S(0,2)S(0)", "/placements/w: ")
+        self.assertEqual(parse_placements("_S(0,1)R"), [Shard(0), Replicate()])
+
+    def test_strided_conversions(self):
+        from torch.distributed.tensor import Shard
+        from torch.distributed.tensor._dtensor_spec import ShardOrderEntry
+        from torch.distributed.tensor.placement_types import _StridedShard
+
+        from autoshard import placements as pl
+
+        objs = pl.to_dtensor("_StridedShard(dim=0, sf=8), Shard(dim=0)")
+        self.assertEqual(objs, (_StridedShard(0, split_factor=8), Shard(0)))
+        self.assertEqual(pl.to_string(objs), "_S(0,8)S(0)")
+        # torch's docstring example (_dtensor_spec.py): mesh (4, 3, 2), order 2, 0, 1.
+        self.assertEqual(pl.decode_order("_S(0,2)_S(0,2)S(0)", (4, 3, 2)), {0: [2, 0, 1]})
+        self.assertEqual(pl.encode_order("S(0)S(0)S(0)", {0: [2, 0, 1]}, (4, 3, 2)),
+                         "_S(0,2)_S(0,2)S(0)")
+        self.assertIsNone(pl.decode_order("_S(0,2)", (4,)))
+        plain, order = pl.to_shard_order("_S(0,8)S(0)", (8, 8))
+        self.assertEqual(plain, (Shard(0), Shard(0)))
+        self.assertEqual(order, (ShardOrderEntry(tensor_dim=0, mesh_dims=(1, 0)),))
+        self.assertEqual(pl.from_shard_order(plain, order, (8, 8)), "_S(0,8)S(0)")
+        with self.assertRaisesRegex(ValueError, "cannot parse at position 4"):
+            pl.parse("S(0)_S(1)")
 
     def test_top_level_name(self):
         import autoshard

@@ -20,6 +20,8 @@ except ImportError:  # pragma: no cover
 
 REL_TOL = 1e-9
 N_CASES = 300
+#: Ordered (strided) cases in the test command; bench/shard_order_crosscheck.py runs more.
+N_ORDERED_CASES = 60
 
 
 @unittest.skipIf(torch is None, "PyTorch not installed")
@@ -68,6 +70,24 @@ class RedistributeCostCrossCheck(unittest.TestCase):
         self.assertAlmostEqual(ref.torch_cost(cases[0]), 634.375, places=2)
         self.assertAlmostEqual(ref.torch_cost(cases[1]), 1262.149, places=2)
         self.assert_agree(cases)
+
+    def test_ordered_random_cases(self):
+        # Shard orders (strided shards) go through torch's graph-based planner; autoshard
+        # replays it (src/cost/dtensor_planner.h).
+        cases = ref.random_ordered_cases(N_ORDERED_CASES)
+        ordered = [c for c in cases if "_S(" in c.src + c.dst]
+        self.assertGreater(len(ordered), N_ORDERED_CASES // 3)
+        self.assertTrue(any(len(c.mesh) == 3 and "_S(" in c.src + c.dst for c in cases))
+        self.assertTrue(any(len(c.mesh) == 1 for c in cases))
+        self.assert_agree(cases)
+
+    def test_fsdp_unshard_of_tp_weight(self):
+        # FSDP2 over TP on (dp, tp) = (8, 8): gathering dp alone is one all-gather on dp, far
+        # below the default order's gather-gather-slice; equal to torch's price either way.
+        fsdp_tp = ref.Case((8, 8), 8, (14336, 4096), "bf16", "_S(0,8)S(0)", "RS(0)")
+        default = ref.Case((8, 8), 8, (14336, 4096), "bf16", "S(0)S(0)", "RS(0)")
+        self.assert_agree([fsdp_tp, default])
+        self.assertLess(3 * ref.torch_cost(fsdp_tp), ref.torch_cost(default))
 
 
 

@@ -1,0 +1,96 @@
+#include "strategy/shard_orders.h"
+
+#include <algorithm>
+#include <set>
+#include <string>
+#include <string_view>
+
+namespace autoshard {
+
+namespace {
+
+/// The distinct sets of mesh dims (sorted) that cut one tensor dim together in some tensor of
+/// `s`, each with the default order of its cuts (ascending: the strategies are enumerated
+/// in the default order).
+std::vector<std::vector<int32_t>> joint_cuts(const Strategy& s, const Mesh& mesh) {
+  std::vector<std::vector<int32_t>> sets;
+  for (const auto* specs : {&s.outputs, &s.inputs})
+    for (const ShardingSpec& sp : *specs) {
+      const auto order = decode_shard_order(sp.placements, mesh);
+      if (!order) continue;
+      for (const ShardOrderEntry& e : *order) {
+        if (e.mesh_dims.size() < 2) continue;
+        std::vector<int32_t> key = e.mesh_dims;
+        std::sort(key.begin(), key.end());
+        if (std::find(sets.begin(), sets.end(), key) == sets.end()) sets.push_back(std::move(key));
+      }
+    }
+  return sets;
+}
+
+/// `sp` with every dim cut by exactly the mesh dims of `sets[k]` cut in order `orders[k]`.
+ShardingSpec reorder(const ShardingSpec& sp, const Mesh& mesh,
+                     const std::vector<std::vector<int32_t>>& sets,
+                     const std::vector<std::vector<int32_t>>& orders) {
+  auto order = decode_shard_order(sp.placements, mesh);
+  if (!order) return sp;
+  for (ShardOrderEntry& e : *order) {
+    std::vector<int32_t> key = e.mesh_dims;
+    std::sort(key.begin(), key.end());
+    for (size_t k = 0; k < sets.size(); ++k)
+      if (key == sets[k]) e.mesh_dims = orders[k];
+  }
+  std::vector<Placement> plain = sp.placements;
+  for (Placement& p : plain) p.split_factor = 1;
+  return ShardingSpec{encode_shard_order(std::move(plain), *order, mesh), sp.meta};
+}
+
+}  // namespace
+
+void add_shard_order_variants(const Mesh& mesh, bool require_divisible,
+                              std::vector<Strategy>& strategies) {
+  std::set<std::string> seen;
+  for (const Strategy& s : strategies) seen.insert(s.name());
+  const size_t n = strategies.size();
+  for (size_t i = 0; i < n; ++i) {
+    const std::vector<std::vector<int32_t>> sets = joint_cuts(strategies[i], mesh);
+    if (sets.empty()) continue;
+    std::vector<std::vector<int32_t>> orders = sets;  // odometer over the permutations
+    while (true) {
+      size_t k = 0;  // next combination: advance the first set whose permutation wraps
+      while (k < orders.size() && !std::next_permutation(orders[k].begin(), orders[k].end())) ++k;
+      if (k == orders.size()) break;  // back at all-ascending: every combination seen
+      Strategy v = strategies[i];
+      bool ok = true;
+      for (auto* specs : {&v.outputs, &v.inputs})
+        for (ShardingSpec& sp : *specs) {
+          sp = reorder(sp, mesh, sets, orders);
+          ok = ok && sp.valid(mesh, require_divisible);
+        }
+      if (ok && seen.insert(v.name()).second) strategies.push_back(std::move(v));
+    }
+  }
+}
+
+bool keeps_layout(const Graph& g, const Node& n) {
+  if (n.kind == NodeKind::kParameter || n.kind == NodeKind::kInput || n.kind == NodeKind::kBuffer)
+    return n.inputs.empty() && n.outputs.size() == 1;
+  if (n.kind != NodeKind::kOp || n.outputs.empty()) return false;
+  // Dim permutations move every cut with its dim: a transposed weight keeps its order.
+  const std::string_view op = std::string_view(n.op).substr(0, n.op.find('.'));
+  if (op == "t" || op == "transpose" || op == "permute") return n.outputs.size() == 1;
+  // Scalars (an optimizer's step count) have no cuts to order and do not count.
+  const std::vector<int64_t>* shape = nullptr;
+  auto same = [&](const TensorMeta& m) {
+    if (m.rank() == 0) return true;
+    if (shape == nullptr) shape = &m.shape;
+    return m.shape == *shape;
+  };
+  for (const TensorMeta& m : n.outputs)
+    if (!same(m)) return false;
+  for (const auto& ref : n.inputs)
+    if (!same(g.meta(ref))) return false;
+  return shape != nullptr;
+}
+
+}  // namespace autoshard

@@ -1,0 +1,28 @@
+#pragma once
+/// Ordered variants of strategies: the same placements with another shard order (strided
+/// shards, placement/placement.h), for the ops where the order cannot change what the op
+/// computes per device: leaves (parameters, inputs, buffers) and ops whose tensors all have the
+/// same shape, scalars aside (elementwise ops, casts, the optimizer update), and dim
+/// permutations (t, transpose, permute: every cut moves with its dim).  FSDP2 over TP stores a
+/// column-parallel weight as _S(0,tp)S(0); its gradient and optimizer state follow it.
+///
+/// A variant permutes the cut order of a set of mesh dims that together cut one tensor dim, and
+/// applies the same permutation to every tensor of the strategy where exactly that set cuts a
+/// dim, so the tensors of one strategy keep one layout.  Other ops keep the default order: their
+/// inputs are resharded to it (one all-gather for FSDP's unshard, cost/redistribute.h).
+#include <vector>
+
+#include "mesh/mesh.h"
+#include "strategy/strategy.h"
+
+namespace autoshard {
+
+/// Appends to `strategies` every ordered variant of each of them that is valid on `mesh` (and
+/// splits evenly with `require_divisible`) and not already listed (by Strategy::name()).
+void add_shard_order_variants(const Mesh& mesh, bool require_divisible,
+                              std::vector<Strategy>& strategies);
+
+/// Whether node `n`'s strategies get ordered variants (see the file comment).
+bool keeps_layout(const Graph& g, const Node& n);
+
+}  // namespace autoshard
