@@ -1,6 +1,6 @@
 """FX training-step graph -> autoshard graph JSON (format "autoshard-graph", version 1).
 
-Conventions (see python/README.md for the full list):
+Conventions (see docs/tracer.md for the full list):
 * nodes are in FX order (topological); names are FX's (unique), except placeholders, which
   take the parameter / buffer / input name;
 * `operator.getitem` on multi-output ops is folded away: consumers reference
