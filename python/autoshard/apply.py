@@ -272,6 +272,7 @@ class StepRunner:
     unbalanced: list = field(default_factory=list)
 
     def placements_of(self, name: str) -> NodePlan:
+        """The plan's placements of graph node `name` (PlanError when the plan lacks it)."""
         p = self.plan.get(name)
         if p is None:
             raise PlanError(f"node {name}: not in the placements (plan made for another graph?)")
@@ -315,6 +316,8 @@ class StepRunner:
         return self._live_nodes
 
     def run(self, flat_args: Sequence[Any]) -> list:
+        """Runs the lowered step on this rank's flat arguments (parameters, buffers, inputs in
+        placeholder order); returns the graph's outputs."""
         env: dict = {}
         live = self._live()
         it = iter(flat_args)

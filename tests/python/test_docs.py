@@ -7,10 +7,11 @@ links to the repository's python/, examples/, tests/, bench/, scripts/ and docs/
 writes its outputs there and never into the tree.  The page's fenced blocks run in order:
 consecutive ```sh blocks as one `bash -euo pipefail` script, consecutive ```python blocks as one
 Python process (later blocks see the names of earlier ones).  Other fences (json, cpp, text) are
-not run.  An HTML comment on the line before a fence changes what happens to it:
+not run unless marked as a file.  An HTML comment on the line before a fence changes what
+happens to it:
 
     <!-- docs-test: skip (why) -->                 not run
-    <!-- docs-test: file NAME -->                  written to NAME (a script a later block runs)
+    <!-- docs-test: file NAME -->                  written to NAME (for a later block to use)
     <!-- docs-test: replace "OLD" "NEW" (why) -->  run with OLD replaced by NEW (tiny sizes)
 
 A skip or a replacement must say why.  docs/benchmarks.md is a record of measurements whose
@@ -107,7 +108,7 @@ def run_page(page: str, work: str, env: dict) -> None:
     groups: list[tuple[str, list[Block], list[str]]] = []  # (kind, blocks, code), in order
     for b in blocks(page):
         lang = "sh" if b.lang in SHELL else b.lang
-        if lang not in ("sh", "python"):
+        if lang not in ("sh", "python") and b.kind != "file":
             continue
         code = prepared(b)
         if code is None:

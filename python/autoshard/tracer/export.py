@@ -33,7 +33,7 @@ _OMIT_ARGS = {"device", "layout", "memory_format", "pin_memory", "generator"}
 
 
 class ExportError(ValueError):
-    pass
+    """A traced step that cannot be written as graph JSON (the message names the node)."""
 
 
 _NODES = (torch.fx.Node, TraceNode)  #: what a node argument can be
