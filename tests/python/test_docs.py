@@ -198,3 +198,24 @@ def test_relative_links_resolve(page):
         elif anchor and full.endswith(".md") and anchor not in anchors(full):
             bad.append(f"{target}: no heading with that anchor")
     assert not bad, f"{page}: " + "; ".join(bad)
+
+
+def test_api_reference_builds(core, cli_bin, tmp_path):
+    """scripts/api_docs.sh: the docstring check, pdoc's pages of every public module and the
+    CLI reference (the C++ part needs doxygen, which the test machine may lack)."""
+    pytest.importorskip("pdoc", reason="scripts/venv.sh installs pdoc")
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    import check_docstrings
+
+    out = tmp_path / "api"
+    env = dict(os.environ, AUTOSHARD_PYTHON=sys.executable, AUTOSHARD_BIN=os.path.abspath(cli_bin))
+    r = subprocess.run(["bash", os.path.join(ROOT, "scripts", "api_docs.sh"), str(out)], env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    for name in check_docstrings.PUBLIC_MODULES:
+        page = out / "python" / (name.replace(".", "/") + ".html")
+        assert page.stat().st_size > 1000, page
+    cli = (out / "cli.md").read_text()
+    for cmd in ("plan", "show", "explain", "pin", "diff", "export", "cost", "search"):
+        assert f"## autoshard {cmd}\n" in cli, cmd
+    assert "--memory-limit" in cli
