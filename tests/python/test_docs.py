@@ -22,6 +22,7 @@ from __future__ import annotations
 import glob
 import os
 import re
+import resource
 import shlex
 import subprocess
 import sys
@@ -105,6 +106,11 @@ def workdir(tmp_path, cli: str) -> str:
     return str(work)
 
 
+def _children_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 def run_page(page: str, work: str, env: dict) -> None:
     groups: list[tuple[str, list[Block], list[str]]] = []  # (kind, blocks, code), in order
     for b in blocks(page):
@@ -133,9 +139,9 @@ def run_page(page: str, work: str, env: dict) -> None:
             cmd = ["bash", "-euo", "pipefail", "-c", "\n".join(codes)]
         else:
             cmd = [sys.executable, "-c", "\n".join(codes)]
-        t = time.monotonic()
+        t, cpu = time.monotonic(), _children_cpu()
         r = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=300)
-        print(f"{where}: {time.monotonic() - t:.1f} s")
+        print(f"\n{where}: {time.monotonic() - t:.1f} s wall, {_children_cpu() - cpu:.1f} s CPU")
         assert r.returncode == 0, (f"{where} failed ({r.returncode}):\n--- stdout\n"
                                    f"{r.stdout[-3000:]}\n--- stderr\n{r.stderr[-3000:]}")
 
