@@ -32,7 +32,7 @@ endif()
 
 # The pytest suite imports the freshly built module (python/autoshard/core.py reads
 # AUTOSHARD_CORE) together with the package sources in python/.
-foreach(t python_apply python_tracer)
+foreach(t python_apply python_tracer python_docs)
   if(TEST ${t})
     set_property(TEST ${t} APPEND PROPERTY ENVIRONMENT "AUTOSHARD_CORE=$<TARGET_FILE:_core>")
   endif()

@@ -138,8 +138,8 @@ def _restore_captures(traced: Any, twins: dict) -> None:
 
 
 class AutoParallel:
-    """Plans the sharding of `model` on `mesh` with AutoParallel's signature (see README "Use
-    from Python"); a context manager: entering it traces the training step.
+    """Plans the sharding of `model` on `mesh` with AutoParallel's signature (docs/planning.md,
+    "From Python"); a context manager: entering it traces the training step.
 
     model: a torch.nn.Module (real or meta weights: it is traced on meta tensors).
     input_fn: returns the example inputs (a tensor, a tuple of positional arguments or a dict of

@@ -272,6 +272,7 @@ class StepRunner:
     via: dict = field(default_factory=dict)
 
     def placements_of(self, name: str) -> NodePlan:
+        """The plan's placements of graph node `name` (PlanError when the plan lacks it)."""
         p = self.plan.get(name)
         if p is None:
             raise PlanError(f"node {name}: not in the placements (plan made for another graph?)")
@@ -317,6 +318,8 @@ class StepRunner:
         return self._live_nodes
 
     def run(self, flat_args: Sequence[Any]) -> list:
+        """Runs the lowered step on this rank's flat arguments (parameters, buffers, inputs in
+        placeholder order); returns the graph's outputs."""
         env: dict = {}
         live = self._live()
         it = iter(flat_args)

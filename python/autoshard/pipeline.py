@@ -249,6 +249,7 @@ class StageModule(torch.nn.Module):
 
     @property
     def first(self) -> bool:
+        """Whether this is the pipeline's first stage (it receives no activations)."""
         return not self._graph.act_in
 
     def _param_names(self) -> list:
@@ -359,6 +360,8 @@ class StageModule(torch.nn.Module):
         return out
 
     def forward(self, *acts: torch.Tensor, **inputs: torch.Tensor) -> Any:
+        """The stage's forward for one microbatch: the previous stage's activations (none on the
+        first stage) and this stage's own inputs by name; returns what it sends on."""
         from .context_parallel import permute_placeholder
 
         params = dict(self.model.named_parameters())
@@ -410,16 +413,22 @@ class PipelineRunner:
         self._first_inputs = first_inputs  # input indices the first stage takes positionally
 
     def parameters(self) -> list:
+        """The parameters of this rank's stages (DTensors), for the optimizer."""
         return [p for s in self.stages for p in s.parameters()]
 
     def named_parameters(self) -> list:
+        """(name, parameter) of this rank's stages, named as in the original model."""
         return [(n[len("model."):], p) for s in self.stages for n, p in s.named_parameters()]
 
     @property
     def has_last(self) -> bool:
+        """Whether this rank holds the last stage (the one that computes the loss)."""
         return any(s.index == len(self.spec.stages) - 1 for s in self.stages)
 
     def step(self, *tensors: torch.Tensor) -> Optional[torch.Tensor]:
+        """One training step over all microbatches: the full batch's inputs then targets, cut into
+        the plan's microbatches; gradients are accumulated (and reduced once per step).
+        Returns the mean microbatch loss on the rank with the last stage, else None."""
         if len(tensors) != self._n_inputs:
             raise TypeError(f"expected {self._n_inputs} tensors (inputs then targets), got "
                             f"{len(tensors)}")

@@ -289,7 +289,7 @@ TEST(Models, ResolvedDefaults) {
   EXPECT_EQ(resolve_model_options("mlp").layers, 2);
 }
 
-// python/README.md: the 32-layer LLaMA-3 8B step traced by python/autoshard-trace on PyTorch
+// docs/tracer.md: the 32-layer LLaMA-3 8B step traced by python/autoshard-trace on PyTorch
 // 1.13 (explicit softmax attention, no optimizer) has 9,888 nodes.
 constexpr int64_t kTracedLlama8bNodes = 9888;
 

@@ -87,7 +87,7 @@ void bind_graph(py::module_& m) {
           py::arg("dtype") = std::nullopt, "A built-in model (llama3-8b, gpt2, ...).")
       .def("to_json", &write_graph_json,
            "The graph as graph JSON text (deterministic: the same graph gives the same bytes).")
-      .def_readwrite("name", &Graph::name)
+      .def_readwrite("name", &Graph::name, "The graph's name (the model's, or the file's `name`).")
       .def("__len__", [](const Graph& g) { return static_cast<size_t>(g.size()); })
       .def("node_names", [](const Graph& g) {
         std::vector<std::string> out;
@@ -109,16 +109,18 @@ void bind_mesh(py::module_& m) {
   py::class_<Mesh>(m, "Mesh", "A device mesh with its hardware (links, bandwidths, memory).")
       .def(py::init(&make_mesh), py::arg("shape"), py::arg("dim_names") = std::vector<std::string>{},
            py::arg("hardware") = "h100", py::arg("backend") = "nccl", py::arg("gpus_per_node") = -1)
-      .def_property_readonly("shape", &Mesh::shape)
-      .def_property_readonly("dim_names", &Mesh::names)
-      .def_property_readonly("hardware", [](const Mesh& mesh) { return mesh.hardware().name; })
-      .def_property_readonly("num_devices", &Mesh::num_devices)
-      .def_property_readonly("ndim", &Mesh::ndim)
+      .def_property_readonly("shape", &Mesh::shape, "Devices per mesh dim, e.g. [2, 8].")
+      .def_property_readonly("dim_names", &Mesh::names, "The mesh dims' names, e.g. ['dp', 'tp'].")
+      .def_property_readonly(
+          "hardware", [](const Mesh& mesh) { return mesh.hardware().name; },
+          "The hardware's name (a preset such as h100, or a hardware file's `name`).")
+      .def_property_readonly("num_devices", &Mesh::num_devices, "The number of devices (the product of the shape).")
+      .def_property_readonly("ndim", &Mesh::ndim, "The number of mesh dims.")
       .def("describe", &Mesh::describe)
       .def("__repr__", [](const Mesh& mesh) {
         return fmt::format("<autoshard.Mesh {} of {}>", mesh.describe(), mesh.hardware().name);
       });
-  m.def("hardware_presets", &hardware_preset_names);
+  m.def("hardware_presets", &hardware_preset_names, "The hardware preset names (a100, h100, ...).");
   // The cost model of one collective, for pricing a lowered graph's own collectives with the
   // figures the simulator uses (autoshard.replay).
   m.def(
@@ -154,7 +156,8 @@ void bind_options(py::module_& m) {
             auto cm = parse_comm_model(s);
             if (!cm) throw std::invalid_argument(fmt::format("comm_model: expected nccl or dtensor, got '{}'", s));
             o.comm_model = *cm;
-          })
+          },
+          "The collective cost model: nccl (measured bus bandwidths) or dtensor (DTensor's model).")
       .def_readwrite("memory_limit_bytes", &PlannerOptions::memory_limit_bytes,
                      "-1: the hardware's memory, 0: no limit")
       .def_property(
@@ -173,45 +176,57 @@ void bind_options(py::module_& m) {
           },
           "What the solver minimises: overlap (the step time with the communication compute hides, "
           "proven bound) or additive (compute + every redistribution).")
-      .def_readwrite("time_limit_s", &PlannerOptions::time_limit_s)
-      .def_readwrite("mip_gap", &PlannerOptions::mip_gap)
-      .def_readwrite("threads", &PlannerOptions::threads)
-      .def_readwrite("skip_fully_replicated", &PlannerOptions::skip_fully_replicated)
-      .def_readwrite("cluster", &PlannerOptions::cluster)
-      .def_readwrite("require_divisible", &PlannerOptions::require_divisible)
-      .def_readwrite("context_parallel", &PlannerOptions::context_parallel)
-      .def_readwrite("shard_orders", &PlannerOptions::shard_orders)
-      .def_readwrite("run_checks", &PlannerOptions::run_checks)
-      .def_readwrite("preload_solution", &PlannerOptions::preload_solution)
-      .def_readwrite("ilp_solution_file", &PlannerOptions::ilp_solution_file);
+      .def_readwrite("time_limit_s", &PlannerOptions::time_limit_s, "Solver time limit in seconds (the CLI's --time-limit).")
+      .def_readwrite("mip_gap", &PlannerOptions::mip_gap, "Relative gap at which a solve stops and counts as optimal.")
+      .def_readwrite("threads", &PlannerOptions::threads, "Solver threads.")
+      .def_readwrite("skip_fully_replicated", &PlannerOptions::skip_fully_replicated,
+                     "Drop fully replicated strategies where a sharded one exists.")
+      .def_readwrite("cluster", &PlannerOptions::cluster,
+                     "Tie repeated layers to one set of decisions (the CLI's --no-cluster turns it off).")
+      .def_readwrite("require_divisible", &PlannerOptions::require_divisible,
+                     "Only shard tensor dims that split evenly over the mesh dim.")
+      .def_readwrite("context_parallel", &PlannerOptions::context_parallel,
+                     "Allow attention to split its sequence over a mesh dim (ring / all-gather attention).")
+      .def_readwrite("shard_orders", &PlannerOptions::shard_orders,
+                     "Also offer strided shards (the CLI's --shard-orders; docs/formats.md).")
+      .def_readwrite("run_checks", &PlannerOptions::run_checks,
+                     "Re-cost the solution on the untied problem and re-sweep its memory (an error on mismatch).")
+      .def_readwrite("preload_solution", &PlannerOptions::preload_solution,
+                     "Reuse ilp_solution_file without solving when its fingerprint matches.")
+      .def_readwrite("ilp_solution_file", &PlannerOptions::ilp_solution_file,
+                     "File of solutions keyed by the problem's fingerprint (written after a solve).");
 }
 
 void bind_plan(py::module_& m) {
   py::class_<Plan>(m, "Plan", "A solved plan: placements plus the figures that prove its quality.")
-      .def_property_readonly("status", [](const Plan& p) { return std::string(solve_status_name(p.status)); })
-      .def_readonly("has_solution", &Plan::has_solution)
-      .def_readonly("objective_us", &Plan::objective_us)
+      .def_property_readonly(
+          "status", [](const Plan& p) { return std::string(solve_status_name(p.status)); },
+          "optimal (proven within mip_gap), feasible (a gap remains), infeasible, or another solver state.")
+      .def_readonly("has_solution", &Plan::has_solution, "Whether the plan has placements.")
+      .def_readonly("objective_us", &Plan::objective_us, "The estimated step time the solver minimised (us).")
       .def_readonly("additive_us", &Plan::additive_us, "Compute + every redistribution.")
       .def_readonly("overlapped_us", &Plan::overlapped_us,
                     "Communication the overlap-aware objective hides behind compute.")
-      .def_readonly("overlap_aware", &Plan::overlap_aware)
-      .def_readonly("lower_bound_us", &Plan::lower_bound_us)
-      .def_readonly("gap", &Plan::gap)
-      .def_readonly("compute_us", &Plan::compute_us)
-      .def_readonly("comm_us", &Plan::comm_us)
-      .def_readonly("peak_memory_bytes", &Plan::peak_memory_bytes)
-      .def_readonly("memory_limit_bytes", &Plan::memory_limit_bytes)
-      .def_readonly("min_peak_memory_bytes", &Plan::min_peak_memory_bytes)
-      .def_readonly("min_peak_lower_bound_bytes", &Plan::min_peak_lower_bound_bytes)
-      .def_readonly("checked", &Plan::checked)
+      .def_readonly("overlap_aware", &Plan::overlap_aware, "Whether objective_us is the overlap-aware objective.")
+      .def_readonly("lower_bound_us", &Plan::lower_bound_us, "The proven lower bound on objective_us (us).")
+      .def_readonly("gap", &Plan::gap, "The relative gap between objective_us and lower_bound_us.")
+      .def_readonly("compute_us", &Plan::compute_us, "Compute time of the step (us).")
+      .def_readonly("comm_us", &Plan::comm_us, "Communication time of the step, hidden or not (us).")
+      .def_readonly("peak_memory_bytes", &Plan::peak_memory_bytes, "Peak memory per device (bytes).")
+      .def_readonly("memory_limit_bytes", &Plan::memory_limit_bytes, "The per-device budget planned for (bytes; 0: none).")
+      .def_readonly("min_peak_memory_bytes", &Plan::min_peak_memory_bytes,
+                    "When infeasible: the smallest peak of a layout found (bytes; -1: none found).")
+      .def_readonly("min_peak_lower_bound_bytes", &Plan::min_peak_lower_bound_bytes,
+                    "When infeasible: a proven lower bound on any layout's peak (bytes; -1: unknown).")
+      .def_readonly("checked", &Plan::checked, "Whether the independent check ran and agreed.")
       .def_readonly("recompute_us", &Plan::recompute_us,
                     "Step time that activation recomputation adds (compute and its collectives).")
       .def_readonly("layer_recompute", &Plan::layer_recompute,
                     "Per repeated layer in forward order: (layer, 'none' | 'selective' | 'full').")
       .def_readonly("recomputed_nodes", &Plan::recomputed_nodes,
                     "Forward ops the backward re-executes (placements.json 'recompute').")
-      .def_readonly("warnings", &Plan::warnings)
-      .def_readonly("phase_seconds", &Plan::phase_seconds)
+      .def_readonly("warnings", &Plan::warnings, "Warnings of the solve (e.g. ops without a sharding rule).")
+      .def_readonly("phase_seconds", &Plan::phase_seconds, "Wall time per planning phase (seconds).")
       .def("__repr__", [](const Plan& p) {
         return fmt::format("<autoshard.Plan {} objective {:.1f} us, gap {:.4g}>",
                            solve_status_name(p.status), p.objective_us, p.gap);

@@ -179,9 +179,11 @@ void bind_optimizer(py::module_& m) {
           py::arg("origin") = "<dict>",
           "ShardingOptimizer(Graph.from_dict(graph, origin), mesh, options) without the "
           "Graph's copy.")
-      .def_property_readonly("graph", &ShardingOptimizer::graph, py::return_value_policy::reference_internal)
-      .def_property_readonly("mesh", &ShardingOptimizer::mesh, py::return_value_policy::reference_internal)
-      .def_property_readonly("options", &ShardingOptimizer::options)
+      .def_property_readonly("graph", &ShardingOptimizer::graph, py::return_value_policy::reference_internal,
+                             "The graph being planned.")
+      .def_property_readonly("mesh", &ShardingOptimizer::mesh, py::return_value_policy::reference_internal,
+                             "The mesh planned for.")
+      .def_property_readonly("options", &ShardingOptimizer::options, "The PlannerOptions planned with.")
       .def(
           "add_input_constraints",
           [](ShardingOptimizer& s, const SpecList& p) { return s.add_input_constraints(parse_list(p)); },
@@ -220,12 +222,12 @@ void bind_optimizer(py::module_& m) {
         std::vector<std::string> out;
         for (const auto& c : s.constraints()) out.push_back(c.name);
         return out;
-      })
+      }, "The names of the constraints in force.")
       .def("get_solution", &ShardingOptimizer::get_solution, py::call_guard<py::gil_scoped_release>(),
            "Builds (if needed) and solves; the plan is kept as `solution`.")
       .def("resolve", &ShardingOptimizer::resolve, py::call_guard<py::gil_scoped_release>(),
            "Solves again under the current constraints, warm-started from the last solution.")
-      .def_property_readonly("solution", &ShardingOptimizer::solution)
+      .def_property_readonly("solution", &ShardingOptimizer::solution, "The last plan solved (get_solution / resolve).")
       .def(
           "fit_suggestions",
           [](ShardingOptimizer& s, const Plan& plan) { return fit_suggestions(s, plan); },

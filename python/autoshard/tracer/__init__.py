@@ -11,7 +11,20 @@ __all__ = ["export_training_graph", "trace_training_step", "to_graph_dict", "wri
            "meta_init", "meta_device", "to_meta", "validate_graph"]
 
 
-def __getattr__(name):  # lazy: keep `import autoshard.tracer.validate` torch-free
+def __getattr__(name):
+    """The public names, imported on first use (keeps `import autoshard.tracer.validate`
+    torch-free)."""
+    value = _lookup(name)
+    # Importing the submodule autoshard.tracer.meta_init binds it as this package's attribute
+    # `meta_init`, which would hide the function of that name: bind the function again.
+    import sys
+    sub = sys.modules.get(__name__ + ".meta_init")
+    if sub is not None:
+        globals()["meta_init"] = sub.meta_init
+    return value
+
+
+def _lookup(name):
     if name in ("export_training_graph", "to_graph_dict", "write_graph_json"):
         from . import export
         return getattr(export, name)
@@ -19,8 +32,8 @@ def __getattr__(name):  # lazy: keep `import autoshard.tracer.validate` torch-fr
         from .trace import trace_training_step
         return trace_training_step
     if name in ("meta_init", "meta_device", "to_meta"):
-        from . import meta_init as m
-        return getattr(m, name)
+        import importlib
+        return getattr(importlib.import_module(".meta_init", __name__), name)
     if name == "validate_graph":
         from .validate import validate_graph
         return validate_graph

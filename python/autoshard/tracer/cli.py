@@ -109,7 +109,7 @@ def main(argv=None) -> int:
         description="Trace forward+loss+backward of a PyTorch model (on the meta device, no "
                     "weights allocated) into autoshard graph JSON.",
         epilog="FACTORY returns a model, (model, inputs), (model, inputs, loss_fn) or "
-               "(model, inputs, loss_fn, targets); see python/README.md.  "
+               "(model, inputs, loss_fn, targets); see docs/tracer.md.  "
                "Example: autoshard-trace autoshard.tracer.examples.llama:llama3_8b "
                "--batch 8 --seq 2048 -o llama3-8b.graph.json")
     ap.add_argument("factory", help="MODULE:FACTORY or path/to/file.py:FACTORY")

@@ -1,6 +1,6 @@
 """FX training-step graph -> autoshard graph JSON (format "autoshard-graph", version 1).
 
-Conventions (see python/README.md for the full list):
+Conventions (see docs/tracer.md for the full list):
 * nodes are in FX order (topological); names are FX's (unique), except placeholders, which
   take the parameter / buffer / input name;
 * `operator.getitem` on multi-output ops is folded away: consumers reference
@@ -33,7 +33,7 @@ _OMIT_ARGS = {"device", "layout", "memory_format", "pin_memory", "generator"}
 
 
 class ExportError(ValueError):
-    pass
+    """A traced step that cannot be written as graph JSON (the message names the node)."""
 
 
 _NODES = (torch.fx.Node, TraceNode)  #: what a node argument can be

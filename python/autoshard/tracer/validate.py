@@ -130,6 +130,8 @@ def validate_graph(g: dict) -> list[str]:
 
 
 def main(argv=None) -> int:
+    """`python -m autoshard.tracer.validate FILE...`: checks each file, prints one line per
+    problem; returns 1 if any file is invalid."""
     bad = 0
     for path in (argv if argv is not None else sys.argv[1:]):
         with open(path, encoding="utf-8") as f:
