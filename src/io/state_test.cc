@@ -305,7 +305,7 @@ TEST(State, SharedStrategyListsAreSharedAfterLoad) {
   expect_same_problem(bp, *back.built_problem());
 }
 
-TEST(State, ResolveAfterLoadUsesTheStoredProblem) {
+TEST(StateLarge, ResolveAfterLoadUsesTheStoredProblem) {
   ShardingOptimizer so = solved_optimizer();
   ShardingOptimizer back = state_from_bytes(state_bytes(so), "plan.ap");
   const BuiltProblem* stored = back.built_problem();
@@ -358,7 +358,7 @@ TEST(State, ComplexDtypesRoundTrip) {
   EXPECT_EQ(back.graph().node(1).outputs[0].dtype, DType::kC128);
 }
 
-TEST(Replay, RegeneratesTheSameOptimum) {
+TEST(ReplayLarge, RegeneratesTheSameOptimum) {
   ShardingOptimizer so = solved_optimizer();
   std::string replay = replay_bytes(so);
   EXPECT_LT(replay.size() * 4, state_bytes(so).size());

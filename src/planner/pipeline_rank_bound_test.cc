@@ -106,7 +106,7 @@ TEST(PipelineRankBoundLarge, OneStagePerRankGetsItsFloorsToo) {
   EXPECT_GE(checked, 8);
 }
 
-TEST(PipelineRankBound, ZeroBubbleFloorsAtOneShare) {
+TEST(PipelineRankBoundLarge, ZeroBubbleFloorsAtOneShare) {
   // The sanitizer pass's case: the zero-bubble floors (the hand-over priced too) at the
   // tighter share, where the bound must rise.
   int checked = 0;

@@ -309,7 +309,7 @@ PipelineOptions interleaved_two(int32_t M) {
   return po;
 }
 
-TEST(PipelineMemory, RecomputationMakesTheInFlightActivationsFit) {
+TEST(PipelineMemoryLarge, RecomputationMakesTheInFlightActivationsFit) {
   const Graph g = testing::small_llama(2);
   const Mesh mesh({2, 2}, {"pp", "dp"}, h100());
   const PipelineOptions po = one_f_one_b(4);
@@ -351,7 +351,7 @@ TEST(PipelineMemory, RecomputationMakesTheInFlightActivationsFit) {
   EXPECT_TRUE(fit.warnings.empty() || fit.warnings[0].find("over the") == std::string::npos);
 }
 
-TEST(PipelineMemory, ShareBudgetsDoNotForceRecomputationWhereTheRanksFit) {
+TEST(PipelineMemoryLarge, ShareBudgetsDoNotForceRecomputationWhereTheRanksFit) {
   // Interleaved, a stage's budget is its layers' share of the rank: the memory-free plan's
   // ranks fit the limit, but its stages do not all fit their shares.  The memory-free split
   // is a candidate too, and wins.
