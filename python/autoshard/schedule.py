@@ -18,8 +18,9 @@ Activations (schedule version 4, "issue" entries): a redistribution of a compute
 issued as soon as its producer has run, so its collective overlaps the ops between the
 producer and the consumer, as the simulator assumes; DTensor issues it at the use.  The pass
 moves the edge's local ops and its first collective right after the producer's last lowered
-node in this graph (the backward's start for a value the forward saved), or after a later
-input of theirs; the first wait and any later step of a multi-step redistribution stay at the
+node in this graph, or after a later input of theirs (a value the forward saved for the
+backward is redistributed at its use: issued at the backward's start, every such buffer would
+be held through the whole backward); the first wait and any later step of a multi-step redistribution stay at the
 use, where the value is read.
 
 Every rank moves the same nodes of the same graph, so the collectives stay matched across
@@ -143,10 +144,8 @@ def apply_issue_points(graph: torch.fx.Graph, schedule: Optional[Mapping[str, An
         return 0
     last_of: dict = {}    # planned node name -> its last lowered node
     by_edge: dict = {}    # "consumer:slot" -> its lowered nodes, in graph order
-    start = None          # the node before the first op (the last placeholder)
     for n in graph.nodes:
         if n.op in ("placeholder", "get_attr"):
-            start = n
             continue
         planned = _stamp(n, "node")
         if planned is not None:
@@ -164,8 +163,10 @@ def apply_issue_points(graph: torch.fx.Graph, schedule: Optional[Mapping[str, An
         chosen = [n for n in group[:first + 1] if not is_wait(n)]
         inside = set(chosen)
         anchors = [i for n in chosen for i in n.all_input_nodes if i not in inside]
-        target = last_of.get(after, start)
+        target = last_of.get(after)
         if target is None:
+            # The producer ran in another graph (a forward value the backward reads): issuing at
+            # this graph's start would hold every such buffer from the backward's first op on.
             continue
         anchor = max([target, *anchors], key=pos.get)
         if pos[anchor] > pos[chosen[0]]:
