@@ -197,8 +197,9 @@ ContextParallel parse_context_parallel(const nlohmann::json& x, const std::strin
 ParsedPlacements parse_placements_doc(std::string_view text, std::string_view origin,
                                       const Graph& g, const Mesh& mesh) {
   nlohmann::json j = parse_json_text(text, origin);
+  // One line whatever the file holds (a mesh dim name with a newline, for one).
   auto fail = [&](std::string_view where, std::string_view why) -> std::runtime_error {
-    return std::runtime_error(fmt::format("{}: {}: {}", origin, where, why));
+    return std::runtime_error(one_line(fmt::format("{}: {}: {}", origin, where, why)));
   };
   if (!j.is_object()) throw fail("/", "expected an object");
   if (!j.contains("version") || j["version"] != 1) throw fail("/version", "expected 1");
