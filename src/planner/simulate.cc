@@ -323,6 +323,11 @@ StepSimulation simulate_step(ShardingOptimizer& opt, const Plan& plan, const Sim
       issued_after[static_cast<size_t>(after)].push_back(id);
     } else if (!job.prefetchable && redo_at >= 0 && origin.consumer >= redo_at)
       issued_after_redo[static_cast<size_t>(pu)].push_back(id);  // reads the recomputed tensor
+    else if (!job.prefetchable && g.node(pu).phase != Phase::kBackward &&
+             g.node(origin.consumer).phase == Phase::kBackward)
+      // A forward value the backward reads: the runtime redistributes it at its use
+      // (autoshard.schedule.apply_issue_points), not during the forward.
+      released_before[static_cast<size_t>(origin.consumer)].push_back(id);
     else if (!job.prefetchable)
       issued_after[static_cast<size_t>(pu)].push_back(id);
     else {
