@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <map>
 #include <stdexcept>
+#include <utility>
 
 #include "cost/redistribute.h"
 #include "ir/dtype.h"
@@ -56,6 +57,22 @@ NodeIdx first_backward_op(const Graph& g) {
   return kNoNode;
 }
 
+namespace {
+
+/// A grad pair's gradient spec and its parameter's (with the gradient's meta): the reduction's
+/// two ends; nullopt where the plan places neither.
+std::optional<std::pair<ShardingSpec, ShardingSpec>> grad_specs(const Graph& g, const Plan& plan,
+                                                                const GradPair& gp) {
+  const auto& param = plan.nodes[static_cast<size_t>(gp.param)];
+  const auto& grad = plan.nodes[static_cast<size_t>(gp.grad.node)];
+  if (!param || !grad) return std::nullopt;
+  ShardingSpec to = param->chosen.outputs.at(0);
+  to.meta = g.meta(gp.grad);
+  return std::make_pair(grad->chosen.outputs.at(static_cast<size_t>(gp.grad.output)), std::move(to));
+}
+
+}  // namespace
+
 std::vector<ReductionEntry> reduction_buckets(const Graph& g, const Plan& plan, Bucketing b,
                                               int32_t* num_buckets) {
   int32_t n_segments = 0;
@@ -64,13 +81,10 @@ std::vector<ReductionEntry> reduction_buckets(const Graph& g, const Plan& plan, 
   std::vector<ReductionEntry> out;
   int32_t count = 0;
   for (const GradPair& gp : g.grad_pairs) {
-    const auto& param = plan.nodes[static_cast<size_t>(gp.param)];
-    const auto& grad = plan.nodes[static_cast<size_t>(gp.grad.node)];
-    if (!param || !grad) continue;
-    const ShardingSpec& from = grad->chosen.outputs.at(static_cast<size_t>(gp.grad.output));
-    ShardingSpec to = param->chosen.outputs.at(0);
+    const auto specs = grad_specs(g, plan, gp);
+    if (!specs) continue;
+    const auto& [from, to] = *specs;
     if (from.to_string() == to.to_string()) continue;  // nothing to reduce or move
-    to.meta = g.meta(gp.grad);
     int32_t bucket = count;
     if (b == Bucketing::kLayer)
       bucket = bucket_of.try_emplace(bucket_key(segment[static_cast<size_t>(gp.grad.node)], from, to), count)
@@ -114,13 +128,9 @@ std::vector<PathEntry> planned_paths(const Graph& g, const Plan& plan, const Mes
     }
   }
   for (const GradPair& gp : g.grad_pairs) {
-    const auto& param = plan.nodes[static_cast<size_t>(gp.param)];
-    const auto& grad = plan.nodes[static_cast<size_t>(gp.grad.node)];
-    if (!param || !grad) continue;
-    const ShardingSpec& from = grad->chosen.outputs.at(static_cast<size_t>(gp.grad.output));
-    ShardingSpec to = param->chosen.outputs.at(0);
-    to.meta = g.meta(gp.grad);
-    auto via = via_states(from, to, mesh);
+    const auto specs = grad_specs(g, plan, gp);
+    if (!specs) continue;
+    auto via = via_states(specs->first, specs->second, mesh);
     if (!via.empty()) out.push_back({gp.param, -1, std::move(via)});
   }
   return out;
