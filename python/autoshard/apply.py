@@ -498,7 +498,7 @@ def apply_placement(model: torch.nn.Module, placements: PlacementsArg, mesh: Dev
 def build_module(model: torch.nn.Module, runner: StepRunner, traced, graph: dict,
                  mesh: DeviceMesh, doc: Mapping[str, Any], returns: str) -> ShardedModule:
     """Lowers the planned step, splits it at the outputs the module returns, and wraps it."""
-    from .inflight import in_flight_limit, use_inductor_limit
+    from .inflight import in_flight_limit
     from .lower import lower_step
     from .partition import partition
 
@@ -525,12 +525,10 @@ def build_module(model: torch.nn.Module, runner: StepRunner, traced, graph: dict
     tangents = [runner.placements_of(n).outputs[0] for n in tangent_names]
     recompute = frozenset(doc.get("recompute", []))
     limit = in_flight_limit(mesh)
-    if limit is not None:  # compiled graphs keep the limit too (inductor sinks waits)
-        use_inductor_limit()
     split = partition(gm, out_nodes, grad_nodes, [_lowered_alias(gm, n) for n in tangent_names],
                       recompute, in_flight=limit, schedule=doc.get("schedule"))
     return ShardedModule(model, runner, traced, mesh, lowered, split, outputs, tangents,
-                         returns == "outputs")
+                         returns == "outputs", in_flight=limit)
 
 
 def _lowered_alias(gm: torch.fx.GraphModule, name: str) -> torch.fx.Node:

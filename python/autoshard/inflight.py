@@ -33,6 +33,8 @@ tell apart but by timing).
 """
 from __future__ import annotations
 
+import heapq
+import re
 from typing import Callable, Optional
 
 import torch
@@ -232,34 +234,138 @@ def issue_wait_gaps(graph: torch.fx.Graph) -> dict:
     return gaps
 
 
+def collective_order(graph: torch.fx.Graph) -> list:
+    """The graph's collectives and waits in order: "issue <op>" for each collective (its
+    `_c10d_functional` op name) and "wait <k>" for the wait of the k-th one issued; what
+    `compiled_collective_order` reads from inductor's code, to compare the two."""
+    issued: dict = {}
+    out: list = []
+    for n in graph.nodes:
+        if n.op != "call_function" or getattr(n.target, "namespace", "") != "_c10d_functional":
+            continue
+        if is_wait(n):
+            out.append(f"wait {issued[n.args[0]]}")
+        else:
+            issued[n] = len(issued)
+            out.append(f"issue {n.target._opname}")
+    return out
+
+
+_CODE_CALL = re.compile(r"(?:(\w+) = )?torch\.ops\._c10d_functional\.(\w+)\.default\((\w+)")
+
+
+def compiled_collective_order(code: str) -> list:
+    """`collective_order` of the Python code inductor generated for a graph (as
+    `torch._inductor.utils.run_and_get_code` returns it)."""
+    issued: dict = {}
+    out: list = []
+    for line in code.splitlines():
+        m = _CODE_CALL.search(line)
+        if m is None:
+            continue
+        result, op, first = m.groups()
+        if op == "wait_tensor":
+            out.append(f"wait {issued[first]}")
+        else:
+            k = len(out) and sum(e.startswith("issue") for e in out)
+            # an in-place op (all_reduce_) is waited on its argument
+            for name in ({result, first} - {None}) if op.endswith("_") else {result or first}:
+                issued[name] = k
+            out.append(f"issue {op.rstrip('_')}")
+    return out
+
+
+def _buffer_names(snode, attr: str) -> set:
+    try:
+        return set(getattr(snode, attr)())
+    except (AttributeError, TypeError):
+        return set()
+
+
+def _collectives_and_waits(nodes: list) -> tuple[dict, dict]:
+    """(collective scheduler node -> its wait nodes, wait node -> its collective)."""
+    from torch._inductor.utils import is_collective
+    from torch._inductor.utils import is_wait as inductor_is_wait
+
+    waits_of: dict = {}
+    collective_of: dict = {}
+    owner: dict = {}     # buffer name -> collective scheduler node that writes it
+    for snode in nodes:
+        if is_collective(getattr(snode, "node", None)):
+            for b in _buffer_names(snode, "get_buffer_names") | _buffer_names(snode,
+                                                                              "get_output_names"):
+                owner[b] = snode
+        elif inductor_is_wait(getattr(snode, "node", None)):
+            for b in _buffer_names(snode, "used_buffer_names"):
+                if b in owner:
+                    waits_of.setdefault(owner[b], []).append(snode)
+                    collective_of[snode] = owner[b]
+                    break
+    return waits_of, collective_of
+
+
+def _fx_position(snode, index: dict) -> Optional[int]:
+    """The latest position, in the FX graph inductor compiles, of the nodes a scheduler node
+    was made from (its members' origins: a fused kernel runs when its last op would)."""
+    best = None
+    for member in snode.get_nodes():
+        for origin in getattr(getattr(member, "node", None), "origins", None) or ():
+            if origin not in index:
+                for i, n in enumerate(origin.graph.nodes):
+                    index[n] = i
+            i = index.get(origin)
+            if i is not None and (best is None or i > best):
+                best = i
+    return best
+
+
+def inductor_graph_order(nodes: list) -> list:
+    """An inductor post-fusion pass: the scheduler's nodes in the order of the FX graph they
+    come from, as far as their dependencies allow (a list schedule: of the nodes whose
+    dependencies are placed, the one earliest in the graph goes next; ties keep inductor's
+    order).  The lowered graph holds the plan's schedule in its order: a prefetched gather is
+    issued a layer ahead and waited at its use, a gradient reduction issued as its gradient
+    exists and waited at the backward's end (autoshard.schedule).  Inductor's scheduler
+    instead issues an extern collective just before its first reader and waits on it at once,
+    so the compiled step would overlap nothing; this pass gives the plan's order back."""
+    index: dict = {}
+    owner: dict = {}
+    for k, snode in enumerate(nodes):
+        for name in snode.get_operation_names():
+            owner[name] = k
+    deps = [{owner[a] for a in getattr(sn, "ancestors", ()) if a in owner} - {k}
+            for k, sn in enumerate(nodes)]
+    key = []
+    for k, sn in enumerate(nodes):
+        pos = _fx_position(sn, index)
+        key.append(pos if pos is not None else max((key[d] for d in deps[k] if d < k),
+                                                   default=0))
+    users: dict = {}
+    for k, ds in enumerate(deps):
+        for d in ds:
+            users.setdefault(d, []).append(k)
+    missing = [len(ds) for ds in deps]
+    ready = [(key[k], k) for k in range(len(nodes)) if missing[k] == 0]
+    heapq.heapify(ready)
+    out: list = []
+    while ready:
+        _, k = heapq.heappop(ready)
+        out.append(nodes[k])
+        for u in users.get(k, ()):
+            missing[u] -= 1
+            if missing[u] == 0:
+                heapq.heappush(ready, (key[u], u))
+    return out if len(out) == len(nodes) else nodes  # a cycle: not ours to fix
+
+
 def inductor_one_in_flight(nodes: list) -> list:
     """An inductor post-fusion pass (`torch._inductor.config._post_fusion_custom_pass`): the
     scheduler's node order with each collective's wait moved up to just before the next
     collective, so that the compiled code keeps one collective in flight as the eager graph
-    does.  Inductor orders collectives among themselves but sinks waits towards their first
-    reader (21 collectives pending at once in the train example's compiled backward, which
-    crashed gloo as the eager graph did).  Moving a wait earlier is always valid: it depends
-    on its collective alone."""
+    does on gloo.  Moving a wait earlier is always valid: it depends on its collective alone."""
     from torch._inductor.utils import is_collective
-    from torch._inductor.utils import is_wait as inductor_is_wait
 
-    def names(snode, attr: str) -> set:
-        try:
-            return set(getattr(snode, attr)())
-        except (AttributeError, TypeError):
-            return set()
-
-    waits_of: dict = {}  # collective scheduler node -> its wait nodes
-    owner: dict = {}     # buffer name -> collective scheduler node that writes it
-    for snode in nodes:
-        if is_collective(getattr(snode, "node", None)):
-            for b in names(snode, "get_buffer_names") | names(snode, "get_output_names"):
-                owner[b] = snode
-        elif inductor_is_wait(getattr(snode, "node", None)):
-            for b in names(snode, "used_buffer_names"):
-                if b in owner:
-                    waits_of.setdefault(owner[b], []).append(snode)
-                    break
+    waits_of, _ = _collectives_and_waits(nodes)
     out: list = []
     placed: set = set()
     pending: list = []
@@ -278,21 +384,48 @@ def inductor_one_in_flight(nodes: list) -> list:
     return out
 
 
-def use_inductor_limit() -> None:
-    """Makes inductor keep one collective in flight in what it compiles from now on in this
-    process (inductor_one_in_flight as its post-fusion pass), for the gloo runtime; a pass
-    already set by someone else is kept and this one runs after it."""
+def _planned_order(limit: Optional[int]) -> Callable[[list], list]:
+    if limit is None:
+        return inductor_graph_order
+
+    def limited(nodes: list) -> list:
+        return inductor_one_in_flight(inductor_graph_order(nodes))
+
+    return limited
+
+
+def inductor_options(limit: Optional[int]) -> dict:
+    """Inductor settings under which a lowered graph compiles in its own order (see
+    `compile_in_order`): the post-fusion pass `inductor_graph_order` (then, with `limit`,
+    `inductor_one_in_flight`, after any pass the user set), and inductor's two reorderings
+    that would move the plan's collectives off it turned off: the peak-memory pass issues a
+    collective just before its reader (the plan's prefetch is already counted in its memory)
+    and the locality pass pulls a wait up to its collective."""
     import torch._inductor.config as inductor_config
 
-    current = inductor_config._post_fusion_custom_pass
-    if current is None or current is inductor_one_in_flight:
-        inductor_config._post_fusion_custom_pass = inductor_one_in_flight
-        return
-    if getattr(current, "_autoshard_wrapped", False):
-        return
+    user = inductor_config._post_fusion_custom_pass
+    ours = _planned_order(limit)
 
-    def chained(nodes: list) -> list:
-        return inductor_one_in_flight(current(nodes))
+    def post_fusion(nodes: list) -> list:
+        return ours(user(nodes) if user is not None else nodes)
 
-    chained._autoshard_wrapped = True  # type: ignore[attr-defined]
-    inductor_config._post_fusion_custom_pass = chained
+    return {"_post_fusion_custom_pass": post_fusion, "reorder_for_peak_memory": False,
+            "reorder_for_locality": False}
+
+
+def compile_in_order(gm: torch.fx.GraphModule, limit: Optional[int], *args,
+                     **kwargs) -> Callable:
+    """`torch.compile(gm, *args, **kwargs)` whose inductor code keeps the graph's order of
+    collectives, waits and compute, i.e. the plan's schedule (`inductor_graph_order`; with
+    `limit`, one collective in flight as on gloo).  The settings apply only while this
+    graph compiles and runs, not to the rest of the process."""
+    import torch._inductor.config as inductor_config
+
+    compiled = torch.compile(gm, *args, **kwargs)
+    options = inductor_options(limit)
+
+    def run(*flat):
+        with inductor_config.patch(options):
+            return compiled(*flat)
+
+    return run

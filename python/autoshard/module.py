@@ -19,6 +19,7 @@ import torch.fx
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor, Replicate
 
+from .inflight import compile_in_order
 from .local import local_chunk, local_slice, redistribute
 from .lower import contiguous_stride
 from .partition import SplitStep
@@ -66,8 +67,10 @@ class ShardedModule(torch.nn.Module):
 
     def __init__(self, model: torch.nn.Module, runner: Any, traced: Any, mesh: DeviceMesh,
                  lowered: Any, split: SplitStep, outputs: Sequence[tuple],
-                 tangents: Sequence[list], outputs_mode: bool):
+                 tangents: Sequence[list], outputs_mode: bool,
+                 in_flight: Optional[int] = None):
         super().__init__()
+        self._in_flight = in_flight
         self._runner = runner
         self._traced = traced
         self._lowered = lowered
@@ -132,10 +135,13 @@ class ShardedModule(torch.nn.Module):
         return previous
 
     def compile(self, *args: Any, **kwargs: Any) -> None:  # type: ignore[override]
-        """Compiles the forward and backward graphs with torch.compile (same arguments)."""
+        """Compiles the forward and backward graphs with torch.compile (same arguments),
+        each keeping its order of collectives, waits and compute: the plan's schedule
+        (autoshard.inflight.compile_in_order)."""
         if not self._compiled:
-            self.run_graphs_with(torch.compile(self._split.forward, *args, **kwargs),
-                                 torch.compile(self._split.backward, *args, **kwargs))
+            self.run_graphs_with(
+                compile_in_order(self._split.forward, self._in_flight, *args, **kwargs),
+                compile_in_order(self._split.backward, self._in_flight, *args, **kwargs))
             self._compiled = True
 
     def _run_backward(self, saved: Sequence[torch.Tensor], grad_outputs: Sequence) -> list:
@@ -207,6 +213,17 @@ class ShardedModule(torch.nn.Module):
                 raise ValueError(f"input {n}: shape {list(t.shape)}, but this rank's shard at "
                                  f"{to_string(list(pl))} is {want}{hint}")
 
+    @torch.compiler.disable
+    def _run_compiled_graphs(self, *flat: torch.Tensor) -> Any:
+        """The step under `torch.compile(module)`: the two planned graphs, each compiled on its
+        own (as `module.compile()` does), called from outside the traced frame.  Were Dynamo to
+        trace through the autograd Function, AOTAutograd would partition the joint graph anew:
+        it saves every gathered parameter for the backward instead of re-gathering it (the
+        plan's memory) and sinks the gradient reductions' waits to the end (the plan's
+        overlap).  The graph break keeps the planned forward/backward split and its order."""
+        self.compile()
+        return self._step_cls.apply(*flat)
+
     def forward(self, *inputs: torch.Tensor) -> Any:
         """inputs: this rank's shards of the model's inputs then the loss targets, in trace
         order (shard_inputs cuts them from full tensors)."""
@@ -218,7 +235,10 @@ class ShardedModule(torch.nn.Module):
         # like the parameter (the plan's gradient placement is the parameter's).
         ps = [params[n].to_local() for n in self._param_names]
         bs = [buffers[n].to_local() for n in self._buffer_names]
-        out = self._step_cls.apply(*ps, *bs, *flat_in)
+        if torch.compiler.is_compiling():
+            out = self._run_compiled_graphs(*ps, *bs, *flat_in)
+        else:
+            out = self._step_cls.apply(*ps, *bs, *flat_in)
         if not self._outputs_mode:
             return out
         outs = (out,) if len(self._outputs) == 1 else out

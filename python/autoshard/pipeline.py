@@ -63,7 +63,7 @@ from .apply import (PlacementsArg, PlanError, StepRunner, graph_names, load_plac
                     parse_placements, placements_str, read_placements, trace_for_apply,
                     _lowered_alias)
 from .deferred_grads import DeferredReductions, defer_reductions
-from .inflight import in_flight_limit, use_inductor_limit
+from .inflight import in_flight_limit
 from .local import local_chunk, local_slice
 from .stages import SHARED, StageError, StageGraph, cut_stages
 
@@ -541,8 +541,6 @@ def apply_pipeline(model: torch.nn.Module, placements: PlacementsArg, mesh: Devi
     modules, pipe_stages = [], []
     for cut in cuts:
         limit = in_flight_limit(sub)
-        if limit is not None:  # compiled graphs keep the limit too (inductor sinks waits)
-            use_inductor_limit()
         split = partition(cut.gm, cut.out_nodes, cut.grad_nodes, cut.tangent_nodes,
                           in_flight=limit)
         mod = StageModule(model, cut, split, runner, traced, sub, reduce_once_per_step)

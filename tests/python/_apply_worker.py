@@ -257,7 +257,21 @@ def run_jobs(mesh, jobs: Sequence[dict], steps: int = 3, lr: float = 1e-2) -> li
                      "placements": planned}
         for i in range(steps):
             if i == 0:
-                if compiled or outputs:  # audited in the job's eager twin / user collectives
+                if compiled:  # the compiled code's collectives run in the graphs' order
+                    from torch._inductor.utils import run_and_get_code
+
+                    from autoshard.inflight import collective_order, compiled_collective_order
+
+                    def first_step():
+                        out = call(run)
+                        out.backward()
+                        return out
+                    loss, codes = run_and_get_code(first_step)
+                    res["compiled_order"] = [o for o in map(compiled_collective_order, codes) if o]
+                    res["graph_order"] = [o for o in (collective_order(g.graph) for g in
+                                                      (step.split.forward, step.split.backward))
+                                          if o]
+                elif outputs:  # audited in the job's eager twin / user collectives
                     loss = call(run)
                     loss.backward()
                 else:

@@ -204,6 +204,9 @@ class ApplyPlacement(unittest.TestCase):
                 self.assertTrue(res["dtensor_free"], f"{where}: a DTensor in the lowered graph")
                 if job.get("compile"):
                     self.assertGreater(res["compiled_graphs"], 0, where)
+                    # inductor runs the planned schedule: the same collectives, issued and
+                    # waited in the lowered graphs' order (autoshard.inflight)
+                    self.assertEqual(res["compiled_order"], res["graph_order"], where)
                     continue
                 if W.returns_outputs(job["model"]):  # the user's loss adds its own collectives
                     continue

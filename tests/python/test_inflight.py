@@ -136,52 +136,77 @@ if __name__ == "__main__":
 
 
 COMPILED_SCRIPT = r"""
-import re, sys
+import json, re, sys
 import torch, torch.distributed as dist
 from torch.testing._internal.distributed.fake_pg import FakeStore
 from torch._inductor.utils import run_and_get_code
-from autoshard.inflight import use_inductor_limit
+from autoshard.inflight import compile_in_order
 
 dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=2)
 group = dist.group.WORLD.group_name
 ops = torch.ops._c10d_functional
-if sys.argv[1] == "limit":
-    use_inductor_limit()
 
-def step(x, y, z):
+def gathers(x, y, z):
     a = ops.all_gather_into_tensor(x.contiguous(), 2, group)
     b = ops.all_gather_into_tensor(torch.relu(y), 2, group)
     c = ops.all_gather_into_tensor(z * 2, 2, group)
     return ops.wait_tensor(a).sum() + ops.wait_tensor(b).sum() + ops.wait_tensor(c).sum()
 
-_, codes = run_and_get_code(torch.compile(step), *(torch.randn(4, 4) for _ in range(3)))
-pending = most = 0
-for line in codes[0].splitlines():
-    if re.search(r"_c10d_functional\.all_gather_into_tensor\w*\.default\(", line):
-        pending += 1
-        most = max(most, pending)
-    elif "_c10d_functional.wait_tensor.default(" in line:
-        pending -= 1
-print(most)
+def overlapped(x, w):  # a gather waited at its use, a reduction at the end: compute between
+    a = ops.all_gather_into_tensor(x, 2, group)
+    h = torch.tanh(torch.relu(w @ w) @ w)
+    r = ops.reduce_scatter_tensor(h * 3, "sum", 2, group)
+    h2 = torch.sigmoid(h @ w)
+    return ops.wait_tensor(a) @ h2, ops.wait_tensor(r)
+
+def events(code):  # per collective: compute kernels run between its issue and its wait
+    issued, gaps, most = {}, [], 0
+    for line in code.splitlines():
+        m = re.search(r"(?:(\w+) = )?torch\.ops\._c10d_functional\.(\w+)\.default\((\w+)", line)
+        if m and m.group(2) == "wait_tensor":
+            gaps.append(issued.pop(m.group(3)))
+        elif m:
+            issued[m.group(1) or m.group(3)] = 0
+            most = max(most, len(issued))
+        elif re.search(r"^\s+(extern_kernels\.\w+|cpp_fused_\w+)\(", line):
+            issued = {k: v + 1 for k, v in issued.items()}
+    return most, gaps
+
+rand = lambda *s: torch.randn(*s)
+res = {}
+for mode in ("plain", "order", "limit"):
+    torch._dynamo.reset()
+    compiled = (lambda f: torch.compile(f)) if mode == "plain" else (
+        lambda f: compile_in_order(f, 1 if mode == "limit" else None))
+    _, g = run_and_get_code(compiled(gathers), *(rand(4, 4) for _ in range(3)))
+    _, o = run_and_get_code(compiled(overlapped), rand(4, 4), rand(4, 4))
+    res[mode] = {"gathers": events(g[0]), "overlapped": events(o[0])}
+print(json.dumps(res))
 """
 
 
 @unittest.skipIf(torch is None, "PyTorch not installed")
 class CompiledInFlight(unittest.TestCase):
-    def test_inductor_keeps_one_collective_in_flight_with_the_pass(self):
-        """With the gloo runtime's post-fusion pass, the compiled code waits for each gather
-        before it issues the next."""
+    def test_inductor_keeps_the_graphs_order_and_gloos_limit(self):
+        """compile_in_order keeps the graph's issue and wait points (inductor alone issues a
+        collective just before its reader and waits on it at once: no overlap), and with a
+        limit (gloo) waits for each gather before it issues the next."""
+        import json
         import os
         import subprocess
         import sys
 
         env = dict(os.environ, PYTHONPATH=_paths.PYTHON_DIR, TORCHINDUCTOR_COMPILE_THREADS="1")
-        most = {}
-        for mode in ("plain", "limit"):
-            r = subprocess.run([sys.executable, "-c", COMPILED_SCRIPT, mode], env=env,
-                               capture_output=True, text=True, timeout=600)
-            self.assertEqual(r.returncode, 0, r.stderr[-3000:])
-            most[mode] = int(r.stdout.strip().splitlines()[-1])
-        self.assertEqual(most["limit"], 1)
-        self.assertGreaterEqual(most["plain"], 1)  # inductor's own choice (21 at most in the
-        # train example's compiled backward, which this pass brings to 1: docs/DESIGN.md)
+        r = subprocess.run([sys.executable, "-c", COMPILED_SCRIPT], env=env,
+                           capture_output=True, text=True, timeout=600)
+        self.assertEqual(r.returncode, 0, r.stderr[-3000:])
+        res = json.loads(r.stdout.strip().splitlines()[-1])
+        # inductor's own order: each collective waited with no compute after its issue
+        self.assertEqual(res["plain"]["overlapped"][1], [0, 0])
+        # the graph's order: the gather runs under the matmuls, the reduction under the last
+        most, gaps = res["order"]["overlapped"]
+        self.assertEqual(most, 2)
+        self.assertTrue(all(g > 0 for g in gaps), gaps)
+        self.assertEqual(res["order"]["gathers"][0], 3)  # all three waited at the sum
+        self.assertEqual(res["limit"]["gathers"][0], 1)
+        self.assertEqual(res["limit"]["overlapped"][0], 1)
