@@ -115,11 +115,16 @@ class PlacementStrings(unittest.TestCase):
         self.assertEqual(_output_list("(S(0)R, None)", ""), [[Shard(0), Replicate()], None])
         with self.assertRaisesRegex(PlanError, "/placements/mm: placements 'Q'"):
             parse_placements("Q", "/placements/mm: ")
-        # Strided shards: a clear refusal until the runtime applies them; split factor 1 is
-        # a plain shard.
-        with self.assertRaisesRegex(PlanError, "/placements/w: .*_S.0,2.S.0.*--shard-orders"):
-            parse_placements("_S(0,2)S(0)", "/placements/w: ")
+        # Strided shards are torch's _StridedShard (the runtime applies them); split factor 1
+        # is a plain shard.
+        from torch.distributed.tensor.placement_types import _StridedShard
+
+        self.assertEqual(parse_placements("_S(0,2)S(0)", "/placements/w: "),
+                         [_StridedShard(0, split_factor=2), Shard(0)])
+        self.assertEqual(placements_str(parse_placements("_S(1,4)RS(1)")), "_S(1,4)RS(1)")
         self.assertEqual(parse_placements("_S(0,1)R"), [Shard(0), Replicate()])
+        with self.assertRaisesRegex(PlanError, "/placements/w: .*split factor 0"):
+            parse_placements("_S(0,0)R", "/placements/w: ")
 
     def test_strided_conversions(self):
         from torch.distributed.tensor import Shard
@@ -148,6 +153,61 @@ class PlacementStrings(unittest.TestCase):
         from autoshard.apply import apply_placement
 
         self.assertIs(autoshard.apply_placement, apply_placement)
+
+
+class _Mesh:
+    """What local_chunk reads of a DeviceMesh: its dim sizes."""
+
+    def __init__(self, shape):
+        self.shape = tuple(shape)
+
+    def size(self, i):
+        return self.shape[i]
+
+
+@unittest.skipIf(torch is None, "PyTorch not installed")
+class StridedPieces(unittest.TestCase):
+    """autoshard.local cuts _StridedShard pieces as torch 2.13 lays them out (its
+    _StridedShard._split_tensor, the layout DTensor's redistributions assume) and tells whether
+    a piece is one block of the full tensor (what a DCP chunk's offset describes)."""
+
+    def test_local_chunk_is_torchs_layout(self):
+        import itertools
+
+        from autoshard.apply import parse_placements
+        from autoshard.local import local_chunk
+
+        cases = [((2, 2), "_S(0,2)S(0)"), ((3, 2), "_S(0,2)S(0)"), ((2, 2, 2), "_S(0,4)S(0)S(0)"),
+                 ((2, 3, 2), "_S(0,2)_S(0,2)S(0)"), ((2, 2), "S(1)_S(0,2)"), ((2, 2), "_S(1,2)S(1)")]
+        checked = 0
+        for mesh, spec in cases:
+            pl = parse_placements(spec)
+            for rows in (8, 12, 7, 13, 3):
+                full = torch.arange(rows * 6.0).reshape(rows, 6)
+                for coord in itertools.product(*(range(n) for n in mesh)):
+                    want = full
+                    for m, p in enumerate(pl):  # torch's own split, mesh dim by mesh dim
+                        if not p.is_replicate():  # Shard and _StridedShard
+                            want = p._split_tensor(want, mesh[m], with_padding=False)[0][coord[m]]
+                    got = local_chunk(full, _Mesh(mesh), pl, coord)
+                    self.assertTrue(torch.equal(got, want), f"{spec} on {mesh}, {rows} rows, {coord}")
+                    checked += 1
+        self.assertEqual(checked, 5 * (4 + 6 + 8 + 12 + 4 + 4))
+
+    def test_contiguous_pieces(self):
+        from autoshard.apply import parse_placements
+        from autoshard.local import contiguous_pieces
+
+        def ok(shape, mesh, spec):
+            return contiguous_pieces(shape, mesh, parse_placements(spec))
+
+        self.assertTrue(ok((8, 4), (2, 2), "_S(0,2)S(0)"))       # FSDP2 over TP, even
+        self.assertTrue(ok((8, 4), (2, 2, 2), "_S(0,4)S(0)S(0)"))
+        self.assertTrue(ok((7, 4), (2, 2), "S(0)S(0)"))           # no strided shard
+        self.assertTrue(ok((7, 4), (2, 2), "_S(0,2)S(0)"))        # uneven, still blocks
+        self.assertFalse(ok((13, 4), (3, 2), "_S(0,2)S(0)"))      # rank (2, 0): rows 6, 11
+        self.assertFalse(ok((8, 4), (2, 2), "_S(0,2)R"))          # no order: rows 0-1, 4-5
+        self.assertTrue(ok((4, 16), (2, 2), "_S(1,2)S(1)"))
 
 
 @unittest.skipIf(torch is None, "PyTorch not installed")
