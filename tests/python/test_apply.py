@@ -42,6 +42,10 @@ TIMEOUT_S = 300  # per launch (generous for a loaded CI machine); workers are ki
 #: LLaMA there on 4 ranks cost 90 s of CPU of the test's 145 s, the MLP 30 s.
 #: AUTOSHARD_COMPILE_ALL=1 compiles every plan (minutes more; docs/benchmarks.md).
 COMPILED = {"2": "llama/optimum", "2x2": "mlp/megatron"}
+#: The strided plan of the 2x2 mesh: torchtitan's FSDP2-over-TP layout, parameters held as
+#: DTensors with _StridedShard (planned on an H100, where compute stays whole and each
+#: column weight is one dp all-gather from _S(0,2)S(0) to RS(0)).
+STRIDED_RECIPE = ["--algo", "fsdp+tp", "--shard-orders"]
 COMPILE_ALL = os.environ.get("AUTOSHARD_COMPILE_ALL") == "1"
 if COMPILE_ALL:
     TIMEOUT_S = 3600
@@ -76,6 +80,11 @@ def _plans(binary, graphs, mesh, dims, tmp):
         if tp:
             specs["megatron"] = W.input_pins(graph, dp_in) + W.param_pins(
                 graph, lambda n, s: "R" + W.megatron(n, s))
+            if key == "llama":  # FSDP2 over TP: column weights _S(0,2)S(0), gathered on dp
+                d = os.path.join(tmp, f"{key}-fsdp+tp-strided")
+                os.makedirs(d)
+                out[f"{key}/fsdp+tp-strided"] = (key, W.plan(
+                    binary, graph, mesh, dims, [], d, STRIDED_RECIPE, hardware=W.H100))
         elif key == "llama":  # data parallel, each layer recomputed (plan --recompute full)
             specs["recompute"] = specs["dp"]
         for name, pins in specs.items():
@@ -288,6 +297,11 @@ class ApplyPlacement(unittest.TestCase):
                     self.assertEqual(ps, pl[n]["output"], n)
                     sharded_params += "S(" in ps
         self.assertGreater(sharded_params, 0)  # the pinned plans really shard something
+        if mesh == [2, 2]:  # the strided plan's weights are held as _StridedShard DTensors
+            strided = per_rank[0][[j["name"] for j in jobs].index("llama/fsdp+tp-strided")]
+            held = [n for n, ps in strided["placements"].items() if ps.startswith("_S(0,2)S(0)")]
+            self.assertIn("layers.0.feed_forward.w1.weight", held)
+            self.assertGreaterEqual(len(held), 10, strided["placements"])
         by_name = {r["name"]: r for r in per_rank[0]}
         if "llama/recompute" in by_name:  # the plan's recomputation is honoured
             self.assertTrue(jobs_recompute_listed(jobs, "llama/recompute"))
