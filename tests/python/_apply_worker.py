@@ -163,10 +163,11 @@ H100 = {"base": "h100", "name": "h100"}
 
 def plan(binary: str, graph: dict, mesh: Sequence[int], dims: Sequence[str],
          pins: Sequence[str], out_dir: str, extra: Sequence[str] = (),
-         divisible: bool = True, hardware: Optional[dict] = None) -> dict:
+         divisible: bool = True, hardware: Optional[dict] = None,
+         comm_model: str = "dtensor") -> dict:
     """`autoshard plan --graph ... -o DIR` on `hardware` (default SLOW_COMPUTE) with
-    DTensor's comm model (the model DTensor executes, see autoshard.audit) -> the
-    placements.json object."""
+    DTensor's comm model (the model DTensor executes, see autoshard.audit; or `comm_model`)
+    -> the placements.json object."""
     gpath = os.path.join(out_dir, "graph.json")
     with open(gpath, "w") as f:
         json.dump(graph, f)
@@ -174,7 +175,7 @@ def plan(binary: str, graph: dict, mesh: Sequence[int], dims: Sequence[str],
     with open(hpath, "w") as f:
         json.dump(hardware or SLOW_COMPUTE, f)
     cmd = [binary, "plan", "--graph", gpath, "--hardware", hpath, "--mesh", "x".join(map(str, mesh)),
-           "--mesh-dims", ",".join(dims), "--comm-model", "dtensor", "-o", out_dir,
+           "--mesh-dims", ",".join(dims), "--comm-model", comm_model, "-o", out_dir,
            "--time-limit", "20"]
     if divisible:
         cmd.append("--require-divisible")

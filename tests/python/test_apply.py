@@ -6,7 +6,9 @@ model (hidden 16, 4 heads, 2 KV heads) under autoshard's optimum and under hand-
 and Megatron-TP plans (`autoshard plan --pin`), all planned with `--comm-model dtensor` (the walk
 DTensor executes).  On 2x2 also the LLaMA with Meta's complex rotary (complex64 tensors:
 torch.polar, view_as_complex, complex mul, view_as_real), its table a buffer under Megatron and
-built by polar in the step under the optimum.  Besides: one plan per mesh compiled (torch.compile, inductor); on 2 ranks the
+built by polar in the step under the optimum, and the LLaMA under FSDP2 over TP with strided
+weights (`--algo fsdp+tp --shard-orders` on an H100, autoshard's comm model: parameters held as
+_StridedShard DTensors, planned "via" paths to and from them).  Besides: one plan per mesh compiled (torch.compile, inductor); on 2 ranks the
 DP plan with every layer recomputed (`--recompute full`), an MLP with uneven shards (15 features
 over 2 ranks), and the MLP traced without a loss (AutoParallel's way: the module returns its
 outputs as DTensors and the test's own loss of them back-propagates).  Each rank compares with
@@ -46,6 +48,10 @@ COMPILED = {"2": "llama/optimum", "2x2": "mlp/megatron"}
 #: DTensors with _StridedShard (planned on an H100, where compute stays whole and each
 #: column weight is one dp all-gather from _S(0,2)S(0) to RS(0)).
 STRIDED_RECIPE = ["--algo", "fsdp+tp", "--shard-orders"]
+#: ... under autoshard's own comm model (the default), whose schedule plans "via" paths from
+#: and to the strided specs (the embedding's _S(0,2)S(0) -> RS(0) -> RR, the output weight's
+#: gradient P(sum)P(sum) -> P(sum)S(0) -> _S(0,2)S(0)) that the runtime follows.
+STRIDED_COMM_MODEL = "nccl"
 COMPILE_ALL = os.environ.get("AUTOSHARD_COMPILE_ALL") == "1"
 if COMPILE_ALL:
     TIMEOUT_S = 3600
@@ -84,7 +90,8 @@ def _plans(binary, graphs, mesh, dims, tmp):
                 d = os.path.join(tmp, f"{key}-fsdp+tp-strided")
                 os.makedirs(d)
                 out[f"{key}/fsdp+tp-strided"] = (key, W.plan(
-                    binary, graph, mesh, dims, [], d, STRIDED_RECIPE, hardware=W.H100))
+                    binary, graph, mesh, dims, [], d, STRIDED_RECIPE, hardware=W.H100,
+                    comm_model=STRIDED_COMM_MODEL))
         elif key == "llama":  # data parallel, each layer recomputed (plan --recompute full)
             specs["recompute"] = specs["dp"]
         for name, pins in specs.items():
@@ -257,8 +264,11 @@ class ApplyPlacement(unittest.TestCase):
             shutil.rmtree(tmp, ignore_errors=True)
         sharded_params = 0
         for job in jobs:
+            model = STRIDED_COMM_MODEL if job["name"].startswith("llama/fsdp+tp-strided") \
+                else "dtensor"
             planned, planned_edges = planned_collectives(
-                self.binary, self.graphs[job["model"]], job["placements"], mesh, cpu=True)
+                self.binary, self.graphs[job["model"]], job["placements"], mesh, cpu=True,
+                comm_model=model)
             planned = {f"{k[0]}|{k[1]}": v for k, v in planned.items()}
             for rank, results in enumerate(per_rank):
                 res = next(r for r in results if r["name"] == job["name"])
@@ -302,6 +312,12 @@ class ApplyPlacement(unittest.TestCase):
             held = [n for n, ps in strided["placements"].items() if ps.startswith("_S(0,2)S(0)")]
             self.assertIn("layers.0.feed_forward.w1.weight", held)
             self.assertGreaterEqual(len(held), 10, strided["placements"])
+            job = next(j for j in jobs if j["name"] == "llama/fsdp+tp-strided")
+            pl = job["placements"]["placements"]
+            to_strided = [e["edge"] for e in job["placements"]["schedule"].get("via") or []
+                          if e["edge"].startswith("grad:") and
+                          pl[e["edge"][5:].rsplit(":", 1)[0]]["output"].startswith("_S(")]
+            self.assertIn("grad:output.weight:-1", to_strided)  # a planned path to _S(0,2)S(0)
         by_name = {r["name"]: r for r in per_rank[0]}
         if "llama/recompute" in by_name:  # the plan's recomputation is honoured
             self.assertTrue(jobs_recompute_listed(jobs, "llama/recompute"))
