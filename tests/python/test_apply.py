@@ -8,9 +8,9 @@ DTensor executes).  On 2x2 also the LLaMA with Meta's complex rotary (complex64 
 torch.polar, view_as_complex, complex mul, view_as_real), its table a buffer under Megatron and
 built by polar in the step under the optimum, and the LLaMA under FSDP2 over TP with strided
 weights (`--algo fsdp+tp --shard-orders` on an H100, autoshard's comm model: parameters held as
-_StridedShard DTensors, planned "via" paths to and from them).  Besides: one plan per mesh compiled (torch.compile, inductor); on 2 ranks the
-DP plan with every layer recomputed (`--recompute full`), an MLP with uneven shards (15 features
-over 2 ranks), and the MLP traced without a loss (AutoParallel's way: the module returns its
+_StridedShard DTensors, planned "via" paths to and from them).  Besides: one plan per mesh
+compiled (torch.compile, inductor); on 2 ranks the DP plan with every layer recomputed
+(`--recompute full`), an MLP with uneven shards (15 features over 2 ranks), and the MLP traced without a loss (AutoParallel's way: the module returns its
 outputs as DTensors and the test's own loss of them back-propagates).  Each rank compares with
 the single-process eager step: loss and every gradient within 1e-5 relative (max |diff| / max
 |ref|, fp32), and the parameters after three AdamW steps.  The audit of the first step (eager)
