@@ -54,17 +54,14 @@ class PlanError(ValueError):
 def parse_placements(s: str, where: str = "") -> list:
     """'S(0)RP(sum)' (also '_S(0,8)', 'P', 'Shard(0)', '_StridedShard(dim=0, sf=8)',
     'Replicate()', 'Partial(sum)', ', ' separators, one pair of [])
-    -> [Shard(0), Replicate(), Partial('sum')] (autoshard.placements.parse)."""
+    -> [Shard(0), Replicate(), Partial('sum')] (autoshard.placements.parse); '_S(0,8)' is
+    torch's _StridedShard(0, split_factor=8), which the runtime applies as it is."""
     from . import placements as _pl
 
     try:
         out = list(_pl.to_dtensor(s))
     except ValueError as e:
         raise PlanError(f"{where}{e}") from None
-    if any(type(p).__name__ == "_StridedShard" for p in out):
-        raise PlanError(f"{where}placements {s!r}: strided shards (a plan made with "
-                        "--shard-orders) are not applied by the runtime yet (issue 39); plan "
-                        "without --shard-orders")
     return out
 
 

@@ -289,6 +289,7 @@ def cp_collectives(graph: dict, placements: dict, mesh_shape: Sequence[int]) -> 
     all-gather kind: K and V gathered (forward; again in the backward) and dK, dV (float32)
     reduce-scattered; ring kind: one P2P exchange per node (bytes as audit._ring_bytes)."""
     from .apply import parse_placements
+    from .local import is_strided
 
     pl = placements.get("placements", placements)
     names = placements.get("mesh_dim_names") or []
@@ -308,7 +309,7 @@ def cp_collectives(graph: dict, placements: dict, mesh_shape: Sequence[int]) -> 
         meta = nodes[src]["outputs"][idx]
         numel = math.prod(meta["shape"])
         for i, p in enumerate(parse_placements(entry["inputs"][2 if backward else 1])):
-            if p.is_shard():
+            if p.is_shard() or is_strided(p):  # a _StridedShard's is_shard() is False
                 numel //= mesh_shape[i]
         kv = 2.0 * numel * _DTYPE_BYTES.get(meta["dtype"], 4)  # K and V, this device's
         if cp["kind"] == "allgather":

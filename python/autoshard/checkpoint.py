@@ -8,6 +8,7 @@
 
     checkpoint.load_full_state_dict(module, pretrained.state_dict())   # no communication
     model.load_state_dict(checkpoint.full_state_dict(module))          # back to a plain model
+    model.load_state_dict(checkpoint.read_full_state_dict("ckpt/step100"))  # no module needed
 
 The module's parameters (and persistent buffers) are DTensors at the plan's placements, named
 like the original model's (FQNs).  `save` and `load` use torch.distributed.checkpoint (DCP):
@@ -20,6 +21,16 @@ reshards the same way, and a fresh optimizer gets its state created by `load`.
 `save`, `load` and `full_state_dict` are collective: every rank of the default process group
 calls them, in the same order.  `load_full_state_dict` communicates nothing: each rank cuts its
 own shards out of the full tensors it was given (the same on every rank).
+
+Strided shards (`_StridedShard`, a plan's `_S(d,sf)`: shard orders, issue 39) are saved and
+loaded like any DTensor: DCP records each rank's piece by its global offset and shape, which
+torch 2.13 computes right for a piece that is one block of the full tensor -- always so for a
+plan's evenly divisible strided shards (FSDP2 over TP's `_S(0,tp)S(0)`).  A piece that is not
+one block (a strided dim that does not divide evenly, autoshard.local.contiguous_pieces) would
+be recorded at the wrong place, so such a tensor is saved in the default order (each
+`_StridedShard(d, sf)` a `Shard(d)`, one redistribution) and read back the same way, then moved
+to the module's layout.  Either way the checkpoint holds every element at its place and loads
+into any plan, or whole (`read_full_state_dict`).
 
 Parameters planned as Partial (a pending sum over a mesh dim) have no single value per element to
 save or to cut out of a full tensor: every function here refuses them with an error naming the
@@ -36,7 +47,8 @@ from typing import TYPE_CHECKING, Any, Iterator, Mapping, Optional, Union
 if TYPE_CHECKING:  # torch is imported on first use only (no import-time side effects)
     import torch
 
-__all__ = ["CheckpointError", "save", "load", "load_full_state_dict", "full_state_dict"]
+__all__ = ["CheckpointError", "save", "load", "load_full_state_dict", "full_state_dict",
+           "read_full_state_dict"]
 
 #: Version of the layout `save` writes (the "autoshard" entry of the DCP checkpoint).
 FORMAT_VERSION = 1
@@ -88,6 +100,54 @@ def _placements_of(module: "torch.nn.Module") -> dict[str, str]:
 
     return {k: placements_str(t.placements) for k, t in _state_tensors(module).items()
             if isinstance(t, DTensor)}
+
+
+# --- strided shards ------------------------------------------------------------------------
+def _block_placements(t: Any) -> Optional[tuple]:
+    """For a DTensor whose local piece is not one block of the full tensor on some rank (an
+    uneven `_StridedShard`, or split factors that fit no shard order): its placements with each
+    `_StridedShard(d, sf)` a `Shard(d)` (the default order, where every piece is a block).
+    None for every other tensor, which DCP takes as it is: DTensor's global offset (the first
+    element of the piece) and local shape are then its chunk's metadata."""
+    from torch.distributed.tensor import DTensor, Shard
+
+    from autoshard.local import contiguous_pieces, is_strided
+
+    if not isinstance(t, DTensor) or not any(is_strided(p) for p in t.placements):
+        return None
+    if contiguous_pieces(tuple(t.shape), tuple(t.device_mesh.shape), t.placements):
+        return None
+    return tuple(Shard(p.dim) if is_strided(p) else p for p in t.placements)
+
+
+def _to_blocks(state: dict, at: tuple = ()) -> list[tuple[tuple, tuple]]:
+    """Replaces, in the nested dict `state`, every DTensor `_block_placements` names by a copy
+    at those placements (collective: every rank holds the same keys); -> [(key path, the
+    original placements)]."""
+    from autoshard.local import redistribute
+
+    moved = []
+    for k, v in list(state.items()):
+        if isinstance(v, dict):
+            moved += _to_blocks(v, (*at, k))
+            continue
+        blocks = _block_placements(v)
+        if blocks is not None:
+            state[k] = redistribute(v.detach(), v.device_mesh, blocks)
+            moved.append(((*at, k), tuple(v.placements)))
+    return moved
+
+
+def _from_blocks(state: dict, moved: list[tuple[tuple, tuple]]) -> None:
+    """Moves the tensors `_to_blocks` replaced back to their original placements."""
+    from autoshard.local import redistribute
+
+    for path, placements in moved:
+        holder = state
+        for k in path[:-1]:
+            holder = holder[k]
+        t = holder[path[-1]]
+        holder[path[-1]] = redistribute(t, t.device_mesh, placements)
 
 
 # --- sharded checkpoints (DCP) --------------------------------------------------------------
@@ -167,6 +227,7 @@ def save(path: PathArg, module: "torch.nn.Module",
     if optimizer is not None:
         state[_OPTIM] = get_optimizer_state_dict(module, optimizer, options=_options())
 
+    _to_blocks(state)  # strided shards that are not one block each: saved in the default order
     up, rank = _dist()
     tmp = path + ".incomplete"
     if rank == 0:
@@ -267,9 +328,11 @@ def load(path: PathArg, module: "torch.nn.Module",
         if missing:
             raise CheckpointError(f"load: the optimizer's '{missing[0]}' is not in the "
                                   f"checkpoint {path} (another optimizer type saved?)")
+    moved = _to_blocks(state)  # read in the default order, then moved to the module's
     up, _ = _dist()
     with _quiet_single_process(up):
         dcp.load(state, checkpoint_id=path, no_dist=not up)
+    _from_blocks(state, moved)
     with torch.no_grad():
         set_model_state_dict(module, state[_MODEL], options=_options())
         if optimizer is not None:
@@ -277,6 +340,30 @@ def load(path: PathArg, module: "torch.nn.Module",
     info = json.loads(state[_INFO]) if state.get(_INFO) else {"format": None, "step": None}
     info.setdefault("extra", {})
     return info
+
+
+def read_full_state_dict(path: PathArg) -> dict[str, "torch.Tensor"]:
+    """The module's tensors of a checkpoint written by `save`, each whole and keyed by FQN (a
+    plain model's `load_state_dict` takes them), read without a module.
+
+    No communication: each calling rank reads every saved shard, which DCP places in the
+    full tensors by their offsets (the chunk metadata).  Tensors keep their saved dtype.
+    """
+    import torch
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    path = os.path.normpath(os.fspath(path))
+    prefix = _MODEL + "."
+    full = {k[len(prefix):]: torch.empty(tuple(m.size), dtype=m.properties.dtype)
+            for k, m in _metadata(path).state_dict_metadata.items()
+            if k.startswith(prefix) and isinstance(m, TensorStorageMetadata)}
+    if not full:
+        raise CheckpointError(f"read_full_state_dict: the checkpoint {path} holds no module "
+                              f"tensors")
+    with _quiet_single_process(False):
+        dcp.load({_MODEL: full}, checkpoint_id=path, no_dist=True)
+    return full
 
 
 def _flat_keys(d: Mapping[str, Any], prefix: str) -> list[str]:

@@ -22,15 +22,67 @@ from .lower import contiguous_stride
 
 def local_chunk(t: torch.Tensor, mesh: DeviceMesh, placements: list, coord) -> torch.Tensor:
     """This rank's piece of a full tensor under `placements` (DTensor's chunking: mesh dims
-    left to right, torch.chunk sizes, empty pieces past the end)."""
+    left to right, torch.chunk sizes, empty pieces past the end; a `_StridedShard` takes its
+    rank's chunk of each of its split-factor pieces, see `strided_chunk`)."""
     if any(p.is_partial() for p in placements):
         raise ValueError(f"a full tensor cannot be cut to Partial placements ({placements})")
     for i, p in enumerate(placements):
-        if p.is_shard():
+        if is_strided(p):
+            t = strided_chunk(t, p.dim % max(t.dim(), 1), int(p.split_factor), mesh.size(i),
+                              coord[i])
+        elif p.is_shard():
             dim = p.dim if p.dim >= 0 else p.dim + t.dim()
-            pieces = torch.chunk(t, mesh.size(i), dim)
-            t = pieces[coord[i]] if coord[i] < len(pieces) else t.narrow(dim, 0, 0)
+            t = _chunk(t, mesh.size(i), dim, coord[i])
     return t
+
+
+def is_strided(p: object) -> bool:
+    """Is `p` torch's `_StridedShard` (whose is_shard() is False in torch 2.13)?"""
+    return type(p).__name__ == "_StridedShard"
+
+
+def _chunk(t: torch.Tensor, n: int, dim: int, k: int) -> torch.Tensor:
+    """Piece k of torch.chunk(t, n, dim), empty past the last piece."""
+    pieces = torch.chunk(t, n, dim)
+    return pieces[k] if k < len(pieces) else t.narrow(dim, 0, 0)
+
+
+def strided_chunk(t: torch.Tensor, dim: int, split_factor: int, n: int, k: int) -> torch.Tensor:
+    """Rank k's piece of `t` under `_StridedShard(dim, split_factor)` on a mesh dim of n ranks
+    (torch 2.13's layout, placement_types.py): `t` is chunked into split_factor pieces along
+    dim, each piece into n chunks, and rank k holds its chunk of every piece, concatenated.
+    With even sizes that is the contiguous block the later mesh dims' cut and then this one's
+    give; with uneven sizes it may be several blocks (see `contiguous_pieces`)."""
+    firsts = torch.chunk(t, split_factor, dim) if t.size(dim) else (t,)
+    parts = [_chunk(piece, n, dim, k) for piece in firsts]
+    parts += [t.narrow(dim, 0, 0)] * (split_factor - len(firsts))
+    return torch.cat(parts, dim) if len(parts) > 1 else parts[0]
+
+
+def contiguous_pieces(shape: Sequence[int], mesh_shape: Sequence[int],
+                      placements: Sequence) -> bool:
+    """Is every rank's piece of a tensor of `shape` under `placements` one block of the full
+    tensor?  Always so without `_StridedShard`; with one, so when the sizes divide evenly and
+    the split factors describe a shard order, not always otherwise (torch 2.13 chunks an
+    uneven strided dim piece by piece).  A block is what DTensor's global offset (and DCP's
+    chunk metadata, and a data loader's slice) describes.  Checked by cutting each strided
+    tensor dim's positions for every mesh coordinate that cuts it (O(size + coordinates))."""
+    import itertools
+
+    ndim = len(shape)
+    for d in sorted({p.dim % ndim for p in placements if is_strided(p)}):
+        cutting = [m for m, p in enumerate(placements)
+                   if (is_strided(p) or p.is_shard()) and p.dim % ndim == d]
+        positions = torch.arange(int(shape[d]))
+        for coords in itertools.product(*(range(mesh_shape[m]) for m in cutting)):
+            idx = positions
+            for m, k in zip(cutting, coords):
+                p = placements[m]
+                idx = (strided_chunk(idx, 0, int(p.split_factor), mesh_shape[m], k)
+                       if is_strided(p) else _chunk(idx, mesh_shape[m], 0, k))
+            if idx.numel() > 1 and not bool((idx[1:] - idx[:-1] == 1).all()):
+                return False
+    return True
 
 
 def local_slice(t: torch.Tensor, mesh: DeviceMesh, placements: list) -> DTensor:
@@ -60,16 +112,19 @@ def redistribute(t: DTensor, mesh: DeviceMesh, placements: Sequence) -> DTensor:
 
 def _all_to_all(t: DTensor, mesh: DeviceMesh, placements: Sequence) -> "DTensor | None":
     """Shard(i) -> Shard(j) on one mesh dim as one functional all-to-all, or None where DTensor
-    should do it.  DTensor 2.13 runs this move as a synchronous op (`shard_dim_alltoall`: the
-    caller waits where it is issued), so no compute overlaps it; as `all_to_all_single` its
-    wait is a node of its own that the schedule leaves at the use.  Only for the innermost
-    split of both tensor dims (what a local chunk of the shard is), even splits, and process
-    groups with an all-to-all (not gloo)."""
+    should do it (always with a `_StridedShard` on either side).  DTensor 2.13 runs this move
+    as a synchronous op (`shard_dim_alltoall`: the caller waits where it is issued), so no
+    compute overlaps it; as `all_to_all_single` its wait is a node of its own that the
+    schedule leaves at the use.  Only for the innermost split of both tensor dims (what a
+    local chunk of the shard is), even splits, and process groups with an all-to-all (not
+    gloo)."""
     from torch.distributed import get_backend
     from torch.distributed._functional_collectives import all_to_all_single
     from torch.distributed.tensor import Shard
 
     src, dst = list(t.placements), list(placements)
+    if any(is_strided(p) for p in (*src, *dst)):
+        return None  # a strided shard's piece is not the innermost split: DTensor moves it
     changed = [m for m in range(mesh.ndim) if src[m] != dst[m]]
     if len(changed) != 1:
         return None

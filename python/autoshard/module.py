@@ -20,7 +20,7 @@ from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor, Replicate
 
 from .inflight import compile_in_order
-from .local import local_chunk, local_slice, redistribute
+from .local import contiguous_pieces, local_chunk, local_slice, redistribute
 from .lower import contiguous_stride
 from .partition import SplitStep
 from .placements import to_string
@@ -188,7 +188,8 @@ class ShardedModule(torch.nn.Module):
         """Per input, the part of the global tensor this rank loads: a tuple of slices, one per
         dim (what a per-rank data loader reads, as with DistributedSampler).  Raises
         ValueError for an input the plan permutes (load-balanced context parallelism: use
-        shard_inputs on the full tensor)."""
+        shard_inputs on the full tensor) or splits into several blocks (an uneven strided
+        shard, local.contiguous_pieces)."""
         from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 
         out = []
@@ -197,6 +198,9 @@ class ShardedModule(torch.nn.Module):
                 raise ValueError(f"input {n}: its sequence is permuted for load-balanced "
                                  f"context parallelism; cut it with shard_inputs()")
             shape = self._input_shapes[i]
+            if not contiguous_pieces(shape, tuple(self.mesh.shape), pl):
+                raise ValueError(f"input {n}: at {to_string(list(pl))} a rank's piece is not "
+                                 f"one slice of the global tensor; cut it with shard_inputs()")
             local, offset = compute_local_shape_and_global_offset(list(shape), self.mesh,
                                                                   list(pl))
             out.append(tuple(slice(o, o + s) for o, s in zip(offset, local)))

@@ -156,19 +156,26 @@ SLOW_COMPUTE = {"base": "h100", "name": "slow-compute", "peak_fp32_tflops": 1e-6
                 "base_latency_us": 0, "intra_latency_us": 0, "inter_latency_us": 0}
 
 
+#: An H100 as it is: at the tests' sizes the planner keeps compute whole, so a recipe's
+#: parameters are gathered once for use (FSDP2 over TP: `_S(0,tp)S(0)` -> `RS(0)`).
+H100 = {"base": "h100", "name": "h100"}
+
+
 def plan(binary: str, graph: dict, mesh: Sequence[int], dims: Sequence[str],
          pins: Sequence[str], out_dir: str, extra: Sequence[str] = (),
-         divisible: bool = True) -> dict:
-    """`autoshard plan --graph ... -o DIR` on SLOW_COMPUTE with DTensor's comm model (the
-    model DTensor executes, see autoshard.audit) -> the placements.json object."""
+         divisible: bool = True, hardware: Optional[dict] = None,
+         comm_model: str = "dtensor") -> dict:
+    """`autoshard plan --graph ... -o DIR` on `hardware` (default SLOW_COMPUTE) with
+    DTensor's comm model (the model DTensor executes, see autoshard.audit; or `comm_model`)
+    -> the placements.json object."""
     gpath = os.path.join(out_dir, "graph.json")
     with open(gpath, "w") as f:
         json.dump(graph, f)
     hpath = os.path.join(out_dir, "hardware.json")
     with open(hpath, "w") as f:
-        json.dump(SLOW_COMPUTE, f)
+        json.dump(hardware or SLOW_COMPUTE, f)
     cmd = [binary, "plan", "--graph", gpath, "--hardware", hpath, "--mesh", "x".join(map(str, mesh)),
-           "--mesh-dims", ",".join(dims), "--comm-model", "dtensor", "-o", out_dir,
+           "--mesh-dims", ",".join(dims), "--comm-model", comm_model, "-o", out_dir,
            "--time-limit", "20"]
     if divisible:
         cmd.append("--require-divisible")

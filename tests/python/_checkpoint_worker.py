@@ -88,6 +88,9 @@ def run_cases(mesh, job: dict, ckpt_dir: str) -> dict:
     res["timings"]["save_s"] = (time.perf_counter() - t) / 2
     res["leftovers"] = sorted(n for n in os.listdir(ckpt_dir) if n != "ckpt")
     saved = C.full_state_dict(a)
+    whole = C.read_full_state_dict(path)  # every element where DCP's offsets put it
+    res["read_full_keys_ok"] = sorted(whole) == sorted(saved)
+    res["read_full_differs"] = _same(whole, saved) if res["read_full_keys_ok"] else ["keys"]
     res["ref_losses"] += _train(a, opt_a, inputs, targets, 2)
 
     # Plan B, other initial weights, a fresh AdamW (another lr: the checkpoint's wins).
@@ -139,6 +142,8 @@ def run_cases(mesh, job: dict, ckpt_dir: str) -> dict:
     res["plain_load_ok"] = all(torch.equal(plain.state_dict()[k], exported[k]) for k in exported)
     res["timings"]["full_s"] = time.perf_counter() - t
 
+    res.update(_odd_strided(mesh, ckpt_dir))
+
     # --- refused inputs ------------------------------------------------------------------
     sd = pretrained.state_dict()
     key = next(iter(sd))
@@ -157,6 +162,39 @@ def run_cases(mesh, job: dict, ckpt_dir: str) -> dict:
                                                     _partial_module(mesh)))
     res["err_ckpt_missing"] = _error(lambda: C.load(path, _partial_module(mesh, partial=False)))
     return res
+
+
+def _odd_strided(mesh, ckpt_dir: str) -> dict:
+    """A parameter at `_S(0,2)` on mesh dim 0 (a 1-D mesh) or `_S(0,2)R` whose split factor fits
+    no shard order: each rank holds two blocks of rows (rank 0 of 2: rows 0-1 and 4-5), which
+    DCP's chunk (first offset, local shape) cannot describe.  Saved, read whole, and loaded
+    into the default order and into the same layout; -> which of those differ from the
+    original (lists of keys)."""
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.placement_types import _StridedShard
+
+    from autoshard import checkpoint as C
+
+    full = torch.arange(8 * 3, dtype=torch.float32).reshape(8, 3)
+    rest = [Replicate()] * (mesh.ndim - 1)
+    strided = [_StridedShard(0, split_factor=2), *rest]
+    path = os.path.join(ckpt_dir, "odd")
+    C.save(path, _module_at(mesh, strided, full))
+    out = {"odd_read_full": _same(C.read_full_state_dict(path), {"weight": full})}
+    for name, placements in (("odd_into_default", [Shard(0), *rest]), ("odd_into_odd", strided)):
+        m = _module_at(mesh, placements, torch.zeros_like(full))
+        C.load(path, m)
+        out[name] = _same(C.full_state_dict(m), {"weight": full})
+    return out
+
+
+def _module_at(mesh, placements: list, full: torch.Tensor) -> torch.nn.Module:
+    """A module whose one parameter 'weight' is `full` cut to `placements`."""
+    from autoshard.local import local_slice
+
+    m = torch.nn.Module()
+    m.weight = torch.nn.Parameter(local_slice(full, mesh, placements))
+    return m
 
 
 def _partial_module(mesh, partial: bool = True) -> torch.nn.Module:

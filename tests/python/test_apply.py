@@ -6,9 +6,11 @@ model (hidden 16, 4 heads, 2 KV heads) under autoshard's optimum and under hand-
 and Megatron-TP plans (`autoshard plan --pin`), all planned with `--comm-model dtensor` (the walk
 DTensor executes).  On 2x2 also the LLaMA with Meta's complex rotary (complex64 tensors:
 torch.polar, view_as_complex, complex mul, view_as_real), its table a buffer under Megatron and
-built by polar in the step under the optimum.  Besides: one plan per mesh compiled (torch.compile, inductor); on 2 ranks the
-DP plan with every layer recomputed (`--recompute full`), an MLP with uneven shards (15 features
-over 2 ranks), and the MLP traced without a loss (AutoParallel's way: the module returns its
+built by polar in the step under the optimum, and the LLaMA under FSDP2 over TP with strided
+weights (`--algo fsdp+tp --shard-orders` on an H100, autoshard's comm model: parameters held as
+_StridedShard DTensors, planned "via" paths to and from them).  Besides: one plan per mesh
+compiled (torch.compile, inductor); on 2 ranks the DP plan with every layer recomputed
+(`--recompute full`), an MLP with uneven shards (15 features over 2 ranks), and the MLP traced without a loss (AutoParallel's way: the module returns its
 outputs as DTensors and the test's own loss of them back-propagates).  Each rank compares with
 the single-process eager step: loss and every gradient within 1e-5 relative (max |diff| / max
 |ref|, fp32), and the parameters after three AdamW steps.  The audit of the first step (eager)
@@ -42,6 +44,14 @@ TIMEOUT_S = 300  # per launch (generous for a loaded CI machine); workers are ki
 #: LLaMA there on 4 ranks cost 90 s of CPU of the test's 145 s, the MLP 30 s.
 #: AUTOSHARD_COMPILE_ALL=1 compiles every plan (minutes more; docs/benchmarks.md).
 COMPILED = {"2": "llama/optimum", "2x2": "mlp/megatron"}
+#: The strided plan of the 2x2 mesh: torchtitan's FSDP2-over-TP layout, parameters held as
+#: DTensors with _StridedShard (planned on an H100, where compute stays whole and each
+#: column weight is one dp all-gather from _S(0,2)S(0) to RS(0)).
+STRIDED_RECIPE = ["--algo", "fsdp+tp", "--shard-orders"]
+#: ... under autoshard's own comm model (the default), whose schedule plans "via" paths from
+#: and to the strided specs (the embedding's _S(0,2)S(0) -> RS(0) -> RR, the output weight's
+#: gradient P(sum)P(sum) -> P(sum)S(0) -> _S(0,2)S(0)) that the runtime follows.
+STRIDED_COMM_MODEL = "nccl"
 COMPILE_ALL = os.environ.get("AUTOSHARD_COMPILE_ALL") == "1"
 if COMPILE_ALL:
     TIMEOUT_S = 3600
@@ -76,6 +86,12 @@ def _plans(binary, graphs, mesh, dims, tmp):
         if tp:
             specs["megatron"] = W.input_pins(graph, dp_in) + W.param_pins(
                 graph, lambda n, s: "R" + W.megatron(n, s))
+            if key == "llama":  # FSDP2 over TP: column weights _S(0,2)S(0), gathered on dp
+                d = os.path.join(tmp, f"{key}-fsdp+tp-strided")
+                os.makedirs(d)
+                out[f"{key}/fsdp+tp-strided"] = (key, W.plan(
+                    binary, graph, mesh, dims, [], d, STRIDED_RECIPE, hardware=W.H100,
+                    comm_model=STRIDED_COMM_MODEL))
         elif key == "llama":  # data parallel, each layer recomputed (plan --recompute full)
             specs["recompute"] = specs["dp"]
         for name, pins in specs.items():
@@ -115,11 +131,16 @@ class PlacementStrings(unittest.TestCase):
         self.assertEqual(_output_list("(S(0)R, None)", ""), [[Shard(0), Replicate()], None])
         with self.assertRaisesRegex(PlanError, "/placements/mm: placements 'Q'"):
             parse_placements("Q", "/placements/mm: ")
-        # Strided shards: a clear refusal until the runtime applies them; split factor 1 is
-        # a plain shard.
-        with self.assertRaisesRegex(PlanError, "/placements/w: .*_S.0,2.S.0.*--shard-orders"):
-            parse_placements("_S(0,2)S(0)", "/placements/w: ")
+        # Strided shards are torch's _StridedShard (the runtime applies them); split factor 1
+        # is a plain shard.
+        from torch.distributed.tensor.placement_types import _StridedShard
+
+        self.assertEqual(parse_placements("_S(0,2)S(0)", "/placements/w: "),
+                         [_StridedShard(0, split_factor=2), Shard(0)])
+        self.assertEqual(placements_str(parse_placements("_S(1,4)RS(1)")), "_S(1,4)RS(1)")
         self.assertEqual(parse_placements("_S(0,1)R"), [Shard(0), Replicate()])
+        with self.assertRaisesRegex(PlanError, "/placements/w: .*split factor 0"):
+            parse_placements("_S(0,0)R", "/placements/w: ")
 
     def test_strided_conversions(self):
         from torch.distributed.tensor import Shard
@@ -148,6 +169,61 @@ class PlacementStrings(unittest.TestCase):
         from autoshard.apply import apply_placement
 
         self.assertIs(autoshard.apply_placement, apply_placement)
+
+
+class _Mesh:
+    """What local_chunk reads of a DeviceMesh: its dim sizes."""
+
+    def __init__(self, shape):
+        self.shape = tuple(shape)
+
+    def size(self, i):
+        return self.shape[i]
+
+
+@unittest.skipIf(torch is None, "PyTorch not installed")
+class StridedPieces(unittest.TestCase):
+    """autoshard.local cuts _StridedShard pieces as torch 2.13 lays them out (its
+    _StridedShard._split_tensor, the layout DTensor's redistributions assume) and tells whether
+    a piece is one block of the full tensor (what a DCP chunk's offset describes)."""
+
+    def test_local_chunk_is_torchs_layout(self):
+        import itertools
+
+        from autoshard.apply import parse_placements
+        from autoshard.local import local_chunk
+
+        cases = [((2, 2), "_S(0,2)S(0)"), ((3, 2), "_S(0,2)S(0)"), ((2, 2, 2), "_S(0,4)S(0)S(0)"),
+                 ((2, 3, 2), "_S(0,2)_S(0,2)S(0)"), ((2, 2), "S(1)_S(0,2)"), ((2, 2), "_S(1,2)S(1)")]
+        checked = 0
+        for mesh, spec in cases:
+            pl = parse_placements(spec)
+            for rows in (8, 12, 7, 13, 3):
+                full = torch.arange(rows * 6.0).reshape(rows, 6)
+                for coord in itertools.product(*(range(n) for n in mesh)):
+                    want = full
+                    for m, p in enumerate(pl):  # torch's own split, mesh dim by mesh dim
+                        if not p.is_replicate():  # Shard and _StridedShard
+                            want = p._split_tensor(want, mesh[m], with_padding=False)[0][coord[m]]
+                    got = local_chunk(full, _Mesh(mesh), pl, coord)
+                    self.assertTrue(torch.equal(got, want), f"{spec} on {mesh}, {rows} rows, {coord}")
+                    checked += 1
+        self.assertEqual(checked, 5 * (4 + 6 + 8 + 12 + 4 + 4))
+
+    def test_contiguous_pieces(self):
+        from autoshard.apply import parse_placements
+        from autoshard.local import contiguous_pieces
+
+        def ok(shape, mesh, spec):
+            return contiguous_pieces(shape, mesh, parse_placements(spec))
+
+        self.assertTrue(ok((8, 4), (2, 2), "_S(0,2)S(0)"))       # FSDP2 over TP, even
+        self.assertTrue(ok((8, 4), (2, 2, 2), "_S(0,4)S(0)S(0)"))
+        self.assertTrue(ok((7, 4), (2, 2), "S(0)S(0)"))           # no strided shard
+        self.assertTrue(ok((7, 4), (2, 2), "_S(0,2)S(0)"))        # uneven, still blocks
+        self.assertFalse(ok((13, 4), (3, 2), "_S(0,2)S(0)"))      # rank (2, 0): rows 6, 11
+        self.assertFalse(ok((8, 4), (2, 2), "_S(0,2)R"))          # no order: rows 0-1, 4-5
+        self.assertTrue(ok((4, 16), (2, 2), "_S(1,2)S(1)"))
 
 
 @unittest.skipIf(torch is None, "PyTorch not installed")
@@ -188,8 +264,11 @@ class ApplyPlacement(unittest.TestCase):
             shutil.rmtree(tmp, ignore_errors=True)
         sharded_params = 0
         for job in jobs:
+            model = STRIDED_COMM_MODEL if job["name"].startswith("llama/fsdp+tp-strided") \
+                else "dtensor"
             planned, planned_edges = planned_collectives(
-                self.binary, self.graphs[job["model"]], job["placements"], mesh, cpu=True)
+                self.binary, self.graphs[job["model"]], job["placements"], mesh, cpu=True,
+                comm_model=model)
             planned = {f"{k[0]}|{k[1]}": v for k, v in planned.items()}
             for rank, results in enumerate(per_rank):
                 res = next(r for r in results if r["name"] == job["name"])
@@ -231,6 +310,17 @@ class ApplyPlacement(unittest.TestCase):
                     self.assertEqual(ps, pl[n]["output"], n)
                     sharded_params += "S(" in ps
         self.assertGreater(sharded_params, 0)  # the pinned plans really shard something
+        if mesh == [2, 2]:  # the strided plan's weights are held as _StridedShard DTensors
+            strided = per_rank[0][[j["name"] for j in jobs].index("llama/fsdp+tp-strided")]
+            held = [n for n, ps in strided["placements"].items() if ps.startswith("_S(0,2)S(0)")]
+            self.assertIn("layers.0.feed_forward.w1.weight", held)
+            self.assertGreaterEqual(len(held), 10, strided["placements"])
+            job = next(j for j in jobs if j["name"] == "llama/fsdp+tp-strided")
+            pl = job["placements"]["placements"]
+            to_strided = [e["edge"] for e in job["placements"]["schedule"].get("via") or []
+                          if e["edge"].startswith("grad:") and
+                          pl[e["edge"][5:].rsplit(":", 1)[0]]["output"].startswith("_S(")]
+            self.assertIn("grad:output.weight:-1", to_strided)  # a planned path to _S(0,2)S(0)
         by_name = {r["name"]: r for r in per_rank[0]}
         if "llama/recompute" in by_name:  # the plan's recomputation is honoured
             self.assertTrue(jobs_recompute_listed(jobs, "llama/recompute"))

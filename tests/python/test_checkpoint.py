@@ -2,15 +2,20 @@
 state dicts in and out, on CPU with gloo (127.0.0.1).
 
 The models of test_apply.py: the 2-layer LLaMA-style model on 2 ranks (mesh 2, dim dp: plan A
-is FSDP, plan B DP) and the 3-layer MLP on 4 ranks (mesh 2x2, dims dp,tp: plan A is FSDP over
-dp, plan B Megatron TP over tp), each plan pinned with `autoshard plan --pin`.  Per rank:
+is FSDP, plan B DP) and the 3-layer MLP on 4 ranks (mesh 2x2, dims dp,tp: plan A is FSDP2 over
+TP, `--algo fsdp+tp --shard-orders`, its column weights strided `_S(0,2)S(0)`; plan B Megatron
+TP over tp), the others pinned with `autoshard plan --pin`.  Per rank:
   * plan A trains 2 AdamW steps, is saved (twice: the second replaces the first) and trains 2
-    more; a plan-B module with a fresh AdamW and other initial weights loads the checkpoint
+    more; the checkpoint read whole (read_full_state_dict) equals plan A's full state; a
+    plan-B module with a fresh AdamW and other initial weights loads the checkpoint
     and trains 2 steps: its losses match the uninterrupted run's to 1e-5 relative; the plan-A
     module reloaded and run on matches bitwise;
-  * the MLP's state_dict loaded into a plan-B module (load_full_state_dict), one step,
-    exported with full_state_dict: equal to the eager single-process step to 1e-5, and loads
-    into the plain model;
+  * the MLP's state_dict loaded into a module (plan B on 2 ranks, the strided plan A on 2x2;
+    load_full_state_dict), one step, exported with full_state_dict: equal to the eager
+    single-process step to 1e-5, and loads into the plain model;
+  * a parameter whose strided pieces are two blocks of rows each (`_S(0,2)` on dp) saved,
+    read whole, and loaded into the default order and into its own layout: every element in
+    place;
   * refused inputs (missing, unexpected key, wrong shape, Partial parameter, a checkpoint of
     another model) raise CheckpointError naming the key.
 Without the autoshard binary only the single-process tests run.
@@ -31,6 +36,8 @@ import _checkpoint_worker as CW  # noqa: E402
 import _dtensor_ref  # noqa: E402
 
 TOL = 1e-5
+#: Plan A of the 2x2 mesh: torchtitan's FSDP2 over TP, column weights `_S(0,2)S(0)`.
+STRIDED_RECIPE = ["--algo", "fsdp+tp", "--shard-orders"]
 TIMEOUT_S = 240  # per launch; workers are killed past it
 
 #: name -> (world, mesh, dims, the model of the resume case).  The 2x2 mesh resumes the MLP:
@@ -59,7 +66,11 @@ def _plans(binary: str, key: str, mesh, dims, tmp: str) -> tuple[dict, dict]:
     for name, pins in (("a", fsdp), ("b", other)):
         d = os.path.join(tmp, f"plan-{key}-{name}")
         os.makedirs(d)
-        out.append(W.plan(binary, graph, mesh, dims, pins, d))
+        if tp and name == "a":  # FSDP2 over TP: strided weights (test_apply.STRIDED_RECIPE)
+            out.append(W.plan(binary, graph, mesh, dims, [], d, STRIDED_RECIPE,
+                              hardware=W.H100))
+        else:
+            out.append(W.plan(binary, graph, mesh, dims, pins, d))
     return out[0], out[1]
 
 
@@ -73,7 +84,8 @@ def ranks(request):
     tmp = tempfile.mkdtemp(prefix="autoshard-ckpt-")
     try:
         plan_a, plan_b = _plans(binary, model, mesh, dims, tmp)
-        _, mlp_plan = (plan_a, plan_b) if model == "mlp" else _plans(binary, "mlp", mesh, dims, tmp)
+        # the MLP's full state dict goes into plan A on 2x2 (strided), plan B (DP) on 2
+        mlp_plan = plan_a if model == "mlp" else _plans(binary, "mlp", mesh, dims, tmp)[1]
         job = {"model": model, "plan_a": plan_a, "plan_b": plan_b,
                "full_model": "mlp", "full_plan": mlp_plan}
         run = functools.partial(CW.run_cases, job=job, ckpt_dir=os.path.join(tmp, "ckpt"))
@@ -118,6 +130,21 @@ def test_full_state_dict_round_trip(ranks):
         for k, e in res["full_param_err"].items():
             assert e <= TOL, f"{where}: {k} after one AdamW step"
         assert res["plain_load_ok"], where
+
+
+def test_strided_plan_checkpoint_holds_every_element_in_place(ranks):
+    strided = [n for n, p in ranks[0]["placements_a"].items() if p.startswith("_S(")]
+    if len(ranks) == 4:  # 2x2: plan A holds FSDP2-over-TP weights, loaded into Megatron (B)
+        assert "0.weight" in strided and "4.weight" in strided, ranks[0]["placements_a"]
+        assert not any("_S(" in p for p in ranks[0]["placements_b"].values())
+    for rank, res in enumerate(ranks):
+        where = f"rank {rank}"
+        assert res["read_full_keys_ok"], where
+        assert res["read_full_differs"] == [], f"{where}: the checkpoint read whole differs"
+        # a strided piece of two blocks: saved in the default order, every element in place
+        assert res["odd_read_full"] == [], where
+        assert res["odd_into_default"] == [], where
+        assert res["odd_into_odd"] == [], where
 
 
 def test_module_state_dict_keys_are_the_models(ranks):
