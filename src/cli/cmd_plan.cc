@@ -23,6 +23,7 @@
 #include "planner/pipeline_stage.h"
 #include "planner/recompute.h"
 #include "planner/sharding_optimizer.h"
+#include "planner/schedule_memory.h"
 #include "planner/simulate.h"
 #include "report/report.h"
 #include "report/trace.h"
@@ -284,13 +285,24 @@ int run_plan(const PlanArgs& a) {
   }
   if (tty) fmt::print(stderr, "solving (time limit {} s)...\n", opt.time_limit_s);
   // --placements: evaluate a saved placement set with this cost model instead of solving.
-  Plan plan = a.placements.empty() ? so.get_solution() : load_placements(so, a.placements);
-  // The simulated step (overlap of communication with compute) next to the additive objective.
-  std::optional<StepSimulation> sim;
+  // The simulated step (overlap of communication with compute) next to the additive objective;
+  // a solved plan's peak counts the schedule's buffers (planner/schedule_memory.h).
   SimulationOptions sim_options;
   sim_options.prefetch_layers = a.prefetch_layers;
   sim_options.bucketing = *parse_bucketing(a.bucket);  // CLI11 checked the name
-  if (plan.has_solution) sim = simulate_step(so, plan, sim_options);
+  Plan plan;
+  std::optional<StepSimulation> sim;
+  if (a.placements.empty()) {
+    ScheduledPlan sp = solve_within_schedule_memory(so, sim_options);
+    plan = std::move(sp.plan);
+    sim = std::move(sp.sim);
+  } else {
+    plan = load_placements(so, a.placements);
+    if (plan.has_solution) {
+      sim = simulate_step(so, plan, sim_options);
+      count_schedule_peak(so, plan, *sim);
+    }
+  }
   if (!a.out_dir.empty() && plan.has_solution) {
     create_output_dir(a.out_dir);
     write_plan_outputs(so, plan, a.out_dir, sim_options);  // placements.json, plan.json, plan.ap
