@@ -13,6 +13,18 @@ complex table (Meta's reference LLaMA, torchtitan): it gets the planner's `polar
 replicated, or the output sharded on one dim and each input on the dim broadcast maps it to
 (replicated where the input lacks that dim or has it as 1).
 
+Nor for `unsafe_split` / `unsafe_split_with_sizes`, the gates of nn.LSTM's and nn.GRU's
+decompositions: they get DTensor's own `split` strategy (the same pieces, only without view
+tracking; the planner's view_rules.cc gives them split's rule).
+
+Group norm: DTensor registers `native_group_norm` on the batch dim only, with a scalar
+adjuster that rewrites N, C and HxW to the local shape, and nothing for its backward.  The
+planner's rule (src/strategy/norm_rules.cc) also splits channels when every shard holds whole
+groups, and shards the backward the same two ways; both ops get those rows here, and the
+adjuster also rewrites `group` to the groups a shard holds (C_local / (C / group)).  A channel
+row is offered only when the group count divides by the mesh's device count, so that every
+combination of mesh dims keeps whole groups.
+
 Registration happens on first use (`ensure_registered`), never at import.
 """
 from __future__ import annotations
@@ -62,12 +74,70 @@ def _polar_strategy(op_schema):
     return expand_to_full_mesh_op_strategy(mesh, op_schema, per_dim, input_index=1)
 
 
+#: Index of N in native_group_norm's and native_group_norm_backward's arguments: (input,
+#: weight?, bias?, N, C, HxW, group, eps) and (grad_out, input, mean, rstd, weight?, N, C,
+#: HxW, group, output_mask).  Absent optional tensors are None there, so the index is fixed.
+_GN_N = {False: 3, True: 5}
+
+
+def _group_norm_rows(backward: bool):
+    """native_group_norm [out, mean, rstd | input, weight?, bias?] or its backward
+    [grad_in, grad_w?, grad_b? | grad_out, input, mean, rstd, weight?]: per mesh dim, R, the
+    batch row and, with whole groups, the channel row (norm_rules.cc)."""
+    def strategy(op_schema):
+        from torch.distributed.tensor import Partial, Replicate, Shard
+        from torch.distributed.tensor._op_schema import OpStrategy
+        from torch.distributed.tensor._ops.utils import expand_to_full_mesh_op_strategy
+
+        args = op_schema.args_schema
+        n_tensors = sum(isinstance(a, OpStrategy) for a in args)
+        n_act = 4 if backward else 1              # grad_out, input, mean, rstd | input
+        n_param = n_tensors - n_act               # weight?, bias? | weight?
+        group = int(args[_GN_N[backward] + 3])
+        present = list(args[-1]) if backward else [True] * 3
+        keep = lambda row: [p if k >= 3 or present[k] else None  # noqa: E731
+                            for k, p in enumerate(row)]
+        param_grad_b = Partial() if backward else Shard(0)   # grad_w/grad_b | mean/rstd
+        param_grad_c = Shard(0) if backward else Shard(1)
+        rows = [keep([Replicate()] * (3 + n_tensors)),
+                keep([Shard(0), param_grad_b, param_grad_b]
+                     + [Shard(0)] * n_act + [Replicate()] * n_param)]
+        mesh = op_schema.get_mesh_from_args()
+        if group % mesh.size() == 0:
+            rows.append(keep([Shard(1), param_grad_c, param_grad_c]
+                             + [Shard(1)] * n_act + [Shard(0)] * n_param))
+        return expand_to_full_mesh_op_strategy(mesh, op_schema, rows, input_index=3)
+    return strategy
+
+
+def _adjust_group_norm(backward: bool):
+    """The scalar adjuster of native_group_norm(_backward): N, C, HxW and group of the local
+    input (DTensor's own rewrites N, C, HxW only, since it never splits channels)."""
+    def adjust(input_specs, schema):
+        from torch.distributed.tensor._op_schema import OpSchema
+        from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+
+        spec = input_specs[1 if backward else 0]
+        local, _ = compute_local_shape_and_global_offset(
+            spec.tensor_meta.shape, spec.mesh, spec.placements, skip_offset=True)
+        args = list(schema.args_schema)
+        k = _GN_N[backward]
+        channels, group = int(args[k + 1]), int(args[k + 3])
+        hxw = 1
+        for d in local[2:]:
+            hxw *= d
+        args[k:k + 4] = [local[0], local[1], hxw, group * local[1] // channels]
+        return OpSchema(schema.op, tuple(args), schema.kwargs_schema)
+    return adjust
+
+
 def ensure_registered() -> None:
     """Registers the strategies above with DTensor's sharding propagator (once)."""
     global _DONE
     if _DONE:
         return
     import torch
+    from torch.distributed.tensor import DTensor
     from torch.distributed.tensor._op_schema import RuntimeSchemaInfo
     from torch.distributed.tensor._ops.utils import register_op_strategy
 
@@ -79,4 +149,16 @@ def ensure_registered() -> None:
     register_op_strategy(aten._scaled_dot_product_flash_attention_for_cpu_backward.default,
                          schema_info=RuntimeSchemaInfo(6))(_strategy(3))
     register_op_strategy(aten.polar.default)(_polar_strategy)
+    from torch.distributed.tensor._ops._tensor_ops import split_strategy
+
+    register_op_strategy([aten.unsafe_split.Tensor, aten.unsafe_split_with_sizes.default],
+                         schema_info=RuntimeSchemaInfo(1))(split_strategy)
+    propagator = DTensor._op_dispatcher.sharding_propagator
+    for op, backward in ((aten.native_group_norm.default, False),
+                         (aten.native_group_norm_backward.default, True)):
+        # replaces DTensor's batch-only registration of the forward (same rows plus one): a
+        # single-dim registration would take precedence over this one
+        propagator.op_single_dim_strategy_funcs.pop(op, None)
+        register_op_strategy(op, schema_info=RuntimeSchemaInfo(1))(_group_norm_rows(backward))
+        propagator.op_to_scalar_shape_adjuster[op] = _adjust_group_norm(backward)
     _DONE = True

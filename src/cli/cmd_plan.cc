@@ -3,11 +3,14 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <iostream>
 #include <map>
 #include <memory>
 #include <optional>
+#include <string>
+#include <utility>
 
 #include "cli/common.h"
 #include "cli/pipeline_cli.h"
@@ -20,6 +23,7 @@
 #include "ir/file_util.h"
 #include "planner/fit_advice.h"
 #include "planner/parallelism.h"
+#include "planner/parameter_share.h"
 #include "planner/pipeline_stage.h"
 #include "planner/recompute.h"
 #include "planner/sharding_optimizer.h"
@@ -56,6 +60,7 @@ struct PlanArgs {
   std::string placements;
   bool json = false;
   std::vector<std::string> pins;
+  std::string param_memory;  ///< --param-memory [LOW,]HIGH: add_parameter_memory_constraint
   bool show_nodes = false;
   bool overlap = false;
   std::string objective = "overlap";
@@ -170,6 +175,43 @@ void print_summary(const Plan& plan, const Graph& g, const Mesh& mesh,
 
 namespace {
 
+/// One bound of --param-memory: a decimal ("0.125") or a fraction ("1/8").
+double parse_share(const std::string& whole, const std::string& s) {
+  const auto bad = [&] {
+    return std::invalid_argument(fmt::format(
+        "--param-memory '{}': expected [LOW,]HIGH shares of the unsharded parameter bytes, "
+        "e.g. 0.125, 1/8 or 0,1/8",
+        whole));
+  };
+  const size_t slash = s.find('/');
+  double v = 0;
+  try {
+    size_t pos = 0;
+    v = std::stod(s.substr(0, slash), &pos);
+    if (pos != s.substr(0, slash).size()) throw bad();
+    if (slash != std::string::npos) {
+      const std::string den = s.substr(slash + 1);
+      const double d = std::stod(den, &pos);
+      if (pos != den.size() || !(d > 0)) throw bad();
+      v /= d;
+    }
+  } catch (const std::logic_error&) {  // stod's invalid_argument / out_of_range
+    throw bad();
+  }
+  if (!(v >= 0) || !std::isfinite(v)) throw bad();
+  return v;
+}
+
+/// --param-memory [LOW,]HIGH -> (low, high); LOW defaults to 0, as in AutoParallel.
+std::pair<double, double> parse_param_memory(const std::string& s) {
+  const size_t comma = s.find(',');
+  if (comma == std::string::npos) return {0.0, parse_share(s, s)};
+  const double lo = parse_share(s, s.substr(0, comma)), hi = parse_share(s, s.substr(comma + 1));
+  if (lo > hi)
+    throw std::invalid_argument(fmt::format("--param-memory '{}': LOW is above HIGH", s));
+  return {lo, hi};
+}
+
 int run_plan(const PlanArgs& a) {
   // Fail on an unusable output directory before spending time on the solve.
   if (!a.out_dir.empty()) check_output_dir(a.out_dir);
@@ -189,10 +231,11 @@ int run_plan(const PlanArgs& a) {
   if (a.pipeline_given && !pipelined)
     throw std::invalid_argument("--microbatches, --schedule and --stages-per-rank need a mesh dim named pp (--mesh-dims)");
   if (pipelined && (replayed || a.algo != "alpa" || !a.preload.empty() || !a.placements.empty() ||
-                    !a.pins.empty() || a.save_replay || !a.solution_file.empty()))
+                    !a.pins.empty() || a.save_replay || !a.solution_file.empty() ||
+                    !a.param_memory.empty()))
     throw std::invalid_argument(
         "a mesh with a pp dim plans pipeline stages: --replay, --algo, --preload, --placements, "
-        "--pin, --save-replay and --solution-file are not supported with it");
+        "--pin, --param-memory, --save-replay and --solution-file are not supported with it");
   std::optional<Graph> full;
   if (!pipelined) full = replayed ? replayed->graph() : load_graph(a.src);
   PlannerOptions opt;
@@ -241,6 +284,10 @@ int run_plan(const PlanArgs& a) {
   ShardingOptimizer so(g, mesh, opt);
   if (replayed)
     for (const Constraint& c : replayed->constraints()) so.add_constraint(c);
+  if (!a.param_memory.empty()) {
+    const auto [lo, hi] = parse_param_memory(a.param_memory);
+    so.add_parameter_memory_constraint(lo, hi);
+  }
   for (const std::string& p : a.pins) {
     auto eq = p.find('=');
     if (eq == std::string::npos)
@@ -326,6 +373,10 @@ int run_plan(const PlanArgs& a) {
     if (const std::string t = min_peak_text(plan); plan.status == SolveStatus::kInfeasible && !t.empty())
       throw std::runtime_error(fmt::format("infeasible memory budget: no plan fits in {} per device ({})",
                                            format_bytes(plan.memory_limit_bytes), t));
+    // A parameter-memory bound out of reach (checked before the solve): say which.
+    const auto shares = unreachable_shares(so.graph(), mesh, so.problem(), so.constraints());
+    if (plan.status == SolveStatus::kInfeasible && !shares.empty())
+      throw std::runtime_error(fmt::format("no plan found (infeasible): {}", shares[0].why()));
     throw std::runtime_error(fmt::format("no plan found ({})", solve_status_name(plan.status)));
   }
   return 0;
@@ -369,6 +420,10 @@ void register_plan(CLI::App& app) {
                 "_S(0,tp)S(0)) for parameters and same-shape ops");
   sub->add_flag("--no-checks", a->no_checks, "skip the independent verification of the solution");
   sub->add_option("--pin", a->pins, "pin a node's output placements: NODE=PLACEMENTS (repeatable)");
+  sub->add_option("--param-memory", a->param_memory,
+                  "parameter bytes per device within [LOW, HIGH] x the unsharded total "
+                  "(AutoParallel's add_parameter_memory_constraint), e.g. 1/8 or 0,0.25; "
+                  "a bound no layout reaches is infeasible at once");
   sub->add_option("--preload", a->preload, "placements JSON of an earlier plan to start from");
   sub->add_option("--placements", a->placements,
                   "placements JSON to evaluate instead of solving (every node must match)");

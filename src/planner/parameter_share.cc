@@ -37,8 +37,11 @@ std::string UnreachableShare::why() const {
 std::string UnreachableShare::remedy() const {
   // Rounded outward to 4 decimals so that the bound written back is reachable.
   const double r = high ? std::ceil(reachable * 1e4) / 1e4 : std::floor(reachable * 1e4) / 1e4;
-  return fmt::format("parameter memory: allow {} {:.2f} % (add_parameter_memory_constraint({}={:.4f}))",
-                     high ? "at least" : "at most", 100 * r, high ? "high" : "low", r);
+  // --param-memory takes [LOW,]HIGH: the bound kept is written beside the new one.
+  const std::string flag = high ? (other > 0 ? fmt::format("{:.4f},{:.4f}", other, r) : fmt::format("{:.4f}", r))
+                                : fmt::format("{:.4f},{:.4f}", r, other);
+  return fmt::format("parameter memory: allow {} {:.2f} % (--param-memory {}, add_parameter_memory_constraint({}={:.4f}))",
+                     high ? "at least" : "at most", 100 * r, flag, high ? "high" : "low", r);
 }
 
 std::vector<UnreachableShare> unreachable_shares(const Graph& g, const Mesh& mesh,
@@ -54,9 +57,9 @@ std::vector<UnreachableShare> unreachable_shares(const Graph& g, const Mesh& mes
     // A relative slack of 1e-9 keeps a bound equal to the reachable share (1/8 of evenly
     // split parameters) from failing on rounding.
     if (c.high < 1 && share.least() > c.high * (1 + 1e-9) + 1e-12)
-      out.push_back({c.name, true, c.high, share.least()});
+      out.push_back({c.name, true, c.high, share.least(), c.low});
     if (c.low > 0 && share.most() < c.low * (1 - 1e-9) - 1e-12)
-      out.push_back({c.name, false, c.low, share.most()});
+      out.push_back({c.name, false, c.low, share.most(), c.high});
   }
   return out;
 }

@@ -35,11 +35,14 @@ struct UnreachableShare {
   bool high = true;        ///< the upper bound is out of reach (else the lower one)
   double asked = 0;        ///< the bound asked for, a share of the unsharded bytes
   double reachable = 0;    ///< the least (high) or most (low) share any layout holds
+  double other = 0;        ///< the constraint's other bound (low when `high`, else high)
 
   /// "constraint 'parameter_memory': at most 12.50 % of the parameter bytes per device is out
   /// of reach: every layout holds at least 12.89 %"
   std::string why() const;
-  /// "parameter memory: allow at least 12.89 % (add_parameter_memory_constraint(high=0.1289))"
+  /// "parameter memory: allow at least 12.89 % (--param-memory 0.1289,
+  /// add_parameter_memory_constraint(high=0.1289))": the CLI's option and the Python call, as
+  /// the device-memory remedies name --memory-limit.
   std::string remedy() const;
 };
 

@@ -65,7 +65,7 @@ TEST(ParameterShare, AnUnreachableBoundIsInfeasibleAtOnceWithTheReachableShare) 
   const std::vector<std::string> fit = fit_suggestions(opt, p);
   ASSERT_EQ(fit.size(), 1u);
   EXPECT_EQ(fit[0], "parameter memory: allow at least 13.85 % "
-                    "(add_parameter_memory_constraint(high=0.1385))");
+                    "(--param-memory 0.1385, add_parameter_memory_constraint(high=0.1385))");
   // The advised bound is reachable: the planner finds a plan there.
   ASSERT_TRUE(opt.remove_constraint("parameter_memory"));
   opt.add_parameter_memory_constraint(0, 0.1385);
@@ -85,7 +85,8 @@ TEST(ParameterShare, AnUnreachableLowerBoundToo) {
   EXPECT_NE(p.warnings[0].find("at least 150.00 %"), std::string::npos) << p.warnings[0];
   const std::vector<std::string> fit = fit_suggestions(opt, p);
   ASSERT_EQ(fit.size(), 1u);
-  EXPECT_EQ(fit[0], "parameter memory: allow at most 100.00 % (add_parameter_memory_constraint(low=1.0000))");
+  EXPECT_EQ(fit[0], "parameter memory: allow at most 100.00 % "
+                    "(--param-memory 1.0000,2.0000, add_parameter_memory_constraint(low=1.0000))");
 }
 
 TEST(ParameterShare, ReachableBoundsAreLeftToTheSolver) {

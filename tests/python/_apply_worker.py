@@ -92,6 +92,45 @@ def make_rotary_polar():
 MODELS = {"mlp": make_mlp, "llama": make_llama, "mlp_out": make_mlp_outputs,
           "mlp_odd": make_odd_mlp, "rotary": make_rotary, "rotary_polar": make_rotary_polar}
 
+def make_group_norm():
+    """A conv net with nn.GroupNorm (4 groups of 2 channels): native_group_norm and its
+    backward (test_apply_conv_rnn.py)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.GroupNorm(4, 8), nn.ReLU(),
+                          nn.Flatten(2), nn.Linear(64, 4))
+    g = torch.Generator().manual_seed(1)
+    x, y = torch.randn(4, 3, 8, 8, generator=g), torch.randn(4, 8, 4, generator=g)
+    return model, (x,), (y,), squared_error
+
+
+class _LastStep(nn.Module):
+    """A 2-layer nn.LSTM (gates split by unsafe_split) and a head on its last step."""
+
+    def __init__(self):
+        super().__init__()
+        self.lstm = nn.LSTM(3, 8, num_layers=2, batch_first=True)
+        self.head = nn.Linear(8, 4)
+
+    def forward(self, x):
+        return self.head(self.lstm(x)[0][:, -1])
+
+
+def make_lstm():
+    torch.manual_seed(0)
+    model = _LastStep()
+    g = torch.Generator().manual_seed(1)
+    x, y = torch.randn(4, 6, 3, generator=g), torch.randn(4, 4, generator=g)
+    return model, (x,), (y,), squared_error
+
+
+#: Models of test_apply_conv_rnn.py, kept out of MODELS (test_apply.py plans every one there).
+EXTRA_MODELS = {"group_norm": make_group_norm, "lstm": make_lstm}
+
+
+def model_factory(key: str):
+    return MODELS[key] if key in MODELS else EXTRA_MODELS[key]
+
+
 #: Models planned on the 2x2 mesh only, under one plan each (test time): the complex64 table
 #: as a buffer under Megatron (the heads split, so the rotary runs on head shards), polar in
 #: the step under the optimum (which splits the complex tensors its own ways).
@@ -107,7 +146,7 @@ def trace(key: str):
     from autoshard.tracer.export import to_graph_dict
     from autoshard.tracer.trace import trace_training_step
 
-    model, inputs, targets, loss_fn = MODELS[key]()
+    model, inputs, targets, loss_fn = model_factory(key)()
     if returns_outputs(key):
         # AutoParallel's trace: no loss function, the outputs summed (autoshard.api.output_loss)
         traced = trace_training_step(copy.deepcopy(model), inputs, lambda out: out.float().sum(),
@@ -231,7 +270,7 @@ def run_jobs(mesh, jobs: Sequence[dict], steps: int = 3, lr: float = 1e-2) -> li
         if key not in traced_cache:
             traced_cache[key] = trace(key)
         traced, graph = traced_cache[key]
-        model, inputs, targets, loss_fn = MODELS[key]()
+        model, inputs, targets, loss_fn = model_factory(key)()
         ref_losses, ref_grads, ref_params = _reference(model, inputs, targets, loss_fn, steps, lr)
         outputs = returns_outputs(key)
         step = apply_placement(model, job["placements"], mesh, traced=traced, graph=graph,

@@ -311,3 +311,35 @@ def test_an_unreachable_parameter_share_is_infeasible_with_advice(core):
     assert "to fit, parameter memory: allow at least" in msg and "\n" not in msg
     fit = autop.sharding_optimizer.fit_suggestions()
     assert len(fit) == 1 and fit[0].startswith("parameter memory: allow at least")
+
+
+def test_an_unreachable_parameter_share_answers_before_any_search(core):
+    """The issue's case under default options (uneven shards allowed): the 10-element bias has
+    no 8-way split without empty shards, so a device holds it whole; w2 [10, 64] splits on its
+    64.  The least share is (64*64/8 + 64/8 + 10*64/8 + 10) / 4810 = 12.68 %; the planner says
+    so from the problem build alone (no solve phase), and the bound it advises plans."""
+    import math
+
+    from autoshard import AutoParallel
+
+    with torch.device("meta"):
+        model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10))
+    x = lambda: torch.empty(16, 64, device="meta")  # noqa: E731
+    least = (64 * 64 / 8 + 64 / 8 + 10 * 64 / 8 + 10) / (64 * 64 + 64 + 10 * 64 + 10)
+    advised = math.ceil(least * 1e4) / 1e4
+    with AutoParallel(model, x, core.Mesh([8], ["dp"]), options=opts(core)) as autop:
+        autop.add_parameter_memory_constraint()
+        with pytest.raises(RuntimeError) as err:
+            autop.optimize_placement()
+        opt = autop.sharding_optimizer
+        plan = opt.get_solution()
+        assert plan.status == "infeasible"
+        assert [name for name, _ in plan.phase_seconds] == ["build"]
+        assert f"every layout holds at least {100 * least:.2f} %" in str(err.value)
+        assert opt.fit_suggestions() == [
+            f"parameter memory: allow at least {100 * advised:.2f} % (--param-memory "
+            f"{advised:.4f}, add_parameter_memory_constraint(high={advised:.4f}))"]
+        opt.remove_constraints("parameter_memory")
+        autop.add_parameter_memory_constraint(high=advised)
+        autop.optimize_placement()
+        assert opt.get_solution().has_solution

@@ -1,9 +1,11 @@
-"""Group norm, weight norm and the upsample family plan with sharding rules (issue 40, item 4).
+"""Group norm, weight norm, the upsample family and LSTM gates plan with sharding rules (issue
+40, item 4).
 
-Three small conv nets are traced with autoshard.tracer: one with nn.GroupNorm
+Three small conv nets and a 2-layer nn.LSTM are traced with autoshard.tracer: one with nn.GroupNorm
 (native_group_norm and its backward), one weight-normed conv (both weight-norm APIs trace to
 _weight_norm_interface and its backward) and one calling F.interpolate in bicubic, linear,
-trilinear and nearest 1d/3d modes (upsample_* and upsample_*_backward).  Every op must have a
+trilinear and nearest 1d/3d modes (upsample_* and upsample_*_backward), and the LSTM (its cells
+split the gates with unsafe_split, 12 nodes for 2 layers over 6 steps).  Every op must have a
 rule (`autoshard strategies` reports no fallback, and each of these ops offers a sharded
 strategy), and the plan must carry no "no sharding rule" warning.  About 3 s in all.
 """
@@ -62,8 +64,21 @@ class UpsampleNet(nn.Module):
         return self.head(pooled)
 
 
+class LSTMNet(nn.Module):
+    """A 2-layer nn.LSTM over [batch 4, steps 6, features 3] and a head on the last step."""
+
+    def __init__(self):
+        super().__init__()
+        self.lstm = nn.LSTM(3, 8, num_layers=2, batch_first=True)
+        self.head = nn.Linear(8, 4)
+
+    def forward(self, x):
+        return self.head(self.lstm(x)[0][:, -1])
+
+
 #: model -> ops its training step must contain, each planned with a rule.
 CASES = {
+    "lstm": (LSTMNet, {"unsafe_split"}),
     "group_norm": (GroupNormNet, {"native_group_norm", "native_group_norm_backward"}),
     "weight_norm": (WeightNormNet, {"_weight_norm_interface", "_weight_norm_interface_backward"}),
     "upsample": (UpsampleNet, {"upsample_bicubic2d", "upsample_bicubic2d_backward",
@@ -79,8 +94,8 @@ def _graph(name):
 
     torch.manual_seed(0)
     model_cls, _ = CASES[name]
-    return export_training_graph(model_cls(), (torch.randn(4, 3, 8, 8),), lambda out: out.sum(),
-                                 name=name)
+    x = torch.randn(4, 6, 3) if name == "lstm" else torch.randn(4, 3, 8, 8)
+    return export_training_graph(model_cls(), (x,), lambda out: out.sum(), name=name)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
