@@ -13,6 +13,11 @@ complex table (Meta's reference LLaMA, torchtitan): it gets the planner's `polar
 replicated, or the output sharded on one dim and each input on the dim broadcast maps it to
 (replicated where the input lacks that dim or has it as 1).
 
+Nor for CTC loss (`_ctc_loss.Tensor`, `_ctc_loss_backward.Tensor`): they get the planner's
+rows (src/strategy/nn_rules.cc, ctc_forward / ctc_backward): all replicated, or the batch
+split (log_probs and its gradient Shard(1), every other tensor Shard(0)), the latter only for
+[N, S] targets and [N] lengths.
+
 Registration happens on first use (`ensure_registered`), never at import.
 """
 from __future__ import annotations
@@ -62,6 +67,28 @@ def _polar_strategy(op_schema):
     return expand_to_full_mesh_op_strategy(mesh, op_schema, per_dim, input_index=1)
 
 
+def _ctc_strategy(backward: bool):
+    """The planner's CTC rows expanded over the mesh.  Forward (nll, log_alpha | log_probs,
+    targets, input_lengths, target_lengths); backward (grad_log_probs | grad, log_probs,
+    targets, input_lengths, target_lengths, nll, log_alpha)."""
+    def strategy(op_schema):
+        from torch.distributed.tensor import Replicate, Shard
+        from torch.distributed.tensor._ops.utils import expand_to_full_mesh_op_strategy
+
+        tensors = op_schema.args_schema[:7 if backward else 4]
+        ranks = [len(t.shape) for t in tensors]
+        lp = 1 if backward else 0  # the position of log_probs
+        n_out = 1 if backward else 2
+        per_dim = [[Replicate()] * (n_out + len(tensors))]
+        batched = ranks[lp] == 3 and ranks[lp + 1] == 2 and ranks[lp + 2] == ranks[lp + 3] == 1
+        if batched:
+            outs = [Shard(1)] if backward else [Shard(0), Shard(0)]
+            per_dim.append(outs + [Shard(1) if i == lp else Shard(0) for i in range(len(tensors))])
+        mesh = op_schema.get_mesh_from_args()
+        return expand_to_full_mesh_op_strategy(mesh, op_schema, per_dim, input_index=n_out)
+    return strategy
+
+
 def ensure_registered() -> None:
     """Registers the strategies above with DTensor's sharding propagator (once)."""
     global _DONE
@@ -79,4 +106,10 @@ def ensure_registered() -> None:
     register_op_strategy(aten._scaled_dot_product_flash_attention_for_cpu_backward.default,
                          schema_info=RuntimeSchemaInfo(6))(_strategy(3))
     register_op_strategy(aten.polar.default)(_polar_strategy)
+    # (log_probs, targets, input_lengths, target_lengths, blank, zero_infinity)
+    register_op_strategy(aten._ctc_loss.Tensor, schema_info=RuntimeSchemaInfo(4))(
+        _ctc_strategy(False))
+    # (grad, log_probs, targets, input_lengths, target_lengths, nll, log_alpha, blank, ...)
+    register_op_strategy(aten._ctc_loss_backward.Tensor, schema_info=RuntimeSchemaInfo(7))(
+        _ctc_strategy(True))
     _DONE = True

@@ -26,6 +26,7 @@ import torch.fx
 
 from . import _compat
 from .meta_init import to_meta
+from .meta_kernels import scoped_meta_kernels
 
 _META_KEY = "autoshard"  # node.meta[_META_KEY] = {"phase":..., "module":..., "source":...}
 
@@ -406,7 +407,7 @@ def trace_training_step(model: torch.nn.Module, example_inputs, loss_fn=None, ta
     if train:
         model.train()
     try:
-        with gc_paused():
+        with gc_paused(), scoped_meta_kernels():
             return _trace(model, example_inputs, loss_fn, targets, decompose, param_dtype,
                           mark_outputs, tracer, attention)
     finally:
