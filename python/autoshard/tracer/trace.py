@@ -52,6 +52,10 @@ class TracedStep:
     loss_tangent: str | None = None
     """The `alias` node marking the loss's gradient (the backward's seed), where the planned
     module's backward starts from the incoming gradient."""
+    data_dependent: list = dataclasses.field(default_factory=list)
+    """What the trace decided instead of the data (datadep.Decision per data-dependent size or
+    value read in Python, in trace order): the policy of docs/tracer.md, "Data-dependent
+    code"."""
 
 
 # --- recording module / phase / source while make_fx builds the graph ------------------------
@@ -375,7 +379,8 @@ def gc_paused():
 def trace_training_step(model: torch.nn.Module, example_inputs, loss_fn=None, targets=None,
                         *, train: bool = True, decompose: str | None = None,
                         param_dtype=None, mark_outputs: bool = False,
-                        tracer: str = "dispatch", attention: str | None = None) -> TracedStep:
+                        tracer: str = "dispatch", attention: str | None = None,
+                        data_dependent=None) -> TracedStep:
     """Traces forward + loss + backward of `model` at ATen level on the meta device.
 
     example_inputs: a tensor, a tuple/list of positional model arguments, or a dict of keyword
@@ -399,6 +404,12 @@ def trace_training_step(model: torch.nn.Module, example_inputs, loss_fn=None, ta
         (`_scaled_dot_product_flash_attention_for_cpu` / `_scaled_dot_product_flash_attention`,
         with their backward), for calls it supports (no mask, no GQA broadcast); the graph
         then runs on that device as PyTorch's own dispatch would run it (autoshard.apply).
+    data_dependent: what to take for what meta tensors cannot know (nonzero sizes, boolean
+        masks, values read by `.item()`, random draws): None for the policy's defaults
+        (upper-bound sizes, unknown booleans True, uniform draws at the top of their range),
+        a dict "file.py:LINE" -> value overriding the decision at that source line, or a
+        `datadep.DataDependentPolicy`.  Decisions are in TracedStep.data_dependent.  Only the
+        dispatch tracer applies it (with make_fx or decompose those ops fail as on meta).
     The model itself is not modified (its tensors are replaced by meta tensors for the trace
     through functional_call); with train, model.train() is in force during the trace only.
     """
@@ -409,15 +420,19 @@ def trace_training_step(model: torch.nn.Module, example_inputs, loss_fn=None, ta
     try:
         with gc_paused(), scoped_meta_kernels():
             return _trace(model, example_inputs, loss_fn, targets, decompose, param_dtype,
-                          mark_outputs, tracer, attention)
+                          mark_outputs, tracer, attention, data_dependent)
     finally:
         model.train(was_training)
 
 
 def _trace(model, example_inputs, loss_fn, targets, decompose, param_dtype, mark_outputs,
-           tracer, attention=None):
+           tracer, attention=None, data_dependent=None):
+    from .datadep import as_policy
+    from .datadep_ops import DataDependentOps
+
     if tracer not in ("dispatch", "make_fx"):
         raise ValueError(f"tracer must be 'dispatch' or 'make_fx', got {tracer!r}")
+    policy = as_policy(data_dependent)
     table = _compat.decomposition_table(decompose)
     loss_fn = loss_fn or default_loss
     pos, kw, input_names = _split_inputs(model, to_meta(example_inputs))
@@ -438,6 +453,8 @@ def _trace(model, example_inputs, loss_fn, targets, decompose, param_dtype, mark
     counts = [len(pnames), len(bnames), len(pos), len(kw), len(tpos), len(tkw)]
 
     rec = _Recorder(model)
+    policy.source = rec._source
+    policy.module = lambda: rec.stack[-1] if rec.stack and rec.phase == "forward" else ""
     unused: list[str] = []
 
     def step(flat_args):
@@ -479,11 +496,13 @@ def _trace(model, example_inputs, loss_fn, targets, decompose, param_dtype, mark
     with rec, _fused_attention(attention), _compat.compiling():
         if tracer == "dispatch" and table is None:
             from .dispatch_trace import dispatch_trace
-            gm = dispatch_trace(step, flat, table, on_node=rec.stamp)
+            gm = dispatch_trace(step, flat, table, on_node=rec.stamp,
+                                datadep=DataDependentOps(policy))
         else:
             with rec.stamping_fx():
                 gm = _compat.make_fx(step, decomposition_table=table, tracing_mode="real")(flat)
 
+    policy.finish()
     kinds = (["parameter"] * counts[0] + ["buffer"] * counts[1]
              + ["input"] * (counts[2] + counts[3] + counts[4] + counts[5]))
     names = pnames + bnames + input_names + target_names
@@ -491,4 +510,5 @@ def _trace(model, example_inputs, loss_fn, targets, decompose, param_dtype, mark
                       grad_params=[n for n in trainable if n not in unused],
                       missing_grads=list(unused), output_nodes=list(rec.marked),
                       tangent_nodes=[rec.grad_marks.get(i) for i in range(len(rec.marked))],
-                      loss_tangent=rec.grad_marks.get("loss"))
+                      loss_tangent=rec.grad_marks.get("loss"),
+                      data_dependent=list(policy.decisions))
