@@ -486,7 +486,15 @@ def apply_placement(model: torch.nn.Module, placements: PlacementsArg, mesh: Dev
     unknown = sorted(set(plan) - exported)
     if unknown:
         raise PlanError(f"node {unknown[0]}: in the placements but not in the traced graph")
-    runner = StepRunner(traced.gm, plan, names, mesh)
+    gm = traced.gm
+    if getattr(traced, "islands", None):  # data-dependent module calls run eagerly
+        from .islands import IslandError, cut_islands
+
+        try:
+            gm, names = cut_islands(traced, names, model, mesh)
+        except IslandError as e:
+            raise PlanError(str(e)) from None
+    runner = StepRunner(gm, plan, names, mesh)
     runner.via = planned_paths(doc.get("schedule"), mesh.ndim, origin)
     from .context_parallel import sequence_layout
 
@@ -505,6 +513,10 @@ def build_module(model: torch.nn.Module, runner: StepRunner, traced, graph: dict
     phases = {n["name"]: n.get("phase", "forward") for n in graph["nodes"]}
     lowered = lower_step(runner, traced, mesh, phases)
     gm = lowered.gm
+    if getattr(traced, "islands", None):
+        from .islands import run_eagerly
+
+        run_eagerly(gm)
     out_node = next(n for n in gm.graph.nodes if n.op == "output")
     loss_node, grad_nodes = out_node.args[0][0], list(out_node.args[0][1:])
     if returns == "outputs":

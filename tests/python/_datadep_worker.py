@@ -1,6 +1,7 @@
 """Models the meta tracer cannot take at face value, and the per-rank worker of
 test_datadep.py (importable by spawned processes): a speech model trained with CTC (an op
-without a Meta kernel).  The apply machinery is _apply_worker's; these models are registered
+without a Meta kernel), a Mixture of Experts with Hugging Face's expert loop over `nonzero`
+and a block with an `.item()` branch (data-dependent code, run as eager islands).  The apply machinery is _apply_worker's; these models are registered
 into its model table only inside the worker processes (run_jobs), so test_apply's list is
 unchanged."""
 from __future__ import annotations
@@ -8,6 +9,8 @@ from __future__ import annotations
 from typing import Sequence
 
 import torch
+import torch.nn as nn
+import torch.nn.functional as F
 
 import _apply_worker as W
 
@@ -27,7 +30,107 @@ def make_speech():
     return model, (features,), (targets, input_lengths, target_lengths), ctc_loss
 
 
-MODELS = {"speech": make_speech}
+class Expert(nn.Module):
+    def __init__(self, dim: int, hidden: int) -> None:
+        super().__init__()
+        self.up = nn.Linear(dim, hidden, bias=False)
+        self.down = nn.Linear(hidden, dim, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(F.silu(self.up(x)))
+
+
+class LoopMoE(nn.Module):
+    """Top-k routed experts in a ModuleList, dispatched by the loop Hugging Face's eager MoE
+    blocks use: the experts hit (`nonzero`), then per expert its tokens (`torch.where`)."""
+
+    def __init__(self, dim: int = 16, hidden: int = 32, n_experts: int = 4, top_k: int = 2):
+        super().__init__()
+        self.n_experts, self.top_k = n_experts, top_k
+        self.gate = nn.Linear(dim, n_experts, bias=False)
+        self.experts = nn.ModuleList(Expert(dim, hidden) for _ in range(n_experts))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, d = x.shape
+        h = x.reshape(-1, d)
+        weights = F.softmax(self.gate(h), dim=1, dtype=torch.float)
+        weights, chosen = torch.topk(weights, self.top_k, dim=-1)
+        weights = (weights / weights.sum(-1, keepdim=True)).to(h.dtype)
+        out = torch.zeros_like(h)
+        mask = F.one_hot(chosen, self.n_experts).permute(2, 1, 0)   # [E, k, tokens]
+        expert_hit = torch.greater(mask.sum(dim=(-1, -2)), 0).nonzero()
+        for e in expert_hit:
+            e = e[0]
+            slot, token = torch.where(mask[e])
+            y = self.experts[e](h[token]) * weights[token, slot, None]
+            out.index_add_(0, token, y.to(h.dtype))
+        return out.reshape(b, s, d)
+
+
+class LoopMoEModel(nn.Module):
+    def __init__(self, vocab: int = 32, dim: int = 16) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab, dim)
+        self.moe = LoopMoE(dim)
+        self.head = nn.Linear(dim, vocab)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        h = self.embed(tokens)
+        return self.head(h + self.moe(h))
+
+
+def token_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(logits.flatten(0, 1), labels.flatten())
+
+
+def make_moe_loop():
+    """LoopMoEModel (4 experts, top-2) on 4 x 8 tokens, seeded so that every expert is hit."""
+    torch.manual_seed(0)
+    model = LoopMoEModel()
+    g = torch.Generator().manual_seed(2)
+    tokens = torch.randint(0, 32, (4, 8), generator=g)
+    labels = torch.randint(0, 32, (4, 8), generator=g)
+    return model, (tokens,), (labels,), token_loss
+
+
+class GatedBlock(nn.Module):
+    """A residual block whose extra layer is added when some activation exceeds a limit and
+    subtracted at half weight otherwise: a branch on `.item()` (the trace takes True, the
+    default; the test data take False, so replaying the trace would be wrong)."""
+
+    def __init__(self, dim: int = 16, limit: float = 50.0) -> None:
+        super().__init__()
+        self.fc = nn.Linear(dim, dim)
+        self.extra = nn.Linear(dim, dim)
+        self.limit = limit
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        h = h + F.gelu(self.fc(h))
+        if (h.abs().amax(-1) > self.limit).any().item():
+            return h + self.extra(h)
+        return h - 0.5 * self.extra(h)
+
+
+class BranchModel(nn.Module):
+    def __init__(self, dim: int = 16) -> None:
+        super().__init__()
+        self.inp = nn.Linear(8, dim)
+        self.block = GatedBlock(dim)
+        self.out = nn.Linear(dim, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(self.block(self.inp(x)))
+
+
+def make_branch():
+    torch.manual_seed(0)
+    model = BranchModel()
+    g = torch.Generator().manual_seed(1)
+    x, y = torch.randn(8, 8, generator=g), torch.randn(8, 4, generator=g)
+    return model, (x,), (y,), W.squared_error
+
+
+MODELS = {"speech": make_speech, "moe_loop": make_moe_loop, "branch": make_branch}
 
 
 def trace(key: str):

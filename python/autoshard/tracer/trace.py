@@ -20,12 +20,14 @@ import gc
 import inspect
 import os
 import sys
+import warnings
 
 import torch
 import torch.fx
 
 from . import _compat
 from .meta_init import to_meta
+from .datadep import DataDependentWarning
 from .meta_kernels import scoped_meta_kernels
 
 _META_KEY = "autoshard"  # node.meta[_META_KEY] = {"phase":..., "module":..., "source":...}
@@ -52,6 +54,9 @@ class TracedStep:
     loss_tangent: str | None = None
     """The `alias` node marking the loss's gradient (the backward's seed), where the planned
     module's backward starts from the incoming gradient."""
+    islands: list = dataclasses.field(default_factory=list)
+    """Per call of a module whose code depends on data: islands.IslandCall (its marks), which
+    the runtime runs eagerly (autoshard/islands.py)."""
     data_dependent: list = dataclasses.field(default_factory=list)
     """What the trace decided instead of the data (datadep.Decision per data-dependent size or
     value read in Python, in trace order): the policy of docs/tracer.md, "Data-dependent
@@ -125,6 +130,8 @@ class _Recorder:
         self.marking_grad = None       # the next call_function node marks a gradient: key
         self.grad_marks: dict = {}     # key (output index or "loss") -> node name
         self._next_fns: dict = {}      # autograd node -> its non-None next_functions
+        self.island_inner = None       # list collecting the forward nodes of an open island
+        self._captured: list | None = None  # alias_name: the node recorded for the alias
 
     # Module stack via hooks.  The post-hook also labels the autograd nodes the module created
     # (walking grad_fn edges from its outputs back to its inputs), so that backward ops can be
@@ -218,12 +225,30 @@ class _Recorder:
                     "module_known": self.backward_hooked}
         node.meta[_META_KEY] = info
         if node.op == "call_function":
+            if self._captured is not None:
+                self._captured.append(node.name)
+                return
+            if self.island_inner is not None and self.phase == "forward":
+                self.island_inner.append(node.name)
             if self.marking:
                 self.marked.append(node.name)
                 self.marking = False
             if self.marking_grad is not None:
                 self.grad_marks[self.marking_grad] = node.name
                 self.marking_grad = None
+
+    def alias_name(self, t: torch.Tensor) -> tuple:
+        """(aten.alias(t), the name of its recorded node): an island mark (tracer/islands.py)."""
+        self._captured = []
+        try:
+            a = torch.ops.aten.alias.default(t)
+        finally:
+            names, self._captured = self._captured, None
+        return a, names[0]
+
+    def grad_hook(self, key):
+        """A tensor hook marking the gradient through aten.alias as grad_marks[key]."""
+        return _grad_marker(self, key)
 
     def __enter__(self):
         for name, mod in self.model.named_modules():
@@ -263,6 +288,30 @@ class _Recorder:
         self._next_fns.clear()
         self.in_fns.clear()
         return False
+
+
+@contextlib.contextmanager
+def _installed(marker, model):
+    """The island marks' hooks on `model` for the block (none when marker is None)."""
+    if marker is None:
+        yield
+        return
+    marker.install(model)
+    try:
+        yield
+    finally:
+        marker.remove()
+
+
+def _island_calls(marker, rec) -> list:
+    """The marker's island calls with their gradient mark keys resolved to node names."""
+    if marker is None:
+        return []
+    for call in marker.calls:
+        call.in_grad = [rec.grad_marks.get(k) if k is not None else None for k in call.in_grad]
+        call.out_grad = [rec.grad_marks.get(k) if k is not None else None
+                         for k in call.out_grad]
+    return marker.calls
 
 
 def _tensors(obj):
@@ -419,16 +468,26 @@ def trace_training_step(model: torch.nn.Module, example_inputs, loss_fn=None, ta
         model.train()
     try:
         with gc_paused(), scoped_meta_kernels():
-            return _trace(model, example_inputs, loss_fn, targets, decompose, param_dtype,
-                          mark_outputs, tracer, attention, data_dependent)
+            traced = _trace(model, example_inputs, loss_fn, targets, decompose, param_dtype,
+                            mark_outputs, tracer, attention, data_dependent)
+            if not traced.data_dependent:
+                return traced
+            # Again, with the island modules' calls marked (tracer/islands.py): the graph a
+            # plan is made from is then the graph the runtime rewrites.  Warned already.
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DataDependentWarning)
+                return _trace(model, example_inputs, loss_fn, targets, decompose, param_dtype,
+                              mark_outputs, tracer, attention, data_dependent,
+                              traced.data_dependent)
     finally:
         model.train(was_training)
 
 
 def _trace(model, example_inputs, loss_fn, targets, decompose, param_dtype, mark_outputs,
-           tracer, attention=None, data_dependent=None):
+           tracer, attention=None, data_dependent=None, first_decisions=None):
     from .datadep import as_policy
     from .datadep_ops import DataDependentOps
+    from .islands import IslandMarker, island_modules
 
     if tracer not in ("dispatch", "make_fx"):
         raise ValueError(f"tracer must be 'dispatch' or 'make_fx', got {tracer!r}")
@@ -493,7 +552,10 @@ def _trace(model, example_inputs, loss_fn, targets, decompose, param_dtype, mark
         unused[:] = [n for n, g in zip(trainable, grads) if g is None]
         return [loss] + [g for g in grads if g is not None]
 
-    with rec, _fused_attention(attention), _compat.compiling():
+    marker = None
+    if first_decisions:
+        marker = IslandMarker(rec, island_modules(first_decisions), first_decisions)
+    with rec, _fused_attention(attention), _compat.compiling(), _installed(marker, model):
         if tracer == "dispatch" and table is None:
             from .dispatch_trace import dispatch_trace
             gm = dispatch_trace(step, flat, table, on_node=rec.stamp,
@@ -511,4 +573,5 @@ def _trace(model, example_inputs, loss_fn, targets, decompose, param_dtype, mark
                       missing_grads=list(unused), output_nodes=list(rec.marked),
                       tangent_nodes=[rec.grad_marks.get(i) for i in range(len(rec.marked))],
                       loss_tangent=rec.grad_marks.get("loss"),
-                      data_dependent=list(policy.decisions))
+                      data_dependent=list(policy.decisions),
+                      islands=_island_calls(marker, rec))
