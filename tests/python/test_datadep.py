@@ -90,3 +90,111 @@ def test_ctc_speech_model_plans_and_applies_on_two_ranks(cli_bin):
             for n, e in res["param_err"].items():
                 assert e <= TOL, f"{where}: {n} after 3 AdamW steps"
             assert res["mismatches"] == [], where
+
+
+# --- data-dependent code: the tracing policy --------------------------------------------------
+def _trace(model, inputs, loss_fn, targets=None, **kw):
+    from autoshard.tracer.trace import trace_training_step
+
+    return trace_training_step(model, inputs, loss_fn, targets, **kw)
+
+
+def _ops(traced) -> list:
+    from autoshard.tracer.export import to_graph_dict
+
+    return [n for n in to_graph_dict(traced)["nodes"] if n.get("kind") == "op"]
+
+
+def _line(fn, text: str) -> str:
+    """'file.py:LINE' of the line of `fn`'s source holding `text`."""
+    import inspect
+
+    lines, start = inspect.getsourcelines(fn)
+    k = next(i for i, s in enumerate(lines) if text in s)
+    return f"{os.path.basename(inspect.getsourcefile(fn))}:{start + k}"
+
+
+def test_expert_loop_over_nonzero_takes_the_upper_bound():
+    """HF's expert loop: every expert hit, every (token, slot) pair routed to each (sizes at
+    their bound, known values through the loop), the MoE call recorded as an island."""
+    model, inputs, targets, loss_fn = D.make_moe_loop()
+    traced = _trace(model, inputs, loss_fn, targets)
+    sizes = [(d.op, d.value, d.why) for d in traced.data_dependent if d.kind == "size"]
+    # expert_hit: 4 experts; torch.where(mask[e]) per expert: k * tokens = 2 * 32 pairs
+    assert sizes == [("nonzero", 4, "upper bound")] + [("nonzero", 64, "upper bound")] * 4
+    experts = [d.value for d in traced.data_dependent if d.why == "known"
+               and d.source == _line(D.LoopMoE.forward, "slot, token = torch.where")]
+    assert experts == [0, 1, 2, 3]
+    ups = [n for n in _ops(traced) if n["op"] == "mm" and n["phase"] == "forward"
+           and n["outputs"][0]["shape"] == [64, 32]]
+    assert len(ups) == 4  # each expert's up projection over all 64 routed pairs
+    assert [c.module for c in traced.islands] == ["moe"]
+    assert len(traced.islands[0].sources) >= 2
+
+
+def _forward_subs(traced) -> int:
+    return sum(n["op"] == "sub.Tensor" and n["phase"] == "forward" for n in _ops(traced))
+
+
+def test_item_branch_default_warns_and_is_overridable():
+    from autoshard.tracer.datadep import DataDependentError, DataDependentWarning
+
+    model, inputs, targets, loss_fn = D.make_branch()
+    line = _line(D.GatedBlock.forward, ".any().item()")
+    with pytest.warns(DataDependentWarning, match=f"{line}: a boolean .* taken as True"):
+        traced = _trace(model, inputs, loss_fn, targets)
+    (dec,) = traced.data_dependent
+    assert (dec.source, dec.value, dec.why, dec.module) == (line, True, "default", "block")
+    assert _forward_subs(traced) == 1  # the loss's (out - y) only
+    # the other branch, by source line; no warning then
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DataDependentWarning)
+        other = _trace(model, inputs, loss_fn, targets, data_dependent={line: False})
+    assert other.data_dependent[0].why == "override"
+    assert _forward_subs(other) == 2  # and h - 0.5 * extra(h)
+    with pytest.raises(DataDependentError, match="no data-dependent value at nowhere.py:3"):
+        _trace(model, inputs, loss_fn, targets, data_dependent={line: True, "nowhere.py:3": 1})
+    with pytest.raises(ValueError, match="key 'block' is not 'file.py:LINE'"):
+        _trace(model, inputs, loss_fn, targets, data_dependent={"block": True})
+
+
+class _Layerdrop(torch.nn.Module):
+    """Three layers, each skipped with probability 0.5 in training (wav2vec2's layerdrop), an
+    integer read from a tensor, and a boolean mask selecting rows."""
+
+    def __init__(self, read_int: bool = False) -> None:
+        super().__init__()
+        self.layers = torch.nn.ModuleList(torch.nn.Linear(8, 8) for _ in range(3))
+        self.read_int = read_int
+
+    def forward(self, x):
+        for layer in self.layers:
+            if self.training and torch.rand([]) < 0.5:
+                continue
+            x = x + layer(x)
+        if self.read_int:
+            x = x[: int(x.argmax())]
+        return x[x.sum(-1) > 0]
+
+
+def test_layerdrop_runs_every_layer_and_masks_keep_every_row():
+    from autoshard.tracer.datadep import DataDependentError
+
+    traced = _trace(_Layerdrop(), (torch.empty(6, 8),), lambda o: o.sum())
+    whys = [(d.op, d.why) for d in traced.data_dependent]
+    assert whys == [("item", "random draw")] * 3 + [("index.Tensor", "upper bound")]
+    ops = _ops(traced)
+    assert len([n for n in ops if n["op"] == "addmm"]) == 3  # every layer ran
+    index = next(n for n in ops if n["op"] == "index.Tensor")
+    assert index["outputs"][0]["shape"] == [6, 8]  # every row kept
+    line = _line(_Layerdrop.forward, "x[x.sum(-1) > 0]")
+    fewer = _trace(_Layerdrop(), (torch.empty(6, 8),), lambda o: o.sum(),
+                   data_dependent={line: 2})
+    index = next(n for n in _ops(fewer) if n["op"] == "index.Tensor")
+    assert index["outputs"][0]["shape"] == [2, 8]
+    with pytest.raises(DataDependentError, match=f"{line}: .* must be an int in \\[0, 6\\]"):
+        _trace(_Layerdrop(), (torch.empty(6, 8),), lambda o: o.sum(), data_dependent={line: 7})
+    int_line = _line(_Layerdrop.forward, "int(x.argmax())")
+    with pytest.raises(DataDependentError, match=f"^{int_line}: an integer read from a tensor"):
+        _trace(_Layerdrop(True), (torch.empty(6, 8),), lambda o: o.sum())
