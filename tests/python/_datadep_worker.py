@@ -144,6 +144,17 @@ def trace(key: str):
 
 
 def run_jobs(mesh, jobs: Sequence[dict]) -> list[dict]:
-    """_apply_worker.run_jobs with these models registered (in this worker process only)."""
+    """_apply_worker.run_jobs with these models registered (in this worker process only); each
+    result also lists the modules the step ran as eager islands."""
+    import warnings
+
+    from autoshard.tracer.datadep import DataDependentWarning
+
     W.MODELS.update(MODELS)
-    return W.run_jobs(mesh, jobs)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DataDependentWarning)
+        results = W.run_jobs(mesh, jobs)
+        for res, job in zip(results, jobs):
+            traced, _ = trace(job["model"])
+            res["islands"] = [c.module for c in traced.islands]
+    return results
