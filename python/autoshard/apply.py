@@ -424,14 +424,16 @@ class _null:
 
 
 def trace_for_apply(model: torch.nn.Module, example_inputs, loss_fn=None, targets=None, *,
-                    attention: Optional[str] = None):
+                    attention: Optional[str] = None, data_dependent: Any = None):
     """Traces the training step on a meta copy of `model` (the model keeps its weights), with
     the fused attention kernel of the device it will run on (`attention`, by default the
-    device of the model's weights or inputs): the graph a plan for this run is made from."""
+    device of the model's weights or inputs): the graph a plan for this run is made from.
+    data_dependent: the tracer's policy overrides (docs/tracer.md, "Data-dependent code")."""
     from autoshard.tracer.trace import trace_training_step
 
     return trace_training_step(copy.deepcopy(model), example_inputs, loss_fn, targets,
-                               attention=attention or runtime_device(model, example_inputs))
+                               attention=attention or runtime_device(model, example_inputs),
+                               data_dependent=data_dependent)
 
 
 def runtime_device(model: torch.nn.Module, example_inputs) -> str:

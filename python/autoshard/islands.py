@@ -25,7 +25,8 @@ work on the island; the rest of the step runs at its planned placements.  Limits
 results must have the traced shapes (a module returning a data-dependent size is refused with
 its name), a parameter of an island may not be used outside it, random draws inside an island
 use each rank's generator (seed ranks alike), buffers an island changes in place are not
-written back.
+written back, and the backward differentiates the island's latest forward (a training step's
+forward then backward; not two forwards before one backward).
 """
 from __future__ import annotations
 
@@ -63,7 +64,7 @@ class Island:
     in_shapes: list              # (shape, dtype) per tensor argument
     state_shapes: list           # (shape, dtype) per parameter and buffer
     state_index: list = dataclasses.field(default_factory=list)  # their placeholder indices
-    saved: Any = None
+    saved: list = dataclasses.field(default_factory=list)  # the latest forward's record
 
     @property
     def label(self) -> str:
@@ -96,15 +97,14 @@ class Island:
             raise IslandError(f"island {self.label}: its results {got} differ from the traced "
                               f"{want}: a module whose result size depends on the data cannot "
                               f"be an island; make the enclosing module the island")
-        self.saved = (args, state, outs)
+        self.saved = [(args, state, outs)]  # the latest forward (one forward per backward)
         return [o.detach().clone() for o in outs]
 
     def run_backward(self, grads: Sequence[torch.Tensor]) -> list:
         """Gradients of the arguments (those marked) and parameters, from the recorded graph."""
-        if self.saved is None:
+        if not self.saved:
             raise IslandError(f"island {self.label}: backward without a forward")
-        args, state, outs = self.saved
-        self.saved = None
+        args, state, outs = self.saved.pop()
         wrt = [a for a, g in zip(args, self.call.in_grad) if g is not None]
         wrt += [p for p, g in zip(state[:self.n_params], self.param_grad) if g]
         with_grad = [i for i, g in enumerate(self.call.out_grad) if g is not None]
