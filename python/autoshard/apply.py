@@ -502,7 +502,10 @@ def apply_placement(model: torch.nn.Module, placements: PlacementsArg, mesh: Dev
 
     runner.layout = sequence_layout(graph, plan, traced.placeholder_names,
                                     traced.placeholder_kinds, mesh)
-    return build_module(model, runner, traced, graph, mesh, doc, returns)
+    module = build_module(model, runner, traced, graph, mesh, doc, returns)
+    #: the module calls run as eager islands (docs/tracer.md, "Running it: eager islands")
+    module.islands = [c.module for c in getattr(traced, "islands", [])]
+    return module
 
 
 def build_module(model: torch.nn.Module, runner: StepRunner, traced, graph: dict,

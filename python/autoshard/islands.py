@@ -38,7 +38,7 @@ from typing import Any, Optional, Sequence
 import torch
 import torch.fx
 
-__all__ = ["Island", "IslandError", "cut_islands"]
+__all__ = ["Island", "IslandError", "cut_islands", "run_eagerly", "islands_run"]
 
 
 class IslandError(ValueError):
@@ -65,6 +65,7 @@ class Island:
     state_shapes: list           # (shape, dtype) per parameter and buffer
     state_index: list = dataclasses.field(default_factory=list)  # their placeholder indices
     saved: list = dataclasses.field(default_factory=list)  # the latest forward's record
+    runs: int = 0                # forwards run (eagerly, on real data)
 
     @property
     def label(self) -> str:
@@ -81,6 +82,7 @@ class Island:
         from .tracer.islands import fill_template
         from .tracer.trace import flatten_tensors
 
+        self.runs += 1
         n = len(self.call.in_nodes)
         args = [t.detach().requires_grad_(g is not None and t.is_floating_point())
                 for t, g in zip(inputs[:n], self.call.in_grad)]
@@ -312,6 +314,14 @@ def _erase(graph, dead: set, where: str) -> None:
             raise IslandError(f"{where}: node {node.name} of the island is read by {user.name} "
                               f"outside it (a parameter or value shared with other code)")
         graph.erase_node(node)
+
+
+def islands_run() -> dict:
+    """Module name -> forwards run eagerly so far in this process, over every applied step."""
+    out: dict = {}
+    for island in _REGISTRY.values():
+        out[island.call.module] = out.get(island.call.module, 0) + island.runs
+    return out
 
 
 def _eager_forward(key: int, inputs: list) -> list:

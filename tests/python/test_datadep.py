@@ -90,6 +90,7 @@ def test_ctc_speech_model_plans_and_applies_on_two_ranks(cli_bin):
             for n, e in res["param_err"].items():
                 assert e <= TOL, f"{where}: {n} after 3 AdamW steps"
             assert res["mismatches"] == [], where
+            assert res["islands"] == {}, where
 
 
 # --- data-dependent code: the tracing policy --------------------------------------------------
@@ -236,5 +237,5 @@ def test_islands_apply_on_two_ranks_with_single_process_numerics(cli_bin):
             assert res["grad_err"] and all(e <= TOL for e in res["grad_err"].values()), where
             for n, e in res["param_err"].items():
                 assert e <= TOL, f"{where}: {n} after 3 AdamW steps"
-            assert res["islands"] == [job["model"].replace("moe_loop", "moe")
-                                      .replace("branch", "block")], where
+            island = {"moe_loop": "moe", "branch": "block"}[job["model"]]
+            assert res["islands"] == {island: 3}, where  # eagerly, in each of the 3 steps

@@ -476,6 +476,15 @@ def _to_graph_dict(traced: TracedStep, name: str, keep_dead: bool) -> dict:
                 if m is not None and fx_by_name.get(m) in out_name]
     if tangents:
         out["tangents"] = tangents
+    # What the trace decided instead of the data, and the module calls the runtime runs as
+    # eager islands (docs/tracer.md, "Data-dependent code"); "_" members: readers skip them.
+    if traced.data_dependent:
+        out["_data_dependent"] = [
+            {"source": d.source, "module": d.module, "op": d.op, "value": d.value, "why": d.why}
+            for d in traced.data_dependent if d.why != "known"]
+    if traced.islands:
+        out["_islands"] = [{"module": c.module, "sources": list(c.sources)}
+                           for c in traced.islands]
     return out
 
 

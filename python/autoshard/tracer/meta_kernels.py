@@ -7,8 +7,9 @@ case), nor for `_ctc_loss_backward` (either overload): tracing a speech model tr
 CTC on meta failed with "no fake impl or Meta kernel registered".
 
 `scoped_meta_kernels()` registers the kernels below through a `torch.library.Library` of
-kind IMPL on the Meta dispatch key and destroys that library on exit, which removes the
-registrations again: outside a trace the dispatcher is as PyTorch left it.  Nested entries
+kind IMPL on the Meta dispatch key (and, for ops tagged with a data-dependent output shape,
+as fake implementations, which FakeTensorMode consults first) and destroys those libraries on
+exit, which removes the registrations again: outside a trace the dispatcher is as PyTorch left it.  Nested entries
 share one registration (a depth count).  Ops that already have a Meta kernel (a newer PyTorch,
 or another library's registration) are left alone.
 
@@ -65,9 +66,18 @@ def _has_meta(op: str) -> bool:
         return True
 
 
+def _dynamic_output(op: str) -> bool:
+    """Whether aten::`op` carries the dynamic_output_shape tag: FakeTensorMode (DTensor's
+    sharding propagation, make_fx on fake tensors) then refuses it before any Meta kernel."""
+    name, _, overload = op.partition(".")
+    packet = getattr(torch.ops.aten, name, None)
+    fn = getattr(packet, overload or "default", None) if packet is not None else None
+    return fn is not None and torch.Tag.dynamic_output_shape in fn.tags
+
+
 class _Scope:
     depth = 0
-    lib = None  # the torch.library.Library holding the registrations while depth > 0
+    libs: list = []  # the torch.library.Library objects holding the registrations
     registered: list[str] = []
 
 
@@ -80,16 +90,23 @@ def scoped_meta_kernels() -> Iterator[list]:
         todo = [op for op in MISSING_META if not _has_meta(op)]
         if todo:
             lib = torch.library.Library("aten", "IMPL", "Meta")
+            _Scope.libs.append(lib)
             for op in todo:
                 lib.impl(op, MISSING_META[op])
-            _Scope.lib = lib
+            # The same kernels as fake implementations, which FakeTensorMode consults before
+            # its refusal of data-dependent output shapes (the tag _ctc_loss.Tensor carries).
+            fake = torch.library.Library("aten", "FRAGMENT")
+            _Scope.libs.append(fake)
+            for op in todo:
+                if _dynamic_output(op):
+                    fake._register_fake(op, MISSING_META[op])
         _Scope.registered = todo
     _Scope.depth += 1
     try:
         yield _Scope.registered
     finally:
         _Scope.depth -= 1
-        if _Scope.depth == 0 and _Scope.lib is not None:
-            _Scope.lib._destroy()
-            _Scope.lib = None
+        if _Scope.depth == 0:
+            while _Scope.libs:
+                _Scope.libs.pop()._destroy()
             _Scope.registered = []

@@ -24,6 +24,7 @@ class SpeechConfig:
     hidden: int = 256
     n_layers: int = 2       # linear encoder layers after the convolution
     vocab: int = 32         # output alphabet, blank (0) included
+    conv: bool = True       # front end: Conv1d over time (True) or a per-frame Linear
 
 
 class CtcSpeechModel(nn.Module):
@@ -31,12 +32,17 @@ class CtcSpeechModel(nn.Module):
 
     def __init__(self, cfg: SpeechConfig):
         super().__init__()
-        self.conv = nn.Conv1d(cfg.n_mels, cfg.hidden, kernel_size=3, padding=1)
+        self.conv = (nn.Conv1d(cfg.n_mels, cfg.hidden, kernel_size=3, padding=1) if cfg.conv
+                     else None)
+        self.frame = None if cfg.conv else nn.Linear(cfg.n_mels, cfg.hidden)
         self.layers = nn.ModuleList(nn.Linear(cfg.hidden, cfg.hidden) for _ in range(cfg.n_layers))
         self.head = nn.Linear(cfg.hidden, cfg.vocab)
 
     def forward(self, features: torch.Tensor) -> torch.Tensor:
-        h = F.gelu(self.conv(features)).transpose(1, 2)          # [N, T, hidden]
+        if self.conv is not None:
+            h = F.gelu(self.conv(features)).transpose(1, 2)      # [N, T, hidden]
+        else:
+            h = F.gelu(self.frame(features.transpose(1, 2)))
         for layer in self.layers:
             h = h + F.gelu(layer(h))
         return F.log_softmax(self.head(h), dim=-1).transpose(0, 1)
@@ -50,10 +56,10 @@ def ctc_loss(log_probs: torch.Tensor, targets: torch.Tensor, input_lengths: torc
 
 
 def ctc_speech(batch: int = 8, frames: int = 100, target_len: int = 20, n_mels: int = 80,
-               hidden: int = 256, n_layers: int = 2, vocab: int = 32):
+               hidden: int = 256, n_layers: int = 2, vocab: int = 32, conv: bool = True):
     """Factory (autoshard-trace convention): (model, (features,), ctc_loss, (targets,
     input_lengths, target_lengths)) on meta; targets padded to [batch, target_len]."""
-    cfg = SpeechConfig(n_mels=n_mels, hidden=hidden, n_layers=n_layers, vocab=vocab)
+    cfg = SpeechConfig(n_mels=n_mels, hidden=hidden, n_layers=n_layers, vocab=vocab, conv=conv)
     model = meta_init(CtcSpeechModel, cfg)
     meta = torch.device("meta")
     features = torch.empty(batch, n_mels, frames, device=meta)
