@@ -69,6 +69,7 @@ class Island:
 
     @property
     def label(self) -> str:
+        """How messages name the island: its module, or "<root module>"."""
         return self.call.module or "<root module>"
 
     def wrt_shapes(self) -> list:

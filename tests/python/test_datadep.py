@@ -215,6 +215,9 @@ def test_islands_apply_on_two_ranks_with_single_process_numerics(cli_bin):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DataDependentWarning)
         graphs = {k: D.trace(k)[1] for k in ("moe_loop", "branch")}
+    # the graph says which calls run eagerly ("_" members: the planner's reader skips them)
+    assert [i["module"] for i in graphs["moe_loop"]["_islands"]] == ["moe"]
+    assert graphs["branch"]["_data_dependent"][0]["why"] == "default"
     tmp = tempfile.mkdtemp(prefix="autoshard-islands-")
     try:
         jobs = []

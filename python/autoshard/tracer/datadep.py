@@ -58,7 +58,7 @@ class Decision:
     op: str                # the ATen op, e.g. "nonzero", "index.Tensor", "_local_scalar_dense"
     value: Any             # the size (kept elements) or value taken
     why: str               # "upper bound" | "known" | "random draw" | "default" | "override"
-    module: str = ""       # the module whose forward ran it ("" for the top level)
+    module: Optional[str] = ""  # the module whose forward ran it ("" the root, None: backward)
 
     def describe(self) -> str:
         """One line: where, what, which value and why."""
@@ -87,7 +87,7 @@ class DataDependentPolicy:
         self.decisions: list[Decision] = []
         self.used: set = set()
         self.source: Callable[[], str] = lambda: ""
-        self.module: Callable[[], str] = lambda: ""
+        self.module: Callable[[], Optional[str]] = lambda: ""
         self._warned: set = set()
 
     # -- the recording mode's hooks ---------------------------------------------------------

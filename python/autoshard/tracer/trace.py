@@ -513,7 +513,8 @@ def _trace(model, example_inputs, loss_fn, targets, decompose, param_dtype, mark
 
     rec = _Recorder(model)
     policy.source = rec._source
-    policy.module = lambda: rec.stack[-1] if rec.stack and rec.phase == "forward" else ""
+    policy.module = lambda: (None if rec.phase != "forward"
+                             else rec.stack[-1] if rec.stack else "")
     unused: list[str] = []
 
     def step(flat_args):
