@@ -164,10 +164,10 @@ class _Layerdrop(torch.nn.Module):
     """Three layers, each skipped with probability 0.5 in training (wav2vec2's layerdrop), an
     integer read from a tensor, and a boolean mask selecting rows."""
 
-    def __init__(self, read_int: bool = False) -> None:
+    def __init__(self, read_int: bool = False, mask: bool = True) -> None:
         super().__init__()
         self.layers = torch.nn.ModuleList(torch.nn.Linear(8, 8) for _ in range(3))
-        self.read_int = read_int
+        self.read_int, self.mask = read_int, mask
 
     def forward(self, x):
         for layer in self.layers:
@@ -176,20 +176,28 @@ class _Layerdrop(torch.nn.Module):
             x = x + layer(x)
         if self.read_int:
             x = x[: int(x.argmax())]
-        return x[x.sum(-1) > 0]
+        return x[x.sum(-1) > 0] if self.mask else x
 
 
 def test_layerdrop_runs_every_layer_and_masks_keep_every_row():
     from autoshard.tracer.datadep import DataDependentError
 
-    traced = _trace(_Layerdrop(), (torch.empty(6, 8),), lambda o: o.sum())
+    from autoshard.tracer.datadep import DataDependentWarning
+
+    draw = _line(_Layerdrop.forward, "torch.rand([]) < 0.5")
+    with pytest.warns(DataDependentWarning, match=f"{draw}: a value drawn at random"):
+        traced = _trace(_Layerdrop(), (torch.empty(6, 8),), lambda o: o.sum())
     whys = [(d.op, d.why) for d in traced.data_dependent]
     assert whys == [("item", "random draw")] * 3 + [("index.Tensor", "upper bound")]
     ops = _ops(traced)
     assert len([n for n in ops if n["op"] == "addmm"]) == 3  # every layer ran
     index = next(n for n in ops if n["op"] == "index.Tensor")
     assert index["outputs"][0]["shape"] == [6, 8]  # every row kept
-    line = _line(_Layerdrop.forward, "x[x.sum(-1) > 0]")
+    assert [c.module for c in traced.islands] == [""]  # the mask's, not the draws'
+    with pytest.warns(DataDependentWarning):
+        drops = _trace(_Layerdrop(mask=False), (torch.empty(6, 8),), lambda o: o.sum())
+    assert len(drops.data_dependent) == 3 and drops.islands == []  # draws make no island
+    line = _line(_Layerdrop.forward, "x[x.sum(-1) > 0] if")
     fewer = _trace(_Layerdrop(), (torch.empty(6, 8),), lambda o: o.sum(),
                    data_dependent={line: 2})
     index = next(n for n in _ops(fewer) if n["op"] == "index.Tensor")

@@ -17,7 +17,8 @@ A meta tensor has a shape but no values, so three kinds of code cannot run on it
   uniform draw (`rand`, `rand_like`, `uniform_`, at most MAX_KNOWN elements) takes the **top
   of its range** (1.0 for `rand`), so `draw < p` is False for every p <= 1 and every
   layer runs; values computed from known tensors are computed (on CPU copies of at most
-  MAX_KNOWN elements), which is how the comparison becomes known.
+  MAX_KNOWN elements), which is how the comparison becomes known.  A warning names the line;
+  the applied step keeps this choice (it makes no eager island: autoshard/islands.py).
 
 A user overrides any of these per call with `data_dependent={"file.py:LINE": value}` (the
 source line the warning names): a bool or number for a value read in Python, an int for the
@@ -116,6 +117,13 @@ class DataDependentPolicy:
             return value
         if known is not None:
             self._record(src, "value", op, known, "random draw" if random else "known")
+            if random and self.warn and (src, "draw") not in self._warned:
+                self._warned.add((src, "draw"))
+                warnings.warn(
+                    f"autoshard trace: {src or '<unknown line>'}: a value drawn at random "
+                    f"decides Python code; taken as {known!r} (draws at the top of their "
+                    f"range: every layerdrop-style layer runs, when planned and when applied)",
+                    DataDependentWarning, stacklevel=2)
             return known
         if dtype == torch.bool:
             self._record(src, "value", op, self.unknown_bool, "default")
