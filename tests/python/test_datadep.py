@@ -250,3 +250,40 @@ def test_islands_apply_on_two_ranks_with_single_process_numerics(cli_bin):
                 assert e <= TOL, f"{where}: {n} after 3 AdamW steps"
             island = {"moe_loop": "moe", "branch": "block"}[job["model"]]
             assert res["islands"] == {island: 3}, where  # eagerly, in each of the 3 steps
+
+
+def test_trace_cli_reports_decisions_and_islands_and_takes_overrides(tmp_path):
+    import subprocess
+    import sys
+
+    from conftest import PYTHON_DIR
+
+    (tmp_path / "gate.py").write_text(
+        "import torch\n"
+        "class Gate(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.fc = torch.nn.Linear(8, 8)\n"
+        "    def forward(self, x):\n"
+        "        h = self.fc(x)\n"
+        "        if (h > 10).any().item():\n"
+        "            h = h * 2\n"
+        "        return h\n"
+        "def gate():\n"
+        "    return Gate(), (torch.empty(4, 8, device='meta'),)\n")
+    cli = [sys.executable, os.path.join(PYTHON_DIR, "autoshard-trace"),
+           f"{tmp_path / 'gate.py'}:gate", "-o", str(tmp_path / "g.json")]
+    env = dict(os.environ, PYTHONPATH=PYTHON_DIR)
+    res = subprocess.run(cli, capture_output=True, text=True, env=env, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert "gate.py:8: item value True (default)" in res.stderr
+    assert "run eagerly when applied (islands): <root module>" in res.stderr
+    res = subprocess.run(cli + ["--data-dependent", "gate.py:8=false"], capture_output=True,
+                         text=True, env=env, timeout=120)
+    assert res.returncode == 0 and "gate.py:8: item value False (override)" in res.stderr
+    res = subprocess.run(cli + ["--data-dependent", "gate.py:9=1"], capture_output=True,
+                         text=True, env=env, timeout=120)
+    assert res.returncode == 2
+    assert res.stderr.strip().splitlines()[-1] == (
+        "autoshard-trace: data_dependent: no data-dependent value at gate.py:9 (decisions "
+        "were taken at: gate.py:8)")

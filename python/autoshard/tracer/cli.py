@@ -119,6 +119,10 @@ def main(argv=None) -> int:
                                     "no dtype, the model and float inputs are cast")
     ap.add_argument("--arg", action="append", default=[], metavar="KEY=VALUE",
                     help="extra factory keyword argument (int/float/bool/str), repeatable")
+    ap.add_argument("--data-dependent", action="append", default=[], metavar="FILE:LINE=VALUE",
+                    help="override the data-dependent decision at a source line (a bool/number "
+                         "read in Python, or the kept elements of a mask), repeatable "
+                         "(docs/tracer.md, 'Data-dependent code')")
     ap.add_argument("--name", help="graph name (default: the factory's name)")
     ap.add_argument("--keep-dead", action="store_true", help="keep nodes whose results are unused")
     ap.add_argument("-o", "--output", required=True, help="output graph JSON path")
@@ -133,6 +137,12 @@ def main(argv=None) -> int:
             ap.error(f"--arg expects KEY=VALUE, got {kv!r}")
         k, v = kv.split("=", 1)
         kwargs[k.strip()] = _parse_value(v.strip())
+    overrides = {}
+    for kv in args.data_dependent:
+        if "=" not in kv:
+            ap.error(f"--data-dependent expects FILE:LINE=VALUE, got {kv!r}")
+        k, v = kv.rsplit("=", 1)
+        overrides[k.strip()] = _parse_value(v.strip())
 
     try:
         import torch
@@ -168,7 +178,14 @@ def main(argv=None) -> int:
                 inputs = {k: cast(v) for k, v in inputs.items()}
             elif inputs is not None:
                 inputs = tuple(cast(v) for v in inputs)
-    traced = trace_training_step(model, inputs, loss_fn, targets)
+    from .datadep import DataDependentError
+
+    try:
+        traced = trace_training_step(model, inputs, loss_fn, targets,
+                                     data_dependent=overrides or None)
+    except DataDependentError as e:
+        print(f"autoshard-trace: {e}", file=sys.stderr)
+        return 2
     t1 = time.time()
     name = args.name or getattr(factory, "__name__", "model")
     graph = to_graph_dict(traced, name, keep_dead=args.keep_dead)
@@ -181,6 +198,16 @@ def main(argv=None) -> int:
           f"({kinds.get('op', 0)} ops, {n_params} parameters, "
           f"{len(graph['grad_pairs'])} gradients); traced in {t1 - t0:.1f}s, "
           f"exported in {time.time() - t1:.1f}s")
+    taken = [d for d in traced.data_dependent if d.why != "known"]
+    if taken:
+        print(f"autoshard-trace: note: {len(taken)} data-dependent decisions (planned for):",
+              file=sys.stderr)
+        for d in taken:
+            print(f"  {d.describe()}", file=sys.stderr)
+    if traced.islands:
+        mods = sorted({c.module or "<root module>" for c in traced.islands})
+        print(f"autoshard-trace: note: run eagerly when applied (islands): {', '.join(mods)}",
+              file=sys.stderr)
     if traced.missing_grads:
         print(f"autoshard-trace: note: {len(traced.missing_grads)} trainable parameters get no "
               f"gradient (unused): {', '.join(traced.missing_grads[:5])}", file=sys.stderr)

@@ -119,21 +119,19 @@ class DataDependentPolicy:
             self._record(src, "value", op, known, "random draw" if random else "known")
             if random and self.warn and (src, "draw") not in self._warned:
                 self._warned.add((src, "draw"))
-                warnings.warn(
-                    f"autoshard trace: {src or '<unknown line>'}: a value drawn at random "
-                    f"decides Python code; taken as {known!r} (draws at the top of their "
-                    f"range: every layerdrop-style layer runs, when planned and when applied)",
-                    DataDependentWarning, stacklevel=2)
+                _warn(src, f"autoshard trace: {src or '<unknown line>'}: a value drawn at "
+                           f"random decides Python code; taken as {known!r} (draws at the top "
+                           f"of their range: every layerdrop-style layer runs, when planned "
+                           f"and when applied)")
             return known
         if dtype == torch.bool:
             self._record(src, "value", op, self.unknown_bool, "default")
             if self.warn and (src, op) not in self._warned:
                 self._warned.add((src, op))
-                warnings.warn(
-                    f"autoshard trace: {src or '<unknown line>'}: a boolean read from a tensor "
-                    f"(.item() / bool()) has no value on meta; taken as {self.unknown_bool} for "
-                    f"planning (override: data_dependent={{{src!r}: ...}})",
-                    DataDependentWarning, stacklevel=2)
+                _warn(src, f"autoshard trace: {src or '<unknown line>'}: a boolean read from "
+                           f"a tensor (.item() / bool()) has no value on meta; taken as "
+                           f"{self.unknown_bool} for planning (override: "
+                           f"data_dependent={{{src!r}: ...}})")
             return self.unknown_bool
         kind = "an integer" if not dtype.is_floating_point and not dtype.is_complex else "a float"
         raise DataDependentError(
@@ -152,6 +150,14 @@ class DataDependentPolicy:
 
     def _record(self, source: str, kind: str, op: str, value: Any, why: str) -> None:
         self.decisions.append(Decision(source, kind, op, value, why, self.module()))
+
+
+def _warn(source: str, message: str) -> None:
+    """A DataDependentWarning shown at the user's line ("file.py:LINE") rather than here."""
+    file, _, line = source.rpartition(":")
+    lineno = int(line) if line.isdigit() else 0
+    warnings.warn_explicit(message, DataDependentWarning, file or "<unknown>", lineno,
+                           module=file.removesuffix(".py") or None)
 
 
 def as_policy(data_dependent: Any) -> DataDependentPolicy:
