@@ -252,11 +252,10 @@ def test_islands_apply_on_two_ranks_with_single_process_numerics(cli_bin):
             assert res["islands"] == {island: 3}, where  # eagerly, in each of the 3 steps
 
 
-def test_trace_cli_reports_decisions_and_islands_and_takes_overrides(tmp_path):
-    import subprocess
+def test_trace_cli_reports_decisions_and_islands_and_takes_overrides(tmp_path, capsys):
     import sys
 
-    from conftest import PYTHON_DIR
+    from autoshard.tracer.cli import main
 
     (tmp_path / "gate.py").write_text(
         "import torch\n"
@@ -271,19 +270,17 @@ def test_trace_cli_reports_decisions_and_islands_and_takes_overrides(tmp_path):
         "        return h\n"
         "def gate():\n"
         "    return Gate(), (torch.empty(4, 8, device='meta'),)\n")
-    cli = [sys.executable, os.path.join(PYTHON_DIR, "autoshard-trace"),
-           f"{tmp_path / 'gate.py'}:gate", "-o", str(tmp_path / "g.json")]
-    env = dict(os.environ, PYTHONPATH=PYTHON_DIR)
-    res = subprocess.run(cli, capture_output=True, text=True, env=env, timeout=120)
-    assert res.returncode == 0, res.stderr
-    assert "gate.py:8: item value True (default)" in res.stderr
-    assert "run eagerly when applied (islands): <root module>" in res.stderr
-    res = subprocess.run(cli + ["--data-dependent", "gate.py:8=false"], capture_output=True,
-                         text=True, env=env, timeout=120)
-    assert res.returncode == 0 and "gate.py:8: item value False (override)" in res.stderr
-    res = subprocess.run(cli + ["--data-dependent", "gate.py:9=1"], capture_output=True,
-                         text=True, env=env, timeout=120)
-    assert res.returncode == 2
-    assert res.stderr.strip().splitlines()[-1] == (
-        "autoshard-trace: data_dependent: no data-dependent value at gate.py:9 (decisions "
-        "were taken at: gate.py:8)")
+    argv = [f"{tmp_path / 'gate.py'}:gate", "-o", str(tmp_path / "g.json")]
+    try:
+        assert main(argv) == 0
+        err = capsys.readouterr().err
+        assert "gate.py:8: item value True (default)" in err
+        assert "run eagerly when applied (islands): <root module>" in err
+        assert main(argv + ["--data-dependent", "gate.py:8=false"]) == 0
+        assert "gate.py:8: item value False (override)" in capsys.readouterr().err
+        assert main(argv + ["--data-dependent", "gate.py:9=1"]) == 2
+        assert capsys.readouterr().err.strip().splitlines()[-1] == (
+            "autoshard-trace: data_dependent: no data-dependent value at gate.py:9 "
+            "(decisions were taken at: gate.py:8)")
+    finally:
+        sys.path[:] = [p for p in sys.path if p != str(tmp_path)]
