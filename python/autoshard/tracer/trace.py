@@ -290,6 +290,34 @@ class _Recorder:
         return False
 
 
+def _record(step, flat: list, table, tracer: str, rec, policy):
+    """Runs the step under the chosen recorder -> the traced module."""
+    if tracer == "dispatch" and table is None:
+        from .datadep_ops import DataDependentOps
+        from .dispatch_trace import dispatch_trace
+
+        return dispatch_trace(step, flat, table, on_node=rec.stamp,
+                              datadep=DataDependentOps(policy))
+    with rec.stamping_fx():
+        return _compat.make_fx(step, decomposition_table=table, tracing_mode="real")(flat)
+
+
+def _policy_and_marker(rec, data_dependent, first_decisions) -> tuple:
+    """The trace's data-dependent policy (reading source lines and modules from `rec`) and,
+    when a first trace took decisions, the island marker of this (second) one."""
+    from .datadep import as_policy
+    from .islands import IslandMarker, island_modules
+
+    policy = as_policy(data_dependent)
+    policy.source = rec._source
+    policy.module = lambda: (None if rec.phase != "forward"
+                             else rec.stack[-1] if rec.stack else "")
+    marker = None
+    if first_decisions:
+        marker = IslandMarker(rec, island_modules(first_decisions), first_decisions)
+    return policy, marker
+
+
 @contextlib.contextmanager
 def _installed(marker, model):
     """The island marks' hooks on `model` for the block (none when marker is None)."""
@@ -485,13 +513,9 @@ def trace_training_step(model: torch.nn.Module, example_inputs, loss_fn=None, ta
 
 def _trace(model, example_inputs, loss_fn, targets, decompose, param_dtype, mark_outputs,
            tracer, attention=None, data_dependent=None, first_decisions=None):
-    from .datadep import as_policy
-    from .datadep_ops import DataDependentOps
-    from .islands import IslandMarker, island_modules
-
     if tracer not in ("dispatch", "make_fx"):
         raise ValueError(f"tracer must be 'dispatch' or 'make_fx', got {tracer!r}")
-    policy = as_policy(data_dependent)
+
     table = _compat.decomposition_table(decompose)
     loss_fn = loss_fn or default_loss
     pos, kw, input_names = _split_inputs(model, to_meta(example_inputs))
@@ -512,9 +536,7 @@ def _trace(model, example_inputs, loss_fn, targets, decompose, param_dtype, mark
     counts = [len(pnames), len(bnames), len(pos), len(kw), len(tpos), len(tkw)]
 
     rec = _Recorder(model)
-    policy.source = rec._source
-    policy.module = lambda: (None if rec.phase != "forward"
-                             else rec.stack[-1] if rec.stack else "")
+    policy, marker = _policy_and_marker(rec, data_dependent, first_decisions)
     unused: list[str] = []
 
     def step(flat_args):
@@ -553,18 +575,8 @@ def _trace(model, example_inputs, loss_fn, targets, decompose, param_dtype, mark
         unused[:] = [n for n, g in zip(trainable, grads) if g is None]
         return [loss] + [g for g in grads if g is not None]
 
-    marker = None
-    if first_decisions:
-        marker = IslandMarker(rec, island_modules(first_decisions), first_decisions)
     with rec, _fused_attention(attention), _compat.compiling(), _installed(marker, model):
-        if tracer == "dispatch" and table is None:
-            from .dispatch_trace import dispatch_trace
-            gm = dispatch_trace(step, flat, table, on_node=rec.stamp,
-                                datadep=DataDependentOps(policy))
-        else:
-            with rec.stamping_fx():
-                gm = _compat.make_fx(step, decomposition_table=table, tracing_mode="real")(flat)
-
+        gm = _record(step, flat, table, tracer, rec, policy)
     policy.finish()
     kinds = (["parameter"] * counts[0] + ["buffer"] * counts[1]
              + ["input"] * (counts[2] + counts[3] + counts[4] + counts[5]))
