@@ -284,3 +284,36 @@ def test_trace_cli_reports_decisions_and_islands_and_takes_overrides(tmp_path, c
             "(decisions were taken at: gate.py:8)")
     finally:
         sys.path[:] = [p for p in sys.path if p != str(tmp_path)]
+
+
+class _Checked(torch.nn.Module):
+    """A validation check on the data (Hugging Face's `labels.max() >= vocab_size`) before a
+    branch the trace must take by default."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        if (x.abs() > 1e6).any():
+            raise ValueError("inputs out of range")
+        h = self.fc(x)
+        if (h > 0).all():
+            h = h * 2
+        return h
+
+
+def test_a_default_that_raises_is_flipped():
+    from autoshard.tracer.datadep import DataDependentWarning
+
+    check = _line(_Checked.forward, "(x.abs() > 1e6).any()")
+    with pytest.warns(DataDependentWarning, match=f"{check}: taking True there made the step "
+                                                  "raise ValueError: inputs out of range"):
+        traced = _trace(_Checked(), (torch.empty(4, 8),), lambda o: o.sum())
+    assert [(d.value, d.why) for d in traced.data_dependent] == [
+        (False, "default flipped"), (True, "default")]
+    assert [c.module for c in traced.islands] == [""]  # the second branch's, not the check's
+    # an override wins over the flip; a check forced True raises as written
+    with pytest.raises(ValueError, match="inputs out of range"):
+        _trace(_Checked(), (torch.empty(4, 8),), lambda o: o.sum(),
+               data_dependent={check: True})

@@ -11,8 +11,10 @@ A meta tensor has a shape but no values, so three kinds of code cannot run on it
 * **values read in Python** (`.item()`, `bool(t)`, `int(t)`, a 0-d integer tensor used as an
   index): branches such as `if mask.any().item():`.  A value the trace knows (below) is
   used; an unknown boolean is taken as **True** (the guarded code runs, usually the branch
-  with more work) with a `DataDependentWarning` naming the source line; an unknown integer
-  or float has no safe default and stops the trace with one line naming the source line.
+  with more work) with a `DataDependentWarning` naming the source line, unless True makes the
+  step raise (a validation check: `if (labels >= vocab).any(): raise ...`): the tracer then
+  traces again with the last such default flipped (why "default flipped", warned); an unknown
+  integer or float has no safe default and stops the trace with one line naming the line.
 * **random draws** decided in Python (layerdrop: `if torch.rand([]) < p: continue`): a small
   uniform draw (`rand`, `rand_like`, `uniform_`, at most MAX_KNOWN elements) takes the **top
   of its range** (1.0 for `rand`), so `draw < p` is False for every p <= 1 and every
@@ -35,7 +37,10 @@ from typing import Any, Callable, Mapping, Optional
 import torch
 
 __all__ = ["DataDependentPolicy", "DataDependentWarning", "DataDependentError", "Decision",
-           "MAX_KNOWN", "as_policy"]
+           "MAX_KNOWN", "MAX_FLIPS", "as_policy", "warn_flipped"]
+
+#: At most this many defaults are flipped (each costs a trace) before the error is raised.
+MAX_FLIPS = 8
 
 #: Tensors of at most this many elements get their values tracked (random draws, nonzero's
 #: upper-bound indices and what is computed from them).
@@ -58,7 +63,8 @@ class Decision:
     kind: str              # "size" (nonzero / mask index / masked_select) | "value" (.item())
     op: str                # the ATen op, e.g. "nonzero", "index.Tensor", "_local_scalar_dense"
     value: Any             # the size (kept elements) or value taken
-    why: str               # "upper bound" | "known" | "random draw" | "default" | "override"
+    why: str               # "upper bound" | "known" | "random draw" | "default" |
+    #                        "default flipped" | "override"
     module: Optional[str] = ""  # the module whose forward ran it ("" the root, None: backward)
 
     def describe(self) -> str:
@@ -90,6 +96,18 @@ class DataDependentPolicy:
         self.source: Callable[[], str] = lambda: ""
         self.module: Callable[[], Optional[str]] = lambda: ""
         self._warned: set = set()
+        #: source line -> the value an unknown boolean takes there instead of unknown_bool,
+        #: because the default made the step raise (flip_last_default)
+        self.flipped: dict[str, bool] = {}
+
+    def flip_last_default(self) -> Optional[Decision]:
+        """After a trace that raised: the last boolean taken by default at a line not flipped
+        yet, now flipped for the next trace (None when there is none)."""
+        for d in reversed(self.decisions):
+            if d.why == "default" and d.source not in self.flipped:
+                self.flipped[d.source] = not d.value
+                return d
+        return None
 
     # -- the recording mode's hooks ---------------------------------------------------------
     def decide_size(self, op: str, bound: int) -> int:
@@ -124,6 +142,9 @@ class DataDependentPolicy:
                            f"of their range: every layerdrop-style layer runs, when planned "
                            f"and when applied)")
             return known
+        if dtype == torch.bool and src in self.flipped:
+            self._record(src, "value", op, self.flipped[src], "default flipped")
+            return self.flipped[src]
         if dtype == torch.bool:
             self._record(src, "value", op, self.unknown_bool, "default")
             if self.warn and (src, op) not in self._warned:
@@ -158,6 +179,14 @@ def _warn(source: str, message: str) -> None:
     lineno = int(line) if line.isdigit() else 0
     warnings.warn_explicit(message, DataDependentWarning, file or "<unknown>", lineno,
                            module=file.removesuffix(".py") or None)
+
+
+def warn_flipped(decision: Decision, error: BaseException) -> None:
+    """The warning for a default flipped because the step raised with it."""
+    first = (str(error).strip().splitlines() or [""])[0]
+    _warn(decision.source, f"autoshard trace: {decision.source}: taking {decision.value} "
+                           f"there made the step raise {type(error).__name__}: {first}; "
+                           f"taken as {not decision.value} instead")
 
 
 def as_policy(data_dependent: Any) -> DataDependentPolicy:

@@ -15,7 +15,8 @@ applied graph are the same) with every island module's call bracketed by `aten.a
 The island of a decision is the module whose forward ran it (the outermost one when islands
 nest; the root module, "", makes the whole model one island).  Values decided by a random
 draw make no island: the applied step keeps the planned choice (layerdrop's layers all run),
-rather than running a whole encoder replicated for a regularizer.
+rather than running a whole encoder replicated for a regularizer; nor do defaults flipped
+because they raised (a validation check: the applied step does not run the check).
 """
 from __future__ import annotations
 
@@ -49,9 +50,10 @@ class _Slot:
 
 def island_modules(decisions: list) -> list[str]:
     """The outermost modules among those that ran a forward decision, sorted.  Random draws
-    make none: the applied step runs what was planned there (every layerdrop layer)."""
+    and flipped defaults make none: the applied step runs what was planned there (every
+    layerdrop layer; the branch of a check that did not raise)."""
     mods = sorted({d.module for d in decisions
-                   if d.module is not None and d.why != "random draw"})
+                   if d.module is not None and d.why not in ("random draw", "default flipped")})
     out: list[str] = []
     for m in mods:
         if any(m == o or o == "" or m.startswith(o + ".") for o in out):

@@ -494,10 +494,23 @@ def trace_training_step(model: torch.nn.Module, example_inputs, loss_fn=None, ta
     was_training = model.training
     if train:
         model.train()
+    from .datadep import MAX_FLIPS, DataDependentError, as_policy, warn_flipped
+
+    policy = as_policy(data_dependent)
     try:
         with gc_paused(), scoped_meta_kernels():
-            traced = _trace(model, example_inputs, loss_fn, targets, decompose, param_dtype,
-                            mark_outputs, tracer, attention, data_dependent)
+            for flips in range(MAX_FLIPS + 1):
+                try:
+                    traced = _trace(model, example_inputs, loss_fn, targets, decompose,
+                                    param_dtype, mark_outputs, tracer, attention, policy)
+                    break
+                except DataDependentError:
+                    raise
+                except Exception as e:  # a default branch may be a check that raises
+                    flipped = policy.flip_last_default() if flips < MAX_FLIPS else None
+                    if flipped is None:
+                        raise
+                    warn_flipped(flipped, e)
             if not traced.data_dependent:
                 return traced
             # Again, with the island modules' calls marked (tracer/islands.py): the graph a
@@ -505,8 +518,7 @@ def trace_training_step(model: torch.nn.Module, example_inputs, loss_fn=None, ta
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", DataDependentWarning)
                 return _trace(model, example_inputs, loss_fn, targets, decompose, param_dtype,
-                              mark_outputs, tracer, attention, data_dependent,
-                              traced.data_dependent)
+                              mark_outputs, tracer, attention, policy, traced.data_dependent)
     finally:
         model.train(was_training)
 
