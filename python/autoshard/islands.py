@@ -97,9 +97,12 @@ class Island:
         got = [(tuple(o.shape), o.dtype) for o in outs]
         want = [(tuple(s), d) for s, d in self.call.out_shapes]
         if got != want:
+            fix = ("the runtime cannot run a model whose own output size depends on the data"
+                   if not self.call.module else
+                   "a module whose result size depends on the data cannot be an island; "
+                   "move the data-dependent code into a module whose results keep their size")
             raise IslandError(f"island {self.label}: its results {got} differ from the traced "
-                              f"{want}: a module whose result size depends on the data cannot "
-                              f"be an island; make the enclosing module the island")
+                              f"{want}: {fix}")
         self.saved = [(args, state, outs)]  # the latest forward (one forward per backward)
         return [o.detach().clone() for o in outs]
 
