@@ -133,7 +133,19 @@ def make_branch():
     return model, (x,), (y,), W.squared_error
 
 
-MODELS = {"speech": make_speech, "moe_loop": make_moe_loop, "branch": make_branch}
+def make_mixtral_loop():
+    """_moe_worker's tiny Hugging Face Mixtral with its experts' eager implementation: the loop
+    over `expert_hit = (...).nonzero()` and `torch.where(expert_mask[e])` (transformers'
+    MixtralExperts.forward), seeded."""
+    import _moe_worker as M
+
+    model, inputs, targets, loss_fn = M.make_mixtral()
+    model.config._experts_implementation = "eager"
+    return model, inputs, targets, loss_fn
+
+
+MODELS = {"speech": make_speech, "moe_loop": make_moe_loop, "branch": make_branch,
+          "mixtral_loop": make_mixtral_loop}
 
 
 def trace(key: str):

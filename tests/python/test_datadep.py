@@ -211,7 +211,8 @@ def test_layerdrop_runs_every_layer_and_masks_keep_every_row():
 
 # --- data-dependent code: the applied step runs it as eager islands ----------------------------
 def test_islands_apply_on_two_ranks_with_single_process_numerics(cli_bin):
-    """The MoE with HF's expert loop (under the optimum and under DP pins) and the block with
+    """The MoE with HF's expert loop (under the optimum and under DP pins), a tiny Hugging Face
+    Mixtral with its experts' eager loop (transformers' own code, FSDP pins) and the block with
     an `.item()` branch (the data take the other branch than the trace's default), each
     planned on the policy's graph and applied on 2 gloo ranks with the island run eagerly:
     loss, gradients and parameters after three AdamW steps within 1e-5 of one process."""
@@ -220,19 +221,26 @@ def test_islands_apply_on_two_ranks_with_single_process_numerics(cli_bin):
     from autoshard.tracer.datadep import DataDependentWarning
 
     mesh, dims = [2], ["dp"]
+    specs = [("moe_loop", "optimum"), ("moe_loop", "dp"), ("branch", "optimum")]
+    try:
+        import transformers  # noqa: F401
+        specs.append(("mixtral_loop", "fsdp"))
+    except ImportError:
+        pass
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DataDependentWarning)
-        graphs = {k: D.trace(k)[1] for k in ("moe_loop", "branch")}
+        graphs = {k: D.trace(k)[1] for k in dict(specs)}
     # the graph says which calls run eagerly ("_" members: the planner's reader skips them)
     assert [i["module"] for i in graphs["moe_loop"]["_islands"]] == ["moe"]
     assert graphs["branch"]["_data_dependent"][0]["why"] == "default"
     tmp = tempfile.mkdtemp(prefix="autoshard-islands-")
     try:
         jobs = []
-        for key, name in (("moe_loop", "optimum"), ("moe_loop", "dp"), ("branch", "optimum")):
+        for key, name in specs:
             g = graphs[key]
             pins = [] if name == "optimum" else (
-                W.input_pins(g, "S(0)") + W.param_pins(g, lambda n, s: "R"))
+                W.input_pins(g, "S(0)") + W.param_pins(
+                    g, lambda n, s: "R" if name == "dp" or s[0] % 2 else "S(0)"))
             d = os.path.join(tmp, f"{key}-{name}")
             os.makedirs(d)
             jobs.append({"name": f"{key}/{name}", "model": key,
@@ -248,8 +256,10 @@ def test_islands_apply_on_two_ranks_with_single_process_numerics(cli_bin):
             assert res["grad_err"] and all(e <= TOL for e in res["grad_err"].values()), where
             for n, e in res["param_err"].items():
                 assert e <= TOL, f"{where}: {n} after 3 AdamW steps"
-            island = {"moe_loop": "moe", "branch": "block"}[job["model"]]
-            assert res["islands"] == {island: 3}, where  # eagerly, in each of the 3 steps
+            islands = {"moe_loop": ["moe"], "branch": ["block"],
+                       "mixtral_loop": [f"model.layers.{i}.mlp.experts" for i in (0, 1)]}
+            # each island ran eagerly, on the real routing / branch, in each of the 3 steps
+            assert res["islands"] == {m: 3 for m in islands[job["model"]]}, where
 
 
 def test_trace_cli_reports_decisions_and_islands_and_takes_overrides(tmp_path, capsys):
