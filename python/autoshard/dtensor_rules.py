@@ -16,7 +16,7 @@ replicated, or the output sharded on one dim and each input on the dim broadcast
 Nor for CTC loss (`_ctc_loss.Tensor`, `_ctc_loss_backward.Tensor`): they get the planner's
 rows (src/strategy/nn_rules.cc, ctc_forward / ctc_backward): all replicated, or the batch
 split (log_probs and its gradient Shard(1), every other tensor Shard(0)), the latter only for
-[N, S] targets and [N] lengths.
+[N, S] targets and [N] lengths; the int-list overloads get the replicated row only.
 
 Registration happens on first use (`ensure_registered`), never at import.
 """
@@ -73,14 +73,17 @@ def _ctc_strategy(backward: bool):
     targets, input_lengths, target_lengths, nll, log_alpha)."""
     def strategy(op_schema):
         from torch.distributed.tensor import Replicate, Shard
+        from torch.distributed.tensor._op_schema import OpStrategy
         from torch.distributed.tensor._ops.utils import expand_to_full_mesh_op_strategy
 
-        tensors = op_schema.args_schema[:7 if backward else 4]
+        tensors = [a for a in op_schema.args_schema if isinstance(a, OpStrategy)]
         ranks = [len(t.shape) for t in tensors]
         lp = 1 if backward else 0  # the position of log_probs
         n_out = 1 if backward else 2
         per_dim = [[Replicate()] * (n_out + len(tensors))]
-        batched = ranks[lp] == 3 and ranks[lp + 1] == 2 and ranks[lp + 2] == ranks[lp + 3] == 1
+        # the Tensor overloads only: int-list lengths hold the global batch (replicated)
+        batched = (len(tensors) == (7 if backward else 4) and ranks[lp] == 3
+                   and ranks[lp + 1] == 2 and ranks[lp + 2] == ranks[lp + 3] == 1)
         if batched:
             outs = [Shard(1)] if backward else [Shard(0), Shard(0)]
             per_dim.append(outs + [Shard(1) if i == lp else Shard(0) for i in range(len(tensors))])
@@ -111,5 +114,10 @@ def ensure_registered() -> None:
         _ctc_strategy(False))
     # (grad, log_probs, targets, input_lengths, target_lengths, nll, log_alpha, blank, ...)
     register_op_strategy(aten._ctc_loss_backward.Tensor, schema_info=RuntimeSchemaInfo(7))(
+        _ctc_strategy(True))
+    # int-list overloads (lengths as Python lists, part of the cache key): replicated only
+    register_op_strategy(aten._ctc_loss.default, schema_info=RuntimeSchemaInfo(2))(
+        _ctc_strategy(False))
+    register_op_strategy(aten._ctc_loss_backward.default, schema_info=RuntimeSchemaInfo(3))(
         _ctc_strategy(True))
     _DONE = True

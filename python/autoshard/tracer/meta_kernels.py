@@ -39,7 +39,10 @@ def _ctc_loss_meta(log_probs: torch.Tensor, targets: torch.Tensor, input_lengths
     if log_probs.dim() != 3:
         raise RuntimeError(f"_ctc_loss: log_probs must be [T, N, C], got {list(log_probs.shape)}")
     steps, batch = log_probs.shape[0], log_probs.shape[1]
-    longest = targets.shape[1] if targets.dim() == 2 else targets.numel()
+    if isinstance(target_lengths, (list, tuple)):  # the int-list overload: known exactly
+        longest = max(target_lengths, default=0)
+    else:
+        longest = targets.shape[1] if targets.dim() == 2 else targets.numel()
     nll = log_probs.new_empty([batch])
     log_alpha = log_probs.new_empty([batch, steps, 2 * longest + 1])
     return nll, log_alpha
@@ -52,6 +55,7 @@ def _ctc_loss_backward_meta(grad: torch.Tensor, log_probs: torch.Tensor, *rest) 
 
 #: op (with overload) -> shape-only kernel, for the ops PyTorch may lack a Meta kernel for.
 MISSING_META: dict[str, Callable] = {
+    "_ctc_loss": _ctc_loss_meta,  # has a Meta kernel, but FakeTensorMode refuses it (below)
     "_ctc_loss.Tensor": _ctc_loss_meta,
     "_ctc_loss_backward": _ctc_loss_backward_meta,
     "_ctc_loss_backward.Tensor": _ctc_loss_backward_meta,
@@ -93,14 +97,15 @@ def scoped_meta_kernels() -> Iterator[list]:
             _Scope.libs.append(lib)
             for op in todo:
                 lib.impl(op, MISSING_META[op])
-            # The same kernels as fake implementations, which FakeTensorMode consults before
-            # its refusal of data-dependent output shapes (the tag _ctc_loss.Tensor carries).
+        # The same kernels as fake implementations, which FakeTensorMode consults before its
+        # refusal of data-dependent output shapes (the tag both _ctc_loss overloads carry).
+        fakes = [op for op in MISSING_META if _dynamic_output(op)]
+        if fakes:
             fake = torch.library.Library("aten", "FRAGMENT")
             _Scope.libs.append(fake)
-            for op in todo:
-                if _dynamic_output(op):
-                    fake._register_fake(op, MISSING_META[op])
-        _Scope.registered = todo
+            for op in fakes:
+                fake._register_fake(op, MISSING_META[op])
+        _Scope.registered = todo + [op for op in fakes if op not in todo]
     _Scope.depth += 1
     try:
         yield _Scope.registered
