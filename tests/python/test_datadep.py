@@ -56,6 +56,16 @@ def test_ctc_meta_kernels_are_scoped_to_the_trace():
             pass
         nll, alpha = _ctc_on_meta(_meta(14, dtype=torch.long))  # concatenated 1-D targets
         assert list(nll.shape) == [4] and list(alpha.shape) == [4, 12, 29]
+        # fake tensors (DTensor's propagation, the lowering): both overloads, list lengths exact
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        with FakeTensorMode():
+            lp, tg = torch.empty(12, 4, 6), torch.zeros(4, 5, dtype=torch.long)
+            lengths = torch.zeros(4, dtype=torch.long)
+            _, alpha = torch.ops.aten._ctc_loss.Tensor(lp, tg, lengths, lengths)
+            assert list(alpha.shape) == [4, 12, 11]
+            _, alpha = torch.ops.aten._ctc_loss(lp, tg, [12] * 4, [3, 2, 3, 1])
+            assert list(alpha.shape) == [4, 12, 7]
     with pytest.raises(NotImplementedError):
         _ctc_on_meta(_meta(4, 5, dtype=torch.long))
 
