@@ -169,7 +169,8 @@ class AutoParallel:
                  dynamic: bool = False, cost_model: str = "nccl",
                  repeated_subgraphs: bool = True, *, loss_fn: Callable | None = None,
                  hardware: str = "h100", options: core.PlannerOptions | None = None,
-                 decompose: str | None = None, name: str | None = None) -> None:
+                 decompose: str | None = None, name: str | None = None,
+                 data_dependent: Any = None) -> None:
         if callable(mp_policy) and not hasattr(mp_policy, "param_dtype"):
             raise TypeError("AutoParallel: the 4th argument is mp_policy (AutoParallel's order); "
                             "pass the loss function as loss_fn=...")
@@ -188,6 +189,7 @@ class AutoParallel:
         self.loss_fn = loss_fn
         self.options = planner_options_for(options, cost_model, repeated_subgraphs)
         self.decompose = decompose
+        self.data_dependent = data_dependent  # the tracer's data_dependent (docs/tracer.md)
         self.name = name or type(model).__name__
         self._graph_dict: dict | None = None
         self.traced = None
@@ -228,7 +230,8 @@ class AutoParallel:
         attention = getattr(self.device_mesh, "device_type", None)
         self.traced = trace_training_step(self.model, example, loss, targets,
                                           decompose=self.decompose, param_dtype=param_dtype,
-                                          mark_outputs=True, attention=attention)
+                                          mark_outputs=True, attention=attention,
+                                          data_dependent=self.data_dependent)
         self._output_nodes = list(self.traced.output_nodes)
         # The hand-off: the C++ core's file reader walks the dict in place (no json.dumps, no
         # text parse, no intermediate JSON tree: 0.16 -> ~0.015 s CPU on LLaMA-3 8B's 9,000

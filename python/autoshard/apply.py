@@ -421,14 +421,16 @@ class _null:
 
 
 def trace_for_apply(model: torch.nn.Module, example_inputs, loss_fn=None, targets=None, *,
-                    attention: Optional[str] = None):
+                    attention: Optional[str] = None, data_dependent: Any = None):
     """Traces the training step on a meta copy of `model` (the model keeps its weights), with
     the fused attention kernel of the device it will run on (`attention`, by default the
-    device of the model's weights or inputs): the graph a plan for this run is made from."""
+    device of the model's weights or inputs): the graph a plan for this run is made from.
+    data_dependent: the tracer's policy overrides (docs/tracer.md, "Data-dependent code")."""
     from autoshard.tracer.trace import trace_training_step
 
     return trace_training_step(copy.deepcopy(model), example_inputs, loss_fn, targets,
-                               attention=attention or runtime_device(model, example_inputs))
+                               attention=attention or runtime_device(model, example_inputs),
+                               data_dependent=data_dependent)
 
 
 def runtime_device(model: torch.nn.Module, example_inputs) -> str:
@@ -483,13 +485,24 @@ def apply_placement(model: torch.nn.Module, placements: PlacementsArg, mesh: Dev
     unknown = sorted(set(plan) - exported)
     if unknown:
         raise PlanError(f"node {unknown[0]}: in the placements but not in the traced graph")
-    runner = StepRunner(traced.gm, plan, names, mesh)
+    gm = traced.gm
+    if getattr(traced, "islands", None):  # data-dependent module calls run eagerly
+        from .islands import IslandError, cut_islands
+
+        try:
+            gm, names = cut_islands(traced, names, model, mesh)
+        except IslandError as e:
+            raise PlanError(str(e)) from None
+    runner = StepRunner(gm, plan, names, mesh)
     runner.via = planned_paths(doc.get("schedule"), mesh.ndim, origin)
     from .context_parallel import sequence_layout
 
     runner.layout = sequence_layout(graph, plan, traced.placeholder_names,
                                     traced.placeholder_kinds, mesh)
-    return build_module(model, runner, traced, graph, mesh, doc, returns)
+    module = build_module(model, runner, traced, graph, mesh, doc, returns)
+    #: the module calls run as eager islands (docs/tracer.md, "Running it: eager islands")
+    module.islands = [c.module for c in getattr(traced, "islands", [])]
+    return module
 
 
 def build_module(model: torch.nn.Module, runner: StepRunner, traced, graph: dict,
@@ -502,6 +515,10 @@ def build_module(model: torch.nn.Module, runner: StepRunner, traced, graph: dict
     phases = {n["name"]: n.get("phase", "forward") for n in graph["nodes"]}
     lowered = lower_step(runner, traced, mesh, phases)
     gm = lowered.gm
+    if getattr(traced, "islands", None):
+        from .islands import run_eagerly
+
+        run_eagerly(gm)
     out_node = next(n for n in gm.graph.nodes if n.op == "output")
     loss_node, grad_nodes = out_node.args[0][0], list(out_node.args[0][1:])
     if returns == "outputs":

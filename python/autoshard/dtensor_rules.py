@@ -25,6 +25,11 @@ adjuster also rewrites `group` to the groups a shard holds (C_local / (C / group
 row is offered only when the group count divides by the mesh's device count, so that every
 combination of mesh dims keeps whole groups.
 
+Nor for CTC loss (`_ctc_loss.Tensor`, `_ctc_loss_backward.Tensor`): they get the planner's
+rows (src/strategy/nn_rules.cc, ctc_forward / ctc_backward): all replicated, or the batch
+split (log_probs and its gradient Shard(1), every other tensor Shard(0)), the latter only for
+[N, S] targets and [N] lengths; the int-list overloads get the replicated row only.
+
 Registration happens on first use (`ensure_registered`), never at import.
 """
 from __future__ import annotations
@@ -131,6 +136,31 @@ def _adjust_group_norm(backward: bool):
     return adjust
 
 
+def _ctc_strategy(backward: bool):
+    """The planner's CTC rows expanded over the mesh.  Forward (nll, log_alpha | log_probs,
+    targets, input_lengths, target_lengths); backward (grad_log_probs | grad, log_probs,
+    targets, input_lengths, target_lengths, nll, log_alpha)."""
+    def strategy(op_schema):
+        from torch.distributed.tensor import Replicate, Shard
+        from torch.distributed.tensor._op_schema import OpStrategy
+        from torch.distributed.tensor._ops.utils import expand_to_full_mesh_op_strategy
+
+        tensors = [a for a in op_schema.args_schema if isinstance(a, OpStrategy)]
+        ranks = [len(t.shape) for t in tensors]
+        lp = 1 if backward else 0  # the position of log_probs
+        n_out = 1 if backward else 2
+        per_dim = [[Replicate()] * (n_out + len(tensors))]
+        # the Tensor overloads only: int-list lengths hold the global batch (replicated)
+        batched = (len(tensors) == (7 if backward else 4) and ranks[lp] == 3
+                   and ranks[lp + 1] == 2 and ranks[lp + 2] == ranks[lp + 3] == 1)
+        if batched:
+            outs = [Shard(1)] if backward else [Shard(0), Shard(0)]
+            per_dim.append(outs + [Shard(1) if i == lp else Shard(0) for i in range(len(tensors))])
+        mesh = op_schema.get_mesh_from_args()
+        return expand_to_full_mesh_op_strategy(mesh, op_schema, per_dim, input_index=n_out)
+    return strategy
+
+
 def ensure_registered() -> None:
     """Registers the strategies above with DTensor's sharding propagator (once)."""
     global _DONE
@@ -161,4 +191,15 @@ def ensure_registered() -> None:
         propagator.op_single_dim_strategy_funcs.pop(op, None)
         register_op_strategy(op, schema_info=RuntimeSchemaInfo(1))(_group_norm_rows(backward))
         propagator.op_to_scalar_shape_adjuster[op] = _adjust_group_norm(backward)
+    # (log_probs, targets, input_lengths, target_lengths, blank, zero_infinity)
+    register_op_strategy(aten._ctc_loss.Tensor, schema_info=RuntimeSchemaInfo(4))(
+        _ctc_strategy(False))
+    # (grad, log_probs, targets, input_lengths, target_lengths, nll, log_alpha, blank, ...)
+    register_op_strategy(aten._ctc_loss_backward.Tensor, schema_info=RuntimeSchemaInfo(7))(
+        _ctc_strategy(True))
+    # int-list overloads (lengths as Python lists, part of the cache key): replicated only
+    register_op_strategy(aten._ctc_loss.default, schema_info=RuntimeSchemaInfo(2))(
+        _ctc_strategy(False))
+    register_op_strategy(aten._ctc_loss_backward.default, schema_info=RuntimeSchemaInfo(3))(
+        _ctc_strategy(True))
     _DONE = True

@@ -143,6 +143,7 @@ def lower_step(runner: Any, traced: Any, mesh: DeviceMesh,
     from torch.fx.experimental.proxy_tensor import make_fx
 
     from .dtensor_rules import ensure_registered
+    from .tracer.meta_kernels import scoped_meta_kernels
 
     ensure_registered()
     names = traced.placeholder_names
@@ -193,7 +194,7 @@ def lower_step(runner: Any, traced: Any, mesh: DeviceMesh,
     saved_hook = runner.edge_hook
     runner.edge_hook = edge_hook
     try:
-        with stamp, torch.no_grad():
+        with stamp, torch.no_grad(), scoped_meta_kernels():
             gm = make_fx(step, tracing_mode="fake")(*examples)
     finally:
         runner.edge_hook = saved_hook

@@ -355,9 +355,19 @@ RuleResult histc_rule(const OpContext& c) {
   return r;
 }
 
+/// nonzero / argwhere / masked_select: the output's size is a value of the data (the tracer
+/// records its upper bound, docs/tracer.md "Data-dependent code"); a shard of it would hold
+/// some other rank's count of elements, so only all-R (as a boolean-mask index above).  The
+/// runtime runs these inside an eager island, replicated.
+RuleResult data_dependent_rule(const OpContext& c) {
+  if (c.n_out() < 1) c.fail("expected an output");
+  return RuleResult{{c.replicated()}, {}, {}, false};
+}
+
 }  // namespace
 
 void register_index_rules(RuleTable& t) {
+  for (const char* op : {"nonzero", "argwhere", "masked_select"}) t[op] = data_dependent_rule;
   t["gather"] = gather_rule;
   t["scatter"] = scatter_rule(false);
   t["scatter_add"] = scatter_rule(true);

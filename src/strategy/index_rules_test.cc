@@ -135,5 +135,17 @@ TEST(IndexRules, TopkSafeSoftmaxHistcAndHardsigmoidBackward) {
     EXPECT_TRUE(has_rule(o)) << o;
 }
 
+TEST(IndexRules, DataDependentSizesStayReplicated) {
+  Graph g;  // the tracer's upper bounds: every element of the mask kept
+  auto mask = input(g, {8, 4}, DType::kBool);
+  auto x = input(g, {8, 4});
+  NodeIdx nz = op(g, "nonzero", {mask}, {T({32, 2}, DType::kI64)});
+  EXPECT_EQ(names(g, nz, mesh1(2)), (V{"R <- R"}));
+  NodeIdx ms = op(g, "masked_select", {x, mask}, {T({32})});
+  EXPECT_EQ(names(g, ms, mesh1(2)), (V{"R <- R, R"}));
+  NodeIdx aw = op(g, "argwhere", {mask}, {T({32, 2}, DType::kI64)});
+  EXPECT_EQ(names(g, aw, mesh1(2)), (V{"R <- R"}));
+}
+
 }  // namespace
 }  // namespace autoshard

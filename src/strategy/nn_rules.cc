@@ -112,6 +112,48 @@ RuleResult nll_backward(const OpContext& c) {
   return r;
 }
 
+/// _ctc_loss [neg_log_likelihood [N], log_alpha [N, T, L] | log_probs [T, N, C], targets
+/// [N, S], input_lengths [N], target_lengths [N]] (the Tensor overload; reduction happens in
+/// the ops after it).  The loss of one sample reads only that sample's row of every input, so
+/// besides all-R there is one batch row: log_probs S(1), the other inputs and both outputs
+/// S(0).  Uneven batch shards are exact (per-sample outputs, no mean here).  Not split: the
+/// int-list overload (lengths are attrs holding the global batch, which no shard can slice),
+/// concatenated 1-D targets (a sample's slice depends on the lengths' values) and the
+/// unbatched form (0-d lengths).  DTensor has no CTC strategy; autoshard.dtensor_rules
+/// registers these same rows.
+RuleResult ctc_forward(const OpContext& c) {
+  if (c.n_in() < 2 || c.n_out() != 2) c.fail("expected log_probs and targets, two outputs");
+  RuleResult r;
+  r.rows.push_back(c.replicated());
+  if (c.n_in() == 4 && c.in[0].rank() == 3 && c.in[1].rank() == 2 && c.in[2].rank() == 1 &&
+      c.in[3].rank() == 1) {
+    Row row = c.replicated();
+    row[c.out_slot(0)] = Placement::shard(0);
+    row[c.out_slot(1)] = Placement::shard(0);
+    row[c.in_slot(0)] = Placement::shard(1);
+    for (size_t i = 1; i < 4; ++i) row[c.in_slot(i)] = Placement::shard(0);
+    r.rows.push_back(std::move(row));
+  }
+  return r;
+}
+
+/// _ctc_loss_backward [grad_log_probs [T, N, C] | grad [N], log_probs, targets, input_lengths,
+/// target_lengths, neg_log_likelihood, log_alpha] (Tensor overload): all-R, and the batch row
+/// of ctc_forward: log_probs and its gradient S(1), every other input S(0).
+RuleResult ctc_backward(const OpContext& c) {
+  if (c.n_in() < 2 || c.n_out() != 1) c.fail("expected grad and log_probs, one output");
+  RuleResult r;
+  r.rows.push_back(c.replicated());
+  if (c.n_in() == 7 && c.in[0].rank() == 1 && c.in[1].rank() == 3 && c.in[2].rank() == 2 &&
+      c.in[3].rank() == 1 && c.in[4].rank() == 1) {
+    Row row = c.replicated();
+    row[c.out_slot(0)] = Placement::shard(1);
+    for (size_t i = 0; i < 7; ++i) row[c.in_slot(i)] = Placement::shard(i == 1 ? 1 : 0);
+    r.rows.push_back(std::move(row));
+  }
+  return r;
+}
+
 /// mse_loss [loss | self, target] (same shapes): all-R, and per dim d self and target S(d) with
 /// loss S(d) for reduction none, P(sum) for sum, P(avg) for mean (kept only when every sharded
 /// dim splits evenly, so that each shard averages the same number of elements).
@@ -271,6 +313,8 @@ void register_nn_rules(RuleTable& t) {
                          "cross_entropy_loss"})
     t[op] = nll_forward;
   for (const char* op : {"nll_loss_backward", "nll_loss2d_backward"}) t[op] = nll_backward;
+  t["_ctc_loss"] = ctc_forward;
+  t["_ctc_loss_backward"] = ctc_backward;
   t["mse_loss"] = mse_forward;
   t["mse_loss_backward"] = mse_backward;
   t["convolution"] = convolution;

@@ -46,6 +46,30 @@ TEST(Loss, NllForwardMeanSumNone) {
   EXPECT_EQ(names(g2, m2, mesh1()), (V{"R, R <- R, R"}));
 }
 
+TEST(Loss, CtcBatchSplit) {
+  Graph g;  // T=12, N=4, C=6, S=5: log_alpha [4, 12, 2*5+1]
+  auto lp = input(g, {12, 4, 6});
+  auto tg = input(g, {4, 5}, DType::kI64);
+  auto il = input(g, {4}, DType::kI64);
+  auto tl = input(g, {4}, DType::kI64);
+  NodeIdx f = op(g, "_ctc_loss.Tensor", {lp, tg, il, tl}, {T({4}), T({4, 12, 11})});
+  EXPECT_EQ(names(g, f, mesh1(2)),
+            (V{"R, R <- R, R, R, R", "S(0), S(0) <- S(1), S(0), S(0), S(0)"}));
+  auto go = input(g, {4});
+  auto nll = input(g, {4});
+  auto la = input(g, {4, 12, 11});
+  NodeIdx b = g.add_op("cb", "_ctc_loss_backward.Tensor", {go, lp, tg, il, tl, nll, la},
+                       T({12, 4, 6}), Phase::kBackward, {{"blank", int64_t{0}}});
+  EXPECT_EQ(names(g, b, mesh1(2)), (V{"R <- R, R, R, R, R, R, R",
+                                      "S(1) <- S(0), S(1), S(0), S(0), S(0), S(0), S(0)"}));
+  // int-list lengths (attrs of the global batch) and concatenated 1-D targets: replicated.
+  NodeIdx lists = op(g, "_ctc_loss", {lp, tg}, {T({4}), T({4, 12, 11})});
+  EXPECT_EQ(names(g, lists, mesh1(2)), (V{"R, R <- R, R"}));
+  auto flat = input(g, {14}, DType::kI64);
+  NodeIdx concat = op(g, "_ctc_loss.Tensor", {lp, flat, il, tl}, {T({4}), T({4, 12, 29})});
+  EXPECT_EQ(names(g, concat, mesh1(2)), (V{"R, R <- R, R, R, R"}));
+}
+
 TEST(Loss, NllBackwardAnd2d) {
   Graph g;
   auto go = input(g, {});

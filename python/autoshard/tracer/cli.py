@@ -65,6 +65,44 @@ def _parse_value(text: str):
     return text
 
 
+def _overrides(ap: argparse.ArgumentParser, items: list) -> dict:
+    """--data-dependent FILE:LINE=VALUE options -> the tracer's data_dependent dict."""
+    out = {}
+    for kv in items:
+        if "=" not in kv:
+            ap.error(f"--data-dependent expects FILE:LINE=VALUE, got {kv!r}")
+        k, v = kv.rsplit("=", 1)
+        out[k.strip()] = _parse_value(v.strip())
+    return out
+
+
+def _trace_step(trace, model, inputs, loss_fn, targets, overrides: dict):
+    """trace(...) with the overrides; None (after one line on stderr) when a data-dependent
+    value has no default or an override does not fit."""
+    from .datadep import DataDependentError
+
+    try:
+        return trace(model, inputs, loss_fn, targets, data_dependent=overrides or None)
+    except DataDependentError as e:
+        print(f"autoshard-trace: {e}", file=sys.stderr)
+        return None
+
+
+def _report_data_dependent(traced) -> None:
+    """Notes on stderr: the decisions taken for what the data would decide, and the module
+    calls the applied step runs eagerly."""
+    taken = [d for d in traced.data_dependent if d.why != "known"]
+    if taken:
+        print(f"autoshard-trace: note: {len(taken)} data-dependent decisions (planned for):",
+              file=sys.stderr)
+        for d in taken:
+            print(f"  {d.describe()}", file=sys.stderr)
+    if traced.islands:
+        mods = sorted({c.module or "<root module>" for c in traced.islands})
+        print(f"autoshard-trace: note: run eagerly when applied (islands): {', '.join(mods)}",
+              file=sys.stderr)
+
+
 def call_with_accepted(fn, kwargs: dict, warn=True):
     """Calls fn with the kwargs its signature accepts; warns about the others."""
     try:
@@ -119,6 +157,10 @@ def main(argv=None) -> int:
                                     "no dtype, the model and float inputs are cast")
     ap.add_argument("--arg", action="append", default=[], metavar="KEY=VALUE",
                     help="extra factory keyword argument (int/float/bool/str), repeatable")
+    ap.add_argument("--data-dependent", action="append", default=[], metavar="FILE:LINE=VALUE",
+                    help="override the data-dependent decision at a source line (a bool/number "
+                         "read in Python, or the kept elements of a mask), repeatable "
+                         "(docs/tracer.md, 'Data-dependent code')")
     ap.add_argument("--name", help="graph name (default: the factory's name)")
     ap.add_argument("--keep-dead", action="store_true", help="keep nodes whose results are unused")
     ap.add_argument("-o", "--output", required=True, help="output graph JSON path")
@@ -133,6 +175,7 @@ def main(argv=None) -> int:
             ap.error(f"--arg expects KEY=VALUE, got {kv!r}")
         k, v = kv.split("=", 1)
         kwargs[k.strip()] = _parse_value(v.strip())
+    overrides = _overrides(ap, args.data_dependent)
 
     try:
         import torch
@@ -168,7 +211,9 @@ def main(argv=None) -> int:
                 inputs = {k: cast(v) for k, v in inputs.items()}
             elif inputs is not None:
                 inputs = tuple(cast(v) for v in inputs)
-    traced = trace_training_step(model, inputs, loss_fn, targets)
+    traced = _trace_step(trace_training_step, model, inputs, loss_fn, targets, overrides)
+    if traced is None:
+        return 2
     t1 = time.time()
     name = args.name or getattr(factory, "__name__", "model")
     graph = to_graph_dict(traced, name, keep_dead=args.keep_dead)
@@ -181,6 +226,7 @@ def main(argv=None) -> int:
           f"({kinds.get('op', 0)} ops, {n_params} parameters, "
           f"{len(graph['grad_pairs'])} gradients); traced in {t1 - t0:.1f}s, "
           f"exported in {time.time() - t1:.1f}s")
+    _report_data_dependent(traced)
     if traced.missing_grads:
         print(f"autoshard-trace: note: {len(traced.missing_grads)} trainable parameters get no "
               f"gradient (unused): {', '.join(traced.missing_grads[:5])}", file=sys.stderr)

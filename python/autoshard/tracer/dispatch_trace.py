@@ -228,8 +228,9 @@ class _Recording(TorchDispatchMode):
         ops was ~5 % of the trace."""
         return False
 
-    def __init__(self, root: TracedRoot, decompositions=None, on_node=None):
+    def __init__(self, root: TracedRoot, decompositions=None, on_node=None, datadep=None):
         super().__init__()
+        self.datadep = datadep  # datadep_ops.DataDependentOps, or None
         self.root = root
         self.nodes = root.trace_nodes
         self.names = _Names()  # FX's: the names an FX graph would give the same nodes
@@ -317,8 +318,15 @@ class _Recording(TorchDispatchMode):
                     return r
         info = self.op_info.get(id(func))
         if info is None:
-            info = self.op_info[id(func)] = (func, _cacheable(func), func.overloadpacket.__name__)
-        out = self._run(func, args, kwargs, info[1])
+            special = self.datadep.handler(func) if self.datadep is not None else None
+            info = self.op_info[id(func)] = (func, _cacheable(func) and special is None,
+                                             func.overloadpacket.__name__, special)
+        if info[3] is not None:
+            out = info[3](func, args, kwargs)
+            if not isinstance(out, (torch.Tensor, tuple, list)):
+                return out  # a value read in Python (.item()): decided, nothing to record
+        else:
+            out = self._run(func, args, kwargs, info[1])
         inputs: list = []
         node = self.new_node("call_function", func, info[2],
                              self._args(args, inputs),
@@ -335,6 +343,8 @@ class _Recording(TorchDispatchMode):
                 if isinstance(t, torch.Tensor):
                     self.bind(t, self.new_node("call_function", operator.getitem, "getitem",
                                                (node, i), None, [node]))
+        if self.datadep is not None and self.datadep.known:
+            self.datadep.propagate(func, args, kwargs, out)
         return out
 
     def _run(self, func, args, kwargs, cacheable: bool):
@@ -384,12 +394,14 @@ def _tensor_args(args):
             yield from _tensor_args(a)
 
 
-def dispatch_trace(fn, flat_args: list, decomposition_table=None, on_node=None) -> TracedRoot:
+def dispatch_trace(fn, flat_args: list, decomposition_table=None, on_node=None,
+                   datadep=None) -> TracedRoot:
     """Runs fn(flat_args) (a list of meta tensors -> a list of tensors) under the recording
     mode; returns the recorded nodes and constants (TracedRoot; its `.graph` is the FX graph).
-    on_node(node) is called on each new node (the tracer stamps phase, module and source)."""
+    on_node(node) is called on each new node (the tracer stamps phase, module and source).
+    datadep: a datadep_ops.DataDependentOps answering the ops meta tensors cannot run."""
     root = TracedRoot()
-    mode = _Recording(root, decomposition_table, on_node)
+    mode = _Recording(root, decomposition_table, on_node, datadep)
     for i, t in enumerate(flat_args):
         mode.bind(t, mode.new_node("placeholder", f"arg{i}", f"arg{i}"))
     with mode:

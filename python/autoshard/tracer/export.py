@@ -476,6 +476,15 @@ def _to_graph_dict(traced: TracedStep, name: str, keep_dead: bool) -> dict:
                 if m is not None and fx_by_name.get(m) in out_name]
     if tangents:
         out["tangents"] = tangents
+    # What the trace decided instead of the data, and the module calls the runtime runs as
+    # eager islands (docs/tracer.md, "Data-dependent code"); "_" members: readers skip them.
+    if traced.data_dependent:
+        out["_data_dependent"] = [
+            {"source": d.source, "module": d.module, "op": d.op, "value": d.value, "why": d.why}
+            for d in traced.data_dependent if d.why != "known"]
+    if traced.islands:
+        out["_islands"] = [{"module": c.module, "sources": list(c.sources)}
+                           for c in traced.islands]
     return out
 
 
@@ -536,14 +545,17 @@ def write_graph_json(graph: dict, path: str) -> None:
 
 
 def export_training_graph(model, example_inputs, loss_fn=None, path=None, *, targets=None,
-                          name: str | None = None, train: bool = True) -> dict:
+                          name: str | None = None, train: bool = True,
+                          data_dependent=None) -> dict:
     """Traces one training step of `model` and writes autoshard graph JSON to `path`.
 
     Returns the graph as a dict (also when `path` is None: then nothing is written).
-    See trace_training_step for the meaning of example_inputs / targets / loss_fn.
+    See trace_training_step for the meaning of example_inputs / targets / loss_fn /
+    data_dependent.
     """
     from .trace import trace_training_step
-    traced = trace_training_step(model, example_inputs, loss_fn, targets, train=train)
+    traced = trace_training_step(model, example_inputs, loss_fn, targets, train=train,
+                                 data_dependent=data_dependent)
     graph = to_graph_dict(traced, name or type(model).__name__)
     if path is not None:
         write_graph_json(graph, path)

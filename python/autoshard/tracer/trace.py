@@ -20,12 +20,15 @@ import gc
 import inspect
 import os
 import sys
+import warnings
 
 import torch
 import torch.fx
 
 from . import _compat
 from .meta_init import to_meta
+from .datadep import DataDependentWarning
+from .meta_kernels import scoped_meta_kernels
 
 _META_KEY = "autoshard"  # node.meta[_META_KEY] = {"phase":..., "module":..., "source":...}
 
@@ -51,6 +54,13 @@ class TracedStep:
     loss_tangent: str | None = None
     """The `alias` node marking the loss's gradient (the backward's seed), where the planned
     module's backward starts from the incoming gradient."""
+    islands: list = dataclasses.field(default_factory=list)
+    """Per call of a module whose code depends on data: islands.IslandCall (its marks), which
+    the runtime runs eagerly (autoshard/islands.py)."""
+    data_dependent: list = dataclasses.field(default_factory=list)
+    """What the trace decided instead of the data (datadep.Decision per data-dependent size or
+    value read in Python, in trace order): the policy of docs/tracer.md, "Data-dependent
+    code"."""
 
 
 # --- recording module / phase / source while make_fx builds the graph ------------------------
@@ -120,6 +130,8 @@ class _Recorder:
         self.marking_grad = None       # the next call_function node marks a gradient: key
         self.grad_marks: dict = {}     # key (output index or "loss") -> node name
         self._next_fns: dict = {}      # autograd node -> its non-None next_functions
+        self.island_inner = None       # list collecting the forward nodes of an open island
+        self._captured: list | None = None  # alias_name: the node recorded for the alias
 
     # Module stack via hooks.  The post-hook also labels the autograd nodes the module created
     # (walking grad_fn edges from its outputs back to its inputs), so that backward ops can be
@@ -213,12 +225,30 @@ class _Recorder:
                     "module_known": self.backward_hooked}
         node.meta[_META_KEY] = info
         if node.op == "call_function":
+            if self._captured is not None:
+                self._captured.append(node.name)
+                return
+            if self.island_inner is not None and self.phase == "forward":
+                self.island_inner.append(node.name)
             if self.marking:
                 self.marked.append(node.name)
                 self.marking = False
             if self.marking_grad is not None:
                 self.grad_marks[self.marking_grad] = node.name
                 self.marking_grad = None
+
+    def alias_name(self, t: torch.Tensor) -> tuple:
+        """(aten.alias(t), the name of its recorded node): an island mark (tracer/islands.py)."""
+        self._captured = []
+        try:
+            a = torch.ops.aten.alias.default(t)
+        finally:
+            names, self._captured = self._captured, None
+        return a, names[0]
+
+    def grad_hook(self, key):
+        """A tensor hook marking the gradient through aten.alias as grad_marks[key]."""
+        return _grad_marker(self, key)
 
     def __enter__(self):
         for name, mod in self.model.named_modules():
@@ -258,6 +288,58 @@ class _Recorder:
         self._next_fns.clear()
         self.in_fns.clear()
         return False
+
+
+def _record(step, flat: list, table, tracer: str, rec, policy):
+    """Runs the step under the chosen recorder -> the traced module."""
+    if tracer == "dispatch" and table is None:
+        from .datadep_ops import DataDependentOps
+        from .dispatch_trace import dispatch_trace
+
+        return dispatch_trace(step, flat, table, on_node=rec.stamp,
+                              datadep=DataDependentOps(policy))
+    with rec.stamping_fx():
+        return _compat.make_fx(step, decomposition_table=table, tracing_mode="real")(flat)
+
+
+def _policy_and_marker(rec, data_dependent, first_decisions) -> tuple:
+    """The trace's data-dependent policy (reading source lines and modules from `rec`) and,
+    when a first trace took decisions, the island marker of this (second) one."""
+    from .datadep import as_policy
+    from .islands import IslandMarker, island_modules
+
+    policy = as_policy(data_dependent)
+    policy.source = rec._source
+    policy.module = lambda: (None if rec.phase != "forward"
+                             else rec.stack[-1] if rec.stack else "")
+    marker = None
+    if first_decisions:
+        marker = IslandMarker(rec, island_modules(first_decisions), first_decisions)
+    return policy, marker
+
+
+@contextlib.contextmanager
+def _installed(marker, model):
+    """The island marks' hooks on `model` for the block (none when marker is None)."""
+    if marker is None:
+        yield
+        return
+    marker.install(model)
+    try:
+        yield
+    finally:
+        marker.remove()
+
+
+def _island_calls(marker, rec) -> list:
+    """The marker's island calls with their gradient mark keys resolved to node names."""
+    if marker is None:
+        return []
+    for call in marker.calls:
+        call.in_grad = [rec.grad_marks.get(k) if k is not None else None for k in call.in_grad]
+        call.out_grad = [rec.grad_marks.get(k) if k is not None else None
+                         for k in call.out_grad]
+    return marker.calls
 
 
 def _tensors(obj):
@@ -374,7 +456,8 @@ def gc_paused():
 def trace_training_step(model: torch.nn.Module, example_inputs, loss_fn=None, targets=None,
                         *, train: bool = True, decompose: str | None = None,
                         param_dtype=None, mark_outputs: bool = False,
-                        tracer: str = "dispatch", attention: str | None = None) -> TracedStep:
+                        tracer: str = "dispatch", attention: str | None = None,
+                        data_dependent=None) -> TracedStep:
     """Traces forward + loss + backward of `model` at ATen level on the meta device.
 
     example_inputs: a tensor, a tuple/list of positional model arguments, or a dict of keyword
@@ -398,6 +481,12 @@ def trace_training_step(model: torch.nn.Module, example_inputs, loss_fn=None, ta
         (`_scaled_dot_product_flash_attention_for_cpu` / `_scaled_dot_product_flash_attention`,
         with their backward), for calls it supports (no mask, no GQA broadcast); the graph
         then runs on that device as PyTorch's own dispatch would run it (autoshard.apply).
+    data_dependent: what to take for what meta tensors cannot know (nonzero sizes, boolean
+        masks, values read by `.item()`, random draws): None for the policy's defaults
+        (upper-bound sizes, unknown booleans True, uniform draws at the top of their range),
+        a dict "file.py:LINE" -> value overriding the decision at that source line, or a
+        `datadep.DataDependentPolicy`.  Decisions are in TracedStep.data_dependent.  Only the
+        dispatch tracer applies it (with make_fx or decompose those ops fail as on meta).
     The model itself is not modified (its tensors are replaced by meta tensors for the trace
     through functional_call); with train, model.train() is in force during the trace only.
     """
@@ -405,18 +494,40 @@ def trace_training_step(model: torch.nn.Module, example_inputs, loss_fn=None, ta
     was_training = model.training
     if train:
         model.train()
+    from .datadep import MAX_FLIPS, DataDependentError, as_policy, warn_flipped
+
+    policy = as_policy(data_dependent)
     try:
-        with gc_paused():
-            return _trace(model, example_inputs, loss_fn, targets, decompose, param_dtype,
-                          mark_outputs, tracer, attention)
+        with gc_paused(), scoped_meta_kernels():
+            for flips in range(MAX_FLIPS + 1):
+                try:
+                    traced = _trace(model, example_inputs, loss_fn, targets, decompose,
+                                    param_dtype, mark_outputs, tracer, attention, policy)
+                    break
+                except DataDependentError:
+                    raise
+                except Exception as e:  # a default branch may be a check that raises
+                    flipped = policy.flip_last_default() if flips < MAX_FLIPS else None
+                    if flipped is None:
+                        raise
+                    warn_flipped(flipped, e)
+            if not traced.data_dependent:
+                return traced
+            # Again, with the island modules' calls marked (tracer/islands.py): the graph a
+            # plan is made from is then the graph the runtime rewrites.  Warned already.
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DataDependentWarning)
+                return _trace(model, example_inputs, loss_fn, targets, decompose, param_dtype,
+                              mark_outputs, tracer, attention, policy, traced.data_dependent)
     finally:
         model.train(was_training)
 
 
 def _trace(model, example_inputs, loss_fn, targets, decompose, param_dtype, mark_outputs,
-           tracer, attention=None):
+           tracer, attention=None, data_dependent=None, first_decisions=None):
     if tracer not in ("dispatch", "make_fx"):
         raise ValueError(f"tracer must be 'dispatch' or 'make_fx', got {tracer!r}")
+
     table = _compat.decomposition_table(decompose)
     loss_fn = loss_fn or default_loss
     pos, kw, input_names = _split_inputs(model, to_meta(example_inputs))
@@ -437,6 +548,7 @@ def _trace(model, example_inputs, loss_fn, targets, decompose, param_dtype, mark
     counts = [len(pnames), len(bnames), len(pos), len(kw), len(tpos), len(tkw)]
 
     rec = _Recorder(model)
+    policy, marker = _policy_and_marker(rec, data_dependent, first_decisions)
     unused: list[str] = []
 
     def step(flat_args):
@@ -475,14 +587,9 @@ def _trace(model, example_inputs, loss_fn, targets, decompose, param_dtype, mark
         unused[:] = [n for n, g in zip(trainable, grads) if g is None]
         return [loss] + [g for g in grads if g is not None]
 
-    with rec, _fused_attention(attention), _compat.compiling():
-        if tracer == "dispatch" and table is None:
-            from .dispatch_trace import dispatch_trace
-            gm = dispatch_trace(step, flat, table, on_node=rec.stamp)
-        else:
-            with rec.stamping_fx():
-                gm = _compat.make_fx(step, decomposition_table=table, tracing_mode="real")(flat)
-
+    with rec, _fused_attention(attention), _compat.compiling(), _installed(marker, model):
+        gm = _record(step, flat, table, tracer, rec, policy)
+    policy.finish()
     kinds = (["parameter"] * counts[0] + ["buffer"] * counts[1]
              + ["input"] * (counts[2] + counts[3] + counts[4] + counts[5]))
     names = pnames + bnames + input_names + target_names
@@ -490,4 +597,6 @@ def _trace(model, example_inputs, loss_fn, targets, decompose, param_dtype, mark
                       grad_params=[n for n in trainable if n not in unused],
                       missing_grads=list(unused), output_nodes=list(rec.marked),
                       tangent_nodes=[rec.grad_marks.get(i) for i in range(len(rec.marked))],
-                      loss_tangent=rec.grad_marks.get("loss"))
+                      loss_tangent=rec.grad_marks.get("loss"),
+                      data_dependent=list(policy.decisions),
+                      islands=_island_calls(marker, rec))
