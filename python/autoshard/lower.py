@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence, Set
 
 import torch
 import torch.fx
@@ -112,6 +112,20 @@ class _Stamp:
 
 
 # --- lowering -------------------------------------------------------------------------------
+def backward_nodes(gm: torch.fx.GraphModule, tangents: Set[torch.fx.Node]) -> dict:
+    """node -> True when it belongs to the backward: a tangent, a node the lowering stamped
+    with the planned node's backward phase, or anything computed from those."""
+    backward: dict = {}
+    for node in gm.graph.nodes:
+        if node.op in ("placeholder", "get_attr", "output"):
+            backward[node] = False
+            continue
+        stamp = node.meta.get(META_KEY, {})
+        backward[node] = (node in tangents or stamp.get("phase") == "backward"
+                          or any(backward[i] for i in node.all_input_nodes))
+    return backward
+
+
 def _local_example(shape: Sequence[int], dtype: torch.dtype, placements: Sequence,
                    mesh: DeviceMesh) -> torch.Tensor:
     """An uninitialised tensor of this rank's local shape (only its metadata is traced)."""

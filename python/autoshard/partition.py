@@ -33,7 +33,7 @@ import torch
 import torch.fx
 
 from .inflight import enforce_in_flight, is_wait
-from .lower import META_KEY, collective_kind
+from .lower import META_KEY, backward_nodes, collective_kind
 from .buckets import merge_buckets
 from .schedule import apply_issue_points, apply_prefetch
 
@@ -54,19 +54,6 @@ class SplitStep:
     issued: int = 0  # activation redistributions issued right after their producer (schedule)
 
 
-def _phases(gm: torch.fx.GraphModule, tangents: set) -> dict:
-    """node -> True when it belongs to the backward."""
-    backward: dict = {}
-    for node in gm.graph.nodes:
-        if node.op in ("placeholder", "get_attr", "output"):
-            backward[node] = False
-            continue
-        stamp = node.meta.get(META_KEY, {})
-        backward[node] = (node in tangents or stamp.get("phase") == "backward"
-                          or any(backward[i] for i in node.all_input_nodes))
-    return backward
-
-
 def partition(gm: torch.fx.GraphModule, outputs: Sequence[torch.fx.Node],
               grads: Sequence[Optional[torch.fx.Node]], tangents: Sequence[torch.fx.Node] = (),
               recompute: frozenset = frozenset(),
@@ -84,7 +71,7 @@ def partition(gm: torch.fx.GraphModule, outputs: Sequence[torch.fx.Node],
         collectives of each of its buckets run as one (autoshard.buckets), in both graphs.
     """
     tangent_set = set(tangents)
-    is_bwd = _phases(gm, tangent_set)
+    is_bwd = backward_nodes(gm, tangent_set)
     for n in outputs:
         if is_bwd[n]:
             raise ValueError(f"node {n.name}: a forward output computed in the backward")

@@ -32,7 +32,7 @@ from typing import Optional, Sequence
 import torch
 import torch.fx
 
-from .lower import META_KEY
+from .lower import META_KEY, backward_nodes
 
 SHARED = -1
 
@@ -58,18 +58,6 @@ class StageGraph:
     act_out_meta: list = field(default_factory=list)
 
 
-def _phase_backward(gm: torch.fx.GraphModule, tangent: Optional[torch.fx.Node]) -> dict:
-    out: dict = {}
-    for n in gm.graph.nodes:
-        if n.op in ("placeholder", "get_attr", "output"):
-            out[n] = False
-            continue
-        stamp = n.meta.get(META_KEY, {})
-        out[n] = (n is tangent or stamp.get("phase") == "backward"
-                  or any(out[i] for i in n.all_input_nodes))
-    return out
-
-
 def _pure(n: torch.fx.Node) -> bool:
     if n.op != "call_function":
         return False
@@ -89,7 +77,7 @@ def assign_stages(gm: torch.fx.GraphModule, placeholder_stage: Sequence[int],
 
     placeholder_stage: per traced placeholder, its stage (SHARED for "every stage that uses it").
     node_stage: planned node name -> stage ("grad:<param>" and "loss" stamps resolved here)."""
-    bwd = _phase_backward(gm, tangent)
+    bwd = backward_nodes(gm, {tangent} if tangent is not None else set())
     stage: dict = {}
     k = 0
     for n in gm.graph.nodes:
