@@ -15,7 +15,12 @@ same way in every phase):
   work -- the global batch / the number of ranks, which is the FLOPs each rank does under any
   plan that divides the work evenly;
 * lowered: `apply_placement` on a gloo mesh, the planned step (autoshard.lower's graph);
-* compiled (--compile): the same module under torch.compile (inductor).
+* compiled (--compile): the same module under torch.compile (inductor);
+* ceiling (--ceiling): the lowered step with every collective replaced by a local op of the
+  same output shape and a copy's work (a gather repeats the shard, a reduce-scatter keeps one
+  block, an all-reduce copies, a wait passes its input on): what the step would take if
+  communication were free.  Where 2 cores cannot show overlap (4 gloo ranks share them), how
+  close the scheduled step gets to this ceiling is what the schedule can still win.
 
 Memory method: CPU resident set size.  Before the first step the peak is reset
 (/proc/self/clear_refs, "5"); the step's peak growth is VmHWM - VmRSS before the step, for
@@ -129,7 +134,39 @@ def eager_worker(rank: int, args, out_dir: str, ddp: bool = False) -> None:
         dist.destroy_process_group()
 
 
-def plan_worker(rank: int, args, out_dir: str, placements: dict, compiled: bool) -> None:
+def _local_collectives(gm) -> int:
+    """Replaces each functional collective of `gm` by a local op of the same output shape
+    (see the module docstring, "ceiling"); returns how many it replaced."""
+    import torch
+
+    aten = torch.ops.aten
+    n = 0
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or getattr(node.target, "namespace", "") != "_c10d_functional":
+            continue
+        name = node.target._opname
+        x = node.args[0]
+        with gm.graph.inserting_before(node):
+            if name == "wait_tensor":
+                node.replace_all_uses_with(x)
+            elif name == "all_gather_into_tensor":
+                rank = x.meta["val"].dim()
+                node.replace_all_uses_with(gm.graph.call_function(
+                    aten.repeat.default, (x, [node.args[1]] + [1] * (rank - 1))))
+            elif name == "reduce_scatter_tensor":
+                rows = x.meta["val"].shape[0] // node.args[2]
+                piece = gm.graph.call_function(aten.slice.Tensor, (x, 0, 0, rows))
+                node.replace_all_uses_with(gm.graph.call_function(aten.clone.default, (piece,)))
+            else:  # all_reduce, all_to_all_single, ...: a copy of the same shape
+                node.replace_all_uses_with(gm.graph.call_function(aten.clone.default, (x,)))
+        gm.graph.erase_node(node)
+        n += 1
+    gm.graph.eliminate_dead_code()
+    gm.recompile()
+    return n
+
+
+def plan_worker(rank: int, args, out_dir: str, placements: dict, mode: str) -> None:
     import torch
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
@@ -147,7 +184,10 @@ def plan_worker(rank: int, args, out_dir: str, placements: dict, compiled: bool)
     graph = to_graph_dict(traced)
     step = apply_placement(model, placements, mesh, traced=traced, graph=graph)
     lower_s = time.perf_counter() - t0
-    run = torch.compile(step) if compiled else step
+    replaced = 0
+    if mode == "ceiling":
+        replaced = sum(_local_collectives(g) for g in (step.split.forward, step.split.backward))
+    run = torch.compile(step) if mode == "compiled" else step
     del model
     opt = torch.optim.AdamW(step.parameters(), lr=1e-3)
 
@@ -161,6 +201,7 @@ def plan_worker(rank: int, args, out_dir: str, placements: dict, compiled: bool)
 
     res = _measure(fwd_bwd, _optimizer_step(opt), args.steps, grad_bytes)
     res["lower_s"] = lower_s
+    res["collectives_replaced"] = replaced
     res["param_elements"] = sum(p.to_local().numel() for p in step.parameters())
     _write(out_dir, rank, res)
     dist.destroy_process_group()
@@ -223,6 +264,8 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--compile", action="store_true")
+    ap.add_argument("--ceiling", action="store_true",
+                    help="also the step with its collectives replaced by local ops")
     ap.add_argument("--recompute", default="none", help="plan --recompute (none|selective|full)")
     args = ap.parse_args()
     os.environ["MALLOC_MMAP_THRESHOLD_"] = str(64 * 1024)  # inherited by the spawned ranks
@@ -239,9 +282,12 @@ def main() -> int:
     phases = []
     if args.algo == "ddp" and args.world > 1:
         phases.append(("torch DDP", _phase(eager_worker, args, (True,))))
-    phases.append(("lowered", _phase(plan_worker, args, (placements, False))))
+    phases.append(("lowered", _phase(plan_worker, args, (placements, "lowered"))))
     if args.compile:
-        phases.append(("compiled", _phase(plan_worker, args, (placements, True))))
+        phases.append(("compiled", _phase(plan_worker, args, (placements, "compiled"))))
+    if args.ceiling:
+        phases.append(("ceiling: collectives as local ops",
+                       _phase(plan_worker, args, (placements, "ceiling"))))
     _report(args, plan, eager, phases)
     return 0
 
