@@ -542,7 +542,7 @@ def apply_pipeline(model: torch.nn.Module, placements: PlacementsArg, mesh: Devi
     for cut in cuts:
         limit = in_flight_limit(sub)
         split = partition(cut.gm, cut.out_nodes, cut.grad_nodes, cut.tangent_nodes,
-                          in_flight=limit)
+                          in_flight=limit, schedule=doc.get("schedule"))
         mod = StageModule(model, cut, split, runner, traced, sub, reduce_once_per_step)
         if mod.per_microbatch_params:
             warnings.warn(f"stage {cut.index}: the gradient reductions of "

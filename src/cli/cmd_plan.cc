@@ -277,7 +277,13 @@ int run_plan(const PlanArgs& a) {
   if (a.verbose || isatty(STDERR_FILENO))
     opt.progress = [](std::string_view m) { fmt::print(stderr, "  {}\n", m); };
   if (pipelined && a.compare) return run_pipeline_compare(a.src, mesh, opt, a.pipeline, a.json);
-  if (pipelined) return run_pipeline_plan(a.src, mesh, opt, a.pipeline, a.json, a.out_dir);
+  if (pipelined) {
+    ScheduleOptions schedule;
+    schedule.prefetch_layers = a.prefetch_layers;
+    schedule.bucketing = *parse_bucketing(a.bucket);
+    schedule.planned_paths = false;  // the stages' paths are over the stage mesh, not the file's
+    return run_pipeline_plan(a.src, mesh, opt, a.pipeline, a.json, a.out_dir, schedule);
+  }
   const Graph& g = *full;
   const bool tty = isatty(STDERR_FILENO);
   if (tty) fmt::print(stderr, "building the problem for {} nodes...\n", g.size());

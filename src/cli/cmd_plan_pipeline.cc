@@ -180,13 +180,14 @@ int run_pipeline_compare(const GraphSource& src, const Mesh& mesh, const Planner
 }
 
 int run_pipeline_plan(const GraphSource& src, const Mesh& mesh, const PlannerOptions& opt,
-                      const PipelineArgs& pa, bool json, const std::string& out_dir) {
+                      const PipelineArgs& pa, bool json, const std::string& out_dir,
+                      const ScheduleOptions& schedule) {
   const PipelineOptions po = pipeline_options(mesh, pa);
   const Graph g = microbatch_graph(src, po.microbatches);
   const PipelinePlan pl = plan_pipeline(g, mesh, opt, po);
   if (!out_dir.empty()) {
     create_output_dir(out_dir);
-    write_file_atomic(out_dir + "/placements.json", write_pipeline_placements_json(pl, g, mesh));
+    write_file_atomic(out_dir + "/placements.json", write_pipeline_placements_json(pl, g, mesh, schedule));
     write_file_atomic(out_dir + "/plan.json", pipeline_summary_json(pl, g, mesh).dump(1) + "\n");
     const int32_t shown = bottleneck_stage(pl);
     const StageSolve& s = *pl.stages[static_cast<size_t>(shown)].solve;

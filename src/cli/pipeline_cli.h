@@ -4,6 +4,7 @@
 
 #include "cli/common.h"
 #include "planner/options.h"
+#include "planner/prefetch_schedule.h"
 
 namespace autoshard::cli {
 
@@ -24,7 +25,8 @@ Graph microbatch_graph(const GraphSource& src, int32_t M);
 /// Plans `src` on `mesh` (which has a pp dim) with pipeline stages; prints the text or JSON
 /// summary and, with `out_dir`, writes placements.json and plan.json there.  Returns 0.
 int run_pipeline_plan(const GraphSource& src, const Mesh& mesh, const PlannerOptions& opt,
-                      const PipelineArgs& pa, bool json, const std::string& out_dir);
+                      const PipelineArgs& pa, bool json, const std::string& out_dir,
+                      const ScheduleOptions& schedule = {});
 
 /// `plan --compare` on a mesh with a pp dim: the optimum beside torchtitan's PP x FSDP x TP
 /// recipe (equal stages, planner/pipeline.h equal_split; FSDP + TP pinned in every stage) with

@@ -1,6 +1,9 @@
 #include "io/pipeline_json.h"
 
 #include <map>
+#include <set>
+
+#include <fmt/format.h>
 
 #include "io/placements_json.h"
 #include "io/state.h"
@@ -17,7 +20,49 @@ nlohmann::ordered_json stage_layers(const PipelinePlan& pl, const PipelineStage&
 
 }  // namespace
 
-std::string write_pipeline_placements_json(const PipelinePlan& pl, const Graph& g, const Mesh& mesh) {
+namespace {
+
+/// A stage-graph node named in the full graph: kNoNode stays; -1 for one outside it.
+NodeIdx full_node(const PipelineStage& st, NodeIdx j) {
+  return j == kNoNode ? kNoNode : st.nodes.at(static_cast<size_t>(j));
+}
+
+/// Appends stage `st`'s schedule `s` (on its solve's graph) to `out` (on the full graph).
+void append_stage(const PipelineStage& st, const PrefetchSchedule& s, std::set<std::string>& seen,
+                  PrefetchSchedule& out) {
+  const int32_t buckets = out.num_buckets;
+  for (PrefetchEntry e : s.entries) {
+    e.consumer = full_node(st, e.consumer);
+    e.issue_before = full_node(st, e.issue_before);
+    if (e.consumer < 0 || (e.issue_before < 0 && e.issue_before != kNoNode)) continue;
+    if (!seen.insert(fmt::format("p{}:{}", e.consumer, e.slot)).second) continue;
+    e.bucket += buckets;
+    out.entries.push_back(e);
+  }
+  for (IssueEntry e : s.issues) {
+    e.consumer = full_node(st, e.consumer);
+    e.issue_after = full_node(st, e.issue_after);
+    if (e.consumer < 0 || e.issue_after < 0) continue;
+    if (seen.insert(fmt::format("i{}:{}", e.consumer, e.slot)).second) out.issues.push_back(e);
+  }
+  out.num_buckets = buckets + s.num_buckets;
+}
+
+}  // namespace
+
+PrefetchSchedule pipeline_schedule(const PipelinePlan& pl, const Graph&, const ScheduleOptions& o) {
+  PrefetchSchedule out;
+  out.options = o;
+  std::set<std::string> seen;
+  for (const PipelineStage& st : pl.stages) {
+    if (!st.solve || !st.solve->plan.has_solution) continue;
+    append_stage(st, prefetch_schedule(st.solve->sg.graph, st.solve->plan, o), seen, out);
+  }
+  return out;
+}
+
+std::string write_pipeline_placements_json(const PipelinePlan& pl, const Graph& g, const Mesh& mesh,
+                                           const ScheduleOptions& schedule) {
   nlohmann::ordered_json j = placements_header(g, mesh);
   nlohmann::ordered_json p;
   p["mesh_dim"] = mesh.dim(pl.pp_dim).name;
@@ -44,6 +89,7 @@ std::string write_pipeline_placements_json(const PipelinePlan& pl, const Graph& 
     placements[g.node(i).name] = e;
   }
   j["placements"] = placements;
+  j["schedule"] = schedule_json(pipeline_schedule(pl, g, schedule), g);
   return j.dump(1) + "\n";
 }
 

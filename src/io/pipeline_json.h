@@ -9,13 +9,25 @@
 #include "ir/graph.h"
 #include "mesh/mesh.h"
 #include "planner/pipeline.h"
+#include "planner/prefetch_schedule.h"
 
 namespace autoshard {
 
 /// placements.json: AutoParallel's schema over the full mesh (R on the pp dim), each node with
 /// its "stage" (-1: copied by every stage that uses it), plus "pipeline" {mesh_dim, schedule,
-/// microbatches, stages_per_rank, stages [{index, pp_rank, layers, first, last}]}.
-std::string write_pipeline_placements_json(const PipelinePlan& pl, const Graph& g, const Mesh& mesh);
+/// microbatches, stages_per_rank, stages [{index, pp_rank, layers, first, last}]}, and the
+/// stages' schedules as one "schedule" section (pipeline_schedule).
+std::string write_pipeline_placements_json(const PipelinePlan& pl, const Graph& g, const Mesh& mesh,
+                                           const ScheduleOptions& schedule = {});
+
+/// Every stage's prefetches and issue points (planner/prefetch_schedule.h, on its solved stage
+/// plan) named in the full graph `g`, as one: each stage's buckets numbered after the previous
+/// stages', an entry whose nodes lie outside the stage (a received activation's producer)
+/// dropped, a node every stage copies scheduled once.  Each stage's graph holds its own
+/// entries only, so the runtime applies the whole section to every stage.  No gradient
+/// reductions: a pipeline reduces each gradient once per step, on the microbatches' sum
+/// (StageSolve::once_us; the runtime's autoshard.deferred_grads), not in each backward.
+PrefetchSchedule pipeline_schedule(const PipelinePlan& pl, const Graph& g, const ScheduleOptions& o);
 
 /// The plan's figures: schedule, step, bound, gap, and per stage its layers, devices, time per
 /// microbatch, sends, once-per-step work, in-flight microbatches and memory.

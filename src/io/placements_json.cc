@@ -47,8 +47,6 @@ nlohmann::ordered_json placements_header(const Graph& g, const Mesh& mesh) {
   return j;
 }
 
-namespace {
-
 /// {"version": 4, "prefetch_layers": k, "bucketing": "layer", "prefetch": [{"edge": "mm_3:1",
 /// "issue_before": "add_5", "bucket": 0}, ...], "issue": [{"edge": "mm_4:0", "issue_after":
 /// "mul_2"}, ...], "reduce": [{"edge": "grad:w:-1", "bucket": 0}, ...]}: edges in the
@@ -82,6 +80,8 @@ nlohmann::ordered_json schedule_json(const PrefetchSchedule& s, const Graph& g) 
   j["reduce"] = std::move(reduce);
   return j;
 }
+
+namespace {
 
 /// [{"edge": "mm_4:0", "via": ["S(0)S(1)"]}, {"edge": "grad:w:-1", "via": [...]}]: the
 /// placements between a redistribution's planned collectives.

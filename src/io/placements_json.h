@@ -45,6 +45,9 @@ nlohmann::ordered_json placements_header(const Graph& g, const Mesh& mesh);
 /// docs/pipeline-format.md's "context_parallel" entry of a CP attention node (mesh dim by name).
 nlohmann::ordered_json context_parallel_json(const ContextParallel& cp, const Mesh& mesh);
 
+/// placements.json's "schedule" section of a prefetch schedule over `g` (its node names).
+nlohmann::ordered_json schedule_json(const PrefetchSchedule& s, const Graph& g);
+
 /// "S(0)R" for one output, "(S(0)R, RR)" for several.
 std::string output_spec_string(const Strategy& s);
 

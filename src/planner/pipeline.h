@@ -177,6 +177,10 @@ struct PipelineStage {
   double inflight = 1;                ///< microbatches of activations the rank keeps
   double deferred = 0;                ///< of those, whose W has not run (zero-bubble schedules)
   std::shared_ptr<const StageSolve> solve;
+  /// Per node of the solve's stage graph (solve->sg, the same structure as this stage's own),
+  /// the full graph's node; -1 for received tensors and the output.  The stage's schedule
+  /// (planner/prefetch_schedule.h) is computed on the solve's graph and named through it.
+  std::vector<NodeIdx> nodes;
 };
 
 struct PipelinePlan {

@@ -89,13 +89,15 @@ void map_nodes(const Search& S, PipelinePlan& pl) {
   pl.node_stage.assign(psz(S.g.size()), -1);
   pl.node_strategy.assign(psz(S.g.size()), std::nullopt);
   bool disagree = false;
-  for (const PipelineStage& st : pl.stages) {
+  for (PipelineStage& st : pl.stages) {
     const StageGraph real = extract_stage(S.g, S.m, st.lo, st.hi);
     const StageSolve& sv = *st.solve;
     if (!same_structure(real.graph, sv.sg.graph))
       throw std::logic_error(fmt::format("pipeline: stage [{}, {}) differs from its solved stage", st.lo, st.hi));
+    st.nodes.assign(psz(real.graph.size()), -1);
     for (NodeIdx j = 0; j < real.graph.size(); ++j) {
       const NodeIdx full = real.origin[psz(j)];
+      if (full >= 0 && !real.received[psz(j)]) st.nodes[psz(j)] = full;
       const auto& np = sv.plan.nodes[psz(j)];
       if (full < 0 || real.received[psz(j)] || !np) continue;
       const bool shared = S.m.pos[psz(full)] == LayerMap::kShared;

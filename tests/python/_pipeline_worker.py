@@ -118,7 +118,11 @@ def run_pipeline(mesh, placements: dict, steps: int = 3, lr: float = 1e-2,
                  "stages": [s.index for s in pipe.stages],
                  # zero bubble: per stage, the ops its W runs and the values B hands to W
                  "split": [[s._parts.weight_nodes, s._parts.n_handoff] if s._parts else None
-                           for s in pipe.stages]}
+                           for s in pipe.stages],
+                 # the plan's schedule in each stage: redistributions moved to their planned
+                 # issue point, collectives saved by its buckets
+                 "scheduled": [[s._split.prefetched + s._split.issued, s._split.bucketed]
+                               for s in pipe.stages]}
     if count:
         res["collectives_half"] = half
         res["reduced"] = sum(reduced_params(s) for s in pipe.stages)

@@ -246,6 +246,13 @@ class ApplyPipeline(unittest.TestCase):
             self.assertEqual(set(res["grad_err"]), set(res["param_err"]), where)
             seen |= set(res["grad_err"])
         self.assertEqual(len(seen), n_params)  # every parameter lives on some stage
+        # The stages run the plan's schedule (the stages' prefetches and issue points, one
+        # "schedule" section): each entry found in a stage's graph moves its collectives there.
+        self.assertGreater(len(doc["schedule"]["prefetch"]) + len(doc["schedule"]["issue"]), 0)
+        self.assertEqual(doc["schedule"]["reduce"], [])  # reduced once per step instead
+        for rank, res in enumerate(per_rank):
+            self.assertTrue(all(moved > 0 for moved, _ in res["scheduled"]),
+                            f"{pipe['schedule']}: rank {rank}: {res['scheduled']}")
 
     def check_reductions_once_per_step(self, res: dict, where: str):
         """A step of M microbatches runs a M + b collectives (a per microbatch: the stages'
