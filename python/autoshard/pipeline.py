@@ -452,6 +452,35 @@ class PipelineRunner:
         return torch.stack([x.detach().reshape(()) for x in losses]).mean()
 
 
+def once_per_step_params(schedule: Optional[Mapping[str, Any]], origin: str = "") -> Optional[set]:
+    """The parameters whose gradients the plan reduces once per step ("once_per_step" of a
+    pipelined plan's schedule: "grad:<param>:-1" edges); None for a file without the list."""
+    if not schedule or "once_per_step" not in schedule:
+        return None
+    edges = schedule["once_per_step"]
+    if not isinstance(edges, list) or not all(
+            isinstance(e, str) and e.startswith("grad:") and e.endswith(":-1") for e in edges):
+        raise PlanError(f"{origin}/schedule/once_per_step: expected [\"grad:<param>:-1\", ...]")
+    return {e[len("grad:"):-len(":-1")] for e in edges}
+
+
+def _check_once_per_step(mod: "StageModule", planned: Optional[set], origin: str) -> None:
+    """Warns where the stage's backward reduces gradients otherwise than the plan says: a
+    planned once-per-step reduction that still runs per microbatch, or a deferred reduction the
+    plan has none of (a collective the planner did not price)."""
+    if mod.per_microbatch_params:
+        warnings.warn(f"stage {mod.index}: the gradient reductions of "
+                      f"{mod.per_microbatch_params} run per microbatch, not once per step "
+                      f"as planned", stacklevel=3)
+    if planned is None:
+        return
+    unplanned = sorted(set(mod.deferred_params) - planned)
+    if unplanned:
+        warnings.warn(f"{origin}/schedule/once_per_step: stage {mod.index} reduces the "
+                      f"gradients of {unplanned} once per step, which the plan does not "
+                      f"reduce", stacklevel=3)
+
+
 def _identity_loss(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     """The last stage's output is its microbatch's loss already (the traced loss)."""
     return output
@@ -538,16 +567,15 @@ def apply_pipeline(model: torch.nn.Module, placements: PlacementsArg, mesh: Devi
         raise PlanError(f"{origin}{e}") from None
     device = torch.device(mesh.device_type)
     group = mesh.get_group(pp)
+    once_per_step = once_per_step_params(doc.get("schedule"), origin)
     modules, pipe_stages = [], []
     for cut in cuts:
         limit = in_flight_limit(sub)
         split = partition(cut.gm, cut.out_nodes, cut.grad_nodes, cut.tangent_nodes,
                           in_flight=limit, schedule=doc.get("schedule"))
         mod = StageModule(model, cut, split, runner, traced, sub, reduce_once_per_step)
-        if mod.per_microbatch_params:
-            warnings.warn(f"stage {cut.index}: the gradient reductions of "
-                          f"{mod.per_microbatch_params} run per microbatch, not once per step "
-                          f"as planned", stacklevel=2)
+        if reduce_once_per_step:
+            _check_once_per_step(mod, once_per_step, origin)
         dw = None
         if spec.schedule in _SPLIT_BACKWARD:
             mod.split_backward()

@@ -45,6 +45,11 @@ void append_stage(const PipelineStage& st, const PrefetchSchedule& s, std::set<s
     if (e.consumer < 0 || e.issue_after < 0) continue;
     if (seen.insert(fmt::format("i{}:{}", e.consumer, e.slot)).second) out.issues.push_back(e);
   }
+  for (ReductionEntry r : s.reductions) {
+    r.param = full_node(st, r.param);
+    r.producer = full_node(st, r.producer);
+    if (r.param >= 0 && seen.insert(fmt::format("r{}", r.param)).second) out.reductions.push_back(r);
+  }
   out.num_buckets = buckets + s.num_buckets;
 }
 
@@ -89,7 +94,12 @@ std::string write_pipeline_placements_json(const PipelinePlan& pl, const Graph& 
     placements[g.node(i).name] = e;
   }
   j["placements"] = placements;
-  j["schedule"] = schedule_json(pipeline_schedule(pl, g, schedule), g);
+  PrefetchSchedule sched = pipeline_schedule(pl, g, schedule);
+  nlohmann::ordered_json once = nlohmann::ordered_json::array();
+  for (const ReductionEntry& r : sched.reductions) once.push_back(fmt::format("grad:{}:-1", g.node(r.param).name));
+  sched.reductions.clear();  // not in each backward: once per step
+  j["schedule"] = schedule_json(sched, g);
+  j["schedule"]["once_per_step"] = std::move(once);
   return j.dump(1) + "\n";
 }
 

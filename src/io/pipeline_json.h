@@ -24,9 +24,10 @@ std::string write_pipeline_placements_json(const PipelinePlan& pl, const Graph& 
 /// plan) named in the full graph `g`, as one: each stage's buckets numbered after the previous
 /// stages', an entry whose nodes lie outside the stage (a received activation's producer)
 /// dropped, a node every stage copies scheduled once.  Each stage's graph holds its own
-/// entries only, so the runtime applies the whole section to every stage.  No gradient
-/// reductions: a pipeline reduces each gradient once per step, on the microbatches' sum
-/// (StageSolve::once_us; the runtime's autoshard.deferred_grads), not in each backward.
+/// entries only, so the runtime applies the whole section to every stage.  Its reductions
+/// are the gradients a pipeline reduces once per step, on the microbatches' sum
+/// (StageSolve::once_us; the runtime's autoshard.deferred_grads), not in each backward: the
+/// file lists them as "once_per_step" and its "reduce" stays empty.
 PrefetchSchedule pipeline_schedule(const PipelinePlan& pl, const Graph& g, const ScheduleOptions& o);
 
 /// The plan's figures: schedule, step, bound, gap, and per stage its layers, devices, time per

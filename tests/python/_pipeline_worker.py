@@ -123,6 +123,7 @@ def run_pipeline(mesh, placements: dict, steps: int = 3, lr: float = 1e-2,
                  # issue point, collectives saved by its buckets
                  "scheduled": [[s._split.prefetched + s._split.issued, s._split.bucketed]
                                for s in pipe.stages]}
+    res["deferred"] = sorted(n for s in pipe.stages for n in s.deferred_params)
     if count:
         res["collectives_half"] = half
         res["reduced"] = sum(reduced_params(s) for s in pipe.stages)

@@ -250,6 +250,13 @@ class ApplyPipeline(unittest.TestCase):
         # "schedule" section): each entry found in a stage's graph moves its collectives there.
         self.assertGreater(len(doc["schedule"]["prefetch"]) + len(doc["schedule"]["issue"]), 0)
         self.assertEqual(doc["schedule"]["reduce"], [])  # reduced once per step instead
+        planned = {e[len("grad:"):-len(":-1")] for e in doc["schedule"]["once_per_step"]}
+        self.assertGreater(len(planned), 0)
+        for rank, res in enumerate(per_rank):  # the runtime defers exactly what the plan says
+            pp_rank = rank // 2
+            mine = {s["index"] for s in pipe["stages"] if s["pp_rank"] == pp_rank}
+            want = {n for n in planned if doc["placements"][n]["stage"] in mine}
+            self.assertEqual(set(res["deferred"]), want, f"{pipe['schedule']}: rank {rank}")
         for rank, res in enumerate(per_rank):
             self.assertTrue(all(moved > 0 for moved, _ in res["scheduled"]),
                             f"{pipe['schedule']}: rank {rank}: {res['scheduled']}")
