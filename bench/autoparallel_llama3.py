@@ -63,6 +63,31 @@ def _tiny_model(mod):
     return model
 
 
+def _tiny_torchtitan(package_root: str):
+    """torchtitan's llama3 Transformer (a package tree bench/torchtitan_llama3.py assembles) at
+    the same tiny size, initialised as torchtitan's trainer does it (init_weights, no grad)."""
+    import torch
+
+    if package_root not in sys.path:
+        sys.path.insert(0, package_root)
+    from torchtitan.models.llama3.model.args import TransformerModelArgs
+    from torchtitan.models.llama3.model.model import Transformer
+
+    torch.manual_seed(0)
+    model = Transformer(TransformerModelArgs(dim=64, n_layers=2, n_heads=4, n_kv_heads=2,
+                                             vocab_size=128, multiple_of=32, max_seq_len=16))
+    with torch.no_grad():
+        model.init_weights()
+    return model
+
+
+def _build(source: str):
+    """The tiny model of `source`: AutoParallel's model file, or a torchtitan package root."""
+    if os.path.isdir(source):
+        return _tiny_torchtitan(source)
+    return _tiny_model(_load_model_module(source))
+
+
 def _rel_err(a, b) -> float:
     scale = b.abs().max().item()
     diff = (a - b).abs().max().item()
@@ -86,7 +111,7 @@ def _apply_rank(rank: int, world: int, port: int, model_file: str, shape, hardwa
                             world_size=world)
     try:
         mesh = init_device_mesh("cpu", tuple(shape), mesh_dim_names=("dp", "tp"))
-        model = _tiny_model(_load_model_module(model_file))
+        model = _build(model_file)
         ref = copy.deepcopy(model)
         tokens = torch.randint(0, 128, (8, 16), generator=torch.Generator().manual_seed(1))
         with AutoParallel(model, lambda: tokens, mesh, hardware=hardware) as autop:
