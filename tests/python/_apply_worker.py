@@ -376,13 +376,15 @@ def rank_main(rank: int, world: int, port: int, mesh_shape: Sequence[int], dims:
 
     faulthandler.enable()  # a native crash (SIGABRT, SIGSEGV) still shows the Python stack
     torch.set_num_threads(1)
-    result: Any
+    # A rank that dies of something other than an Exception (SystemExit from a library, a
+    # KeyboardInterrupt) still writes its result: the parent fails at once, not at its timeout.
+    result: Any = {"ok": False, "error": "the rank stopped before it reported (see its stderr)"}
     try:
         dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                                 world_size=world)
         mesh = init_device_mesh("cpu", tuple(mesh_shape), mesh_dim_names=tuple(dims))
         result = {"ok": True, "results": run(mesh)}
-    except Exception:  # reported to the parent, which fails the test with the traceback
+    except BaseException:  # reported to the parent, which fails the test with the traceback
         result = {"ok": False, "error": traceback.format_exc()}
     finally:
         with tempfile.NamedTemporaryFile("w", dir=out_dir, delete=False) as f:
