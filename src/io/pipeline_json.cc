@@ -94,6 +94,9 @@ std::string write_pipeline_placements_json(const PipelinePlan& pl, const Graph& 
     placements[g.node(i).name] = e;
   }
   j["placements"] = placements;
+  std::vector<const Strategy*> chosen;
+  for (const auto& s : pl.node_strategy) chosen.push_back(s ? &*s : nullptr);
+  if (auto layout = sequence_layout_json(g, chosen, mesh)) j["sequence_layout"] = std::move(*layout);
   PrefetchSchedule sched = pipeline_schedule(pl, g, schedule);
   nlohmann::ordered_json once = nlohmann::ordered_json::array();
   for (const ReductionEntry& r : sched.reductions) once.push_back(fmt::format("grad:{}:-1", g.node(r.param).name));

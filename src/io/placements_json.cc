@@ -11,6 +11,7 @@
 #include "ir/file_util.h"
 #include "planner/prefetch_schedule.h"
 #include "planner/recompute.h"
+#include "planner/sequence_layout.h"
 #include "planner/sharding_optimizer.h"
 #include "planner/solution_file.h"
 
@@ -99,6 +100,22 @@ nlohmann::ordered_json paths_json(const std::vector<PathEntry>& paths, const Gra
 
 }  // namespace
 
+std::optional<nlohmann::ordered_json> sequence_layout_json(const Graph& g,
+                                                          const std::vector<const Strategy*>& chosen,
+                                                          const Mesh& mesh) {
+  if (std::none_of(chosen.begin(), chosen.end(),
+                   [](const Strategy* s) { return s && s->cp.active() && s->cp.load_balance; }))
+    return std::nullopt;
+  const SequenceLayout layout = sequence_layout(g, chosen, mesh);
+  nlohmann::ordered_json permute = nlohmann::ordered_json::object();
+  for (const SequencePermute& p : layout.permute) {
+    nlohmann::ordered_json dims = nlohmann::ordered_json::array();
+    for (const auto& [d, world] : p.dims) dims.push_back({d, world});
+    permute[g.node(p.node).name] = std::move(dims);
+  }
+  return nlohmann::ordered_json{{"head_tail", layout.head_tail}, {"permute", std::move(permute)}};
+}
+
 std::string write_placements_json(const Plan& plan, const Graph& g, const Mesh& mesh,
                                   const ScheduleOptions& schedule) {
   nlohmann::ordered_json j = placements_header(g, mesh);
@@ -115,6 +132,10 @@ std::string write_placements_json(const Plan& plan, const Graph& g, const Mesh& 
     pl[g.node(i).name] = e;
   }
   j["placements"] = pl;
+  std::vector<const Strategy*> chosen(static_cast<size_t>(g.size()), nullptr);
+  for (NodeIdx i = 0; i < g.size(); ++i)
+    if (const auto& np = plan.nodes[static_cast<size_t>(i)]) chosen[static_cast<size_t>(i)] = &np->chosen;
+  if (auto layout = sequence_layout_json(g, chosen, mesh)) j["sequence_layout"] = std::move(*layout);
   if (!plan.recomputed_nodes.empty()) j["recompute"] = plan.recomputed_nodes;
   if (plan.has_solution) {
     j["schedule"] = schedule_json(prefetch_schedule(g, plan, schedule), g);

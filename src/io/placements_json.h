@@ -48,6 +48,13 @@ nlohmann::ordered_json context_parallel_json(const ContextParallel& cp, const Me
 /// placements.json's "schedule" section of a prefetch schedule over `g` (its node names).
 nlohmann::ordered_json schedule_json(const PrefetchSchedule& s, const Graph& g);
 
+/// placements.json's "sequence_layout" of a plan whose node i has strategy chosen[i]
+/// (planner/sequence_layout.h): {"head_tail": b, "permute": {name: [[tensor dim, mesh dim
+/// size], ...]}}; nullopt when no node is load-balanced context-parallel attention.
+std::optional<nlohmann::ordered_json> sequence_layout_json(const Graph& g,
+                                                          const std::vector<const Strategy*>& chosen,
+                                                          const Mesh& mesh);
+
 /// "S(0)R" for one output, "(S(0)R, RR)" for several.
 std::string output_spec_string(const Strategy& s);
 
