@@ -59,6 +59,7 @@ struct PlanArgs {
   bool overlap = false;
   std::string objective = "overlap";
   bool verbose = false;
+  bool quiet = false;  ///< --quiet: no progress on stderr, even on a terminal
   std::string recompute = "if-needed";
   std::string algo = "alpa";  ///< --algo: the optimum or a named recipe (planner/recipes.h)
   bool compare = false;       ///< --compare: every recipe beside the optimum
@@ -187,10 +188,10 @@ int run_plan(const PlanArgs& a) {
   const bool pipelined = pp_dim_of(mesh) >= 0;
   if (a.pipeline_given && !pipelined)
     throw std::invalid_argument("--microbatches, --schedule and --stages-per-rank need a mesh dim named pp (--mesh-dims)");
-  if (pipelined && (replayed || a.algo != "alpa" || !a.preload.empty() || !a.placements.empty() ||
+  if (pipelined && (replayed || (a.algo != "alpa" && a.compare) || !a.preload.empty() || !a.placements.empty() ||
                     !a.pins.empty() || a.save_replay || !a.solution_file.empty()))
     throw std::invalid_argument(
-        "a mesh with a pp dim plans pipeline stages: --replay, --algo, --preload, --placements, "
+        "a mesh with a pp dim plans pipeline stages: --replay, --algo with --compare, --preload, --placements, "
         "--pin, --save-replay and --solution-file are not supported with it");
   std::optional<Graph> full;
   if (!pipelined) full = replayed ? replayed->graph() : load_graph(a.src);
@@ -230,12 +231,16 @@ int run_plan(const PlanArgs& a) {
   }
   opt.ilp_solution_file = a.solution_file;
   opt.preload_solution = a.preload_solution;
-  if (a.verbose || isatty(STDERR_FILENO))
+  const bool tty = isatty(STDERR_FILENO) && !a.quiet;
+  // A pipeline's many stage solves show as one status line on a terminal; -v lists them.
+  if (a.verbose || (tty && !pipelined))
     opt.progress = [](std::string_view m) { fmt::print(stderr, "  {}\n", m); };
-  if (pipelined && a.compare) return run_pipeline_compare(a.src, mesh, opt, a.pipeline, a.json);
-  if (pipelined) return run_pipeline_plan(a.src, mesh, opt, a.pipeline, a.json, a.out_dir);
+  PipelineArgs pa = a.pipeline;
+  pa.algo = a.algo;
+  pa.progress_line = tty && !a.verbose;
+  if (pipelined && a.compare) return run_pipeline_compare(a.src, mesh, opt, pa, a.json);
+  if (pipelined) return run_pipeline_plan(a.src, mesh, opt, pa, a.json, a.out_dir);
   const Graph& g = *full;
-  const bool tty = isatty(STDERR_FILENO);
   if (tty) fmt::print(stderr, "building the problem for {} nodes...\n", g.size());
   ShardingOptimizer so(g, mesh, opt);
   if (replayed)
@@ -376,6 +381,9 @@ void register_plan(CLI::App& app) {
   sub->add_flag("--compare", a->compare,
                 "plan every recipe beside the optimum and print step time, memory and the optimum's saving");
   sub->add_flag("-v,--verbose", a->verbose, "print solver progress on stderr (default on a terminal)");
+  sub->add_flag("-q,--quiet", a->quiet,
+                "no progress on stderr, even on a terminal (where a pipelined plan draws a status line: stage "
+                "solves, best step and bound so far, elapsed time)");
   sub->add_option("--recompute", a->recompute,
                   "activation recomputation per layer region: none, selective (matmul and attention "
                   "outputs kept), selective-op (torchtitan's op-level policy: every other matmul "
