@@ -239,6 +239,14 @@ bool fully_replicated(const Strategy& s) {
 
 }  // namespace
 
+/// Whether node i is a parameter or a chain of views over one (a weight's transpose): what
+/// an edge out of it redistributes is the parameter itself.
+static bool parameter_or_view(const Graph& g, NodeIdx i) {
+  while (g.node(i).kind == NodeKind::kOp && is_alias_op(g.node(i).op) && !g.node(i).inputs.empty())
+    i = g.node(i).inputs[0].node;
+  return g.node(i).kind == NodeKind::kParameter;
+}
+
 /// PlannerOptions::optimizer_cost_scale: the optimizer ops' costs and the matrices of the edges
 /// into them (and of grad agreements, slot -1), with `params_once` also those out of the
 /// parameters (PlannerOptions::params_gathered_once), times `scale`; shared matrices are copied once.
@@ -252,7 +260,7 @@ static void scale_once_per_step(const Graph& g, double scale, bool params_once, 
   for (size_t k = 0; k < bp.edges.size(); ++k) {
     const auto& o = bp.edge_origin[k];
     const bool once = o.slot == -1 || g.node(o.consumer).phase == Phase::kOptimizer ||
-                      (params_once && g.node(o.producer.node).kind == NodeKind::kParameter);
+                      (params_once && parameter_or_view(g, o.producer.node));
     if (!once) continue;
     auto& e = bp.edges[k];
     auto [it, fresh] = scaled.try_emplace(e.costs.get());
