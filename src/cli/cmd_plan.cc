@@ -420,10 +420,14 @@ void register_plan(CLI::App& app) {
   sub->add_flag("--no-rank-pattern", a->pipeline.no_rank_pattern,
                 "with a pp mesh dim and a memory limit: refit the ranks from their stages' own shardings only "
                 "(no sharding priced for half a rank's layers under its share of the limit: one Kelley pricing less)");
+  sub->add_flag("--no-fitted-solves", a->pipeline.no_fitted_solves,
+                "with a pp mesh dim and a memory limit: a stage whose memory-free plan does not fit takes the best "
+                "plan at hand that fits (refits of solved shardings with recomputation) without a memory-limited "
+                "solve, which runs to --time-limit on large stages: faster, and the same plan on any machine");
   sub->callback([a, sub] {
     a->pipeline_given = sub->count("--microbatches") + sub->count("--schedule") + sub->count("--stages-per-rank") +
                             sub->count("--price-memory") + sub->count("--no-rank-bound") +
-                            sub->count("--no-refit") + sub->count("--no-rank-pattern") > 0;
+                            sub->count("--no-refit") + sub->count("--no-rank-pattern") + sub->count("--no-fitted-solves") > 0;
     a->time_limit_given = sub->count("--time-limit") > 0;
     a->threads_given = sub->count("--threads") > 0;
     a->objective_given = sub->count("--objective") > 0;

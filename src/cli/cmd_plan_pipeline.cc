@@ -83,6 +83,7 @@ PipelineOptions pipeline_options(const Mesh& mesh, const PipelineArgs& pa) {
   po.rank_memory_bound = !pa.no_rank_bound;
   po.refit_ranks = !pa.no_refit;
   po.rank_pattern = !pa.no_rank_pattern;
+  po.solve_fitted = !pa.no_fitted_solves;
   return po;
 }
 
