@@ -135,6 +135,9 @@ void pin_recipe_layout(PipelineOptions& po, Recipe recipe, int32_t P, int32_t L)
   po.fixed_layers = equal_split(L, P * v);
   po.stage_hook = [recipe](ShardingOptimizer& so) { apply_recipe(so, recipe); };
   po.params_gathered_once = true;  // FSDP2 under torchtitan's PP: gathered at the first microbatch
+  // Over a stage's budget, the recipe with the least recomputation that fits is torchtitan's
+  // layout: no memory-limited solve, which runs to --time-limit and so depends on the machine.
+  po.solve_fitted = false;
 }
 
 Graph microbatch_graph(const GraphSource& src, int32_t M) {

@@ -32,8 +32,9 @@ Graph microbatch_graph(const GraphSource& src, int32_t M);
 /// torchtitan's pipeline layout for `recipe` on P pp ranks and L layers: the schedule given
 /// (1F1B by default, torchtitan's `pipeline_parallel_schedule` default), v stages per rank as
 /// given or, for a multi-stage schedule, 2 (torchtitan's generate_split_points default), equal
-/// stages (planner/pipeline.h equal_split, the split generate_split_points makes) and the
-/// recipe pinned in every stage.
+/// stages (planner/pipeline.h equal_split, the split generate_split_points makes), the
+/// recipe pinned in every stage, its parameters gathered once per step, and no memory-limited
+/// solves (PipelineOptions::solve_fitted off).
 void pin_recipe_layout(PipelineOptions& po, Recipe recipe, int32_t P, int32_t L);
 
 /// Plans `src` on `mesh` (which has a pp dim) with pipeline stages; prints the text or JSON
