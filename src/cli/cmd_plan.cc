@@ -410,7 +410,8 @@ void register_plan(CLI::App& app) {
                   "ZBVZeroBubble, DualPipeV: 2)");
   sub->add_flag("--price-memory", a->pipeline.price_memory,
                 "with a pp mesh dim: bound each memory-limited stage of a one-stage-per-rank schedule by pricing its "
-                "memory (Lagrangian relaxation, both memory models): tighter proven bounds, slower planning");
+                "memory (Lagrangian relaxation, both memory models): tighter proven bounds, slower planning; implies "
+                "--fitted-solves");
   sub->add_flag("--no-rank-bound", a->pipeline.no_rank_bound,
                 "with a pp mesh dim: bound schedules with several stages per rank without pricing the ranks' memory "
                 "(their memory-free stage bounds only): faster where memory binds, a weaker proven bound");
@@ -420,14 +421,15 @@ void register_plan(CLI::App& app) {
   sub->add_flag("--no-rank-pattern", a->pipeline.no_rank_pattern,
                 "with a pp mesh dim and a memory limit: refit the ranks from their stages' own shardings only "
                 "(no sharding priced for half a rank's layers under its share of the limit: one Kelley pricing less)");
-  sub->add_flag("--no-fitted-solves", a->pipeline.no_fitted_solves,
-                "with a pp mesh dim and a memory limit: a stage whose memory-free plan does not fit takes the best "
-                "plan at hand that fits (refits of solved shardings with recomputation) without a memory-limited "
-                "solve, which runs to --time-limit on large stages: faster, and the same plan on any machine");
+  sub->add_flag("--fitted-solves", a->pipeline.fitted_solves,
+                "with a pp mesh dim and a memory limit: solve a stage whose memory-free plan does not fit under its "
+                "budget even when a plan at hand fits (by default that plan is kept: its memory-free plan or torchtitan's "
+                "layout, with the least recomputation that fits); the solves run to --time-limit on large stages, so the "
+                "plan then depends on the machine's speed");
   sub->callback([a, sub] {
     a->pipeline_given = sub->count("--microbatches") + sub->count("--schedule") + sub->count("--stages-per-rank") +
                             sub->count("--price-memory") + sub->count("--no-rank-bound") +
-                            sub->count("--no-refit") + sub->count("--no-rank-pattern") + sub->count("--no-fitted-solves") > 0;
+                            sub->count("--no-refit") + sub->count("--no-rank-pattern") + sub->count("--fitted-solves") > 0;
     a->time_limit_given = sub->count("--time-limit") > 0;
     a->threads_given = sub->count("--threads") > 0;
     a->objective_given = sub->count("--objective") > 0;

@@ -83,7 +83,7 @@ PipelineOptions pipeline_options(const Mesh& mesh, const PipelineArgs& pa) {
   po.rank_memory_bound = !pa.no_rank_bound;
   po.refit_ranks = !pa.no_refit;
   po.rank_pattern = !pa.no_rank_pattern;
-  po.solve_fitted = !pa.no_fitted_solves;
+  po.solve_fitted = pa.fitted_solves || pa.price_memory;  // pricing is the memory-aware solve's first step
   return po;
 }
 

@@ -17,7 +17,7 @@ struct PipelineArgs {
   bool no_rank_bound = false;    ///< !PipelineOptions::rank_memory_bound
   bool no_refit = false;         ///< !PipelineOptions::refit_ranks
   bool no_rank_pattern = false;  ///< !PipelineOptions::rank_pattern
-  bool no_fitted_solves = false; ///< !PipelineOptions::solve_fitted
+  bool fitted_solves = false;    ///< PipelineOptions::solve_fitted (the library's default; off here)
   /// --algo: alpa (stages, schedule and intra-op searched) or a recipe pinned in torchtitan's
   /// pipeline layout (equal stages, the recipe inside each; pin_recipe_layout).
   std::string algo = "alpa";
