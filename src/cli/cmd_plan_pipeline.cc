@@ -195,6 +195,10 @@ int run_pipeline_compare(const GraphSource& src, const Mesh& mesh, const Planner
                format_us(p.step_us), format_us(p.lower_bound_us), format_bytes(peak),
                best > 0 ? (p.step_us / best - 1) * 100 : 0.0);
   }
+  for (const CompareRow& r : rows)
+    if (r.plan)
+      for (const std::string& w : r.plan->warnings)
+        if (w.find("gathered once") != std::string::npos) fmt::print("warning: {}: {}\n", r.name, w);
   return 0;
 }
 

@@ -430,6 +430,10 @@ PipelinePlan plan_pipeline(const Graph& g, const Mesh& mesh, const PlannerOption
   if (!planned && pl.memory_limit_bytes > 0 &&
       *std::max_element(pl.rank_peak_bytes.begin(), pl.rank_peak_bytes.end()) > pl.memory_limit_bytes)
     throw std::runtime_error(no_fit);
+  if (popt.params_gathered_once && pl.memory_limit_bytes > 0)
+    pl.warnings.push_back(
+        "the stages' parameters are gathered once per step and kept over the microbatches; the memory figures do "
+        "not count the gathered copies, so the plan may not fit the limit");
   pl.lower_bound_us = std::min(lower, pl.step_us);
   pl.gap = pl.step_us > 0 ? (pl.step_us - pl.lower_bound_us) / pl.step_us : 0;
   map_nodes(S, pl);

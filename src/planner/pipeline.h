@@ -121,7 +121,8 @@ struct PipelineOptions {
   /// Called on every stage's optimizer before it solves (a recipe's pins).
   std::function<void(ShardingOptimizer&)> stage_hook;
   /// The stages' parameters are gathered once per step and kept over the microbatches
-  /// (PlannerOptions::params_gathered_once): FSDP2 inside torchtitan's pipeline stages.
+  /// (PlannerOptions::params_gathered_once): FSDP2 inside torchtitan's pipeline stages.  The
+  /// memory model does not count the gathered copies (the plan says so in its warnings).
   bool params_gathered_once = false;
   /// Progress reports (planner/pipeline_progress.h), from any thread, one at a time.
   PipelineProgressFn on_progress;
