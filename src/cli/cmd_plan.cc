@@ -65,6 +65,7 @@ struct PlanArgs {
   bool overlap = false;
   std::string objective = "overlap";
   bool verbose = false;
+  bool quiet = false;  ///< --quiet: no progress on stderr, even on a terminal
   std::string recompute = "if-needed";
   std::string algo = "alpa";  ///< --algo: the optimum or a named recipe (planner/recipes.h)
   bool compare = false;       ///< --compare: every recipe beside the optimum
@@ -230,11 +231,11 @@ int run_plan(const PlanArgs& a) {
   const bool pipelined = pp_dim_of(mesh) >= 0;
   if (a.pipeline_given && !pipelined)
     throw std::invalid_argument("--microbatches, --schedule and --stages-per-rank need a mesh dim named pp (--mesh-dims)");
-  if (pipelined && (replayed || a.algo != "alpa" || !a.preload.empty() || !a.placements.empty() ||
+  if (pipelined && (replayed || (a.algo != "alpa" && a.compare) || !a.preload.empty() || !a.placements.empty() ||
                     !a.pins.empty() || a.save_replay || !a.solution_file.empty() ||
                     !a.param_memory.empty()))
     throw std::invalid_argument(
-        "a mesh with a pp dim plans pipeline stages: --replay, --algo, --preload, --placements, "
+        "a mesh with a pp dim plans pipeline stages: --replay, --algo with --compare, --preload, --placements, "
         "--pin, --param-memory, --save-replay and --solution-file are not supported with it");
   std::optional<Graph> full;
   if (!pipelined) full = replayed ? replayed->graph() : load_graph(a.src);
@@ -274,18 +275,22 @@ int run_plan(const PlanArgs& a) {
   }
   opt.ilp_solution_file = a.solution_file;
   opt.preload_solution = a.preload_solution;
-  if (a.verbose || isatty(STDERR_FILENO))
+  const bool tty = isatty(STDERR_FILENO) && !a.quiet;
+  // A pipeline's many stage solves show as one status line on a terminal; -v lists them.
+  if (a.verbose || (tty && !pipelined))
     opt.progress = [](std::string_view m) { fmt::print(stderr, "  {}\n", m); };
-  if (pipelined && a.compare) return run_pipeline_compare(a.src, mesh, opt, a.pipeline, a.json);
+  PipelineArgs pa = a.pipeline;
+  pa.algo = a.algo;
+  pa.progress_line = tty && !a.verbose;
+  if (pipelined && a.compare) return run_pipeline_compare(a.src, mesh, opt, pa, a.json);
   if (pipelined) {
     ScheduleOptions schedule;
     schedule.prefetch_layers = a.prefetch_layers;
     schedule.bucketing = *parse_bucketing(a.bucket);
     schedule.planned_paths = false;  // the stages' paths are over the stage mesh, not the file's
-    return run_pipeline_plan(a.src, mesh, opt, a.pipeline, a.json, a.out_dir, schedule);
+    return run_pipeline_plan(a.src, mesh, opt, pa, a.json, a.out_dir, schedule);
   }
   const Graph& g = *full;
-  const bool tty = isatty(STDERR_FILENO);
   if (tty) fmt::print(stderr, "building the problem for {} nodes...\n", g.size());
   ShardingOptimizer so(g, mesh, opt);
   if (replayed)
@@ -449,6 +454,9 @@ void register_plan(CLI::App& app) {
   sub->add_flag("--compare", a->compare,
                 "plan every recipe beside the optimum and print step time, memory and the optimum's saving");
   sub->add_flag("-v,--verbose", a->verbose, "print solver progress on stderr (default on a terminal)");
+  sub->add_flag("-q,--quiet", a->quiet,
+                "no progress on stderr, even on a terminal (where a pipelined plan draws a status line: stage "
+                "solves, best step and bound so far, elapsed time)");
   sub->add_option("--recompute", a->recompute,
                   "activation recomputation per layer region: none, selective (matmul and attention "
                   "outputs kept), selective-op (torchtitan's op-level policy: every other matmul "
@@ -475,7 +483,8 @@ void register_plan(CLI::App& app) {
                   "ZBVZeroBubble, DualPipeV: 2)");
   sub->add_flag("--price-memory", a->pipeline.price_memory,
                 "with a pp mesh dim: bound each memory-limited stage of a one-stage-per-rank schedule by pricing its "
-                "memory (Lagrangian relaxation, both memory models): tighter proven bounds, slower planning");
+                "memory (Lagrangian relaxation, both memory models): tighter proven bounds, slower planning; implies "
+                "--fitted-solves");
   sub->add_flag("--no-rank-bound", a->pipeline.no_rank_bound,
                 "with a pp mesh dim: bound schedules with several stages per rank without pricing the ranks' memory "
                 "(their memory-free stage bounds only): faster where memory binds, a weaker proven bound");
@@ -485,10 +494,15 @@ void register_plan(CLI::App& app) {
   sub->add_flag("--no-rank-pattern", a->pipeline.no_rank_pattern,
                 "with a pp mesh dim and a memory limit: refit the ranks from their stages' own shardings only "
                 "(no sharding priced for half a rank's layers under its share of the limit: one Kelley pricing less)");
+  sub->add_flag("--fitted-solves", a->pipeline.fitted_solves,
+                "with a pp mesh dim and a memory limit: solve a stage whose memory-free plan does not fit under its "
+                "budget even when a plan at hand fits (by default that plan is kept: its memory-free plan or torchtitan's "
+                "layout, with the least recomputation that fits); the solves run to --time-limit on large stages, so the "
+                "plan then depends on the machine's speed");
   sub->callback([a, sub] {
     a->pipeline_given = sub->count("--microbatches") + sub->count("--schedule") + sub->count("--stages-per-rank") +
                             sub->count("--price-memory") + sub->count("--no-rank-bound") +
-                            sub->count("--no-refit") + sub->count("--no-rank-pattern") > 0;
+                            sub->count("--no-refit") + sub->count("--no-rank-pattern") + sub->count("--fitted-solves") > 0;
     a->time_limit_given = sub->count("--time-limit") > 0;
     a->threads_given = sub->count("--threads") > 0;
     a->objective_given = sub->count("--objective") > 0;

@@ -3,8 +3,10 @@
 
 #include <iostream>
 #include <map>
+#include <optional>
 
 #include "cli/pipeline_cli.h"
+#include "cli/progress_line.h"
 #include "cli/recipes_cli.h"
 #include "io/pipeline_json.h"
 #include "ir/file_util.h"
@@ -81,6 +83,7 @@ PipelineOptions pipeline_options(const Mesh& mesh, const PipelineArgs& pa) {
   po.rank_memory_bound = !pa.no_rank_bound;
   po.refit_ranks = !pa.no_refit;
   po.rank_pattern = !pa.no_rank_pattern;
+  po.solve_fitted = pa.fitted_solves || pa.price_memory;  // pricing is the memory-aware solve's first step
   return po;
 }
 
@@ -115,14 +118,27 @@ std::vector<CompareRow> compare_rows(const Graph& g, const Mesh& mesh, const Pla
     o.schedule = v == 1 ? PipelineSchedule::k1F1B : PipelineSchedule::kInterleaved1F1B;
     o.stages_per_rank = v;
     if (P * v > L) continue;
-    o.fixed_layers = equal_split(L, P * v);
-    o.stage_hook = [recipe](ShardingOptimizer& so) { apply_recipe(so, recipe); };
+    pin_recipe_layout(o, recipe, P, L);
     run(fmt::format("torchtitan PP {} x {}", v == 1 ? "1F1B" : "Interleaved1F1B v=2", recipe_name(recipe)), o);
   }
   return rows;
 }
 
 }  // namespace
+
+void pin_recipe_layout(PipelineOptions& po, Recipe recipe, int32_t P, int32_t L) {
+  if (!po.schedule) po.schedule = PipelineSchedule::k1F1B;
+  const int32_t v = po.stages_per_rank > 0 ? po.stages_per_rank : is_interleaved(*po.schedule) ? 2 : 1;
+  if (P * v > L)
+    throw std::invalid_argument(fmt::format("--algo {}: {} x {} stages exceed the {} layers", recipe_name(recipe), P, v, L));
+  po.stages_per_rank = v;
+  po.fixed_layers = equal_split(L, P * v);
+  po.stage_hook = [recipe](ShardingOptimizer& so) { apply_recipe(so, recipe); };
+  po.params_gathered_once = true;  // FSDP2 under torchtitan's PP: gathered at the first microbatch
+  // Over a stage's budget, the recipe with the least recomputation that fits is torchtitan's
+  // layout: no memory-limited solve, which runs to --time-limit and so depends on the machine.
+  po.solve_fitted = false;
+}
 
 Graph microbatch_graph(const GraphSource& src, int32_t M) {
   if (!src.graph_file.empty()) return load_graph(src);  // a traced graph is one microbatch
@@ -142,9 +158,12 @@ Graph microbatch_graph(const GraphSource& src, int32_t M) {
 
 int run_pipeline_compare(const GraphSource& src, const Mesh& mesh, const PlannerOptions& opt,
                          const PipelineArgs& pa, bool json) {
-  const PipelineOptions po = pipeline_options(mesh, pa);
+  PipelineOptions po = pipeline_options(mesh, pa);
   const Graph g = microbatch_graph(src, po.microbatches);
+  std::optional<ProgressLine> line;
+  if (pa.progress_line) po.on_progress = line.emplace(stderr).callback();
   const std::vector<CompareRow> rows = compare_rows(g, mesh, opt, po);
+  line.reset();  // erased before the table
   const double best = rows.front().plan ? rows.front().plan->step_us : 0;
   if (json) {
     nlohmann::ordered_json j = nlohmann::ordered_json::array();
@@ -176,15 +195,25 @@ int run_pipeline_compare(const GraphSource& src, const Mesh& mesh, const Planner
                format_us(p.step_us), format_us(p.lower_bound_us), format_bytes(peak),
                best > 0 ? (p.step_us / best - 1) * 100 : 0.0);
   }
+  for (const CompareRow& r : rows)
+    if (r.plan)
+      for (const std::string& w : r.plan->warnings)
+        if (w.find("gathered once") != std::string::npos) fmt::print("warning: {}: {}\n", r.name, w);
   return 0;
 }
 
 int run_pipeline_plan(const GraphSource& src, const Mesh& mesh, const PlannerOptions& opt,
                       const PipelineArgs& pa, bool json, const std::string& out_dir,
                       const ScheduleOptions& schedule) {
-  const PipelineOptions po = pipeline_options(mesh, pa);
+  PipelineOptions po = pipeline_options(mesh, pa);
   const Graph g = microbatch_graph(src, po.microbatches);
+  const Recipe recipe = parse_algo_option(pa.algo);
+  if (recipe != Recipe::kAlpa)
+    pin_recipe_layout(po, recipe, static_cast<int32_t>(mesh.size(pp_dim_of(mesh))), map_layers(g).num_layers());
+  std::optional<ProgressLine> line;
+  if (pa.progress_line) po.on_progress = line.emplace(stderr).callback();
   const PipelinePlan pl = plan_pipeline(g, mesh, opt, po);
+  line.reset();  // erased before the summary
   if (!out_dir.empty()) {
     create_output_dir(out_dir);
     write_file_atomic(out_dir + "/placements.json", write_pipeline_placements_json(pl, g, mesh, schedule));

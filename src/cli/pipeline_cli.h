@@ -4,7 +4,9 @@
 
 #include "cli/common.h"
 #include "planner/options.h"
+#include "planner/pipeline.h"
 #include "planner/prefetch_schedule.h"
+#include "planner/recipes.h"
 
 namespace autoshard::cli {
 
@@ -16,11 +18,25 @@ struct PipelineArgs {
   bool no_rank_bound = false;    ///< !PipelineOptions::rank_memory_bound
   bool no_refit = false;         ///< !PipelineOptions::refit_ranks
   bool no_rank_pattern = false;  ///< !PipelineOptions::rank_pattern
+  bool fitted_solves = false;    ///< PipelineOptions::solve_fitted (the library's default; off here)
+  /// --algo: alpa (stages, schedule and intra-op searched) or a recipe pinned in torchtitan's
+  /// pipeline layout (equal stages, the recipe inside each; pin_recipe_layout).
+  std::string algo = "alpa";
+  /// Draw the search's progress as a status line on stderr (a terminal, without --quiet).
+  bool progress_line = false;
 };
 
 /// The graph of one microbatch of M: a built-in model's --batch (the global batch) split in M
 /// (must divide); a graph file is one microbatch already.
 Graph microbatch_graph(const GraphSource& src, int32_t M);
+
+/// torchtitan's pipeline layout for `recipe` on P pp ranks and L layers: the schedule given
+/// (1F1B by default, torchtitan's `pipeline_parallel_schedule` default), v stages per rank as
+/// given or, for a multi-stage schedule, 2 (torchtitan's generate_split_points default), equal
+/// stages (planner/pipeline.h equal_split, the split generate_split_points makes), the
+/// recipe pinned in every stage, its parameters gathered once per step, and no memory-limited
+/// solves (PipelineOptions::solve_fitted off).
+void pin_recipe_layout(PipelineOptions& po, Recipe recipe, int32_t P, int32_t L);
 
 /// Plans `src` on `mesh` (which has a pp dim) with pipeline stages; prints the text or JSON
 /// summary and, with `out_dir`, writes placements.json and plan.json there.  Returns 0.

@@ -70,6 +70,13 @@ struct PlannerOptions {
   /// step runs the forward and backward M times but the update once: planning it with 1 / M
   /// minimises its time per microbatch (planner/pipeline.h).  1: a plain step.
   double optimizer_cost_scale = 1.0;
+  /// With optimizer_cost_scale: the redistributions out of the parameters (FSDP's all-gathers)
+  /// are once-per-step work too, as where a pipeline runtime gathers a stage's parameters at
+  /// its first microbatch and keeps them for the others: FSDP2 under torchtitan's pipeline
+  /// (torchtitan/parallelisms/parallelize_llama.py apply_fsdp at 9dec370: `reshard_after_forward
+  /// = False` with PP, "to avoid per-microbatch all-gathers"; torch's pipelining stage reshards
+  /// and reduces only after the last backward).  The unsharded copies are not counted in memory.
+  bool params_gathered_once = false;
   /// Extra cost of a node's output per strategy: latency_us + us_per_byte x the output's local
   /// bytes.  A pipeline stage sends its boundary tensors to the neighbouring stage each
   /// microbatch (planner/pipeline.h): the send's time depends on how the stage shards them.

@@ -388,7 +388,9 @@ PipelinePlan plan_pipeline(const Graph& g, const Mesh& mesh, const PlannerOption
   for (const Layout& l : layouts) {
     const PipelineSchedule s = l.schedule;
     const int32_t v = l.v;
+    solver.progress().searching(fmt::format("{}{}", schedule_name(s), v > 1 ? fmt::format(" v={}", v) : ""));
     const Evaluated e = popt.fixed_layers.empty() ? search_split(S, l, best_step, priced) : fixed_split(S, l);
+    solver.progress().evaluated(e.step_us, e.lower_bound_us);
     pl.candidates.push_back({s, v, e.step_us, e.lower_bound_us});
     lower = std::min(lower, e.lower_bound_us);
     best_step = std::min(best_step, e.step_us);
@@ -402,6 +404,7 @@ PipelinePlan plan_pipeline(const Graph& g, const Mesh& mesh, const PlannerOption
   // no bound under the limit: not counted.
   const bool planned = !cands.empty();
   if (popt.fixed_layers.empty() && pl.memory_limit_bytes > 0) {
+    solver.progress().searching("memory-free splits");
     for (const Layout& l : layouts) {
       if (l.v == 1) continue;
       Layout unlimited = l;
@@ -421,11 +424,16 @@ PipelinePlan plan_pipeline(const Graph& g, const Mesh& mesh, const PlannerOption
     const int32_t k = std::max(2, (S.L + S.P - 1) / S.P / 2);
     solver.price_rank_pattern(k, most, static_cast<int64_t>(static_cast<double>(pl.memory_limit_bytes) * k * S.P / S.L));
   }
+  solver.progress().searching("assembling the ranks");
   pl = fastest_that_fits(S, pl, cands);
   // Only memory-free candidates, and none fits: no plan, as without them.
   if (!planned && pl.memory_limit_bytes > 0 &&
       *std::max_element(pl.rank_peak_bytes.begin(), pl.rank_peak_bytes.end()) > pl.memory_limit_bytes)
     throw std::runtime_error(no_fit);
+  if (popt.params_gathered_once && pl.memory_limit_bytes > 0)
+    pl.warnings.push_back(
+        "the stages' parameters are gathered once per step and kept over the microbatches; the memory figures do "
+        "not count the gathered copies, so the plan may not fit the limit");
   pl.lower_bound_us = std::min(lower, pl.step_us);
   pl.gap = pl.step_us > 0 ? (pl.step_us - pl.lower_bound_us) / pl.step_us : 0;
   map_nodes(S, pl);

@@ -55,6 +55,7 @@
 #include "mesh/mesh.h"
 #include "planner/backward_split.h"
 #include "planner/options.h"
+#include "planner/pipeline_progress.h"
 #include "planner/pipeline_schedule.h"
 #include "planner/pipeline_stage.h"
 #include "planner/pipeline_timeline.h"
@@ -119,6 +120,12 @@ struct PipelineOptions {
   bool rank_pattern = true;
   /// Called on every stage's optimizer before it solves (a recipe's pins).
   std::function<void(ShardingOptimizer&)> stage_hook;
+  /// The stages' parameters are gathered once per step and kept over the microbatches
+  /// (PlannerOptions::params_gathered_once): FSDP2 inside torchtitan's pipeline stages.  The
+  /// memory model does not count the gathered copies (the plan says so in its warnings).
+  bool params_gathered_once = false;
+  /// Progress reports (planner/pipeline_progress.h), from any thread, one at a time.
+  PipelineProgressFn on_progress;
 };
 
 /// torchtitan's split: L / S layers per stage, the remainder spread over the middle stages

@@ -138,7 +138,8 @@ StageKind kind_of(int32_t s, int32_t S) {
 
 StageSolver::StageSolver(const Graph& g, const Mesh& mesh, const PlannerOptions& opt, const PipelineOptions& popt,
                          const LayerMap& m, int32_t pp)
-    : g_(g), mesh_(mesh), opt_(opt), popt_(popt), m_(m), pp_(pp), L_(m.num_layers()), sub_(stage_mesh(mesh, pp)) {}
+    : g_(g), mesh_(mesh), opt_(opt), popt_(popt), m_(m), pp_(pp), L_(m.num_layers()), sub_(stage_mesh(mesh, pp)),
+      progress_(popt.on_progress) {}
 
 double StageSolver::need_bytes(const StageSolve& s, double inflight, bool grads) {
   return static_cast<double>(s.microbatch_peak_bytes + (grads ? s.deferred_grad_bytes : 0)) +
@@ -156,6 +157,7 @@ PlannerOptions StageSolver::stage_options(const StageGraph& sg, double inflight,
   o.memory_limit_bytes = limit;
   o.inflight_microbatches = inflight;
   o.optimizer_cost_scale = 1.0 / popt_.microbatches;
+  o.params_gathered_once = popt_.params_gathered_once;
   o.progress = nullptr;
   const MeshDim& link = mesh_.dim(pp_);
   for (const TensorRef& t : sg.sent)  // the sends, priced on the pp link
@@ -173,6 +175,8 @@ void StageSolver::say(std::string line) const {
 std::shared_ptr<StageSolve> StageSolver::solve(StageKind kind, int32_t k, StageMemory mem, int64_t limit,
                                                double cutoff) {
   auto [lo, hi] = canonical_range(kind, k, L_);
+  const bool counted = t_progress_sink == nullptr;  // run_parallel counts its own tasks
+  if (counted) progress_.started(1);
   auto s = std::make_shared<StageSolve>();
   s->sg = extract_stage(g_, m_, lo, hi);
   s->inflight = limit > 0 ? mem.inflight : 1.0;
@@ -189,6 +193,7 @@ std::shared_ptr<StageSolve> StageSolver::solve(StageKind kind, int32_t k, StageM
   s->forward_floor_us = forward_floor(so, s->sg, -1, m_);
   s->layer_forward_floor_us = forward_floor(so, s->sg, lo, m_);
   ++solves_;
+  if (counted) progress_.finished();
   s->lower_bound_us = proven_bound(s->plan, node_floor(so));
   if (s->plan.has_solution) stage_figures(mesh_, pp_, sub_, popt_.microbatches, *s);
   else s->microbatch_us = kSolveInf;  // no plan (infeasible, or the time limit)
@@ -249,6 +254,8 @@ void StageSolver::report(const StageSolve& s, std::string_view what, StageMemory
 std::shared_ptr<StageSolve> StageSolver::recipe_candidate(StageKind kind, int32_t k, StageMemory mem) {
   if (popt_.stage_hook) return nullptr;  // the caller pins its own recipe
   auto [lo, hi] = canonical_range(kind, k, L_);
+  const bool counted = t_progress_sink == nullptr;  // run_parallel counts its own tasks
+  if (counted) progress_.started(1);
   auto s = std::make_shared<StageSolve>();
   s->sg = extract_stage(g_, m_, lo, hi);
   s->memory_budget = mem.budget;
@@ -302,6 +309,8 @@ std::shared_ptr<StageSolve> StageSolver::at_size(StageKind kind, int32_t k, cons
                                                  bool full_recompute) {
   const auto t0 = std::chrono::steady_clock::now();
   auto [lo, hi] = canonical_range(kind, k, L_);
+  const bool counted = t_progress_sink == nullptr;  // run_parallel counts its own tasks
+  if (counted) progress_.started(1);
   auto s = std::make_shared<StageSolve>();
   s->sg = extract_stage(g_, m_, lo, hi);
   PlannerOptions o = stage_options(s->sg, 1.0, 0);
@@ -403,6 +412,7 @@ std::shared_ptr<const StageSolve> StageSolver::free(StageKind kind, int32_t k) {
 void StageSolver::run_parallel(size_t tasks, const std::function<void(size_t)>& task) const {
   std::vector<std::string> logs(tasks);
   std::vector<std::exception_ptr> failed(tasks);
+  progress_.started(static_cast<int32_t>(tasks));
   parallel_for(tasks, popt_.stage_threads, [&](size_t i) {
     t_progress_sink = &logs[i];
     try {
@@ -411,6 +421,7 @@ void StageSolver::run_parallel(size_t tasks, const std::function<void(size_t)>& 
       failed[i] = std::current_exception();
     }
     t_progress_sink = nullptr;
+    progress_.finished();
   });
   for (size_t i = 0; i < tasks; ++i) {
     if (failed[i]) std::rethrow_exception(failed[i]);  // the first in task order, as in sequence

@@ -138,6 +138,8 @@ class StageSolver {
   const std::map<FreeKey, std::shared_ptr<const StageSolve>>& free_solves() const { return free_; }
   const std::map<FitKey, std::shared_ptr<const StageSolve>>& fitted_solves() const { return fitted_; }
   int32_t solves() const { return solves_.load(); }
+  /// Where the search reports its progress (PipelineOptions::on_progress).
+  PipelineProgressTracker& progress() const { return progress_; }
   /// The Lagrangian bound of (kind, k) under `mem` with the usage at the forward/backward
   /// boundary priced (planner/stage_lagrange.cc), at least `relaxed`'s bound, and the
   /// cheapest priced plan that fits (nullptr: none).  `at_hand`: the best plan that fits so far
@@ -273,6 +275,7 @@ class StageSolver {
   std::map<FreeKey, std::vector<std::shared_ptr<const StageSolve>>> rank_sources_;
   std::map<std::tuple<int32_t, int32_t, double, double, int64_t>, std::shared_ptr<const StageSolve>> rank_fits_;
   std::atomic<int32_t> solves_{0};
+  mutable PipelineProgressTracker progress_;
 };
 
 }  // namespace autoshard

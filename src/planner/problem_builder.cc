@@ -239,9 +239,18 @@ bool fully_replicated(const Strategy& s) {
 
 }  // namespace
 
+/// Whether node i is a parameter or a chain of views over one (a weight's transpose): what
+/// an edge out of it redistributes is the parameter itself.
+static bool parameter_or_view(const Graph& g, NodeIdx i) {
+  while (g.node(i).kind == NodeKind::kOp && is_alias_op(g.node(i).op) && !g.node(i).inputs.empty())
+    i = g.node(i).inputs[0].node;
+  return g.node(i).kind == NodeKind::kParameter;
+}
+
 /// PlannerOptions::optimizer_cost_scale: the optimizer ops' costs and the matrices of the edges
-/// into them (and of grad agreements, slot -1) times `scale`; shared matrices are copied once.
-static void scale_once_per_step(const Graph& g, double scale, BuiltProblem& bp) {
+/// into them (and of grad agreements, slot -1), with `params_once` also those out of the
+/// parameters (PlannerOptions::params_gathered_once), times `scale`; shared matrices are copied once.
+static void scale_once_per_step(const Graph& g, double scale, bool params_once, BuiltProblem& bp) {
   for (PNodeIdx v = 0; v < bp.problem.num_nodes(); ++v) {
     const Node& x = g.node(bp.graph_node[static_cast<size_t>(v)]);
     if (x.kind == NodeKind::kOp && x.phase == Phase::kOptimizer)
@@ -250,7 +259,8 @@ static void scale_once_per_step(const Graph& g, double scale, BuiltProblem& bp) 
   std::map<const std::vector<Cost>*, std::shared_ptr<const std::vector<Cost>>> scaled;
   for (size_t k = 0; k < bp.edges.size(); ++k) {
     const auto& o = bp.edge_origin[k];
-    const bool once = o.slot == -1 || g.node(o.consumer).phase == Phase::kOptimizer;
+    const bool once = o.slot == -1 || g.node(o.consumer).phase == Phase::kOptimizer ||
+                      (params_once && parameter_or_view(g, o.producer.node));
     if (!once) continue;
     auto& e = bp.edges[k];
     auto [it, fresh] = scaled.try_emplace(e.costs.get());
@@ -485,7 +495,8 @@ BuiltProblem build_problem(const Graph& g, const Mesh& mesh, const PlannerOption
         {u, v, cache.matrix(out_id(u, gp.grad.output), cache.intern(std::move(targets)), false)});
     bp.edge_origin.push_back({gp.param, -1, gp.grad});
   }
-  if (opt.optimizer_cost_scale != 1.0) scale_once_per_step(g, opt.optimizer_cost_scale, bp);
+  if (opt.optimizer_cost_scale != 1.0)
+    scale_once_per_step(g, opt.optimizer_cost_scale, opt.params_gathered_once, bp);
   for (const PlannerOptions::OutputCost& oc : opt.output_costs) {
     auto idx = g.find(oc.node);
     if (!idx || bp.pnode[static_cast<size_t>(*idx)] < 0)

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include <string>
 #include <vector>
@@ -230,6 +231,40 @@ TEST(ProblemBuilderLarge, Llama70bOnA4DMeshIsRefusedWithTheReason) {
         << e.what();
     EXPECT_NE(std::string(e.what()).find("4-D mesh"), std::string::npos) << e.what();
   }
+}
+
+TEST(ProblemBuilder, ParametersGatheredOnceScaleTheEdgesOutOfParametersOnly) {
+  // A pipeline stage of M = 4 microbatches whose runtime gathers its parameters at the first
+  // (FSDP2 under torchtitan's PP): the redistributions out of a parameter or a view of one
+  // cost 1 / M, every other edge as before.
+  const Graph g = tiny_llama(2);
+  const Mesh mesh({2, 2}, {"dp", "tp"}, h100());
+  PlannerOptions per_use, once;
+  per_use.optimizer_cost_scale = once.optimizer_cost_scale = 0.25;
+  once.params_gathered_once = true;
+  const BuiltProblem a = build_problem(g, mesh, per_use, {}), b = build_problem(g, mesh, once, {});
+  ASSERT_EQ(a.edges.size(), b.edges.size());
+  int scaled = 0;
+  for (size_t k = 0; k < a.edges.size(); ++k) {
+    const auto& o = a.edge_origin[k];
+    NodeIdx p = o.producer.node;
+    while (g.node(p).kind == NodeKind::kOp && is_alias_op(g.node(p).op)) p = g.node(p).inputs[0].node;
+    const bool from_param = g.node(p).kind == NodeKind::kParameter;
+    const bool already_once = o.slot == -1 || g.node(o.consumer).phase == Phase::kOptimizer;
+    const auto& ca = *a.edges[k].costs;
+    const auto& cb = *b.edges[k].costs;
+    ASSERT_EQ(ca.size(), cb.size());
+    for (size_t q = 0; q < ca.size(); ++q) {
+      if (!std::isfinite(ca[q])) {
+        EXPECT_FALSE(std::isfinite(cb[q]));
+        continue;
+      }
+      const double want = from_param && !already_once ? ca[q] * 0.25 : ca[q];
+      EXPECT_NEAR(cb[q], want, 1e-9 * std::max(1.0, std::abs(ca[q]))) << g.node(o.consumer).name;
+      if (from_param && !already_once && ca[q] > 0) ++scaled;
+    }
+  }
+  EXPECT_GT(scaled, 0);  // some gather was priced, so the test sees the scaling
 }
 
 }  // namespace

@@ -159,6 +159,7 @@ std::string hash_options(const PlannerOptions& o) {
   if (!o.context_parallel) h.str("no context parallelism");  // fingerprints from before stay
   if (o.shard_orders) h.str("shard orders");                 // likewise
   if (o.optimizer_cost_scale != 1.0) h.f64(o.optimizer_cost_scale);  // older files: 1
+  if (o.params_gathered_once) h.str("params gathered once");           // older files: per use
   if (o.inflight_microbatches != 1.0) {  // older files: 1
     h.str("inflight");
     h.f64(o.inflight_microbatches);

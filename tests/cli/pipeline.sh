@@ -151,6 +151,38 @@ assert [len(s['layers']) for s in tt['stages']] == [2, 2], tt['stages']
 "
 ok "--compare"
 
+# --algo on a pp mesh: torchtitan's layout alone (equal stages, the recipe in each, 2 stages per
+# rank for Interleaved1F1B as torchtitan's generate_split_points), the same plan as its
+# --compare row.
+"$AS" plan --model llama3-8b --layers 4 --seq 256 --batch 8 --mesh 2x2x2 --mesh-dims pp,dp,tp --microbatches 4 \
+  --objective additive --algo fsdp+tp --schedule Interleaved1F1B --json >"$TMP/tt.json"
+python3 - "$TMP/tt.json" "$TMP/cmp.json" <<'PY'
+import json, sys
+tt = json.load(open(sys.argv[1]))
+row = next(r for r in json.load(open(sys.argv[2])) if r['recipe'].startswith('torchtitan PP Interleaved1F1B'))
+assert tt['schedule'] == 'Interleaved1F1B' and tt['stages_per_rank'] == 2, (tt['schedule'], tt['stages_per_rank'])
+assert [len(s['layers']) for s in tt['stages']] == [1, 1, 1, 1], tt['stages']
+assert abs(tt['step_us'] - row['step_us']) <= 1e-6 * row['step_us'], (tt['step_us'], row['step_us'])
+# torchtitan's FSDP keeps the stages' parameters gathered; memory does not count them: said.
+assert any('gathered once' in w for w in tt.get('warnings', [])), tt.get('warnings')
+PY
+expect_error "--algo with --compare" -- "$AS" plan "${M[@]}" --algo fsdp --compare
+ok "--algo on a pp mesh"
+
+# Progress: on a terminal (script(1) gives the command one) a status line on stderr, erased
+# before the summary; none with --quiet, none when stderr is not a terminal.
+if command -v script >/dev/null; then
+  # stdout to a file, stderr left on the terminal, which script records in its typescript.
+  script -qec "$AS plan ${M[*]} >$TMP/tty.out" "$TMP/tty.log" >/dev/null
+  grep -q "stage solves [0-9]*/[0-9]*" "$TMP/tty.log" || fail "no progress line on a terminal: $(cat "$TMP/tty.log")"
+  grep -q "pipelined step time" "$TMP/tty.out" || fail "no summary under script"
+  script -qec "$AS plan ${M[*]} --quiet >/dev/null" "$TMP/quiet.log" >/dev/null
+  ! grep -q "stage solves" "$TMP/quiet.log" || fail "--quiet drew progress: $(cat "$TMP/quiet.log")"
+fi
+"$AS" plan "${M[@]}" 2>"$TMP/pipe.err" >/dev/null
+[ ! -s "$TMP/pipe.err" ] || fail "progress on a stderr that is not a terminal: $(cat "$TMP/pipe.err")"
+ok "progress line"
+
 # search --pp: meshes with a pipeline dim ranked beside the others.
 "$AS" search --model llama3-8b --layers 4 --seq 256 --batch 8 --gpus 4 --max-dims 2 --pp 2 --json >"$TMP/search.json"
 pycheck "$TMP/search.json" "
