@@ -42,7 +42,8 @@ R]; for groups == 1 also out-channel [S(1) | R, S(w_out), S(0)] and in-channel [
 S(w_in), P].  Backward [grad_input, grad_weight, grad_bias | grad_out, input, weight]: batch
 [S(0), P, P | S(0), S(0), R]; out-channel [P, S(w_out), S(0) | S(1), R, S(w_out)]; in-channel
 [S(1), S(w_in), R | R, S(1), S(w_in)].  w_out / w_in are the weight's output / input channel
-dims (0 / 1; 1 / 0 when transposed).  Unbatched inputs (rank of input != rank of weight) get
+dims (0 / 1; 1 / 0 when transposed); the backward's `bias_sizes` is rewritten to the local
+channel count (fake kernels shape grad_bias from it).  Unbatched inputs (rank of input != rank of weight) get
 the replicated row only.  Spatial (halo) splits are offered by neither.
 
 Registration happens on first use (`ensure_registered`), never at import.
@@ -217,6 +218,23 @@ def _conv_rows(backward: bool):
     return strategy
 
 
+def _adjust_conv_bias(input_specs, schema):
+    """The scalar adjuster of convolution_backward: `bias_sizes` becomes the local channel
+    count of grad_out (fake and meta kernels shape grad_bias from it; an out-channel shard
+    holds C_out / k of the bias gradient)."""
+    from torch.distributed.tensor._op_schema import OpSchema
+    from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+
+    args = list(schema.args_schema)
+    if args[3] is None:
+        return schema
+    spec = input_specs[0]
+    local, _ = compute_local_shape_and_global_offset(
+        spec.tensor_meta.shape, spec.mesh, spec.placements, skip_offset=True)
+    args[3] = [local[1]]
+    return OpSchema(schema.op, tuple(args), schema.kwargs_schema)
+
+
 def ensure_registered() -> None:
     """Registers the strategies above with DTensor's sharding propagator (once)."""
     global _DONE
@@ -267,4 +285,5 @@ def ensure_registered() -> None:
         propagator.op_single_dim_strategy_funcs.pop(op, None)
         handlers.pop(op, None)  # the _tp_conv handler, which ignores the chosen redistribution
         register_op_strategy(op, schema_info=RuntimeSchemaInfo(static))(_conv_rows(backward))
+    propagator.op_to_scalar_shape_adjuster[aten.convolution_backward.default] = _adjust_conv_bias
     _DONE = True
