@@ -43,8 +43,8 @@ S(w_in), P].  Backward [grad_input, grad_weight, grad_bias | grad_out, input, we
 [S(0), P, P | S(0), S(0), R]; out-channel [P, S(w_out), S(0) | S(1), R, S(w_out)]; in-channel
 [S(1), S(w_in), R | R, S(1), S(w_in)].  w_out / w_in are the weight's output / input channel
 dims (0 / 1; 1 / 0 when transposed); the backward's `bias_sizes` is rewritten to the local
-channel count (fake kernels shape grad_bias from it).  Unbatched inputs (rank of input != rank of weight) get
-the replicated row only.  Spatial (halo) splits are offered by neither.
+channel count (fake kernels shape grad_bias from it).  Unbatched inputs (rank of input !=
+rank of weight) get the replicated row only.  Spatial (halo) splits are offered by neither.
 
 Registration happens on first use (`ensure_registered`), never at import.
 """

@@ -15,7 +15,7 @@ registers the planner's convolution rows instead.  The same launch checks those 
 (forward and backward, batch / out-channel / in-channel, with and without bias, transposed,
 1-d) and group norm (batch rows, and channel rows with whole groups a shard, the group count
 rewritten by dtensor_rules) on DTensors against the full ops.
-About 45 s on a loaded 2-core machine (one 2-rank launch).
+About 20-35 s on a loaded 2-core machine (one 2-rank launch).
 """
 import functools
 import os
@@ -99,21 +99,37 @@ def _conv_ops(mesh) -> dict:
     for name, x, w, b, transposed, places in _conv_cases():
         k = x.dim() - 2
         conf = ([1] * k, [1] * k, [1] * k, transposed, [0] * k, 1)
-        sizes = None if b is None else [b.shape[0]]
+        sizes, mask = (None, [True, True, False]) if b is None else ([b.shape[0]], [True] * 3)
         ref = aten.convolution(x, w, b, *conf)
         go = torch.randn(ref.shape, generator=torch.Generator().manual_seed(4))
-        refs = [ref, *aten.convolution_backward(go, x, w, sizes, *conf, [True, True, b is not None])]
+        refs = [ref, *aten.convolution_backward(go, x, w, sizes, *conf, mask)]
         dx, dw = (distribute_tensor(t, mesh, (p,)) for t, p in zip((x, w), places))
         db = None if b is None else distribute_tensor(b, mesh, (places[2],))
         fw = aten.convolution(dx, dw, db, *conf)
         # the gradient of a Partial output arrives replicated (what autograd gives it)
         dgo = distribute_tensor(go, mesh, fw.placements if fw.placements[0].is_shard()
                                 else (Replicate(),))
-        got = [fw, *aten.convolution_backward(dgo, dx, dw, sizes, *conf,
-                                              [True, True, b is not None])]
+        got = [fw, *aten.convolution_backward(dgo, dx, dw, sizes, *conf, mask)]
         errs = [W.rel_err(t.full_tensor(), r) for t, r in zip(got, refs) if r is not None]
         out[name] = [max(errs), [str(t.placements) for t in got if t is not None]]
+    out["fake/out"] = _fake_out_channel_grads(mesh)
     return out
+
+
+def _fake_out_channel_grads(mesh) -> list:
+    """The local shapes of convolution_backward's gradients on the out-channel row under fake
+    tensors (as the lowering traces it): grad_bias is the local channel count [4] of 8, not
+    `bias_sizes` [8] (which dtensor_rules rewrites)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.distributed.tensor import DTensor, Replicate, Shard
+
+    with FakeTensorMode():
+        go, x, w = torch.empty(4, 4, 5, 5), torch.empty(4, 6, 5, 5), torch.empty(4, 6, 3, 3)
+        args = [DTensor.from_local(t, mesh, (p,), run_check=False)
+                for t, p in ((go, Shard(1)), (x, Replicate()), (w, Shard(0)))]
+        got = torch.ops.aten.convolution_backward(*args, [8], [1, 1], [1, 1], [1, 1], False,
+                                                  [0, 0], 1, [False, True, True])
+        return [None if t is None else list(t.to_local().shape) for t in got]
 
 
 def _run(mesh, jobs):
@@ -178,6 +194,7 @@ class ConvRnnApply(unittest.TestCase):
                         "(Shard(dim=0),)"],
                 "in": ["(Partial(sum),)", "(Shard(dim=1),)", "(Shard(dim=1),)", "(Replicate(),)"]}
         for rank in per_rank:
+            self.assertEqual(rank["conv"].pop("fake/out"), [None, [4, 6, 3, 3], [4]])
             self.assertEqual(len(rank["conv"]), 7)
             for key, (err, placements) in rank["conv"].items():
                 self.assertLessEqual(err, TOL, key)
