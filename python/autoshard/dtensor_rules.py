@@ -30,6 +30,22 @@ rows (src/strategy/nn_rules.cc, ctc_forward / ctc_backward): all replicated, or 
 split (log_probs and its gradient Shard(1), every other tensor Shard(0)), the latter only for
 [N, S] targets and [N] lengths; the int-list overloads get the replicated row only.
 
+Convolution: DTensor shards `convolution` / `convolution_backward` on the batch only (a
+single-dim strategy) and runs both through a custom handler (`_tp_conv`) that never
+redistributes the inputs to the strategy it picked and halo-exchanges whenever a non-batch
+dim of the output is sharded: a weight split on its output channels (Shard(0)) gives a local
+[N, C_out/k, ...] labelled Replicate, and an input-channel split fails in the kernel.  Both ops
+get the planner's rows here (src/strategy/nn_rules.cc, convolution / convolution_backward), and
+their custom handlers are dropped so DTensor's ordinary path redistributes the inputs and runs
+the local kernel.  Forward [out | input, weight, bias?]: all replicated; batch [S(0) | S(0), R,
+R]; for groups == 1 also out-channel [S(1) | R, S(w_out), S(0)] and in-channel [P | S(1),
+S(w_in), P].  Backward [grad_input, grad_weight, grad_bias | grad_out, input, weight]: batch
+[S(0), P, P | S(0), S(0), R]; out-channel [P, S(w_out), S(0) | S(1), R, S(w_out)]; in-channel
+[S(1), S(w_in), R | R, S(1), S(w_in)].  w_out / w_in are the weight's output / input channel
+dims (0 / 1; 1 / 0 when transposed); the backward's `bias_sizes` is rewritten to the local
+channel count (fake kernels shape grad_bias from it).  Unbatched inputs (rank of input !=
+rank of weight) get the replicated row only.  Spatial (halo) splits are offered by neither.
+
 Registration happens on first use (`ensure_registered`), never at import.
 """
 from __future__ import annotations
@@ -161,6 +177,64 @@ def _ctc_strategy(backward: bool):
     return strategy
 
 
+def _conv_rows(backward: bool):
+    """convolution or convolution_backward: the planner's rows (see above) expanded over the
+    mesh.  Absent outputs (output_mask False) and an absent bias have no placement."""
+    def strategy(op_schema):
+        from torch.distributed.tensor import Partial, Replicate, Shard
+        from torch.distributed.tensor._op_schema import OpStrategy
+        from torch.distributed.tensor._ops.utils import expand_to_full_mesh_op_strategy
+
+        args = op_schema.args_schema
+        tensors = [a for a in args[:3] if isinstance(a, OpStrategy)]
+        x, w = (tensors[1], tensors[2]) if backward else (tensors[0], tensors[1])
+        transposed = bool(args[7 if backward else 6])
+        groups = int(args[9 if backward else 8])
+        w_out, w_in = (1, 0) if transposed else (0, 1)
+        R, P = Replicate(), Partial()
+        if backward:
+            present = [bool(m) for m in args[10]]
+            rows = [[Shard(0), P, P, Shard(0), Shard(0), R],
+                    [P, Shard(w_out), Shard(0), Shard(1), R, Shard(w_out)],
+                    [Shard(1), Shard(w_in), R, R, Shard(1), Shard(w_in)]]
+            n_out = 3
+        else:
+            bias = len(tensors) == 3
+            present = [True]
+            rows = [[Shard(0), Shard(0), R] + [R] * bias,
+                    [Shard(1), R, Shard(w_out)] + [Shard(0)] * bias,
+                    [P, Shard(1), Shard(w_in)] + [P] * bias]
+            n_out = 1
+        width = n_out + len(tensors)
+        if len(x.shape) != len(w.shape):
+            rows = []
+        elif groups != 1:
+            rows = rows[:1]
+        rows = [[R] * width] + rows
+        rows = [[p if k >= n_out or present[k] else None for k, p in enumerate(row)]
+                for row in rows]
+        mesh = op_schema.get_mesh_from_args()
+        return expand_to_full_mesh_op_strategy(mesh, op_schema, rows, input_index=n_out)
+    return strategy
+
+
+def _adjust_conv_bias(input_specs, schema):
+    """The scalar adjuster of convolution_backward: `bias_sizes` becomes the local channel
+    count of grad_out (fake and meta kernels shape grad_bias from it; an out-channel shard
+    holds C_out / k of the bias gradient)."""
+    from torch.distributed.tensor._op_schema import OpSchema
+    from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+
+    args = list(schema.args_schema)
+    if args[3] is None:
+        return schema
+    spec = input_specs[0]
+    local, _ = compute_local_shape_and_global_offset(
+        spec.tensor_meta.shape, spec.mesh, spec.placements, skip_offset=True)
+    args[3] = [local[1]]
+    return OpSchema(schema.op, tuple(args), schema.kwargs_schema)
+
+
 def ensure_registered() -> None:
     """Registers the strategies above with DTensor's sharding propagator (once)."""
     global _DONE
@@ -202,4 +276,14 @@ def ensure_registered() -> None:
         _ctc_strategy(False))
     register_op_strategy(aten._ctc_loss_backward.default, schema_info=RuntimeSchemaInfo(3))(
         _ctc_strategy(True))
+    # convolution (input, weight, bias?, stride, padding, dilation, transposed,
+    # output_padding, groups) and its backward (grad_out, input, weight, bias_sizes?, stride,
+    # padding, dilation, transposed, output_padding, groups, output_mask)
+    handlers = DTensor._op_dispatcher._custom_op_handlers
+    for op, backward, static in ((aten.convolution.default, False, 3),
+                                 (aten.convolution_backward.default, True, 3)):
+        propagator.op_single_dim_strategy_funcs.pop(op, None)
+        handlers.pop(op, None)  # the _tp_conv handler, which ignores the chosen redistribution
+        register_op_strategy(op, schema_info=RuntimeSchemaInfo(static))(_conv_rows(backward))
+    propagator.op_to_scalar_shape_adjuster[aten.convolution_backward.default] = _adjust_conv_bias
     _DONE = True

@@ -17,14 +17,12 @@ import _apply_worker as W
 
 def make_speech():
     """autoshard.tracer.examples.speech at a tiny size: batch 4, 12 frames, 8 features,
-    alphabet of 6, padded targets of 4 with per-sample lengths, seeded.  Its per-frame linear
-    front end: DTensor 2.13 runs a convolution whose weight is split on its output channels
-    (a row the planner offers) with the wrong output placement (Replicate for a channel shard),
-    which the apply of the conv front end would run into, CTC aside."""
+    alphabet of 6, padded targets of 4 with per-sample lengths, seeded; its Conv1d front end
+    (its DTensor strategies: autoshard.dtensor_rules)."""
     from autoshard.tracer.examples.speech import CtcSpeechModel, SpeechConfig, ctc_loss
 
     torch.manual_seed(0)
-    model = CtcSpeechModel(SpeechConfig(n_mels=8, hidden=16, n_layers=2, vocab=6, conv=False))
+    model = CtcSpeechModel(SpeechConfig(n_mels=8, hidden=16, n_layers=2, vocab=6, conv=True))
     g = torch.Generator().manual_seed(1)
     features = torch.randn(4, 8, 12, generator=g)
     targets = torch.randint(1, 6, (4, 4), generator=g)

@@ -1,18 +1,21 @@
-"""Applied numerics of group norm and LSTM plans on gloo (issue 40, item 4).
+"""Applied numerics of convolution, group norm and LSTM plans on gloo (issue 40, item 4).
 
 2 processes (mesh 2, dim dp) run the lowered step (autoshard.apply, as in test_apply.py) of a
-2-layer nn.LSTM under data parallelism (the input pinned S(0), every parameter R), the LSTM also under autoshard's
-optimum on the slow-compute toy device (its gate splits, unsafe_split, which DTensor 2.13
-lacks, run with DTensor's split strategy from autoshard.dtensor_rules).  Each rank compares with the single-process
-eager step: loss and every gradient within 1e-5 relative, and the parameters after three AdamW
-steps; DTensor must have produced every planned output placement itself.
+2-layer nn.LSTM under data parallelism (the input pinned S(0), every parameter R), the LSTM also
+under autoshard's optimum on the slow-compute toy device (its gate splits, unsafe_split, which
+DTensor 2.13 lacks, run with DTensor's split strategy from autoshard.dtensor_rules), and a conv
+net with GroupNorm whose convolution is pinned to the output-channel split (weight and bias
+S(0), output S(1); the channel-split group norm after it).  Each rank compares with the
+single-process eager step: loss and every gradient within 1e-5 relative, and the parameters
+after three AdamW steps; DTensor must have produced every planned output placement itself.
 
-Group norm (batch rows, and channel rows with whole groups a shard, the group count rewritten
-by dtensor_rules) runs as ops on DTensors in the same launch, not as a whole step: DTensor 2.13 runs a convolution
-with an out-channel shard of its weight (Shard(0)) as if the output were Replicate (local
-[4, 4, 8, 8] of a "replicated" [4, 8, 8, 8]), and its backward likewise, so a step whose conv
-feeds a channel-split norm cannot run under DTensor (a runtime defect outside these rules).
-About 35 s on a loaded 2-core machine (one 2-rank launch).
+DTensor 2.13 on its own runs that convolution as if its output were Replicate (local
+[4, 4, 8, 8] of a "replicated" [4, 8, 8, 8]) and fails its backward; autoshard.dtensor_rules
+registers the planner's convolution rows instead.  The same launch checks those rows op by op
+(forward and backward, batch / out-channel / in-channel, with and without bias, transposed,
+1-d) and group norm (batch rows, and channel rows with whole groups a shard, the group count
+rewritten by dtensor_rules) on DTensors against the full ops.
+About 20-35 s on a loaded 2-core machine (one 2-rank launch).
 """
 import functools
 import os
@@ -64,30 +67,106 @@ def _group_norm_ops(mesh) -> dict:
     return out
 
 
+def _conv_cases():
+    """(name, input, weight, bias?, transposed, placements of input/weight/bias) of the conv
+    op checks: every row the planner offers on plain, bias-free, transposed and 1-d convs."""
+    from torch.distributed.tensor import Replicate as R, Shard as S
+
+    g = torch.Generator().manual_seed(3)
+    x2, x1 = torch.randn(4, 6, 5, 5, generator=g), torch.randn(4, 6, 7, generator=g)
+    w2, wt, w1 = (torch.randn(8, 6, 3, 3, generator=g), torch.randn(6, 8, 3, 3, generator=g),
+                  torch.randn(8, 6, 3, generator=g))
+    b = torch.randn(8, generator=g)
+    rows = {"batch": (S(0), R(), R()), "out": (R(), S(0), S(0)), "in": (S(1), S(1), R())}
+    cases = [(f"2d/{k}", x2, w2, b, False, p) for k, p in rows.items()]
+    cases.append(("2d-nobias/out", x2, w2, None, False, rows["out"]))
+    cases.append(("2d-transposed/out", x2, wt, b, True, (R(), S(1), S(0))))
+    cases.append(("2d-transposed/in", x2, wt, b, True, (S(1), S(0), R())))
+    cases.append(("1d/out", x1, w1, b, False, rows["out"]))
+    return cases
+
+
+def _conv_ops(mesh) -> dict:
+    """convolution and convolution_backward on DTensors for each _conv_cases row -> name ->
+    [max relative error against the full ops, the output placements DTensor chose]."""
+    from torch.distributed.tensor import Replicate, distribute_tensor
+
+    from autoshard.dtensor_rules import ensure_registered
+
+    ensure_registered()
+    aten = torch.ops.aten
+    out = {}
+    for name, x, w, b, transposed, places in _conv_cases():
+        k = x.dim() - 2
+        conf = ([1] * k, [1] * k, [1] * k, transposed, [0] * k, 1)
+        sizes, mask = (None, [True, True, False]) if b is None else ([b.shape[0]], [True] * 3)
+        ref = aten.convolution(x, w, b, *conf)
+        go = torch.randn(ref.shape, generator=torch.Generator().manual_seed(4))
+        refs = [ref, *aten.convolution_backward(go, x, w, sizes, *conf, mask)]
+        dx, dw = (distribute_tensor(t, mesh, (p,)) for t, p in zip((x, w), places))
+        db = None if b is None else distribute_tensor(b, mesh, (places[2],))
+        fw = aten.convolution(dx, dw, db, *conf)
+        # the gradient of a Partial output arrives replicated (what autograd gives it)
+        dgo = distribute_tensor(go, mesh, fw.placements if fw.placements[0].is_shard()
+                                else (Replicate(),))
+        got = [fw, *aten.convolution_backward(dgo, dx, dw, sizes, *conf, mask)]
+        errs = [W.rel_err(t.full_tensor(), r) for t, r in zip(got, refs) if r is not None]
+        out[name] = [max(errs), [str(t.placements) for t in got if t is not None]]
+    out["fake/out"] = _fake_out_channel_grads(mesh)
+    return out
+
+
+def _fake_out_channel_grads(mesh) -> list:
+    """The local shapes of convolution_backward's gradients on the out-channel row under fake
+    tensors (as the lowering traces it): grad_bias is the local channel count [4] of 8, not
+    `bias_sizes` [8] (which dtensor_rules rewrites)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.distributed.tensor import DTensor, Replicate, Shard
+
+    with FakeTensorMode():
+        go, x, w = torch.empty(4, 4, 5, 5), torch.empty(4, 6, 5, 5), torch.empty(4, 6, 3, 3)
+        args = [DTensor.from_local(t, mesh, (p,), run_check=False)
+                for t, p in ((go, Shard(1)), (x, Replicate()), (w, Shard(0)))]
+        got = torch.ops.aten.convolution_backward(*args, [8], [1, 1], [1, 1], [1, 1], False,
+                                                  [0, 0], 1, [False, True, True])
+        return [None if t is None else list(t.to_local().shape) for t in got]
+
+
 def _run(mesh, jobs):
-    return {"jobs": W.run_jobs(mesh, jobs), "ops": _group_norm_ops(mesh)}
+    return {"jobs": W.run_jobs(mesh, jobs), "ops": _group_norm_ops(mesh),
+            "conv": _conv_ops(mesh)}
 
 
 def _dp_pins(graph):
-    """Data parallelism: the input split on the batch, every parameter replicated (and the
-    conv's output on the batch: the slow-compute device would split its channels, which
-    DTensor 2.13 cannot run, see above)."""
-    conv = [f"{n['name']}=S(0)" for n in graph["nodes"] if n.get("op", "").startswith("convolution")
+    """Data parallelism: the input split on the batch, every parameter replicated."""
+    return W.input_pins(graph, "S(0)") + W.param_pins(graph, lambda n, s: "R")
+
+
+def _conv_nodes(graph) -> list:
+    return [n["name"] for n in graph["nodes"] if n.get("op", "").startswith("convolution")
             and n.get("phase", "forward") == "forward"]
-    return W.input_pins(graph, "S(0)") + conv + W.param_pins(graph, lambda n, s: "R")
+
+
+def _out_channel_pins(graph):
+    """The convolution split on its output channels: weight and bias S(0), output S(1), the
+    input replicated (the rest is the planner's)."""
+    conv = [f"{name}=S(1)" for name in _conv_nodes(graph)]
+    params = W.param_pins(graph, lambda n, s: "S(0)" if n in ("0.weight", "0.bias") else None)
+    return W.input_pins(graph, "R") + conv + params
 
 
 @unittest.skipIf(torch is None, "PyTorch not installed")
 class ConvRnnApply(unittest.TestCase):
-    def test_group_norm_and_lstm_on_2_ranks(self):
+    def test_conv_group_norm_and_lstm_on_2_ranks(self):
         binary = _dtensor_ref.autoshard_binary()
         if binary is None:
             self.skipTest("autoshard binary not built (set AUTOSHARD_BIN)")
         tmp = tempfile.mkdtemp(prefix="autoshard-conv-rnn-")
         try:
-            jobs = []
-            for key, name, pins in [("lstm", "optimum", None), ("lstm", "dp", _dp_pins)]:
-                graph = W.trace(key)[1]
+            jobs, graphs = [], {}
+            for key, name, pins in [("lstm", "optimum", None), ("lstm", "dp", _dp_pins),
+                                    ("group_norm", "out-channel", _out_channel_pins)]:
+                graph = graphs[key] = graphs.get(key) or W.trace(key)[1]
                 d = os.path.join(tmp, f"{key}-{name}")
                 os.makedirs(d)
                 placements = W.plan(binary, graph, [2], ["dp"], pins(graph) if pins else [], d)
@@ -108,6 +187,28 @@ class ConvRnnApply(unittest.TestCase):
                              + ["(Shard(dim=0),)"] * 2)
             self.assertEqual(rank["ops"]["S(0)/True"][1], ["(Shard(dim=0),)"] * 4
                              + ["(Partial(sum),)"] * 2)
+        # convolution rows op by op: equal to the full ops, DTensor keeps the planner's outputs
+        rows = {"batch": ["(Shard(dim=0),)", "(Shard(dim=0),)", "(Partial(sum),)",
+                          "(Partial(sum),)"],
+                "out": ["(Shard(dim=1),)", "(Partial(sum),)", "(Shard(dim=0),)",
+                        "(Shard(dim=0),)"],
+                "in": ["(Partial(sum),)", "(Shard(dim=1),)", "(Shard(dim=1),)", "(Replicate(),)"]}
+        for rank in per_rank:
+            self.assertEqual(rank["conv"].pop("fake/out"), [None, [4, 6, 3, 3], [4]])
+            self.assertEqual(len(rank["conv"]), 7)
+            for key, (err, placements) in rank["conv"].items():
+                self.assertLessEqual(err, TOL, key)
+            for row, want in rows.items():
+                self.assertEqual(rank["conv"][f"2d/{row}"][1], want, row)
+            self.assertEqual(rank["conv"]["2d-nobias/out"][1], rows["out"][:3])
+            self.assertEqual(rank["conv"]["2d-transposed/out"][1],
+                             ["(Shard(dim=1),)", "(Partial(sum),)", "(Shard(dim=1),)",
+                              "(Shard(dim=0),)"])
+            self.assertEqual(rank["conv"]["1d/out"][1], rows["out"])
+        # the whole step ran the out-channel row the pins asked for
+        conv = by_name["group_norm/out-channel"]
+        self.assertEqual([conv[n]["output"] for n in _conv_nodes(graphs["group_norm"])],
+                         ["S(1)"])
         per_rank = [r["jobs"] for r in per_rank]
         gates = [n for n in by_name["lstm/optimum"] if n.startswith("unsafe_split")]
         self.assertEqual(len(gates), 12)

@@ -7,7 +7,9 @@ _weight_norm_interface and its backward) and one calling F.interpolate in bicubi
 trilinear and nearest 1d/3d modes (upsample_* and upsample_*_backward), and the LSTM (its cells
 split the gates with unsafe_split, 12 nodes for 2 layers over 6 steps).  Every op must have a
 rule (`autoshard strategies` reports no fallback, and each of these ops offers a sharded
-strategy), and the plan must carry no "no sharding rule" warning.  About 3 s in all.
+strategy), and the plan must carry no "no sharding rule" warning.  The runtime's DTensor
+strategies for convolution and its backward (autoshard.dtensor_rules) are checked equal to the
+planner's rows.  About 5 s in all.
 """
 import json
 import os
@@ -127,3 +129,60 @@ def test_plans_without_replicated_fallback(core, name):
     plan = opt.get_solution()
     assert plan.has_solution
     assert [w for w in plan.warnings if "no sharding rule" in w] == []
+
+
+class ConvZoo(nn.Module):
+    """Conv2d with bias and padding, a bias-free Conv1d over its rows and a ConvTranspose2d:
+    every convolution row kind (plain / no bias / transposed) and their backwards."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(4, 8, 3, padding=1)
+        self.conv1d = nn.Conv1d(8, 8, 3, padding=1, bias=False)
+        self.up = nn.ConvTranspose2d(8, 4, 2, stride=2)
+
+    def forward(self, x):
+        h = F.relu(self.conv(x))
+        n, c, hh, w = h.shape
+        h = self.conv1d(h.reshape(n, c, hh * w)).reshape(n, c, hh, w)
+        return self.up(h)
+
+
+def test_dtensor_convolution_strategies_are_the_planners(cli_bin, tmp_path):
+    """autoshard.dtensor_rules registers for convolution and convolution_backward exactly the
+    planner's rows (nn_rules.cc): on a mesh of 2, DTensor's candidates (input placements
+    enumerated) and `autoshard strategies` are the same sets, both ways.  Outputs the step
+    does not compute (grad_input of the first conv: output_mask False) are dropped on both
+    sides (DTensor: None; the planner: an empty [0] output)."""
+    import _dtensor_ref
+    import _strategy_ref
+    from autoshard.apply import graph_names
+    from autoshard.dtensor_rules import ensure_registered
+    from autoshard.tracer.export import to_graph_dict
+    from autoshard.tracer.trace import trace_training_step
+
+    ensure_registered()
+    torch.manual_seed(0)
+    traced = trace_training_step(ConvZoo(), (torch.randn(4, 4, 6, 6),), lambda out: out.sum())
+    graph = to_graph_dict(traced)
+    path = os.path.join(tmp_path, "conv.graph.json")
+    with open(path, "w") as f:
+        json.dump(graph, f)
+    ours = json.loads(subprocess.run([cli_bin, "strategies", "--graph", path, "--mesh", "2"],
+                                     check=True, capture_output=True, text=True,
+                                     timeout=60).stdout)
+    nodes = {n["name"]: n for n in graph["nodes"]}
+    values = _strategy_ref.node_values(traced.gm, traced.flat_args)
+    mesh = _dtensor_ref.device_mesh((2,))
+    checked = 0
+    for node, name in graph_names(traced.gm, graph, traced.placeholder_names).items():
+        if ours.get(name, {}).get("op") not in ("convolution", "convolution_backward"):
+            continue
+        live = [o["shape"] != [0] for o in nodes[name]["outputs"]]
+        mine = {(tuple(p for p, keep in zip(s["outputs"], live) if keep), tuple(s["inputs"]))
+                for s in ours[name]["strategies"]}
+        theirs = {(tuple(o for o in outs if o is not None), ins)
+                  for outs, ins in _strategy_ref.dtensor_candidates(node, mesh, values)}
+        assert theirs == mine, name
+        checked += 1
+    assert checked == 6  # three convolutions and their backwards

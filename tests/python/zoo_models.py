@@ -32,12 +32,21 @@ PATCH = 8
 
 DECODER, ENCODER, ENC_DEC, VISION, MOE = ("decoder", "encoder", "encoder-decoder", "vision",
                                           "moe")
+SPEECH, RECURRENT = "speech", "recurrent"
+
+#: The kinds of code issue 40 added to the zoo (an entry's `kind`; "" for the others):
+#: rotary embeddings on complex tensors, Mixture-of-Experts blocks that loop over the experts
+#: `nonzero` hit, speech models trained with CTC, LSTM / GRU models.
+COMPLEX_ROTARY, EXPERT_LOOP, CTC, RNN = "complex rotary", "expert loop", "ctc", "rnn"
+KINDS = (COMPLEX_ROTARY, EXPERT_LOOP, CTC, RNN)
 
 
 @dataclasses.dataclass(frozen=True)
 class ZooEntry:
-    """One architecture: `model_class` (attribute of `transformers`) built from `config()`,
-    its floating weights in `dtype` (bfloat16, as the checkpoints ship and train)."""
+    """One architecture: `model_class` (attribute of the module `source`: transformers, or
+    zoo_local for the plain-PyTorch models) built from `config()`, its floating weights in
+    `dtype` (bfloat16, as the checkpoints ship and train).  `loss` (of the model's output)
+    replaces the default loss, the sum of every floating output; `kind` is one of KINDS or ""."""
 
     name: str
     family: str
@@ -46,13 +55,17 @@ class ZooEntry:
     inputs: Callable[[Any], dict]
     """the model's keyword inputs, given the model (for its config and dtype)"""
     dtype: str = "bfloat16"
+    kind: str = ""
+    loss: Callable[[Any], Any] | None = None
+    source: str = "transformers"
 
     def build(self) -> Any:
         """The model with meta weights (nothing allocated)."""
-        import torch
-        import transformers
+        import importlib
 
-        cls = getattr(transformers, self.model_class)
+        import torch
+
+        cls = getattr(importlib.import_module(self.source), self.model_class)
         with torch.device("meta"):
             return cls(self.config()).to(getattr(torch, self.dtype))
 
@@ -66,6 +79,15 @@ def _cfg(class_name: str, **kw: Any) -> Callable[[], Any]:
         if hasattr(cfg, "use_cache"):
             cfg.use_cache = False
         return cfg
+    return build
+
+
+def _local(**kw: Any) -> Callable[[], Any]:
+    """A builder of zoo_local.LocalConfig(**kw) (the zoo's sizes by default)."""
+    def build() -> Any:
+        from zoo_local import LocalConfig
+
+        return LocalConfig(**kw)
     return build
 
 
@@ -108,6 +130,24 @@ def _pixels(model: Any) -> dict:
     return {"pixel_values": torch.randn(BATCH, 3, IMAGE, IMAGE, dtype=model.dtype)}
 
 
+AUDIO = 4000  # raw samples per utterance (speech): 4000 -> 199 frames of the conv stem below
+LABELS = 12    # characters per transcript (CTC labels)
+
+
+def _audio_ctc(model: Any) -> dict:
+    """Raw audio in the model's dtype and padded character labels (>= 1: 0 is the blank and
+    padding id): Hugging Face's CTC heads compute the loss from `labels`."""
+    import torch
+
+    return {"input_values": torch.randn(BATCH, AUDIO, dtype=model.dtype),
+            "labels": torch.randint(1, model.config.vocab_size, (BATCH, LABELS))}
+
+
+def model_loss(output: Any) -> Any:
+    """The loss a Hugging Face model computed from its `labels` (`output.loss`)."""
+    return output.loss
+
+
 # Keyword sets shared by most configs.
 _LLAMA_LIKE = dict(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=FFN,
                    num_hidden_layers=LAYERS, num_attention_heads=HEADS,
@@ -124,6 +164,19 @@ _BART_LIKE = dict(vocab_size=VOCAB, d_model=HIDDEN, encoder_layers=LAYERS,
                   eos_token_id=2, decoder_start_token_id=2)
 _IDS = dict(pad_token_id=0, bos_token_id=1, eos_token_id=2)  # inside the small vocabulary
 _MOE = dict(num_local_experts=4, num_experts_per_tok=2)
+_LOOP = dict(experts_implementation="eager")  # HF's own expert loop over `nonzero` hits
+# wav2vec2-style speech encoders: a 3-layer conv stem (stride 20), a grouped conv positional
+# embedding, a character vocabulary of 32 (blank 0)
+_W2V = dict(vocab_size=32, hidden_size=HIDDEN, num_hidden_layers=LAYERS,
+            num_attention_heads=HEADS, intermediate_size=FFN, conv_dim=(32, 32, 32),
+            conv_stride=(5, 2, 2), conv_kernel=(10, 3, 3), num_conv_pos_embeddings=16,
+            num_conv_pos_embedding_groups=4, pad_token_id=0, ctc_loss_reduction="mean")
+_DEEPSEEK = dict(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=FFN,
+                 moe_intermediate_size=FFN // 2, num_hidden_layers=LAYERS,
+                 first_k_dense_replace=1, num_attention_heads=HEADS,
+                 num_key_value_heads=HEADS, num_experts_per_tok=2, q_lora_rank=32,
+                 kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=16,
+                 max_position_embeddings=2 * SEQ, **_IDS)
 
 ZOO: list[ZooEntry] = [
     # --- decoders ------------------------------------------------------------------------
@@ -191,6 +244,14 @@ ZOO: list[ZooEntry] = [
     ZooEntry("mamba", DECODER, "MambaForCausalLM",
              _cfg("MambaConfig", vocab_size=VOCAB, hidden_size=HIDDEN, state_size=8,
                   num_hidden_layers=LAYERS, **_IDS), _text),
+    ZooEntry("glm", DECODER, "GlmForCausalLM", _cfg("GlmConfig", head_dim=HIDDEN // HEADS,
+             **_LLAMA_LIKE, **_IDS), _text),
+    ZooEntry("helium", DECODER, "HeliumForCausalLM",
+             _cfg("HeliumConfig", head_dim=HIDDEN // HEADS, **_LLAMA_LIKE, **_IDS), _text),
+    ZooEntry("smollm3", DECODER, "SmolLM3ForCausalLM", _cfg("SmolLM3Config", **_LLAMA_LIKE,
+             **_IDS), _text),
+    ZooEntry("olmo3", DECODER, "Olmo3ForCausalLM", _cfg("Olmo3Config", sliding_window=SEQ // 2,
+             **_LLAMA_LIKE, **_IDS), _text),
     # --- encoders ------------------------------------------------------------------------
     ZooEntry("bert", ENCODER, "BertForMaskedLM", _cfg("BertConfig", **_BERT_LIKE), _text_mask),
     ZooEntry("roberta", ENCODER, "RobertaForMaskedLM",
@@ -311,6 +372,49 @@ ZOO: list[ZooEntry] = [
              _cfg("GptOssConfig", num_local_experts=4, num_experts_per_tok=2,
                   head_dim=HIDDEN // HEADS,
                   sliding_window=SEQ // 2, **_LLAMA_LIKE, **_IDS), _text),
+    # --- issue 40: complex rotary, expert loops, CTC speech, recurrent -----------------------
+    ZooEntry("meta_llama", DECODER, "MetaStyleLlama", _local(), _text, kind=COMPLEX_ROTARY,
+             source="zoo_local"),
+    ZooEntry("titan_llama3", DECODER, "TitanStyleLlama3", _local(), _text, dtype="float32",
+             kind=COMPLEX_ROTARY, source="zoo_local"),
+    ZooEntry("llama4", MOE, "Llama4ForCausalLM",
+             _cfg("Llama4TextConfig", num_local_experts=4, num_experts_per_tok=1,
+                  intermediate_size_mlp=FFN, head_dim=HIDDEN // HEADS, **_LLAMA_LIKE), _text,
+             kind=COMPLEX_ROTARY),
+    ZooEntry("deepseek_v2", MOE, "DeepseekV2ForCausalLM",
+             _cfg("DeepseekV2Config", n_routed_experts=4, n_shared_experts=1, **_DEEPSEEK),
+             _text, kind=COMPLEX_ROTARY),
+    ZooEntry("mixtral_loop", MOE, "MixtralForCausalLM",
+             _cfg("MixtralConfig", **_LLAMA_LIKE, **_MOE, **_LOOP), _text, kind=EXPERT_LOOP),
+    ZooEntry("qwen2_moe_loop", MOE, "Qwen2MoeForCausalLM",
+             _cfg("Qwen2MoeConfig", num_experts=4, num_experts_per_tok=2,
+                  moe_intermediate_size=FFN // 2, shared_expert_intermediate_size=FFN,
+                  **_LLAMA_LIKE, **_LOOP), _text, kind=EXPERT_LOOP),
+    ZooEntry("qwen3_moe_loop", MOE, "Qwen3MoeForCausalLM",
+             _cfg("Qwen3MoeConfig", num_experts=4, num_experts_per_tok=2,
+                  moe_intermediate_size=FFN // 2, head_dim=HIDDEN // HEADS, **_LLAMA_LIKE,
+                  **_LOOP), _text, kind=EXPERT_LOOP),
+    ZooEntry("olmoe_loop", MOE, "OlmoeForCausalLM",
+             _cfg("OlmoeConfig", num_experts=4, num_experts_per_tok=2, **_LLAMA_LIKE, **_IDS,
+                  **_LOOP), _text, kind=EXPERT_LOOP),
+    ZooEntry("deepseek_v3_loop", MOE, "DeepseekV3ForCausalLM",
+             _cfg("DeepseekV3Config", n_routed_experts=8, n_shared_experts=1, n_group=2,
+                  topk_group=1, **_DEEPSEEK, **_LOOP), _text, kind=EXPERT_LOOP),
+    ZooEntry("wav2vec2_ctc", SPEECH, "Wav2Vec2ForCTC", _cfg("Wav2Vec2Config", **_W2V),
+             _audio_ctc, kind=CTC, loss=model_loss),
+    ZooEntry("hubert_ctc", SPEECH, "HubertForCTC", _cfg("HubertConfig", **_W2V), _audio_ctc,
+             kind=CTC, loss=model_loss),
+    ZooEntry("wavlm_ctc", SPEECH, "WavLMForCTC", _cfg("WavLMConfig", **_W2V), _audio_ctc,
+             kind=CTC, loss=model_loss),
+    ZooEntry("data2vec_audio_ctc", SPEECH, "Data2VecAudioForCTC",
+             _cfg("Data2VecAudioConfig", **_W2V), _audio_ctc, kind=CTC, loss=model_loss),
+    ZooEntry("sew_ctc", SPEECH, "SEWForCTC", _cfg("SEWConfig", squeeze_factor=2, **_W2V),
+             _audio_ctc, kind=CTC, loss=model_loss),
+    ZooEntry("unispeech_sat_ctc", SPEECH, "UniSpeechSatForCTC",
+             _cfg("UniSpeechSatConfig", **_W2V), _audio_ctc, kind=CTC, loss=model_loss),
+    ZooEntry("lstm_lm", RECURRENT, "LstmLM", _local(), _text, kind=RNN, source="zoo_local"),
+    ZooEntry("gru_tagger", RECURRENT, "GruTagger", _local(), _text, kind=RNN,
+             source="zoo_local"),
 ]
 
 BY_NAME = {e.name: e for e in ZOO}
@@ -333,6 +437,14 @@ class ZooResult:
     error: str = ""
     param_fraction: float = 1.0
     """parameter bytes per device / unsharded parameter bytes, in the plan"""
+    kind: str = ""
+    ops: list = dataclasses.field(default_factory=list)
+    """the distinct ops of the traced step"""
+    dtypes: list = dataclasses.field(default_factory=list)
+    """the distinct dtypes of the traced step's tensors (autoshard's names: bf16, c64, ...)"""
+    data_dependent: list = dataclasses.field(default_factory=list)
+    """what the trace decided for data it could not see (tracer policy: docs/tracer.md), as
+    "op: value (why)" per decision"""
 
     @property
     def ok(self) -> bool:
@@ -349,19 +461,24 @@ def plan_entry(entry: ZooEntry, time_limit_s: float = 60.0, threads: int = 1,
     Raises nothing for a model that fails: the exception's first line goes in `.error`."""
     from autoshard import AutoParallel, core
 
-    res = ZooResult(entry.name, entry.family)
+    res = ZooResult(entry.name, entry.family, kind=entry.kind)
     try:
         model = entry.build()
         options = core.planner_options(time_limit_s=time_limit_s, threads=threads)
         mesh = core.Mesh([2, 4], ["dp", "tp"])
         t0 = time.perf_counter()
         autop = AutoParallel(model, lambda: entry.inputs(model), mesh, options=options,
-                             name=entry.name)
+                             name=entry.name, loss_fn=entry.loss)
         autop.build()
         res.trace_s = time.perf_counter() - t0
         nodes = autop.graph_dict["nodes"]
         res.graph_nodes = len(nodes)
         res.op_nodes = sum(1 for n in nodes if n["kind"] == "op")
+        res.ops = sorted({n["op"] for n in nodes if n["kind"] == "op"})
+        res.dtypes = sorted({o["dtype"] for n in nodes for o in n.get("outputs", [])
+                             if "dtype" in o})
+        res.data_dependent = [f"{d.op}: {d.value} ({d.why})"
+                              for d in autop.traced.data_dependent]
         t1 = time.perf_counter()
         if param_memory:
             autop.add_parameter_memory_constraint()
