@@ -495,10 +495,13 @@ def apply_placement(model: torch.nn.Module, placements: PlacementsArg, mesh: Dev
             raise PlanError(str(e)) from None
     runner = StepRunner(gm, plan, names, mesh)
     runner.via = planned_paths(doc.get("schedule"), mesh.ndim, origin)
-    from .context_parallel import sequence_layout
+    from .context_parallel import ContextParallelError, planned_layout
 
-    runner.layout = sequence_layout(graph, plan, traced.placeholder_names,
-                                    traced.placeholder_kinds, mesh)
+    try:
+        runner.layout = planned_layout(doc, graph, plan, traced.placeholder_names,
+                                       traced.placeholder_kinds, mesh, origin)
+    except ContextParallelError as e:
+        raise PlanError(str(e)) from None
     module = build_module(model, runner, traced, graph, mesh, doc, returns)
     #: the module calls run as eager islands (docs/tracer.md, "Running it: eager islands")
     module.islands = [c.module for c in getattr(traced, "islands", [])]

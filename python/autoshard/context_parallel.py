@@ -411,6 +411,29 @@ def sequence_layout(graph: dict, plan: dict, names: Sequence[str], kinds: Sequen
     return SequenceLayout(bool(permute), permute)
 
 
+def planned_layout(doc: dict, graph: dict, plan: dict, names: Sequence[str],
+                   kinds: Sequence[str], mesh: Any, origin: str = "") -> SequenceLayout:
+    """The plan's sequence layout: placements.json's "sequence_layout", which the planner
+    writes for every load-balanced CP plan (C++ planner/sequence_layout.h).  A file from an
+    older writer has none; the same rule is then applied here (sequence_layout)."""
+    entry = doc.get("sequence_layout")
+    if entry is None:
+        return sequence_layout(graph, plan, names, kinds, mesh)
+    where = f"{origin}/sequence_layout"
+    if (not isinstance(entry, dict) or not isinstance(entry.get("head_tail"), bool)
+            or not isinstance(entry.get("permute"), dict)):
+        raise ContextParallelError(f"{where}: expected {{\"head_tail\": bool, \"permute\": "
+                                   f"{{name: [[dim, size], ...]}}}}")
+    permute: dict = {}
+    for name, dims in entry["permute"].items():
+        if not isinstance(dims, list) or not all(
+                isinstance(d, list) and len(d) == 2 and all(isinstance(x, int) for x in d)
+                for d in dims):
+            raise ContextParallelError(f"{where}/permute/{name}: expected [[dim, size], ...]")
+        permute[name] = [(d, world) for d, world in dims]
+    return SequenceLayout(entry["head_tail"], permute)
+
+
 def permute_placeholder(t: torch.Tensor, name: str, layout: "SequenceLayout | None"
                         ) -> torch.Tensor:
     """A full input or buffer in the head-tail order the layout gives it (before its shards

@@ -548,10 +548,13 @@ def apply_pipeline(model: torch.nn.Module, placements: PlacementsArg, mesh: Devi
         raise PlanError(f"{origin}/pipeline/stages: no stage on pp rank {my_pp}")
     runner = StepRunner(traced.gm, plan, graph_names(traced.gm, graph, traced.placeholder_names),
                         sub)
-    from .context_parallel import sequence_layout
+    from .context_parallel import ContextParallelError, planned_layout
 
-    runner.layout = sequence_layout(graph, plan, traced.placeholder_names,
-                                    traced.placeholder_kinds, sub)
+    try:
+        runner.layout = planned_layout(doc, graph, plan, traced.placeholder_names,
+                                       traced.placeholder_kinds, sub, origin)
+    except ContextParallelError as e:
+        raise PlanError(str(e)) from None
     phases = {n["name"]: n.get("phase", "forward") for n in graph["nodes"]}
     lowered = lower_step(runner, traced, sub, phases)
     gm = lowered.gm

@@ -124,6 +124,11 @@ class ContextParallelRuns(unittest.TestCase):
             natural = W.plan(self.binary, graph, [2], ["cp"], [], os.path.join(tmp, "natural"))
             self.assertEqual(sorted(C.cp_nodes(natural)), sorted(sdpa))
             self.assertEqual(natural["placements"]["tokens"]["output"], "R")
+            # The planner's sequence layout (placements.json) is what the rule gives: head-tail
+            # with the sequence cut at its sources, natural order when it is cut later.
+            self.assertTrue(doc["sequence_layout"]["head_tail"])
+            self.assertEqual(doc["sequence_layout"]["permute"]["tokens"], [[1, 2]])
+            self.assertEqual(natural["sequence_layout"], {"head_tail": False, "permute": {}})
             jobs.append({"name": "natural", "model": "llama", "placements": natural})
             per_rank = W.launch(2, [2], ["cp"], functools.partial(C.run_cp, jobs=jobs), tmp,
                                 TIMEOUT_S)
