@@ -233,6 +233,20 @@ def free_port() -> int:
 
 
 # --- the worker -----------------------------------------------------------------------------
+def check_job(tc, res: dict, where: str, tol: float) -> None:
+    """A job's result on one rank against one process (unittest assertions on `tc`): loss,
+    gradients and parameters after the steps within `tol`, the gradients laid out as their
+    parameters, DTensor choosing every planned placement, no DTensor in the lowered graph."""
+    tc.assertLessEqual(res["loss_err"], tol, where)
+    for n, e in res["grad_err"].items():
+        tc.assertLessEqual(e, tol, f"{where}: grad of {n}")
+    for n, e in res["param_err"].items():
+        tc.assertLessEqual(e, tol, f"{where}: {n} after 3 AdamW steps")
+    tc.assertTrue(res["grad_placements_ok"], where)
+    tc.assertEqual(res["mismatches"], [], f"{where}: DTensor chose otherwise")
+    tc.assertTrue(res["dtensor_free"], f"{where}: a DTensor in the lowered graph")
+
+
 def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
     """max |a - b| / max |b| (0 when both are zero)."""
     scale = b.abs().max().item()

@@ -216,14 +216,7 @@ class ConvRnnApply(unittest.TestCase):
             for rank, results in enumerate(per_rank):
                 res = next(r for r in results if r["name"] == job["name"])
                 where = f"{job['name']} rank {rank}"
-                self.assertLessEqual(res["loss_err"], TOL, where)
-                for n, e in res["grad_err"].items():
-                    self.assertLessEqual(e, TOL, f"{where}: grad of {n}")
-                for n, e in res["param_err"].items():
-                    self.assertLessEqual(e, TOL, f"{where}: {n} after 3 AdamW steps")
-                self.assertTrue(res["grad_placements_ok"], where)
-                self.assertEqual(res["mismatches"], [], f"{where}: DTensor chose otherwise")
-                self.assertTrue(res["dtensor_free"], f"{where}: a DTensor in the lowered graph")
+                W.check_job(self, res, where, TOL)
 
 
 if __name__ == "__main__":
