@@ -235,6 +235,29 @@ def _adjust_conv_bias(input_specs, schema):
     return OpSchema(schema.op, tuple(args), schema.kwargs_schema)
 
 
+def _weight_norm_strategy(backward: bool):
+    """The planner's weight-norm rows (src/strategy/norm_rules.cc weight_norm) over the mesh:
+    replicated; every tensor split on the norm's `dim`; for the backward, which is linear in
+    grad_w, also [P, P | P, R, R, R].  Forward [w, norm | v, g, dim], backward [grad_v, grad_g |
+    grad_w, v, g, norm, dim]."""
+    def strategy(op_schema):
+        from torch.distributed.tensor import Partial, Replicate, Shard
+        from torch.distributed.tensor._op_schema import OpStrategy
+        from torch.distributed.tensor._ops.utils import expand_to_full_mesh_op_strategy
+
+        args = op_schema.args_schema
+        n_in = 4 if backward else 2
+        rank = len(args[1 if backward else 0].shape)
+        dim = int(args[n_in]) % rank if len(args) > n_in else 0
+        tensors = [a for a in args[:n_in] if isinstance(a, OpStrategy)]
+        rows = [[Replicate()] * (2 + len(tensors)), [Shard(dim)] * (2 + len(tensors))]
+        if backward:
+            rows.append([Partial(), Partial(), Partial()] + [Replicate()] * (len(tensors) - 1))
+        return expand_to_full_mesh_op_strategy(op_schema.get_mesh_from_args(), op_schema, rows,
+                                               input_index=2)
+    return strategy
+
+
 def ensure_registered() -> None:
     """Registers the strategies above with DTensor's sharding propagator (once)."""
     global _DONE
@@ -286,4 +309,9 @@ def ensure_registered() -> None:
         handlers.pop(op, None)  # the _tp_conv handler, which ignores the chosen redistribution
         register_op_strategy(op, schema_info=RuntimeSchemaInfo(static))(_conv_rows(backward))
     propagator.op_to_scalar_shape_adjuster[aten.convolution_backward.default] = _adjust_conv_bias
+    # (v, g, dim) -> (w, norm); (grad_w, v, g, norm, dim) -> (grad_v, grad_g)
+    register_op_strategy(aten._weight_norm_interface.default, schema_info=RuntimeSchemaInfo(2))(
+        _weight_norm_strategy(False))
+    register_op_strategy(aten._weight_norm_interface_backward.default,
+                         schema_info=RuntimeSchemaInfo(4))(_weight_norm_strategy(True))
     _DONE = True

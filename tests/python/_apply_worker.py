@@ -123,8 +123,32 @@ def make_lstm():
     return model, (x,), (y,), squared_error
 
 
+class _WeightNormUpsample(nn.Module):
+    """A weight-normed conv (_weight_norm_interface and its backward) whose output is
+    upsampled bicubically (upsample_bicubic2d and its backward), then a head."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.utils.parametrizations.weight_norm(nn.Conv2d(3, 8, 3, padding=1))
+        self.head = nn.Linear(8, 4)
+
+    def forward(self, x):
+        y = nn.functional.interpolate(self.conv(x), scale_factor=2, mode="bicubic",
+                                      align_corners=False)
+        return self.head(y.mean((2, 3)))
+
+
+def make_weight_norm_upsample():
+    torch.manual_seed(0)
+    model = _WeightNormUpsample()
+    g = torch.Generator().manual_seed(1)
+    x, y = torch.randn(4, 3, 6, 6, generator=g), torch.randn(4, 4, generator=g)
+    return model, (x,), (y,), squared_error
+
+
 #: Models of test_apply_conv_rnn.py, kept out of MODELS (test_apply.py plans every one there).
-EXTRA_MODELS = {"group_norm": make_group_norm, "lstm": make_lstm}
+EXTRA_MODELS = {"group_norm": make_group_norm, "lstm": make_lstm,
+                "weight_norm_upsample": make_weight_norm_upsample}
 
 
 def model_factory(key: str):

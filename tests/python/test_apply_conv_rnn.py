@@ -1,11 +1,13 @@
-"""Applied numerics of convolution, group norm and LSTM plans on gloo (issue 40, item 4).
+"""Applied numerics of convolution, group norm, LSTM, weight norm and upsample plans on gloo
+(issue 40, item 4).
 
 2 processes (mesh 2, dim dp) run the lowered step (autoshard.apply, as in test_apply.py) of a
 2-layer nn.LSTM under data parallelism (the input pinned S(0), every parameter R), the LSTM also
 under autoshard's optimum on the slow-compute toy device (its gate splits, unsafe_split, which
 DTensor 2.13 lacks, run with DTensor's split strategy from autoshard.dtensor_rules), and a conv
 net with GroupNorm whose convolution is pinned to the output-channel split (weight and bias
-S(0), output S(1); the channel-split group norm after it).  Each rank compares with the
+S(0), output S(1); the channel-split group norm after it), and a weight-normed conv whose
+output is upsampled bicubically, under the optimum.  Each rank compares with the
 single-process eager step: loss and every gradient within 1e-5 relative, and the parameters
 after three AdamW steps; DTensor must have produced every planned output placement itself.
 
@@ -165,7 +167,8 @@ class ConvRnnApply(unittest.TestCase):
         try:
             jobs, graphs = [], {}
             for key, name, pins in [("lstm", "optimum", None), ("lstm", "dp", _dp_pins),
-                                    ("group_norm", "out-channel", _out_channel_pins)]:
+                                    ("group_norm", "out-channel", _out_channel_pins),
+                                    ("weight_norm_upsample", "optimum", None)]:
                 graph = graphs[key] = graphs.get(key) or W.trace(key)[1]
                 d = os.path.join(tmp, f"{key}-{name}")
                 os.makedirs(d)
@@ -210,6 +213,11 @@ class ConvRnnApply(unittest.TestCase):
         self.assertEqual([conv[n]["output"] for n in _conv_nodes(graphs["group_norm"])],
                          ["S(1)"])
         per_rank = [r["jobs"] for r in per_rank]
+        # weight norm and the bicubic upsample ran on their own rules, no fallback
+        wn = W.trace("weight_norm_upsample")[1]
+        ops = {n.get("op", "").split(".")[0] for n in wn["nodes"]}
+        self.assertTrue({"_weight_norm_interface", "_weight_norm_interface_backward",
+                         "upsample_bicubic2d", "upsample_bicubic2d_backward"} <= ops, sorted(ops))
         gates = [n for n in by_name["lstm/optimum"] if n.startswith("unsafe_split")]
         self.assertEqual(len(gates), 12)
         for job in jobs:
