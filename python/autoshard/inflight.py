@@ -26,10 +26,8 @@ the bytes, on a CPU test backend).  It also keeps at most `limit` collectives pe
 (a wait moves up to just before the next collective's issue), which alone made the crash rare
 but not impossible (docs/benchmarks.md "Crashes").  Overlap with computation stays (the one
 pending collective runs while the rank computes); NCCL has neither.  Compiled graphs keep the
-limit as well: inductor orders collectives among themselves but moves waits towards their
-readers, so the gloo runtime installs `inductor_one_in_flight` as inductor's post-fusion pass
-(`use_inductor_limit`, process-wide: it only ever moves a wait earlier, which no program can
-tell apart but by timing).
+graph's order (`compile_in_order`): inductor would otherwise issue each collective just before
+its reader and wait at once; on gloo its code also keeps the one-in-flight limit.
 """
 from __future__ import annotations
 
