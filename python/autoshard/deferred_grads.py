@@ -34,14 +34,16 @@ backward, run per microbatch as before; `kept` names such gradients with the rea
 from __future__ import annotations
 
 import operator
+import warnings
 from dataclasses import dataclass, field
-from typing import Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 import torch
 import torch.fx
 
 from .inflight import enforce_in_flight, gather_buffer
 from .lower import META_KEY, collective_kind
+from .schedule import ScheduleError
 
 #: ATen ops (overload packet names) linear in their tensor inputs whatever their other
 #: arguments: views, copies, concatenations, sums.
@@ -76,6 +78,37 @@ class DeferredReductions:
     #: parameters (by the lowering's "grad:<param>" stamps) whose redistribution into the
     #: optimizer's placement still has a collective in the backward
     left: list = field(default_factory=list)
+
+
+def once_per_step_params(schedule: Optional[Mapping[str, Any]],
+                         origin: str = "") -> Optional[set]:
+    """The parameters whose gradients the plan reduces once per step ("once_per_step" of a
+    pipelined plan's schedule: "grad:<param>:-1" edges); None for a file without the list."""
+    if not schedule or "once_per_step" not in schedule:
+        return None
+    edges = schedule["once_per_step"]
+    if not isinstance(edges, list) or not all(
+            isinstance(e, str) and e.startswith("grad:") and e.endswith(":-1") for e in edges):
+        raise ScheduleError(f"{origin}/schedule/once_per_step: expected "
+                            f"[\"grad:<param>:-1\", ...]")
+    return {e[len("grad:"):-len(":-1")] for e in edges}
+
+
+def check_once_per_step(stage: int, deferred: Sequence[str], per_microbatch: Mapping[str, str],
+                        planned: Optional[set], origin: str = "") -> None:
+    """Warns where a stage's backward reduces gradients otherwise than the plan says: a planned
+    once-per-step reduction still run per microbatch (`per_microbatch`: parameter -> why), or a
+    deferred one the plan lists no reduction for (a collective the planner did not price)."""
+    if per_microbatch:
+        warnings.warn(f"stage {stage}: the gradient reductions of {dict(per_microbatch)} run "
+                      f"per microbatch, not once per step as planned", stacklevel=3)
+    if planned is None:
+        return
+    unplanned = sorted(set(deferred) - planned)
+    if unplanned:
+        warnings.warn(f"{origin}/schedule/once_per_step: stage {stage} reduces the gradients "
+                      f"of {unplanned} once per step, which the plan does not reduce",
+                      stacklevel=3)
 
 
 def _name(node: torch.fx.Node) -> str:

@@ -51,7 +51,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
-import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional, Sequence
 
@@ -62,7 +61,8 @@ from torch.distributed.device_mesh import DeviceMesh
 from .apply import (PlacementsArg, PlanError, StepRunner, graph_names, load_placements,
                     parse_placements, placements_str, read_placements, trace_for_apply,
                     _lowered_alias)
-from .deferred_grads import DeferredReductions, defer_reductions
+from .deferred_grads import (DeferredReductions, check_once_per_step, defer_reductions,
+                             once_per_step_params)
 from .inflight import in_flight_limit
 from .local import local_chunk, local_slice
 from .stages import SHARED, StageError, StageGraph, cut_stages
@@ -452,35 +452,6 @@ class PipelineRunner:
         return torch.stack([x.detach().reshape(()) for x in losses]).mean()
 
 
-def once_per_step_params(schedule: Optional[Mapping[str, Any]], origin: str = "") -> Optional[set]:
-    """The parameters whose gradients the plan reduces once per step ("once_per_step" of a
-    pipelined plan's schedule: "grad:<param>:-1" edges); None for a file without the list."""
-    if not schedule or "once_per_step" not in schedule:
-        return None
-    edges = schedule["once_per_step"]
-    if not isinstance(edges, list) or not all(
-            isinstance(e, str) and e.startswith("grad:") and e.endswith(":-1") for e in edges):
-        raise PlanError(f"{origin}/schedule/once_per_step: expected [\"grad:<param>:-1\", ...]")
-    return {e[len("grad:"):-len(":-1")] for e in edges}
-
-
-def _check_once_per_step(mod: "StageModule", planned: Optional[set], origin: str) -> None:
-    """Warns where the stage's backward reduces gradients otherwise than the plan says: a
-    planned once-per-step reduction that still runs per microbatch, or a deferred reduction the
-    plan has none of (a collective the planner did not price)."""
-    if mod.per_microbatch_params:
-        warnings.warn(f"stage {mod.index}: the gradient reductions of "
-                      f"{mod.per_microbatch_params} run per microbatch, not once per step "
-                      f"as planned", stacklevel=3)
-    if planned is None:
-        return
-    unplanned = sorted(set(mod.deferred_params) - planned)
-    if unplanned:
-        warnings.warn(f"{origin}/schedule/once_per_step: stage {mod.index} reduces the "
-                      f"gradients of {unplanned} once per step, which the plan does not "
-                      f"reduce", stacklevel=3)
-
-
 def _identity_loss(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     """The last stage's output is its microbatch's loss already (the traced loss)."""
     return output
@@ -578,7 +549,8 @@ def apply_pipeline(model: torch.nn.Module, placements: PlacementsArg, mesh: Devi
                           in_flight=limit, schedule=doc.get("schedule"))
         mod = StageModule(model, cut, split, runner, traced, sub, reduce_once_per_step)
         if reduce_once_per_step:
-            _check_once_per_step(mod, once_per_step, origin)
+            check_once_per_step(mod.index, mod.deferred_params, mod.per_microbatch_params,
+                                once_per_step, origin)
         dw = None
         if spec.schedule in _SPLIT_BACKWARD:
             mod.split_backward()
