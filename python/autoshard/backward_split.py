@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import operator
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import torch
 import torch.fx
@@ -120,3 +120,19 @@ def split_backward(bwd: torch.fx.GraphModule, n_param_grads: int) -> BackwardPar
     gw_m = torch.fx.GraphModule(bwd, gw)
     return BackwardParts(gi_m, gw_m, len(input_outs), len(handoff),
                          sum(n.op == "call_function" for n in in_w), weight_inputs)
+
+
+def part_mismatches(parts: BackwardParts, planned: Mapping[str, str]) -> list:
+    """Nodes the split put in the other part than the plan (`planned`: planned node name ->
+    "input_grad" or "weight_grad", placements.json's "part" of a pipelined plan, C++
+    planner/backward_split.h), as "node (planned part)"; [] when both agree.  Lowered nodes
+    carry the planned node they came from (autoshard.lower's stamp)."""
+    from .lower import META_KEY
+
+    out = []
+    for gm, other in ((parts.input, "weight_grad"), (parts.weight, "input_grad")):
+        for n in gm.graph.nodes:
+            name = n.meta.get(META_KEY, {}).get("node") if n.op == "call_function" else None
+            if name is not None and planned.get(name) == other:
+                out.append(f"{n.name} ({name}: {other})")
+    return out

@@ -229,6 +229,8 @@ class StageModule(torch.nn.Module):
         self._split = dataclasses.replace(split, backward=self._deferred.backward)
         self._unreduced: dict = {}  # param-gradient index -> sum over this step's microbatches
         self._parts = None  # BackwardParts when the schedule splits the backward
+        #: lowered nodes the B/W split put in the other part than the plan's "part" says
+        self.part_mismatches: list = []
         self._pending: list = []  # per B not yet followed by its W: (W's inputs, handoff)
 
         for n, p in list(holder.named_parameters()):
@@ -317,12 +319,14 @@ class StageModule(torch.nn.Module):
             else:
                 p.grad += d
 
-    def split_backward(self) -> None:
+    def split_backward(self, planned: Optional[Mapping[str, str]] = None) -> list:
         """Runs the backward as B (in autograd's backward: activation gradients) and W
-        (weight_runner(), when the zero-bubble schedule runs its W action)."""
-        from .backward_split import split_backward
+        (weight_runner(), when the zero-bubble schedule runs its W action).  Returns the nodes
+        split otherwise than `planned` (planned node -> its "part" in the plan) says."""
+        from .backward_split import part_mismatches, split_backward
 
         self._parts = split_backward(self._split.backward, len(self._grad_param_slots))
+        return part_mismatches(self._parts, planned or {})
 
     def weight_runner(self) -> Callable[[], None]:
         """The W of the backward that just ran (torch's PipelineStage dw_builder): computes
@@ -542,6 +546,7 @@ def apply_pipeline(model: torch.nn.Module, placements: PlacementsArg, mesh: Devi
     device = torch.device(mesh.device_type)
     group = mesh.get_group(pp)
     once_per_step = once_per_step_params(doc.get("schedule"), origin)
+    parts = {n: e["part"] for n, e in doc["placements"].items() if "part" in e}
     modules, pipe_stages = [], []
     for cut in cuts:
         limit = in_flight_limit(sub)
@@ -553,7 +558,7 @@ def apply_pipeline(model: torch.nn.Module, placements: PlacementsArg, mesh: Devi
                                 once_per_step, origin)
         dw = None
         if spec.schedule in _SPLIT_BACKWARD:
-            mod.split_backward()
+            mod.part_mismatches = mod.split_backward(parts)
             dw = mod.weight_runner
         modules.append(mod)
         first_in = tuple(_full_example(traced, k) for k in cut.placeholders

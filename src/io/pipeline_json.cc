@@ -7,6 +7,7 @@
 
 #include "io/placements_json.h"
 #include "io/state.h"
+#include "planner/backward_split.h"
 
 namespace autoshard {
 
@@ -66,6 +67,23 @@ PrefetchSchedule pipeline_schedule(const PipelinePlan& pl, const Graph&, const S
   return out;
 }
 
+namespace {
+
+/// Per full-graph node, its backward part in its stage (planner/backward_split.h); kForward for
+/// nodes outside every stage's backward.
+std::vector<StepPart> node_parts(const PipelinePlan& pl, const Graph& g) {
+  std::vector<StepPart> out(static_cast<size_t>(g.size()), StepPart::kForward);
+  for (const PipelineStage& st : pl.stages) {
+    if (!st.solve) continue;
+    const std::vector<StepPart> parts = step_parts(st.solve->sg);
+    for (size_t j = 0; j < parts.size() && j < st.nodes.size(); ++j)
+      if (st.nodes[j] >= 0) out[static_cast<size_t>(st.nodes[j])] = parts[j];
+  }
+  return out;
+}
+
+}  // namespace
+
 std::string write_pipeline_placements_json(const PipelinePlan& pl, const Graph& g, const Mesh& mesh,
                                            const ScheduleOptions& schedule) {
   nlohmann::ordered_json j = placements_header(g, mesh);
@@ -81,6 +99,7 @@ std::string write_pipeline_placements_json(const PipelinePlan& pl, const Graph& 
   p["stages"] = stages;
   j["pipeline"] = p;
   nlohmann::ordered_json placements = nlohmann::ordered_json::object();
+  const std::vector<StepPart> parts = node_parts(pl, g);
   for (NodeIdx i = 0; i < g.size(); ++i) {
     const auto& s = pl.node_strategy[static_cast<size_t>(i)];
     if (!s) continue;
@@ -90,6 +109,10 @@ std::string write_pipeline_placements_json(const PipelinePlan& pl, const Graph& 
     for (const ShardingSpec& x : s->inputs) ins.push_back(x.to_string());
     e["inputs"] = ins;
     e["stage"] = pl.node_stage[static_cast<size_t>(i)];
+    if (const StepPart part = parts[static_cast<size_t>(i)]; part == StepPart::kInputGrad)
+      e["part"] = "input_grad";
+    else if (part == StepPart::kWeightGrad)
+      e["part"] = "weight_grad";
     if (s->cp.active()) e["context_parallel"] = context_parallel_json(s->cp, mesh);
     placements[g.node(i).name] = e;
   }

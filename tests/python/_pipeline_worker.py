@@ -124,6 +124,7 @@ def run_pipeline(mesh, placements: dict, steps: int = 3, lr: float = 1e-2,
                  "scheduled": [[s._split.prefetched + s._split.issued, s._split.bucketed]
                                for s in pipe.stages]}
     res["deferred"] = sorted(n for s in pipe.stages for n in s.deferred_params)
+    res["part_mismatches"] = [m for s in pipe.stages for m in s.part_mismatches]
     if count:
         res["collectives_half"] = half
         res["reduced"] = sum(reduced_params(s) for s in pipe.stages)

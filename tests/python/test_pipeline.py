@@ -226,6 +226,8 @@ class ApplyPipeline(unittest.TestCase):
                 if not zero_bubble:
                     self.assertIsNone(split, where)
                     continue
+                # B and W as the plan's "part" of each node says
+                self.assertEqual(res["part_mismatches"], [], where)
                 # W really runs apart: weight-gradient ops deferred, and (but on the first
                 # stage, which sends no gradient back) output gradients handed from B to W
                 self.assertGreater(split[0], 0, f"{where}: stage {s}")
