@@ -214,6 +214,36 @@ TEST(RecipesLarge, FsdpTpWithShardOrdersUsesFsdp2Layout) {
   EXPECT_EQ(checked, 1);
 }
 
+// fsdp+tp is FSDP2 over TP without being asked for shard orders (plan_recipe offers them to
+// its problem); fsdp and hsdp keep DTensor's default order, which is FSDP2's flattened layout.
+TEST(RecipesLarge, FsdpTpUsesFsdp2LayoutByDefault) {
+  Graph g = small_llama(false);
+  Mesh mesh({2, 4}, {"dp", "tp"}, h100());
+  EXPECT_TRUE(recipe_uses_shard_orders(Recipe::kFsdpTp, mesh));
+  EXPECT_TRUE(recipe_uses_shard_orders(Recipe::kCpFsdp, Mesh({2, 2, 2}, {"dp", "cp", "tp"}, h100())));
+  EXPECT_FALSE(recipe_uses_shard_orders(Recipe::kCpFsdp, Mesh({2, 4}, {"dp", "cp"}, h100())));
+  for (Recipe r : {Recipe::kFsdp, Recipe::kHsdp, Recipe::kMegatron, Recipe::kDdp})
+    EXPECT_FALSE(recipe_uses_shard_orders(r, mesh)) << recipe_name(r);
+  RecipeResult tp = plan_recipe(Recipe::kFsdpTp, g, mesh, no_limit());
+  ASSERT_TRUE(tp.plan) << tp.error << tp.not_applicable;
+  EXPECT_EQ(placement_of(g, *tp.plan, "layers.1.feed_forward.w1.weight"), "_S(0,4)S(0)");
+  EXPECT_EQ(placement_of(g, *tp.plan, "layers.1.feed_forward.w2.weight"), "S(0)S(1)");
+  RecipeResult fsdp = plan_recipe(Recipe::kFsdp, g, mesh, no_limit());
+  ASSERT_TRUE(fsdp.plan) << fsdp.error;
+  EXPECT_EQ(placement_of(g, *fsdp.plan, "layers.1.feed_forward.w1.weight"), "S(0)S(0)");
+  // cp+fsdp with tp: tp cuts first, then FSDP over dp and cp in mesh order.
+  Mesh cp({2, 2, 2}, {"dp", "cp", "tp"}, h100());
+  RecipePins pins = recipe_pins(Recipe::kCpFsdp, g, cp, false, true);
+  ASSERT_TRUE(pins.not_applicable.empty()) << pins.not_applicable;
+  int checked = 0;
+  for (const Constraint& c : pins.constraints)
+    if (c.node == "layers.1.feed_forward.w1.weight") {
+      EXPECT_EQ(placements_to_string(c.output), "_S(0,2)_S(0,2)S(0)");
+      ++checked;
+    }
+  EXPECT_EQ(checked, 1);
+}
+
 TEST(RecipesLarge, OverBudgetRecipesStillShowTheirNeeds) {
   Graph g = small_llama();
   Mesh mesh({2, 4}, {"dp", "tp"}, h100());
