@@ -53,7 +53,8 @@ const std::vector<std::string> kColumn = {"attention.wq", "attention.wk", "atten
 const std::vector<std::string> kRow = {"attention.wo", "feed_forward.w2"};
 const std::vector<std::string> kNorms = {"attention_norm", "ffn_norm"};
 
-/// Expected placement of each LLaMA parameter under a recipe, as DTensor strings on (dp, tp).
+/// Expected placement of each LLaMA parameter under a recipe, as DTensor strings on (dp=2, tp=4).
+/// fsdp+tp is FSDP2 over TP: where both split dim 0, tp cuts first (`_S(0,4)S(0)`).
 std::map<std::string, std::string> textbook(Recipe r, int layers) {
   std::map<std::string, std::string> want;
   auto put = [&](const std::string& name, const char* ddp, const char* fsdp, const char* meg,
@@ -72,14 +73,14 @@ std::map<std::string, std::string> textbook(Recipe r, int layers) {
   for (int l = 0; l < layers; ++l) {
     const std::string pre = "layers." + std::to_string(l) + ".";
     for (const std::string& w : kColumn)
-      put(pre + w + ".weight", "RR", "S(0)S(0)", "RS(0)", "S(0)S(0)", "RS(0)");
+      put(pre + w + ".weight", "RR", "S(0)S(0)", "RS(0)", "_S(0,4)S(0)", "RS(0)");
     for (const std::string& w : kRow)
       put(pre + w + ".weight", "RR", "S(0)S(0)", "RS(1)", "S(0)S(1)", "RS(0)");
     for (const std::string& w : kNorms)
       put(pre + w + ".weight", "RR", "S(0)S(0)", "RR", "S(0)R", "RS(0)");
   }
-  put("tok_embeddings.weight", "RR", "S(0)S(0)", "RS(0)", "S(0)S(0)", "RS(0)");  // vocab-parallel
-  put("output.weight", "RR", "S(0)S(0)", "RS(0)", "S(0)S(0)", "RS(0)");          // column head
+  put("tok_embeddings.weight", "RR", "S(0)S(0)", "RS(0)", "_S(0,4)S(0)", "RS(0)");  // vocab-parallel
+  put("output.weight", "RR", "S(0)S(0)", "RS(0)", "_S(0,4)S(0)", "RS(0)");          // column head
   put("norm.weight", "RR", "S(0)S(0)", "RR", "S(0)R", "RS(0)");
   return want;
 }
