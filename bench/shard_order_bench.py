@@ -13,10 +13,9 @@ which pins FSDP2's tp-first layout either way); AutoParallel's LLaMA-3 8B traced
 (tests/fixtures/ap_llama3_8b_8x8.replay, its additive objective); planning time of llama3-8b
 8x8 and llama3-70b 8x8x8 (dp, fsdp, tp).
 
---ap-placements: AutoParallel's own plan of its LLaMA-3 8B on 8x8 (its `save_placements` JSON,
-keyed by its joint graph's node names; /tmp/m39-style runs of AutoParallel are never committed).
-Its parameters (`primals_K`, in parameter order) and its matmuls (`mm`, `mm_1`, ... in graph
-order, output and input specs) are pinned on the replay's graph, the rest solved; AutoParallel
+--ap-placements: AutoParallel's own plan of its LLaMA-3 8B on 8x8 (bench/autoparallel_plan.py
+writes it and its graph).  Its parameters (`primals_K`, in parameter order) and its matmuls'
+outputs (ap_pinned_replay) are pinned on the replay's graph, the rest solved; AutoParallel
 orders a parameter's `S(0)S(0)` tp-first at run time (its shardings/ordered_sharding.py), so
 with `--shard-orders` such a parameter is pinned as `_S(0,tp)S(0)`, without as DTensor's default.
 """
@@ -77,37 +76,82 @@ def pct(x: Optional[float], base: Optional[float]) -> str:
     return "-" if x is None or not base else f"{100 * (x / base - 1):+.1f} %"
 
 
-def _mm_key(name: str) -> Optional[int]:
+def _mm_key(name: str) -> int:
     m = re.fullmatch(r"mm(?:_(\d+))?", name)
-    return None if m is None else int(m.group(1) or 0)
+    return int(m.group(1) or 0) if m else -1
+
+
+def _flat_spec(spec: str, rank: int) -> Optional[str]:
+    """A [b, s, n] matmul output's spec on autoshard's [b*s, n]: S(0), S(1) -> S(0), S(2) -> S(1).
+    None where the rows are cut sequence before batch (no plain spec of the flat dim); a sequence
+    cut under a batch cut is priced as the row cut of the same size."""
+    parts = re.findall(r"_?S\(\d+(?:,\d+)?\)|P\([a-z]+\)|R", spec)
+    out, seen_seq = [], False
+    for p in parts:
+        m = re.fullmatch(r"S\((\d+)\)", p)
+        if rank == 3 and m:
+            d = int(m.group(1))
+            if d == 0 and seen_seq:
+                return None
+            seen_seq |= d == 1
+            p = f"S({max(d - 1, 0)})"
+        out.append(p)
+    return "".join(out)
+
+
+def _transposed(spec: str) -> str:
+    return re.sub(r"S\(([01])\)", lambda m: f"S({1 - int(m.group(1))})", spec)
 
 
 def ap_pinned_replay(ap_file: str, strided: bool, out: str) -> tuple[int, int]:
     """Writes REPLAY with AutoParallel's parameter and matmul placements pinned to `out`;
-    returns (parameters pinned, matmuls pinned).  Needs AUTOSHARD_CORE (the Python module)."""
+    returns (parameters pinned, matmuls pinned).  Needs AUTOSHARD_CORE (the Python module).
+
+    AutoParallel's joint graph (AP_FILE.graph.json, bench/autoparallel_plan.py) writes each
+    linear as an einsum on [b, s, k]; autoshard's trace as an mm on [b*s, k].  They are paired in
+    graph order, each mm with the next unpaired einsum of its shape (a weight gradient may be
+    transposed, a backward pair may come in the other order); only outputs are pinned."""
     from autoshard.core import ShardingOptimizer
 
     ap = json.load(open(ap_file))["placements"]
+    ap_graph = json.load(open(ap_file + ".graph.json"))
     so = ShardingOptimizer.load_replay(REPLAY)
     nodes = json.loads(so.graph.to_json())["nodes"]
     params = [n["name"] for n in nodes if n["kind"] == "parameter"]
     ap_params = sorted((k for k in ap if re.fullmatch(r"primals_\d+", k)),
                        key=lambda k: int(k.split("_")[1]))[:len(params)]
-    mms = sorted((n["name"] for n in nodes if n.get("op") == "mm"), key=_mm_key)
-    ap_mms = sorted((k for k in ap if _mm_key(k) is not None), key=_mm_key)
-    if len(ap_mms) != len(mms):
-        raise SystemExit(f"{ap_file}: {len(ap_mms)} matmuls, the replay has {len(mms)}")
     tp = dict(zip(so.mesh.dim_names, so.mesh.shape)).get("tp", 1)
     for mine, theirs in zip(params, ap_params):
         spec = ap[theirs]["output"]
         if strided and spec == "S(0)S(0)":
             spec = f"_S(0,{tp})S(0)"  # AutoParallel's run-time order (ordered_sharding.py)
         so.add_node_constraint(mine, spec, name=f"ap:{mine}")
-    for mine, theirs in zip(mms, ap_mms):
-        so.add_node_constraint(mine, ap[theirs]["output"], inputs=ap[theirs]["inputs"],
-                               name=f"ap:{mine}")
+    einsums = [(k, v[1]) for k, v in ap_graph.items() if v[0] == "aten.einsum.default"]
+    used = [False] * len(einsums)
+    pinned, pos = 0, 0
+    for n in sorted((n for n in nodes if n.get("op") == "mm"), key=lambda n: _mm_key(n["name"])):
+        want = n["outputs"][0]["shape"]
+        for j in range(pos, min(pos + 4, len(einsums))):
+            k, shape = einsums[j]
+            if used[j]:
+                continue
+            if len(shape) == 3 and [shape[0] * shape[1], shape[2]] == want:
+                spec = _flat_spec(ap[k]["output"], 3)
+            elif shape == want:
+                spec = ap[k]["output"]
+            elif shape[::-1] == want:
+                spec = _transposed(ap[k]["output"])
+            else:
+                continue
+            used[j] = True
+            while pos < len(used) and used[pos]:
+                pos += 1
+            if spec is not None:
+                so.add_node_constraint(n["name"], spec, name=f"ap:{n['name']}")
+                pinned += 1
+            break
     so.save_replay(out)
-    return len(params), len(mms)
+    return len(params), pinned
 
 
 def plan_rows(a) -> list[str]:
