@@ -1,6 +1,7 @@
 #include "strategy/shard_orders.h"
 
 #include <algorithm>
+#include <numeric>
 #include <set>
 #include <string>
 #include <string_view>
@@ -91,6 +92,30 @@ bool keeps_layout(const Graph& g, const Node& n) {
   for (const auto& ref : n.inputs)
     if (!same(g.meta(ref))) return false;
   return shape != nullptr;
+}
+
+std::vector<char> parameter_chain_nodes(const Graph& g) {
+  const size_t n = static_cast<size_t>(g.size());
+  std::vector<char> keeps(n, 0);
+  for (NodeIdx i = 0; i < g.size(); ++i) keeps[static_cast<size_t>(i)] = keeps_layout(g, g.node(i));
+  // Union-find over the edges whose both ends keep the layout.
+  std::vector<size_t> root(n);
+  std::iota(root.begin(), root.end(), size_t{0});
+  auto find = [&](size_t x) {
+    while (root[x] != x) x = root[x] = root[root[x]];
+    return x;
+  };
+  for (NodeIdx i = 0; i < g.size(); ++i) {
+    if (!keeps[static_cast<size_t>(i)]) continue;
+    for (const TensorRef& in : g.node(i).inputs)
+      if (keeps[static_cast<size_t>(in.node)]) root[find(static_cast<size_t>(i))] = find(static_cast<size_t>(in.node));
+  }
+  std::vector<char> has_param(n, 0);
+  for (NodeIdx i = 0; i < g.size(); ++i)
+    if (g.node(i).kind == NodeKind::kParameter && keeps[static_cast<size_t>(i)]) has_param[find(static_cast<size_t>(i))] = 1;
+  std::vector<char> out(n, 0);
+  for (size_t i = 0; i < n; ++i) out[i] = keeps[i] && has_param[find(i)];
+  return out;
 }
 
 }  // namespace autoshard

@@ -25,4 +25,13 @@ void add_shard_order_variants(const Mesh& mesh, bool require_divisible,
 /// Whether node `n`'s strategies get ordered variants (see the file comment).
 bool keeps_layout(const Graph& g, const Node& n);
 
+/// Per node: whether it lies on a parameter's chain -- keeps_layout() nodes joined to a
+/// parameter through keeps_layout() nodes only: the parameter, its casts and transposes, the
+/// optimizer update with its state buffers, the gradient's casts and transposes that feed it.
+/// FSDP2's strided layout lives there; activations reach it only through ops that do not keep
+/// the layout (matmuls, norms), so the planner offers ordered variants on these nodes alone:
+/// on every same-shape op they would grow the problem past its planning-time budget (llama3-70b
+/// 8x8x8: 2.4x, docs/benchmarks.md "Shard orders").
+std::vector<char> parameter_chain_nodes(const Graph& g);
+
 }  // namespace autoshard

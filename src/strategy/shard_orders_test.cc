@@ -97,5 +97,33 @@ TEST(ShardOrders, KeepsLayout) {
   EXPECT_FALSE(keeps_layout(g, g.node(s2)));  // nothing to order
 }
 
+// The parameter's chain: its cast and transpose, the gradient's transpose into the update and
+// the optimizer state; not the activations (joined to it only through the matmul), nor a
+// same-shape op on them.
+TEST(ShardOrders, ParameterChainNodes) {
+  Graph g;
+  Node w;
+  w.name = "w";
+  w.kind = NodeKind::kParameter;
+  w.outputs.push_back(T({8, 16}));
+  const TensorRef wr{g.add(std::move(w)), 0};
+  const TensorRef x = input(g, {32, 16});
+  const NodeIdx cast = op(g, "_to_copy", {wr}, {T({8, 16}, DType::kBF16)});
+  const NodeIdx wt = op(g, "t", {{cast, 0}}, {T({16, 8}, DType::kBF16)});
+  const NodeIdx mm = op(g, "mm", {x, {wt, 0}}, {T({32, 8})});
+  const NodeIdx act = op(g, "relu", {{mm, 0}}, {T({32, 8})});
+  const NodeIdx grad = op(g, "mm", {{act, 0}, x}, {T({16, 8})});  // a weight gradient, [in, out]
+  const NodeIdx gt = op(g, "t", {{grad, 0}}, {T({8, 16})});
+  Node st;
+  st.name = "w.exp_avg";
+  st.kind = NodeKind::kBuffer;
+  st.outputs.push_back(T({8, 16}));
+  const TensorRef state{g.add(std::move(st)), 0};
+  const NodeIdx upd = op(g, "_fused_adam", {wr, {gt, 0}, state}, {T({8, 16})});
+  const std::vector<char> chain = parameter_chain_nodes(g);
+  for (NodeIdx i : {wr.node, cast, wt, gt, state.node, upd}) EXPECT_TRUE(chain[static_cast<size_t>(i)]) << i;
+  for (NodeIdx i : {x.node, mm, act, grad}) EXPECT_FALSE(chain[static_cast<size_t>(i)]) << i;
+}
+
 }  // namespace
 }  // namespace autoshard
