@@ -110,6 +110,10 @@ std::vector<char> parameter_chain_nodes(const Graph& g) {
     for (const TensorRef& in : g.node(i).inputs)
       if (keeps[static_cast<size_t>(in.node)]) root[find(static_cast<size_t>(i))] = find(static_cast<size_t>(in.node));
   }
+  // A gradient takes its parameter's placement (Graph::grad_pairs): it is on the chain.
+  for (const GradPair& gp : g.grad_pairs)
+    if (gp.param != kNoNode && keeps[static_cast<size_t>(gp.param)] && keeps[static_cast<size_t>(gp.grad.node)])
+      root[find(static_cast<size_t>(gp.grad.node))] = find(static_cast<size_t>(gp.param));
   std::vector<char> has_param(n, 0);
   for (NodeIdx i = 0; i < g.size(); ++i)
     if (g.node(i).kind == NodeKind::kParameter && keeps[static_cast<size_t>(i)]) has_param[find(static_cast<size_t>(i))] = 1;

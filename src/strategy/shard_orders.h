@@ -27,7 +27,8 @@ bool keeps_layout(const Graph& g, const Node& n);
 
 /// Per node: whether it lies on a parameter's chain -- keeps_layout() nodes joined to a
 /// parameter through keeps_layout() nodes only: the parameter, its casts and transposes, the
-/// optimizer update with its state buffers, the gradient's casts and transposes that feed it.
+/// optimizer update with its state buffers, the gradient's casts and transposes that feed it,
+/// and a gradient that Graph::grad_pairs ties to the parameter's placement, with its own chain.
 /// FSDP2's strided layout lives there; activations reach it only through ops that do not keep
 /// the layout (matmuls, norms), so the planner offers ordered variants on these nodes alone:
 /// on every same-shape op they would grow the problem past its planning-time budget (llama3-70b

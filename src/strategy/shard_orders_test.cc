@@ -120,9 +120,20 @@ TEST(ShardOrders, ParameterChainNodes) {
   st.outputs.push_back(T({8, 16}));
   const TensorRef state{g.add(std::move(st)), 0};
   const NodeIdx upd = op(g, "_fused_adam", {wr, {gt, 0}, state}, {T({8, 16})});
+  // Without an optimizer in the graph, the gradient that grad_pairs ties to the parameter
+  // joins its chain, and the cast feeding it.
+  Node v;
+  v.name = "v";
+  v.kind = NodeKind::kParameter;
+  v.outputs.push_back(T({16, 8}));
+  const TensorRef vr{g.add(std::move(v)), 0};
+  const NodeIdx vgrad = op(g, "mm", {x, {act, 0}}, {T({16, 8}, DType::kBF16)});
+  const NodeIdx vcast = op(g, "_to_copy", {{vgrad, 0}}, {T({16, 8})});
+  g.grad_pairs.push_back({vr.node, {vcast, 0}});
   const std::vector<char> chain = parameter_chain_nodes(g);
-  for (NodeIdx i : {wr.node, cast, wt, gt, state.node, upd}) EXPECT_TRUE(chain[static_cast<size_t>(i)]) << i;
-  for (NodeIdx i : {x.node, mm, act, grad}) EXPECT_FALSE(chain[static_cast<size_t>(i)]) << i;
+  for (NodeIdx i : {wr.node, cast, wt, gt, state.node, upd, vr.node, vcast})
+    EXPECT_TRUE(chain[static_cast<size_t>(i)]) << i;
+  for (NodeIdx i : {x.node, mm, act, grad, vgrad}) EXPECT_FALSE(chain[static_cast<size_t>(i)]) << i;
 }
 
 }  // namespace
