@@ -56,11 +56,19 @@ void add_shard_order_variants(const Mesh& mesh, bool require_divisible,
   for (size_t i = 0; i < n; ++i) {
     const std::vector<std::vector<int32_t>> sets = joint_cuts(strategies[i], mesh);
     if (sets.empty()) continue;
-    std::vector<std::vector<int32_t>> orders = sets;  // odometer over the permutations
+    // Per set, the orders offered: each mesh dim of the set cutting first, the rest after it in
+    // mesh order (rotation r of the set; r = 0 is the default order).  That is how the
+    // reference systems layer their parallelisms -- one (TP, EP) cuts first, FSDP shards its
+    // shard over the flattened rest -- and it keeps a 3-D set at 3 orders instead of 6.
+    std::vector<size_t> rot(sets.size(), 0);  // odometer over the rotations
     while (true) {
-      size_t k = 0;  // next combination: advance the first set whose permutation wraps
-      while (k < orders.size() && !std::next_permutation(orders[k].begin(), orders[k].end())) ++k;
-      if (k == orders.size()) break;  // back at all-ascending: every combination seen
+      size_t k = 0;
+      while (k < rot.size() && ++rot[k] == sets[k].size()) rot[k++] = 0;
+      if (k == rot.size()) break;  // back at all-default: every combination seen
+      std::vector<std::vector<int32_t>> orders = sets;
+      for (size_t j = 0; j < sets.size(); ++j)
+        std::rotate(orders[j].begin(), orders[j].begin() + static_cast<std::ptrdiff_t>(rot[j]),
+                    orders[j].begin() + static_cast<std::ptrdiff_t>(rot[j]) + 1);
       Strategy v = strategies[i];
       bool ok = true;
       for (auto* specs : {&v.outputs, &v.inputs})

@@ -6,9 +6,11 @@
 /// permutations (t, transpose, permute: every cut moves with its dim).  FSDP2 over TP stores a
 /// column-parallel weight as _S(0,tp)S(0); its gradient and optimizer state follow it.
 ///
-/// A variant permutes the cut order of a set of mesh dims that together cut one tensor dim, and
-/// applies the same permutation to every tensor of the strategy where exactly that set cuts a
-/// dim, so the tensors of one strategy keep one layout.  Other ops keep the default order: their
+/// A variant reorders the cuts of a set of mesh dims that together cut one tensor dim -- one of
+/// them first, the others after it in mesh order (FSDP2 sharding the shard of TP or EP over its
+/// flattened mesh dims; on 3-D sets the other permutations are not offered) -- and applies the
+/// same order to every tensor of the strategy where exactly that set cuts a dim, so the tensors
+/// of one strategy keep one layout.  Other ops keep the default order: their
 /// inputs are resharded to it (one all-gather for FSDP's unshard, cost/redistribute.h).
 #include <vector>
 

@@ -41,6 +41,21 @@ TEST(ShardOrders, LeafGetsStridedVariant) {
   EXPECT_TRUE(std::equal(plain.begin(), plain.end(), with.begin()));
 }
 
+// Three mesh dims cutting one dim: each of them first, the others after it in mesh order
+// (TP or EP first, FSDP over the flattened rest); the other permutations are not offered.
+TEST(ShardOrders, ThreeDimSetsOfferRotations) {
+  Graph g;
+  const NodeIdx w = input(g, {16}).node;
+  const Mesh m({2, 2, 2}, {"dp", "cp", "tp"}, *hardware_preset("h100"));
+  const auto with = names(g, w, m, ordered());
+  EXPECT_THAT(with, Contains("S(0)S(0)S(0)"));
+  EXPECT_THAT(with, Contains("_S(0,2)S(0)S(0)"));      // cp, dp, tp
+  EXPECT_THAT(with, Contains("_S(0,2)_S(0,2)S(0)"));   // tp, dp, cp
+  EXPECT_THAT(with, Not(Contains("S(0)_S(0,2)S(0)")));    // dp, tp, cp
+  EXPECT_THAT(with, Not(Contains("_S(0,4)S(0)S(0)")));    // cp, tp, dp
+  EXPECT_THAT(with, Not(Contains("_S(0,4)_S(0,2)S(0)")));  // tp, cp, dp
+}
+
 // An order that leaves an empty shard is not offered: on (2, 4), 14 cut by 4 first gives
 // 4,4,4,2 and then 2,2 / 1,1 (no empty shard); 6 cut by 4 first gives 2,2,2,0.
 TEST(ShardOrders, InvalidOrdersAreDropped) {
