@@ -422,7 +422,7 @@ void register_plan(CLI::App& app) {
                 "never split attention's sequence over a mesh dim (ring / all-gather attention)");
   sub->add_flag("--shard-orders", a->shard_orders,
                 "also offer non-default shard orders (strided shards such as FSDP2-over-TP's "
-                "_S(0,tp)S(0)) for parameters and same-shape ops; --algo fsdp+tp turns it on for "
+                "_S(0,tp)S(0)) on the parameters' chains (casts, gradients, optimizer state); --algo fsdp+tp turns it on for "
                 "its FSDP2-over-TP layout");
   sub->add_flag("--no-checks", a->no_checks, "skip the independent verification of the solution");
   sub->add_option("--pin", a->pins, "pin a node's output placements: NODE=PLACEMENTS (repeatable)");
