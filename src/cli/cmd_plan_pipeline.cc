@@ -95,24 +95,21 @@ struct CompareRow {
 std::vector<CompareRow> compare_rows(const Graph& g, const Mesh& mesh, const PlannerOptions& opt,
                                      const PipelineOptions& po) {
   std::vector<CompareRow> rows;
-  auto run = [&](std::string name, const PipelineOptions& o, const PlannerOptions& so) {
+  auto run = [&](std::string name, const PipelineOptions& o) {
     CompareRow r{std::move(name), std::nullopt, ""};
     try {
-      r.plan = plan_pipeline(g, mesh, so, o);
+      r.plan = plan_pipeline(g, mesh, opt, o);
     } catch (const std::exception& e) {
       r.error = e.what();
     }
     rows.push_back(std::move(r));
   };
-  run("alpa (stages, schedule, intra-op searched)", po, opt);
+  run("alpa (stages, schedule, intra-op searched)", po);
   const int32_t P = static_cast<int32_t>(mesh.size(pp_dim_of(mesh)));
   const int32_t L = map_layers(g).num_layers();
   // torchtitan's recipes: PP with equal stages, FSDP + TP inside each stage (FSDP without a tp dim).
   const bool tp = tensor_parallel_dim(stage_mesh(mesh, pp_dim_of(mesh))) >= 0;
   const Recipe recipe = tp ? Recipe::kFsdpTp : Recipe::kFsdp;
-  // FSDP2 over TP stores weights tp-first: the stages' problems need the ordered strategies.
-  PlannerOptions recipe_opt = opt;
-  recipe_opt.shard_orders = opt.shard_orders || recipe_uses_shard_orders(recipe, stage_mesh(mesh, pp_dim_of(mesh)));
   for (int32_t v : {1, 2}) {
     PipelineOptions o = po;
     o.schedule = v == 1 ? PipelineSchedule::k1F1B : PipelineSchedule::kInterleaved1F1B;
@@ -120,8 +117,7 @@ std::vector<CompareRow> compare_rows(const Graph& g, const Mesh& mesh, const Pla
     if (P * v > L) continue;
     o.fixed_layers = equal_split(L, P * v);
     o.stage_hook = [recipe](ShardingOptimizer& so) { apply_recipe(so, recipe); };
-    run(fmt::format("torchtitan PP {} x {}", v == 1 ? "1F1B" : "Interleaved1F1B v=2", recipe_name(recipe)), o,
-        recipe_opt);
+    run(fmt::format("torchtitan PP {} x {}", v == 1 ? "1F1B" : "Interleaved1F1B v=2", recipe_name(recipe)), o);
   }
   return rows;
 }
