@@ -112,19 +112,21 @@ def main() -> int:
     ap.add_argument("--bin", default=os.environ.get("AUTOSHARD_BIN", "build/autoshard"))
     ap.add_argument("--no-bounds", action="store_true",
                     help="skip the runs at the two bounds of the power-capped peak")
+    ap.add_argument("--only", default="",
+                    help="only the rows whose autoshard arguments contain this (e.g. fsdp+tp)")
     a = ap.parse_args()
     if not (os.path.isfile(a.bin) and os.access(a.bin, os.X_OK)):
         print(f"fidelity.py: {a.bin}: not an executable autoshard binary (--bin)", file=sys.stderr)
         return 1
     try:
-        table(a.bin, not a.no_bounds)
+        table(a.bin, not a.no_bounds, a.only)
     except (RuntimeError, json.JSONDecodeError, KeyError) as e:
         print(f"fidelity.py: {e}", file=sys.stderr)
         return 1
     return 0
 
 
-def table(binary: str, with_bounds: bool) -> None:
+def table(binary: str, with_bounds: bool, only: str = "") -> None:
     """Plans and simulates every row and prints the Markdown table and the commands."""
     with tempfile.TemporaryDirectory() as tmp:
         bounds = {}
@@ -138,6 +140,8 @@ def table(binary: str, with_bounds: bool) -> None:
               "| exposed comm | sim / published | at peak 835.5 .. 989 | peak GiB: plan / sim / published |")
         print("|---|---|---|---:|---|---:|---:|---:|---|---|")
         for r in rows():
+            if only not in " ".join(r.args):
+                continue
             s = simulate(binary, r.args)
             ratio = s["step_ms"] / r.step_ms
             band = "-"
@@ -154,7 +158,8 @@ def table(binary: str, with_bounds: bool) -> None:
         print()
         print("commands (each with --json --threads 1):")
         for r in rows():
-            print("  autoshard plan " + " ".join(r.args))
+            if only in " ".join(r.args):
+                print("  autoshard plan " + " ".join(r.args))
 
 
 if __name__ == "__main__":

@@ -266,13 +266,18 @@ int run_plan(const PlanArgs& a) {
   else throw std::invalid_argument(fmt::format("--objective: expected overlap or additive, got '{}'", a.objective));
   opt.run_checks = !a.no_checks;
   opt.recompute = parse_recompute_policy_or_throw(a.recompute, "--recompute");
-  if (replayed) {  // the replay's options; --time-limit, --threads and --objective may override
+  if (replayed) {  // the replay's options; --time-limit, --threads, --objective and
+                   // --shard-orders may override
     PlannerOptions r = replayed->options();
+    if (a.shard_orders) r.shard_orders = true;
     if (a.time_limit_given) r.time_limit_s = opt.time_limit_s;
     if (a.objective_given) r.objective = opt.objective;
     if (a.threads_given) r.threads = opt.threads;
     opt = r;
   }
+  // --algo fsdp+tp (FSDP2 over TP) pins strided weights: its problem needs the ordered
+  // strategies.  --compare keeps the optimum's options; each recipe adds what it needs.
+  if (!a.compare && recipe_uses_shard_orders(recipe, mesh)) opt.shard_orders = true;
   opt.ilp_solution_file = a.solution_file;
   opt.preload_solution = a.preload_solution;
   const bool tty = isatty(STDERR_FILENO) && !a.quiet;
@@ -428,7 +433,8 @@ void register_plan(CLI::App& app) {
                 "never split attention's sequence over a mesh dim (ring / all-gather attention)");
   sub->add_flag("--shard-orders", a->shard_orders,
                 "also offer non-default shard orders (strided shards such as FSDP2-over-TP's "
-                "_S(0,tp)S(0)) for parameters and same-shape ops");
+                "_S(0,tp)S(0)) on the parameters' chains (casts, gradients, optimizer state); --algo fsdp+tp turns it on for "
+                "its FSDP2-over-TP layout");
   sub->add_flag("--no-checks", a->no_checks, "skip the independent verification of the solution");
   sub->add_option("--pin", a->pins, "pin a node's output placements: NODE=PLACEMENTS (repeatable)");
   sub->add_option("--param-memory", a->param_memory,

@@ -27,8 +27,8 @@ Recipe parse_algo_option(const std::string& s) {
 
 std::vector<std::string> apply_recipe(ShardingOptimizer& so, Recipe r) {
   if (r == Recipe::kAlpa) return {};
-  // With --shard-orders, fsdp+tp stores column-parallel weights tp-first (FSDP2 over TP);
-  // not by default: the runtime does not apply strided placements yet (issue 39 item 4).
+  // fsdp+tp stores column-parallel weights tp-first (FSDP2 over TP) when the problem offers
+  // shard orders, which run_plan turns on for it.
   RecipePins pins = recipe_pins(r, so.graph(), so.mesh(), so.options().require_divisible,
                                 so.options().shard_orders);
   if (!pins.not_applicable.empty())

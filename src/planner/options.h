@@ -50,8 +50,10 @@ struct PlannerOptions {
   /// Offer context-parallel attention strategies (StrategyOptions::context_parallel); off,
   /// the best plan without them (`--no-context-parallel`, the benchmarks' baseline).
   bool context_parallel = true;
-  /// Offer non-default shard orders (strided shards, StrategyOptions::shard_orders) for
-  /// leaves and same-shape ops: FSDP2-over-TP's _S(0,tp)S(0) weights (`--shard-orders`).
+  /// Offer non-default shard orders (strided shards, StrategyOptions::shard_orders) on the
+  /// parameters' chains (parameter_chain_nodes): FSDP2-over-TP's _S(0,tp)S(0) weights, their
+  /// casts, gradients and optimizer state (`--shard-orders`).  Off by default: it costs
+  /// planning time (docs/benchmarks.md "Shard orders").
   bool shard_orders = false;
   /// Prefetch discount: redistributions of parameters (gathers FSDP prefetches behind the
   /// previous layer's compute) cost overlap_discount x their time in the objective.  The step

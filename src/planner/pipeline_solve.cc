@@ -262,7 +262,7 @@ std::shared_ptr<StageSolve> StageSolver::recipe_candidate(StageKind kind, int32_
   PlannerOptions o = stage_options(s->sg, 1.0, 0);
   o.recompute = RecomputePolicy::kFull;
   const Recipe r = tensor_parallel_dim(sub_) >= 0 ? Recipe::kFsdpTp : Recipe::kFsdp;
-  const RecipePins pins = recipe_pins(r, s->sg.graph, sub_, o.require_divisible);
+  const RecipePins pins = recipe_pins(r, s->sg.graph, sub_, o.require_divisible, o.shard_orders);
   if (!pins.not_applicable.empty()) return nullptr;
   const auto t0 = std::chrono::steady_clock::now();
   s->optimizer = std::make_shared<ShardingOptimizer>(s->sg.graph, sub_, o);

@@ -19,6 +19,7 @@
 #include "planner/cp_memory.h"
 #include "planner/inflight_memory.h"
 #include "planner/recompute.h"
+#include "strategy/shard_orders.h"
 
 namespace autoshard {
 
@@ -301,6 +302,11 @@ BuiltProblem build_problem(const Graph& g, const Mesh& mesh, const PlannerOption
   sopt.require_divisible = opt.require_divisible;
   sopt.context_parallel = opt.context_parallel;
   sopt.shard_orders = opt.shard_orders;
+  // Ordered variants on the parameters' chains only (strategy/shard_orders.h).
+  const std::vector<char> chain =
+      opt.shard_orders ? parameter_chain_nodes(g) : std::vector<char>(static_cast<size_t>(g.size()), 0);
+  StrategyOptions sopt_plain = sopt;
+  sopt_plain.shard_orders = false;
   std::set<std::string> fallback;
   // Views alias their base only without recomputation (see live_intervals).
   const bool views_alias =
@@ -330,8 +336,9 @@ BuiltProblem build_problem(const Graph& g, const Mesh& mesh, const PlannerOption
     const bool pinned = pins.count(i) > 0;
     int32_t tmpl = -1;
     if (!pinned) {
-      auto [it, inserted] = template_of_signature.try_emplace(node_signature(g, x),
-                                                             static_cast<int32_t>(templates.size()));
+      auto [it, inserted] = template_of_signature.try_emplace(
+          node_signature(g, x) + (chain[static_cast<size_t>(i)] ? "|chain" : ""),
+          static_cast<int32_t>(templates.size()));
       tmpl = it->second;
       if (!inserted) {
         const NodeTemplate& t = templates[static_cast<size_t>(tmpl)];
@@ -352,7 +359,7 @@ BuiltProblem build_problem(const Graph& g, const Mesh& mesh, const PlannerOption
         continue;
       }
     }
-    NodeStrategies ns = enumerate_strategies(g, i, mesh, sopt);
+    NodeStrategies ns = enumerate_strategies(g, i, mesh, chain[static_cast<size_t>(i)] ? sopt : sopt_plain);
     if (ns.fallback) fallback.insert(x.op);
     std::vector<Strategy> kept;
     kept.reserve(ns.strategies.size());

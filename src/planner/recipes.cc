@@ -287,6 +287,12 @@ std::vector<Placement> tp_cuts_first(std::vector<Placement> p, MeshDimIdx tp, co
 
 }  // namespace
 
+bool recipe_uses_shard_orders(Recipe r, const Mesh& mesh) {
+  const MeshDimIdx tp = tensor_parallel_dim(mesh);
+  if (tp < 0 || mesh.ndim() < 2) return false;
+  return r == Recipe::kFsdpTp || r == Recipe::kCpFsdp;
+}
+
 RecipePins recipe_pins(Recipe r, const Graph& g, const Mesh& mesh, bool require_divisible,
                        bool shard_orders) {
   RecipePins out;
@@ -433,7 +439,7 @@ RecipePins recipe_pins(Recipe r, const Graph& g, const Mesh& mesh, bool require_
       }
     }
     if (whole) ++kept_whole;
-    if (r == Recipe::kFsdpTp && shard_orders)
+    if (shard_orders && recipe_uses_shard_orders(r, mesh))
       p = tp_cuts_first(std::move(p), tp, m, mesh, require_divisible);
     pin(n, p);
     param_p[static_cast<size_t>(i)] = std::move(p);
@@ -497,12 +503,15 @@ RecipeResult plan_recipe_from(Recipe r, const Graph& g, const Mesh& mesh, const 
   RecipeResult res;
   res.recipe = r;
   const auto t0 = std::chrono::steady_clock::now();
+  // FSDP2-over-TP recipes need the ordered strategies for their layout (recipe_pins).
+  PlannerOptions o = opt;
+  o.shard_orders = opt.shard_orders || recipe_uses_shard_orders(r, mesh);
   try {
-    RecipePins pins = recipe_pins(r, g, mesh, opt.require_divisible, opt.shard_orders);
+    RecipePins pins = recipe_pins(r, g, mesh, o.require_divisible, o.shard_orders);
     res.notes = pins.notes;
     res.not_applicable = pins.not_applicable;
     if (res.not_applicable.empty()) {
-      ShardingOptimizer so(g, mesh, opt);
+      ShardingOptimizer so(g, mesh, o);
       for (const Constraint& c : constraints) so.add_constraint(c);
       for (const Constraint& c : pins.constraints) so.add_constraint(c);
       for (const Constraint& c : pins.use_constraints) so.add_constraint(c);
@@ -576,9 +585,11 @@ std::vector<RecipeResult> compare_recipes(const Graph& g, const Mesh& mesh,
   parallel_for(order.size(), threads, [&](size_t k) {
     results[order[k]] = plan_recipe(recipes[order[k]], g, mesh, o, constraints, inspect);
   });
+  // A strided recipe plan cannot seed an optimum offered no shard orders (no strategy matches).
   const Plan* start = nullptr;
   for (size_t k : order) {
     const RecipeResult& r = results[k];
+    if (!o.shard_orders && recipe_uses_shard_orders(r.recipe, mesh)) continue;
     if (r.plan && r.fits && (!start || r.plan->objective_us < start->objective_us)) start = &*r.plan;
   }
   for (size_t k : optimum)

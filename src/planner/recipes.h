@@ -113,10 +113,18 @@ struct RecipePins {
   /// to shard over 64 devices stay replicated".
   std::vector<std::string> notes;
 };
+/// Whether recipe `r` on `mesh` stores weights in a non-default shard order: FSDP2 over TP
+/// (torchtitan) shards the local TP shard, so a weight that tp and FSDP both split on dim 0
+/// is `_S(0,tp)S(0)`.  fsdp+tp, and cp+fsdp on a mesh with a tp dim.  Plain fsdp and hsdp need
+/// no order: FSDP2 over several mesh dims shards over their row-major flattening, which is
+/// DTensor's default order (`S(0)S(0)`), and hsdp shards over one dim only.
+bool recipe_uses_shard_orders(Recipe r, const Mesh& mesh);
+
 /// kAlpa gives no constraints.  `require_divisible` as in PlannerOptions.
-/// With `shard_orders`, fsdp+tp stores column-parallel weights tp-first (`_S(0,tp)S(0)`,
-/// FSDP2 over TP); the problem must then be built with PlannerOptions::shard_orders (the CLI's
-/// `--shard-orders`; plan_recipe and compare_recipes pass opt.shard_orders).
+/// `shard_orders`: the problem offers ordered strategies (PlannerOptions::shard_orders), so
+/// the recipes of recipe_uses_shard_orders() pin FSDP2's tp-first layout; without, they keep
+/// DTensor's default order (`S(0)S(0)`).  plan_recipe and compare_recipes turn the option on
+/// for those recipes, as the CLI's `--algo` does.
 RecipePins recipe_pins(Recipe r, const Graph& g, const Mesh& mesh, bool require_divisible = false,
                        bool shard_orders = false);
 

@@ -53,7 +53,8 @@ const std::vector<std::string> kColumn = {"attention.wq", "attention.wk", "atten
 const std::vector<std::string> kRow = {"attention.wo", "feed_forward.w2"};
 const std::vector<std::string> kNorms = {"attention_norm", "ffn_norm"};
 
-/// Expected placement of each LLaMA parameter under a recipe, as DTensor strings on (dp, tp).
+/// Expected placement of each LLaMA parameter under a recipe, as DTensor strings on (dp=2, tp=4).
+/// fsdp+tp is FSDP2 over TP: where both split dim 0, tp cuts first (`_S(0,4)S(0)`).
 std::map<std::string, std::string> textbook(Recipe r, int layers) {
   std::map<std::string, std::string> want;
   auto put = [&](const std::string& name, const char* ddp, const char* fsdp, const char* meg,
@@ -72,14 +73,14 @@ std::map<std::string, std::string> textbook(Recipe r, int layers) {
   for (int l = 0; l < layers; ++l) {
     const std::string pre = "layers." + std::to_string(l) + ".";
     for (const std::string& w : kColumn)
-      put(pre + w + ".weight", "RR", "S(0)S(0)", "RS(0)", "S(0)S(0)", "RS(0)");
+      put(pre + w + ".weight", "RR", "S(0)S(0)", "RS(0)", "_S(0,4)S(0)", "RS(0)");
     for (const std::string& w : kRow)
       put(pre + w + ".weight", "RR", "S(0)S(0)", "RS(1)", "S(0)S(1)", "RS(0)");
     for (const std::string& w : kNorms)
       put(pre + w + ".weight", "RR", "S(0)S(0)", "RR", "S(0)R", "RS(0)");
   }
-  put("tok_embeddings.weight", "RR", "S(0)S(0)", "RS(0)", "S(0)S(0)", "RS(0)");  // vocab-parallel
-  put("output.weight", "RR", "S(0)S(0)", "RS(0)", "S(0)S(0)", "RS(0)");          // column head
+  put("tok_embeddings.weight", "RR", "S(0)S(0)", "RS(0)", "_S(0,4)S(0)", "RS(0)");  // vocab-parallel
+  put("output.weight", "RR", "S(0)S(0)", "RS(0)", "_S(0,4)S(0)", "RS(0)");          // column head
   put("norm.weight", "RR", "S(0)S(0)", "RR", "S(0)R", "RS(0)");
   return want;
 }
@@ -211,6 +212,36 @@ TEST(RecipesLarge, FsdpTpWithShardOrdersUsesFsdp2Layout) {
     EXPECT_EQ(placements_to_string(c.output), "S(0)S(0)");
     ++checked;
   }
+  EXPECT_EQ(checked, 1);
+}
+
+// fsdp+tp is FSDP2 over TP without being asked for shard orders (plan_recipe offers them to
+// its problem); fsdp and hsdp keep DTensor's default order, which is FSDP2's flattened layout.
+TEST(RecipesLarge, FsdpTpUsesFsdp2LayoutByDefault) {
+  Graph g = small_llama(false);
+  Mesh mesh({2, 4}, {"dp", "tp"}, h100());
+  EXPECT_TRUE(recipe_uses_shard_orders(Recipe::kFsdpTp, mesh));
+  EXPECT_TRUE(recipe_uses_shard_orders(Recipe::kCpFsdp, Mesh({2, 2, 2}, {"dp", "cp", "tp"}, h100())));
+  EXPECT_FALSE(recipe_uses_shard_orders(Recipe::kCpFsdp, Mesh({2, 4}, {"dp", "cp"}, h100())));
+  for (Recipe r : {Recipe::kFsdp, Recipe::kHsdp, Recipe::kMegatron, Recipe::kDdp})
+    EXPECT_FALSE(recipe_uses_shard_orders(r, mesh)) << recipe_name(r);
+  RecipeResult tp = plan_recipe(Recipe::kFsdpTp, g, mesh, no_limit());
+  ASSERT_TRUE(tp.plan) << tp.error << tp.not_applicable;
+  EXPECT_EQ(placement_of(g, *tp.plan, "layers.1.feed_forward.w1.weight"), "_S(0,4)S(0)");
+  EXPECT_EQ(placement_of(g, *tp.plan, "layers.1.feed_forward.w2.weight"), "S(0)S(1)");
+  RecipeResult fsdp = plan_recipe(Recipe::kFsdp, g, mesh, no_limit());
+  ASSERT_TRUE(fsdp.plan) << fsdp.error;
+  EXPECT_EQ(placement_of(g, *fsdp.plan, "layers.1.feed_forward.w1.weight"), "S(0)S(0)");
+  // cp+fsdp with tp: tp cuts first, then FSDP over dp and cp in mesh order.
+  Mesh cp({2, 2, 2}, {"dp", "cp", "tp"}, h100());
+  RecipePins pins = recipe_pins(Recipe::kCpFsdp, g, cp, false, true);
+  ASSERT_TRUE(pins.not_applicable.empty()) << pins.not_applicable;
+  int checked = 0;
+  for (const Constraint& c : pins.constraints)
+    if (c.node == "layers.1.feed_forward.w1.weight") {
+      EXPECT_EQ(placements_to_string(c.output), "_S(0,2)_S(0,2)S(0)");
+      ++checked;
+    }
   EXPECT_EQ(checked, 1);
 }
 

@@ -381,20 +381,30 @@ TEST(Simulate, BuiltInModelWithRecomputationIsConsistent) {
   check_built_in_model(RecomputePolicy::kFull);
   // FSDP + TP with every layer recomputed (70B layers, 4x8) gathers recomputed activations for the backward
   // (torchtitan's 70B row of docs/benchmarks.md "Fidelity": they held 490 GB of buffers from
-  // the forward on before).
+  // the forward on before).  The recipe's default-order layout (S(0)S(0) weights, no shard
+  // orders): its plan moves recomputed tensors, which FSDP2's strided one does not need to.
   PlannerOptions po;
   po.time_limit_s = 20;
   po.recompute = RecomputePolicy::kFull;
   po.memory_limit_bytes = 0;
-  int moved = -1;
   ModelOptions mo;
   mo.batch = 4;
   mo.seq = 512;
   mo.layers = 2;
-  const RecipeResult r = plan_recipe(Recipe::kFsdpTp, build_model("llama3-70b", mo), Mesh({4, 8}, {"dp", "tp"}, *hardware_preset("h100")), po, {},
-                                     [&](ShardingOptimizer& o, RecipeResult& res) { moved = check_simulation(o, *res.plan); });
+  const Graph g70 = build_model("llama3-70b", mo);
+  const Mesh m48({4, 8}, {"dp", "tp"}, *hardware_preset("h100"));
+  ShardingOptimizer so(g70, m48, po);
+  const RecipePins pins = recipe_pins(Recipe::kFsdpTp, g70, m48, false, false);
+  ASSERT_TRUE(pins.not_applicable.empty()) << pins.not_applicable;
+  for (const Constraint& c : pins.constraints) so.add_constraint(c);
+  for (const Constraint& c : pins.use_constraints) so.add_constraint(c);
+  const Plan plan = so.get_solution();
+  ASSERT_TRUE(plan.has_solution);
+  EXPECT_GT(check_simulation(so, plan), 0);
+  // The recipe as planned (FSDP2's layout) is consistent too.
+  const RecipeResult r = plan_recipe(Recipe::kFsdpTp, g70, m48, po, {},
+                                     [](ShardingOptimizer& o, RecipeResult& res) { check_simulation(o, *res.plan); });
   ASSERT_TRUE(r.plan) << r.error << r.not_applicable;
-  EXPECT_GT(moved, 0);
 }
 
 // ---- recomputation on recompute_test.cc's hand-computed block ------------------------------

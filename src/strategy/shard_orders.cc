@@ -1,6 +1,7 @@
 #include "strategy/shard_orders.h"
 
 #include <algorithm>
+#include <numeric>
 #include <set>
 #include <string>
 #include <string_view>
@@ -55,11 +56,19 @@ void add_shard_order_variants(const Mesh& mesh, bool require_divisible,
   for (size_t i = 0; i < n; ++i) {
     const std::vector<std::vector<int32_t>> sets = joint_cuts(strategies[i], mesh);
     if (sets.empty()) continue;
-    std::vector<std::vector<int32_t>> orders = sets;  // odometer over the permutations
+    // Per set, the orders offered: each mesh dim of the set cutting first, the rest after it in
+    // mesh order (rotation r of the set; r = 0 is the default order).  That is how the
+    // reference systems layer their parallelisms -- one (TP, EP) cuts first, FSDP shards its
+    // shard over the flattened rest -- and it keeps a 3-D set at 3 orders instead of 6.
+    std::vector<size_t> rot(sets.size(), 0);  // odometer over the rotations
     while (true) {
-      size_t k = 0;  // next combination: advance the first set whose permutation wraps
-      while (k < orders.size() && !std::next_permutation(orders[k].begin(), orders[k].end())) ++k;
-      if (k == orders.size()) break;  // back at all-ascending: every combination seen
+      size_t k = 0;
+      while (k < rot.size() && ++rot[k] == sets[k].size()) rot[k++] = 0;
+      if (k == rot.size()) break;  // back at all-default: every combination seen
+      std::vector<std::vector<int32_t>> orders = sets;
+      for (size_t j = 0; j < sets.size(); ++j)
+        std::rotate(orders[j].begin(), orders[j].begin() + static_cast<std::ptrdiff_t>(rot[j]),
+                    orders[j].begin() + static_cast<std::ptrdiff_t>(rot[j]) + 1);
       Strategy v = strategies[i];
       bool ok = true;
       for (auto* specs : {&v.outputs, &v.inputs})
@@ -91,6 +100,34 @@ bool keeps_layout(const Graph& g, const Node& n) {
   for (const auto& ref : n.inputs)
     if (!same(g.meta(ref))) return false;
   return shape != nullptr;
+}
+
+std::vector<char> parameter_chain_nodes(const Graph& g) {
+  const size_t n = static_cast<size_t>(g.size());
+  std::vector<char> keeps(n, 0);
+  for (NodeIdx i = 0; i < g.size(); ++i) keeps[static_cast<size_t>(i)] = keeps_layout(g, g.node(i));
+  // Union-find over the edges whose both ends keep the layout.
+  std::vector<size_t> root(n);
+  std::iota(root.begin(), root.end(), size_t{0});
+  auto find = [&](size_t x) {
+    while (root[x] != x) x = root[x] = root[root[x]];
+    return x;
+  };
+  for (NodeIdx i = 0; i < g.size(); ++i) {
+    if (!keeps[static_cast<size_t>(i)]) continue;
+    for (const TensorRef& in : g.node(i).inputs)
+      if (keeps[static_cast<size_t>(in.node)]) root[find(static_cast<size_t>(i))] = find(static_cast<size_t>(in.node));
+  }
+  // A gradient takes its parameter's placement (Graph::grad_pairs): it is on the chain.
+  for (const GradPair& gp : g.grad_pairs)
+    if (gp.param != kNoNode && keeps[static_cast<size_t>(gp.param)] && keeps[static_cast<size_t>(gp.grad.node)])
+      root[find(static_cast<size_t>(gp.grad.node))] = find(static_cast<size_t>(gp.param));
+  std::vector<char> has_param(n, 0);
+  for (NodeIdx i = 0; i < g.size(); ++i)
+    if (g.node(i).kind == NodeKind::kParameter && keeps[static_cast<size_t>(i)]) has_param[find(static_cast<size_t>(i))] = 1;
+  std::vector<char> out(n, 0);
+  for (size_t i = 0; i < n; ++i) out[i] = keeps[i] && has_param[find(i)];
+  return out;
 }
 
 }  // namespace autoshard

@@ -41,6 +41,21 @@ TEST(ShardOrders, LeafGetsStridedVariant) {
   EXPECT_TRUE(std::equal(plain.begin(), plain.end(), with.begin()));
 }
 
+// Three mesh dims cutting one dim: each of them first, the others after it in mesh order
+// (TP or EP first, FSDP over the flattened rest); the other permutations are not offered.
+TEST(ShardOrders, ThreeDimSetsOfferRotations) {
+  Graph g;
+  const NodeIdx w = input(g, {16}).node;
+  const Mesh m({2, 2, 2}, {"dp", "cp", "tp"}, *hardware_preset("h100"));
+  const auto with = names(g, w, m, ordered());
+  EXPECT_THAT(with, Contains("S(0)S(0)S(0)"));
+  EXPECT_THAT(with, Contains("_S(0,2)S(0)S(0)"));      // cp, dp, tp
+  EXPECT_THAT(with, Contains("_S(0,2)_S(0,2)S(0)"));   // tp, dp, cp
+  EXPECT_THAT(with, Not(Contains("S(0)_S(0,2)S(0)")));    // dp, tp, cp
+  EXPECT_THAT(with, Not(Contains("_S(0,4)S(0)S(0)")));    // cp, tp, dp
+  EXPECT_THAT(with, Not(Contains("_S(0,4)_S(0,2)S(0)")));  // tp, cp, dp
+}
+
 // An order that leaves an empty shard is not offered: on (2, 4), 14 cut by 4 first gives
 // 4,4,4,2 and then 2,2 / 1,1 (no empty shard); 6 cut by 4 first gives 2,2,2,0.
 TEST(ShardOrders, InvalidOrdersAreDropped) {
@@ -95,6 +110,45 @@ TEST(ShardOrders, KeepsLayout) {
   EXPECT_TRUE(keeps_layout(g, g.node(upd)));  // a scalar does not count
   const NodeIdx s2 = op(g, "mul.Tensor", {step, step}, {T({})});
   EXPECT_FALSE(keeps_layout(g, g.node(s2)));  // nothing to order
+}
+
+// The parameter's chain: its cast and transpose, the gradient's transpose into the update and
+// the optimizer state; not the activations (joined to it only through the matmul), nor a
+// same-shape op on them.
+TEST(ShardOrders, ParameterChainNodes) {
+  Graph g;
+  Node w;
+  w.name = "w";
+  w.kind = NodeKind::kParameter;
+  w.outputs.push_back(T({8, 16}));
+  const TensorRef wr{g.add(std::move(w)), 0};
+  const TensorRef x = input(g, {32, 16});
+  const NodeIdx cast = op(g, "_to_copy", {wr}, {T({8, 16}, DType::kBF16)});
+  const NodeIdx wt = op(g, "t", {{cast, 0}}, {T({16, 8}, DType::kBF16)});
+  const NodeIdx mm = op(g, "mm", {x, {wt, 0}}, {T({32, 8})});
+  const NodeIdx act = op(g, "relu", {{mm, 0}}, {T({32, 8})});
+  const NodeIdx grad = op(g, "mm", {{act, 0}, x}, {T({16, 8})});  // a weight gradient, [in, out]
+  const NodeIdx gt = op(g, "t", {{grad, 0}}, {T({8, 16})});
+  Node st;
+  st.name = "w.exp_avg";
+  st.kind = NodeKind::kBuffer;
+  st.outputs.push_back(T({8, 16}));
+  const TensorRef state{g.add(std::move(st)), 0};
+  const NodeIdx upd = op(g, "_fused_adam", {wr, {gt, 0}, state}, {T({8, 16})});
+  // Without an optimizer in the graph, the gradient that grad_pairs ties to the parameter
+  // joins its chain, and the cast feeding it.
+  Node v;
+  v.name = "v";
+  v.kind = NodeKind::kParameter;
+  v.outputs.push_back(T({16, 8}));
+  const TensorRef vr{g.add(std::move(v)), 0};
+  const NodeIdx vgrad = op(g, "mm", {x, {act, 0}}, {T({16, 8}, DType::kBF16)});
+  const NodeIdx vcast = op(g, "_to_copy", {{vgrad, 0}}, {T({16, 8})});
+  g.grad_pairs.push_back({vr.node, {vcast, 0}});
+  const std::vector<char> chain = parameter_chain_nodes(g);
+  for (NodeIdx i : {wr.node, cast, wt, gt, state.node, upd, vr.node, vcast})
+    EXPECT_TRUE(chain[static_cast<size_t>(i)]) << i;
+  for (NodeIdx i : {x.node, mm, act, grad, vgrad}) EXPECT_FALSE(chain[static_cast<size_t>(i)]) << i;
 }
 
 }  // namespace
