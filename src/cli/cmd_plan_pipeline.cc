@@ -98,28 +98,31 @@ struct CompareRow {
 std::vector<CompareRow> compare_rows(const Graph& g, const Mesh& mesh, const PlannerOptions& opt,
                                      const PipelineOptions& po) {
   std::vector<CompareRow> rows;
-  auto run = [&](std::string name, const PipelineOptions& o) {
+  auto run = [&](std::string name, const PlannerOptions& planner, const PipelineOptions& o) {
     CompareRow r{std::move(name), std::nullopt, ""};
     try {
-      r.plan = plan_pipeline(g, mesh, opt, o);
+      r.plan = plan_pipeline(g, mesh, planner, o);
     } catch (const std::exception& e) {
       r.error = e.what();
     }
     rows.push_back(std::move(r));
   };
-  run("alpa (stages, schedule, intra-op searched)", po);
+  run("alpa (stages, schedule, intra-op searched)", opt, po);
   const int32_t P = static_cast<int32_t>(mesh.size(pp_dim_of(mesh)));
   const int32_t L = map_layers(g).num_layers();
   // torchtitan's recipes: PP with equal stages, FSDP + TP inside each stage (FSDP without a tp dim).
   const bool tp = tensor_parallel_dim(stage_mesh(mesh, pp_dim_of(mesh))) >= 0;
   const Recipe recipe = tp ? Recipe::kFsdpTp : Recipe::kFsdp;
+  // The recipe's own layout, as --algo plans it: FSDP2 over TP is strided (shard orders on).
+  PlannerOptions ropt = opt;
+  if (recipe_uses_shard_orders(recipe, mesh)) ropt.shard_orders = true;
   for (int32_t v : {1, 2}) {
     PipelineOptions o = po;
     o.schedule = v == 1 ? PipelineSchedule::k1F1B : PipelineSchedule::kInterleaved1F1B;
     o.stages_per_rank = v;
     if (P * v > L) continue;
     pin_recipe_layout(o, recipe, P, L);
-    run(fmt::format("torchtitan PP {} x {}", v == 1 ? "1F1B" : "Interleaved1F1B v=2", recipe_name(recipe)), o);
+    run(fmt::format("torchtitan PP {} x {}", v == 1 ? "1F1B" : "Interleaved1F1B v=2", recipe_name(recipe)), ropt, o);
   }
   return rows;
 }
