@@ -103,7 +103,7 @@ def make_group_norm():
     return model, (x,), (y,), squared_error
 
 
-class _LastStep(nn.Module):
+class LastStepLSTM(nn.Module):
     """A 2-layer nn.LSTM (gates split by unsafe_split) and a head on its last step."""
 
     def __init__(self):
@@ -117,7 +117,7 @@ class _LastStep(nn.Module):
 
 def make_lstm():
     torch.manual_seed(0)
-    model = _LastStep()
+    model = LastStepLSTM()
     g = torch.Generator().manual_seed(1)
     x, y = torch.randn(4, 6, 3, generator=g), torch.randn(4, 4, generator=g)
     return model, (x,), (y,), squared_error

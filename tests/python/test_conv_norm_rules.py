@@ -20,6 +20,7 @@ import pytest
 from conftest import PYTHON_DIR  # noqa: F401  (python/ on sys.path)
 
 torch = pytest.importorskip("torch")
+from _apply_worker import LastStepLSTM  # the same model the applied LSTM test runs  # noqa: E402
 nn = torch.nn
 F = torch.nn.functional
 
@@ -66,21 +67,9 @@ class UpsampleNet(nn.Module):
         return self.head(pooled)
 
 
-class LSTMNet(nn.Module):
-    """A 2-layer nn.LSTM over [batch 4, steps 6, features 3] and a head on the last step."""
-
-    def __init__(self):
-        super().__init__()
-        self.lstm = nn.LSTM(3, 8, num_layers=2, batch_first=True)
-        self.head = nn.Linear(8, 4)
-
-    def forward(self, x):
-        return self.head(self.lstm(x)[0][:, -1])
-
-
 #: model -> ops its training step must contain, each planned with a rule.
 CASES = {
-    "lstm": (LSTMNet, {"unsafe_split"}),
+    "lstm": (LastStepLSTM, {"unsafe_split"}),
     "group_norm": (GroupNormNet, {"native_group_norm", "native_group_norm_backward"}),
     "weight_norm": (WeightNormNet, {"_weight_norm_interface", "_weight_norm_interface_backward"}),
     "upsample": (UpsampleNet, {"upsample_bicubic2d", "upsample_bicubic2d_backward",
