@@ -255,8 +255,9 @@ _CODE_CALL = re.compile(r"(?:(\w+) = )?torch\.ops\._c10d_functional\.(\w+)\.defa
 def compiled_collective_order(code: str) -> list:
     """`collective_order` of the Python code inductor generated for a graph (as
     `torch._inductor.utils.run_and_get_code` returns it)."""
-    issued: dict = {}
+    issued: dict = {}  # buffer name -> its collective's issue index
     out: list = []
+    count = 0
     for line in code.splitlines():
         m = _CODE_CALL.search(line)
         if m is None:
@@ -264,12 +265,12 @@ def compiled_collective_order(code: str) -> list:
         result, op, first = m.groups()
         if op == "wait_tensor":
             out.append(f"wait {issued[first]}")
-        else:
-            k = len(out) and sum(e.startswith("issue") for e in out)
-            # an in-place op (all_reduce_) is waited on its argument
-            for name in ({result, first} - {None}) if op.endswith("_") else {result or first}:
-                issued[name] = k
-            out.append(f"issue {op.rstrip('_')}")
+            continue
+        # an in-place op (all_reduce_) is waited on its argument
+        for name in ({result, first} - {None}) if op.endswith("_") else {result or first}:
+            issued[name] = count
+        count += 1
+        out.append(f"issue {op.rstrip('_')}")
     return out
 
 
