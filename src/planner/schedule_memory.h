@@ -20,7 +20,6 @@ namespace autoshard {
 struct ScheduledPlan {
   Plan plan;
   std::optional<StepSimulation> sim;  ///< absent when the plan has no solution
-  int resolves = 0;                   ///< solves under a lowered limit that were kept
 };
 
 /// The plan's peak with the schedule's buffers counted (the larger of the two), in `plan` and
