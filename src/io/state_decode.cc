@@ -99,6 +99,9 @@ class Decoder {
     for (int k = 0; k < x.grad_pairs_size(); ++k)
       g.grad_pairs.push_back({x.grad_pairs(k).param(), {x.grad_pairs(k).grad().node(), x.grad_pairs(k).grad().output()}});
     if (x.has_loss()) g.loss = TensorRef{x.loss().node(), x.loss().output()};
+    g.tangents.assign(x.tangents().begin(), x.tangents().end());
+    for (const pb::EagerIsland& xi : x.islands())
+      g.islands.push_back({xi.module(), {xi.sources().begin(), xi.sources().end()}});
     std::string err = g.validate();
     if (!err.empty()) fail("graph", err);
     return g;

@@ -78,6 +78,12 @@ void put_graph(const Graph& g, pb::Graph* out) {
     out->mutable_loss()->set_node(g.loss->node);
     out->mutable_loss()->set_output(g.loss->output);
   }
+  for (NodeIdx t : g.tangents) out->add_tangents(t);
+  for (const EagerIsland& island : g.islands) {
+    pb::EagerIsland* x = out->add_islands();
+    x->set_module(island.module);
+    for (const std::string& s : island.sources) x->add_sources(s);
+  }
 }
 
 void put_mesh(const Mesh& m, pb::Mesh* out) {

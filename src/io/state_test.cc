@@ -358,6 +358,18 @@ TEST(State, ComplexDtypesRoundTrip) {
   EXPECT_EQ(back.graph().node(1).outputs[0].dtype, DType::kC128);
 }
 
+TEST(State, TangentsAndEagerIslandsRoundTrip) {
+  Graph g = small_gpt2(1);
+  g.tangents = {g.size() - 2};
+  g.islands = {{"h.0.mlp", {"gpt2.py:30", "gpt2.py:31"}}};
+  ShardingOptimizer so(std::move(g), mesh_2x2(), no_limit());
+  ShardingOptimizer back = state_from_bytes(state_bytes(so), "x.ap");
+  EXPECT_EQ(back.graph().tangents, so.graph().tangents);
+  ASSERT_EQ(back.graph().islands.size(), 1u);
+  EXPECT_EQ(back.graph().islands[0].module, "h.0.mlp");
+  EXPECT_EQ(back.graph().islands[0].sources, so.graph().islands[0].sources);
+}
+
 TEST(ReplayLarge, RegeneratesTheSameOptimum) {
   ShardingOptimizer so = solved_optimizer();
   std::string replay = replay_bytes(so);

@@ -192,6 +192,10 @@ std::string Graph::validate() const {
   if (loss && !ref_ok(*loss))
     return fmt::format("loss refers to a missing tensor (node #{}, output {})", loss->node,
                        loss->output);
+  for (NodeIdx t : tangents)
+    if (t < 0 || t >= size()) return fmt::format("tangent node #{} does not exist", t);
+  for (const EagerIsland& island : islands)
+    if (island.module.empty()) return "an eager island without a module path";
   return {};
 }
 

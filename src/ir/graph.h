@@ -89,6 +89,15 @@ struct GradPair {
   TensorRef grad;
 };
 
+/// A module call the runtime runs eagerly, outside the lowered step, because its code depends
+/// on data the trace could not see (an expert loop over `nonzero`, an `.item()` branch; see
+/// docs/tracer.md).  The planner still plans its nodes -- the island runs on the planned
+/// placements -- but their schedule is the eager one, so the report names it.
+struct EagerIsland {
+  std::string module;                ///< module path, e.g. "layers.0.moe"
+  std::vector<std::string> sources;  ///< "file:line" of the data-dependent reads inside it
+};
+
 class Graph {
  public:
   std::string name;
@@ -99,6 +108,7 @@ class Graph {
   /// JSON): the loss's seed and, for a step traced without a loss, the model outputs'
   /// gradients.  What only feeds them does not run (autoshard.partition); kept for the audit.
   std::vector<NodeIdx> tangents;
+  std::vector<EagerIsland> islands;  ///< "islands" in the graph JSON; in trace order.
 
   NodeIdx size() const { return static_cast<NodeIdx>(nodes.size()); }
   const Node& node(NodeIdx i) const { return nodes.at(static_cast<size_t>(i)); }

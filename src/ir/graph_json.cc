@@ -172,6 +172,12 @@ std::string write_graph_json(const Graph& g) {
       for (NodeIdx i : g.tangents) t.push_back(g.node(i).name);
       out += fmt::format(",\n \"tangents\": {}", t.dump());
     }
+    if (!g.islands.empty()) {
+      ojson a = ojson::array();
+      for (const EagerIsland& island : g.islands)
+        a.push_back({{"module", island.module}, {"sources", island.sources}});
+      out += fmt::format(",\n \"islands\": {}", a.dump());
+    }
     out += "}\n";
     return out;
   } catch (const nlohmann::json::exception& e) {

@@ -103,6 +103,11 @@ void expect_same(const Graph& a, const Graph& b) {
   }
   EXPECT_EQ(a.loss, b.loss);
   EXPECT_EQ(a.tangents, b.tangents);
+  ASSERT_EQ(a.islands.size(), b.islands.size());
+  for (size_t k = 0; k < a.islands.size(); ++k) {
+    EXPECT_EQ(a.islands[k].module, b.islands[k].module);
+    EXPECT_EQ(a.islands[k].sources, b.islands[k].sources);
+  }
 }
 
 TEST(GraphJson, RoundTrip) {
@@ -150,6 +155,14 @@ TEST(GraphJson, TangentsRoundTripAndNameNodes) {
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("unknown node 'zz'"), std::string::npos) << e.what();
   }
+}
+
+TEST(GraphJson, EagerIslandsRoundTrip) {
+  Graph g = hand_made();
+  g.islands = {{"layers.0.moe", {"moe.py:41", "moe.py:44"}}, {"block", {}}};
+  const std::string text = write_graph_json(g);
+  EXPECT_THAT(text, HasSubstr(R"("islands": [{"module":"layers.0.moe","sources":["moe.py:41","moe.py:44"]})"));
+  expect_same(g, read_graph_json(text, "mem.json"));
 }
 
 TEST(GraphJson, NaNAttributeRoundTrips) {
@@ -418,6 +431,14 @@ TEST(GraphJsonErrors, WrongTypes) {
   error_of(doc(R"({"name": "y", "kind": "op", "op": "relu", "inputs": [3],
                    "outputs": [{"shape": [1], "dtype": "f32"}]})"),
            {"/nodes/3/inputs/0 (node 'y'): expected a node name or"});
+}
+
+TEST(GraphJsonErrors, BadIslands) {
+  error_of(doc("", R"(, "islands": {"module": "m"})"), {"/islands: expected an array, got object"});
+  error_of(doc("", R"(, "islands": [{"sources": []}])"), {"/islands/0: missing field 'module'"});
+  error_of(doc("", R"(, "islands": [{"module": "m", "sources": [3]}])"),
+           {"/islands/0/sources/0: expected a string, got integer 3"});
+  error_of(doc("", R"(, "islands": [{"module": "m", "line": 3}])"), {"/islands/0/line: unknown field"});
 }
 
 TEST(GraphJsonErrors, BadAttr) {

@@ -152,6 +152,7 @@ class Reader {
   TensorRef ref(const Graph& g, const V& v, const Path& p, NodeIdx limit) const;
   Node node(const Graph& g, const V& v, const Path& p, NodeIdx index) const;
   void grad_pairs(Graph& g, const V& gp, const Path& pg) const;
+  void islands(Graph& g, const V& v, const Path& pi) const;
 
   std::string_view origin_;
   /// Looked up by string_view: references are the bulk of a graph, and need no copy.
@@ -356,10 +357,32 @@ void Reader<V>::grad_pairs(Graph& g, const V& gp, const Path& pg) const {
 }
 
 template <class V>
+void Reader<V>::islands(Graph& g, const V& v, const Path& pi) const {
+  expect_array(v, pi);
+  const size_t count = v.size();
+  for (size_t i = 0; i < count; ++i) {
+    const Path p = pi.at(i);
+    const V e = v.at(i);
+    expect_object(e, p);
+    const auto [module_v, sources_v] = fields(e, p, {"module", "sources"});
+    EagerIsland island;
+    island.module = string(required(module_v, p, "module"), p.at("module"));
+    if (sources_v) {
+      const Path ps = p.at("sources");
+      expect_array(*sources_v, ps);
+      const size_t n = sources_v->size();
+      for (size_t k = 0; k < n; ++k) island.sources.push_back(string(sources_v->at(k), ps.at(k)));
+    }
+    g.islands.push_back(std::move(island));
+  }
+}
+
+template <class V>
 Graph Reader<V>::graph(const V& j) {
   Path root;
   expect_object(j, root);
-  check_keys(j, root, {"format", "version", "name", "nodes", "grad_pairs", "loss", "tangents"});
+  check_keys(j, root,
+             {"format", "version", "name", "nodes", "grad_pairs", "loss", "tangents", "islands"});
   std::string_view format = string_view(field(j, root, "format"), root.at("format"));
   if (format != kGraphFormatName)
     fail(root.at("format"), fmt::format("not an autoshard graph: format '{}', expected '{}'",
@@ -415,6 +438,7 @@ Graph Reader<V>::graph(const V& j) {
     for (size_t k = 0; k < n; ++k)
       g.tangents.push_back(ref(g, tangents->at(k), pt.at(k), g.size()).node);
   }
+  if (std::optional<V> isl = j.find("islands")) islands(g, *isl, root.at("islands"));
 
   if (std::string err = g.validate(); !err.empty())
     throw std::runtime_error(one_line(fmt::format("{}: invalid graph: {}", origin_, err)));

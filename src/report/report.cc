@@ -64,6 +64,7 @@ std::string render_report_page(const nlohmann::ordered_json& data) {
 <div class="sub" id="subtitle"></div>
 <div class="cards" id="cards"></div>
 <div id="warnings"></div>
+<div id="islands"></div>
 )";
   if (pipelined) {
     html += R"(<h2>Pipeline schedule</h2>

@@ -20,6 +20,7 @@ h2 { font-size: 15px; margin: 28px 0 8px; border-bottom: 1px solid var(--line); 
 .card .v { font-size: 16px; font-weight: 600; }
 .card .v.bad { color: var(--bad); }
 .warn { color: var(--bad); margin: 6px 0; }
+.island { color: var(--muted); margin: 6px 0; }
 table { border-collapse: collapse; background: #fff; font-size: 12px; }
 th, td { border: 1px solid var(--line); padding: 3px 6px; text-align: left; white-space: nowrap; }
 th { background: #f0f0f2; cursor: pointer; user-select: none; position: sticky; top: 0; }
@@ -196,6 +197,11 @@ function renderHeader() {
   card(c, "parameters", h.parameter_tensors + " tensors, " + fmtCount(h.parameter_elements) + " elements", "param-count",
        { count: h.parameter_tensors, elements: h.parameter_elements });
   for (const w of h.warnings) $("warnings").append(el("div", { class: "warn" }, "warning: " + w));
+  for (const isl of D.islands) {
+    const where = isl.sources.length ? " (data-dependent code at " + isl.sources.join(", ") + ")" : "";
+    $("islands").append(el("div", { class: "island" }, "eager island: " + isl.module + " — " + isl.nodes +
+      " planned nodes, " + fmtUs(isl.compute_us) + " of compute, run eagerly on their planned placements" + where));
+  }
 }
 
 let activeGroup = null;

@@ -466,6 +466,27 @@ Json timeline_json(Context& c) {
   return streams;
 }
 
+/// The eager islands (Graph::islands) with the planned nodes inside each: the report names them
+/// because their ops run eagerly, in the model's own order, not on the plan's schedule.
+Json islands_json(Context& c) {
+  Json out = Json::array();
+  for (const EagerIsland& island : c.g.islands) {
+    int64_t nodes = 0;
+    double compute_us = 0;
+    for (NodeIdx i = 0; i < c.g.size(); ++i) {
+      const std::string& m = c.g.node(i).module_path;
+      const auto& np = c.plan.nodes[static_cast<size_t>(i)];
+      if (!np || !m.starts_with(island.module)) continue;
+      if (m.size() != island.module.size() && m[island.module.size()] != '.') continue;
+      ++nodes;
+      compute_us += np->compute_us;
+    }
+    out.push_back({{"module", island.module}, {"sources", island.sources}, {"nodes", nodes},
+                   {"compute_us", num(compute_us)}});
+  }
+  return out;
+}
+
 }  // namespace
 
 nlohmann::ordered_json report_data(ShardingOptimizer& opt, const Plan& plan, const StepSimulation& sim,
@@ -508,6 +529,7 @@ nlohmann::ordered_json report_data(ShardingOptimizer& opt, const Plan& plan, con
                  {"parameter_tensors", param_tensors},
                  {"parameter_elements", g.parameter_count()},
                  {"warnings", plan.warnings}};
+  j["islands"] = islands_json(c);
   j["simulation"] = simulation_summary_json(sim);
   j["mesh_dims"] = mesh.names();
 

@@ -113,6 +113,43 @@ TEST(Report, SelfContainedDeterministicAndComplete) {
   EXPECT_FALSE(d["memory"]["points"].empty());
 }
 
+// The graph's eager islands are listed with the planned nodes inside each (a module path and
+// its submodules, not a sibling that shares the prefix).
+TEST(Report, ListsEagerIslands) {
+  ModelOptions mo;
+  mo.layers = 2;
+  mo.batch = 2;
+  mo.seq = 128;
+  Graph g = build_model("llama3-1b", mo);
+  std::string island;
+  for (const Node& n : g.nodes)
+    if (n.module_path.ends_with(".feed_forward")) {
+      island = n.module_path;
+      break;
+    }
+  ASSERT_FALSE(island.empty());
+  int64_t inside = 0;
+  for (const Node& n : g.nodes)
+    inside += n.kind == NodeKind::kOp &&
+              (n.module_path == island || n.module_path.starts_with(island + "."));
+  g.islands = {{island, {"model.py:7"}}};
+  PlannerOptions po;
+  po.time_limit_s = 20;
+  ShardingOptimizer opt(std::move(g), Mesh({2, 2}, {"dp", "tp"}, *hardware_preset("h100")), po);
+  Plan plan = opt.get_solution();
+  ASSERT_TRUE(plan.has_solution);
+  nlohmann::json d = blob(render_report_html(opt, plan));
+  ASSERT_EQ(d["islands"].size(), 1u);
+  EXPECT_EQ(d["islands"][0]["module"], island);
+  EXPECT_EQ(d["islands"][0]["sources"], nlohmann::json::array({"model.py:7"}));
+  EXPECT_GE(d["islands"][0]["nodes"].get<int64_t>(), inside);
+  EXPECT_GT(inside, 0);
+  EXPECT_GT(d["islands"][0]["compute_us"].get<double>(), 0);
+  // no island, no entries
+  Planned p = plan_model("llama3-1b", 1);
+  EXPECT_TRUE(blob(render_report_html(p.opt, p.plan))["islands"].empty());
+}
+
 // Recomputed ops appear twice on the compute track, the second time as "recompute"; the
 // report's node table keeps their forward start.
 TEST(Trace, RecomputedOpsAreLabelled) {

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import functools
+import json
 import os
 import shutil
 import tempfile
@@ -242,8 +243,8 @@ def test_islands_apply_on_two_ranks_with_single_process_numerics(cli_bin):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DataDependentWarning)
         graphs = {k: D.trace(k)[1] for k in dict(specs)}
-    # the graph says which calls run eagerly ("_" members: the planner's reader skips them)
-    assert [i["module"] for i in graphs["moe_loop"]["_islands"]] == ["moe"]
+    # the graph says which calls run eagerly; the plan's report names them (below)
+    assert [i["module"] for i in graphs["moe_loop"]["islands"]] == ["moe"]
     assert graphs["branch"]["_data_dependent"][0]["why"] == "default"
     tmp = tempfile.mkdtemp(prefix="autoshard-islands-")
     try:
@@ -257,6 +258,11 @@ def test_islands_apply_on_two_ranks_with_single_process_numerics(cli_bin):
             os.makedirs(d)
             jobs.append({"name": f"{key}/{name}", "model": key,
                          "placements": W.plan(cli_bin, g, mesh, dims, pins, d)})
+            with open(os.path.join(d, "report.html"), encoding="utf-8") as f:
+                report = f.read()
+            data = json.loads(report.split('type="application/json">', 1)[1].split("</script>")[0])
+            assert [i["module"] for i in data["islands"]] == [i["module"] for i in g["islands"]]
+            assert all(i["nodes"] > 0 for i in data["islands"]), data["islands"]
         per_rank = W.launch(2, mesh, dims, functools.partial(D.run_jobs, jobs=jobs), tmp, 300)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

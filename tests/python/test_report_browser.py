@@ -59,8 +59,12 @@ def screenshot(report: str, png: str, full_page: bool = False) -> None:
         ctx.close()
 
 
+ISLAND = "layers.1.feed_forward"
+
+
 @pytest.fixture(scope="module")
-def planned(tmp_path_factory: pytest.TempPathFactory) -> dict:
+def planned(tmp_path_factory: pytest.TempPathFactory, core: Any) -> dict:
+    """A 2-layer llama3-1b planned on 2x2, its graph marking one MLP as an eager island."""
     if not os.path.exists(CHROMIUM):
         pytest.skip(f"{CHROMIUM} is not installed")
     pytest.importorskip("playwright")
@@ -68,8 +72,11 @@ def planned(tmp_path_factory: pytest.TempPathFactory) -> dict:
     if not os.path.exists(binary):
         pytest.fail(f"no autoshard binary at {binary} (set AUTOSHARD_BIN)")
     out = tmp_path_factory.mktemp("report")
+    graph = json.loads(core.Graph.builtin("llama3-1b", batch=2, seq=128, layers=2).to_json())
+    graph["islands"] = [{"module": ISLAND, "sources": ["moe.py:12"]}]
+    (out / "graph.json").write_text(json.dumps(graph))
     res = subprocess.run(
-        [binary, "plan", "--model", "llama3-1b", "--layers", "2", "--batch", "2", "--seq", "128",
+        [binary, "plan", "--graph", str(out / "graph.json"),
          "--mesh", "2x2", "--mesh-dims", "dp,tp", "--time-limit", "30", "--json", "-o", str(out)],
         capture_output=True, text=True, timeout=300,
     )
@@ -128,6 +135,12 @@ def test_figures_equal_the_json(page: Any, planned: dict) -> None:
         "#param-table tbody tr", "rs => rs.map(r => Array.from(r.cells).map(c => c.textContent))")
     assert [r[0] for r in rows] == [p["name"] for p in params]
     assert [r[2] for r in rows] == [p["placement"] for p in params]
+
+
+def test_eager_islands_are_named(page: Any) -> None:
+    """The graph's eager island is listed under the cards, with its source line."""
+    text = page.inner_text("#islands")
+    assert f"eager island: {ISLAND}" in text and "moe.py:12" in text, text
 
 
 def test_clicking_a_node_shows_its_strategy_table(page: Any) -> None:

@@ -476,14 +476,15 @@ def _to_graph_dict(traced: TracedStep, name: str, keep_dead: bool) -> dict:
                 if m is not None and fx_by_name.get(m) in out_name]
     if tangents:
         out["tangents"] = tangents
-    # What the trace decided instead of the data, and the module calls the runtime runs as
-    # eager islands (docs/tracer.md, "Data-dependent code"); "_" members: readers skip them.
+    # What the trace decided instead of the data ("_": the planner's reader skips it), and the
+    # module calls the runtime runs as eager islands, which the planner's report names
+    # (docs/tracer.md, "Data-dependent code").
     if traced.data_dependent:
         out["_data_dependent"] = [
             {"source": d.source, "module": d.module, "op": d.op, "value": d.value, "why": d.why}
             for d in traced.data_dependent if d.why != "known"]
     if traced.islands:
-        out["_islands"] = [{"module": c.module, "sources": list(c.sources)}
+        out["islands"] = [{"module": c.module, "sources": list(c.sources)}
                            for c in traced.islands]
     return out
 
@@ -527,7 +528,7 @@ def _backward_module(fx_node, mod_of, phase_of) -> str:
 def write_graph_json(graph: dict, path: str) -> None:
     """Writes the graph with one node per line (diff-friendly, still plain JSON)."""
     head = {k: v for k, v in graph.items()
-            if k not in ("nodes", "grad_pairs", "loss", "tangents")}
+            if k not in ("nodes", "grad_pairs", "loss", "tangents", "islands")}
     parts = ["{" + json.dumps(head, allow_nan=False)[1:-1] + ',\n "nodes": [\n']
     parts.append(",\n".join("  " + json.dumps(n, allow_nan=False, separators=(",", ":"))
                             for n in graph["nodes"]))
@@ -537,6 +538,8 @@ def write_graph_json(graph: dict, path: str) -> None:
     parts.append('\n ],\n "loss": ' + json.dumps(graph["loss"]))
     if graph.get("tangents"):
         parts.append(',\n "tangents": ' + json.dumps(graph["tangents"]))
+    if graph.get("islands"):
+        parts.append(',\n "islands": ' + json.dumps(graph["islands"], separators=(",", ":")))
     parts.append("\n}\n")
     d = os.path.dirname(os.path.abspath(path))
     os.makedirs(d, exist_ok=True)

@@ -11,7 +11,7 @@ import sys
 DTYPES = {"f32", "bf16", "f16", "f8", "i64", "i32", "bool", "c64", "c128"}
 KINDS = {"input", "parameter", "buffer", "op", "output"}
 PHASES = {"forward", "backward", "optimizer"}
-TOP_KEYS = {"format", "version", "name", "nodes", "grad_pairs", "loss", "tangents"}
+TOP_KEYS = {"format", "version", "name", "nodes", "grad_pairs", "loss", "tangents", "islands"}
 NODE_KEYS = {"name", "kind", "op", "phase", "inputs", "attrs", "outputs", "module", "source"}
 OUTPUT_KEYS = {"shape", "dtype", "none"}
 
@@ -126,6 +126,16 @@ def validate_graph(g: dict) -> list[str]:
     else:
         for i, t in enumerate(tangents):
             check_ref(t, f"tangents/{i}")
+    islands = g.get("islands", [])
+    if not isinstance(islands, list):
+        errs.append("islands: expected an array")
+    else:
+        for i, isl in enumerate(islands):
+            if not isinstance(isl, dict) or not isinstance(isl.get("module"), str):
+                errs.append(f"islands/{i}: expected an object with a string 'module'")
+            elif _unknown(isl, {"module", "sources"}) or not all(
+                    isinstance(x, str) for x in isl.get("sources", [])):
+                errs.append(f"islands/{i}: only 'module' and 'sources' (strings) are allowed")
     return errs
 
 
