@@ -94,7 +94,7 @@ struct GradPair {
 /// docs/tracer.md).  The planner still plans its nodes -- the island runs on the planned
 /// placements -- but their schedule is the eager one, so the report names it.
 struct EagerIsland {
-  std::string module;                ///< module path, e.g. "layers.0.moe"
+  std::string module;                ///< module path, e.g. "layers.0.moe"; "" is the model
   std::vector<std::string> sources;  ///< "file:line" of the data-dependent reads inside it
 };
 

@@ -199,7 +199,7 @@ function renderHeader() {
   for (const w of h.warnings) $("warnings").append(el("div", { class: "warn" }, "warning: " + w));
   for (const isl of D.islands) {
     const where = isl.sources.length ? " (data-dependent code at " + isl.sources.join(", ") + ")" : "";
-    $("islands").append(el("div", { class: "island" }, "eager island: " + isl.module + " — " + isl.nodes +
+    $("islands").append(el("div", { class: "island" }, "eager island: " + (isl.module || "the whole model") + " — " + isl.nodes +
       " planned nodes, " + fmtUs(isl.compute_us) + " of compute, run eagerly on their planned placements" + where));
   }
 }

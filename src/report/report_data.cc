@@ -477,7 +477,10 @@ Json islands_json(Context& c) {
       const std::string& m = c.g.node(i).module_path;
       const auto& np = c.plan.nodes[static_cast<size_t>(i)];
       if (!np || !m.starts_with(island.module)) continue;
-      if (m.size() != island.module.size() && m[island.module.size()] != '.') continue;
+      // a submodule or the module itself; the root module ("") holds every node
+      if (!island.module.empty() && m.size() != island.module.size() &&
+          m[island.module.size()] != '.')
+        continue;
       ++nodes;
       compute_us += np->compute_us;
     }

@@ -132,14 +132,15 @@ TEST(Report, ListsEagerIslands) {
   for (const Node& n : g.nodes)
     inside += n.kind == NodeKind::kOp &&
               (n.module_path == island || n.module_path.starts_with(island + "."));
-  g.islands = {{island, {"model.py:7"}}};
+  g.islands = {{island, {"model.py:7"}}, {"", {}}};  // "": the whole model
   PlannerOptions po;
   po.time_limit_s = 20;
   ShardingOptimizer opt(std::move(g), Mesh({2, 2}, {"dp", "tp"}, *hardware_preset("h100")), po);
   Plan plan = opt.get_solution();
   ASSERT_TRUE(plan.has_solution);
   nlohmann::json d = blob(render_report_html(opt, plan));
-  ASSERT_EQ(d["islands"].size(), 1u);
+  ASSERT_EQ(d["islands"].size(), 2u);
+  EXPECT_EQ(d["islands"][1]["nodes"].get<size_t>(), d["nodes"].size());
   EXPECT_EQ(d["islands"][0]["module"], island);
   EXPECT_EQ(d["islands"][0]["sources"], nlohmann::json::array({"model.py:7"}));
   EXPECT_GE(d["islands"][0]["nodes"].get<int64_t>(), inside);
