@@ -40,14 +40,20 @@ name, wall, rss = sys.argv[2], float(sys.argv[3]), int(sys.argv[4])
 gib = 1 << 30
 def ms(x):
     return "" if x is None else f"{x / 1000:.1f}"
-peak = f"{j['peak_memory_bytes'] / gib:.2f}" if j.get("has_solution") else ""
+# A pipelined plan (a pp dim) has no solver status: its schedule, step and per-rank peaks.
+pipelined = "schedule" in j
+status = f"pipelined, {j['schedule']}" if pipelined else j["status"]
+step = j.get("step_us") if pipelined else j.get("objective_us")
+peak_bytes = max(j["rank_peak_memory_bytes"]) if pipelined else j.get("peak_memory_bytes")
+peak = f"{peak_bytes / gib:.2f}" if pipelined or j.get("has_solution") else ""
 lo, hi = j.get("min_peak_lower_bound_bytes"), j.get("min_peak_memory_bytes")
 smallest = ""
 if lo is not None or hi is not None:
     smallest = f"{lo / gib:.2f}" if lo is not None else "?"
     smallest += " (proven)" if lo is not None and lo == hi else f" .. {hi / gib:.2f}" if hi is not None else ""
-gap = "" if j.get("gap") is None or not j.get("has_solution") else f"{100 * j['gap']:.2f} %"
-print(f"| {name} | {j['status']} | {ms(j.get('objective_us'))} | {ms(j.get('lower_bound_us'))} | {gap} "
+solved = pipelined or j.get("has_solution")
+gap = "" if j.get("gap") is None or not solved else f"{100 * j['gap']:.2f} %"
+print(f"| {name} | {status} | {ms(step)} | {ms(j.get('lower_bound_us'))} | {gap} "
       f"| {peak} | {smallest} | {wall:.2f} | {rss // 1024} |")
 EOF
 done
