@@ -229,6 +229,9 @@ Plan ShardingOptimizer::evaluate(const std::vector<StrategyIdx>& choice) {
       if (std::isinf(c)) plan.comm_us = kInfCost;
       continue;
     }
+    if (origin.slot == kTwinSlot)
+      if (auto& np = plan.nodes[static_cast<size_t>(origin.consumer)])
+        np->twin = bp.graph_node[static_cast<size_t>(e.u)];
     plan.comm_us += c;
     if (auto& np = plan.nodes[static_cast<size_t>(origin.consumer)]) np->comm_us += c;
   }
