@@ -13,9 +13,15 @@
 #include <vector>
 
 #include "ir/graph.h"
+#include "planner/plan.h"
+#include "planner/problem_builder.h"
 #include "problem/problem.h"
 
 namespace autoshard {
+
+/// Per graph node: its first twin by the graph alone (a view op, is_alias_op, with one input,
+/// the same op, attributes, output and input tensor and phase as an earlier one), or kNoNode.
+std::vector<NodeIdx> graph_twins(const Graph& g);
 
 /// Per graph node: the problem node of its first twin, or -1.  Twins are view ops
 /// (is_alias_op) with one input, the same tensor, the same phase and the same node template
@@ -23,6 +29,9 @@ namespace autoshard {
 /// which are never twins); `pnode` maps graph nodes to problem nodes (-1: none).
 std::vector<PNodeIdx> twin_views(const Graph& g, const std::vector<PNodeIdx>& pnode,
                                  const std::vector<int32_t>& template_of);
+
+/// Marks each twin's NodePlan::twin in `plan` from the tie edges of `bp` (kTwinSlot).
+void mark_twins(const BuiltProblem& bp, Plan& plan);
 
 /// Zero-cost diagonal matrices (infinite elsewhere), one per strategy count, shared by the ties.
 class TwinTies {
