@@ -110,7 +110,8 @@ def ap_pinned_replay(ap_file: str, strided: bool, out: str) -> tuple[int, int]:
     AutoParallel's joint graph (AP_FILE.graph.json, bench/autoparallel_plan.py) writes each
     linear as an einsum on [b, s, k]; autoshard's trace as an mm on [b*s, k].  They are paired in
     graph order, each mm with the next unpaired einsum of its shape (a weight gradient may be
-    transposed, a backward pair may come in the other order); only outputs are pinned."""
+    transposed -- always, square ones included --, a backward pair may come in the other order);
+    only outputs are pinned."""
     from autoshard.core import ShardingOptimizer
 
     ap = json.load(open(ap_file))["placements"]
@@ -137,10 +138,12 @@ def ap_pinned_replay(ap_file: str, strided: bool, out: str) -> tuple[int, int]:
                 continue
             if len(shape) == 3 and [shape[0] * shape[1], shape[2]] == want:
                 spec = _flat_spec(ap[k]["output"], 3)
+            elif len(shape) == 2 and shape[::-1] == want:
+                # A weight gradient: AutoParallel's einsum writes it [in, out], autoshard's mm
+                # [out, in] -- square ones (wq, wo) too, which match either way round.
+                spec = _transposed(ap[k]["output"])
             elif shape == want:
                 spec = ap[k]["output"]
-            elif shape[::-1] == want:
-                spec = _transposed(ap[k]["output"])
             else:
                 continue
             used[j] = True

@@ -106,6 +106,22 @@ def planned_paths(schedule: Optional[Mapping[str, Any]], ndim: int, origin: str 
     return out
 
 
+def planned_twins(schedule: Optional[Mapping[str, Any]], plan: Mapping[str, Any],
+                  origin: str = "") -> dict:
+    """The schedule's "twins" (view -> first twin), both names checked against the plan."""
+    from .schedule import ScheduleError, twin_entries
+
+    try:
+        twins = twin_entries(schedule)
+    except ScheduleError as e:
+        raise PlanError(f"{origin}{e}") from None
+    for view, first in sorted(twins.items()):
+        for n in (view, first):
+            if n not in plan:
+                raise PlanError(f"{origin}/schedule/twins/{view}: node {n} is not in the placements")
+    return twins
+
+
 @dataclass
 class NodePlan:
     outputs: list            # per output: placements list or None
@@ -267,6 +283,9 @@ class StepRunner:
     #: "consumer:slot" / "grad:<param>:-1" -> the placements between the collectives the plan
     #: chose for that redistribution (schedule "via"); DTensor's own order elsewhere
     via: dict = field(default_factory=dict)
+    #: view node -> its first twin (schedule "twins"): the view reads the input its twin was
+    #: redistributed to, so the redistribution runs once (planner/twin_views.h)
+    twins: dict = field(default_factory=dict)
 
     def placements_of(self, name: str) -> NodePlan:
         """The plan's placements of graph node `name` (PlanError when the plan lacks it)."""
@@ -284,6 +303,18 @@ class StepRunner:
             for state in self.via.get(f"{name}:{slot}", ()):
                 t = redistribute(t, self.mesh, state)
             return redistribute(t, self.mesh, placements)
+
+    def _input(self, t: Any, placements: list, name: str, k: int, shared: "_SharedInputs") -> Any:
+        """Input `k` of node `name` at its planned placements: a twin view takes the input its
+        first twin was redistributed to; the others redistribute (and a first twin keeps it)."""
+        if k == 0 and name in self.twins:
+            got = shared.take(self.twins[name])
+            if got is not None and tuple(got.placements) == tuple(placements):
+                return got
+        t = self._to(t, placements, name, k)
+        if k == 0:
+            shared.keep(name, t)
+        return t
 
     def _wrap(self, t: Any, placements: Optional[list], name: str, k: int) -> Any:
         """Brings an op output to its planned placement."""
@@ -322,6 +353,7 @@ class StepRunner:
         it = iter(flat_args)
         device = torch.device(self.mesh.device_type)
         out = None
+        shared = _SharedInputs(self.twins)
         for node in self.gm.graph.nodes:
             if node.op == "placeholder":
                 env[node] = next(it)
@@ -367,7 +399,8 @@ class StepRunner:
                 raise PlanError(f"node {name}: {len(slots)} tensor inputs, the plan lists "
                                 f"{len(plan.inputs)}")
             for k, loc in enumerate(slots):
-                _set(args, kwargs, loc, self._to(_get(args, kwargs, loc), plan.inputs[k], name, k))
+                _set(args, kwargs, loc, self._input(_get(args, kwargs, loc), plan.inputs[k], name, k,
+                                                    shared))
             if kwargs.get("device") == torch.device("meta"):
                 kwargs["device"] = device
             with (self.edge_hook(name, "op") if self.edge_hook else _null()):
@@ -394,6 +427,27 @@ class StepRunner:
                 res = self._wrap(res, plan.outputs[0], name, 0)
             env[node] = res
         return list(out)
+
+
+class _SharedInputs:
+    """First twins' redistributed inputs, each held until its last twin has read it."""
+
+    def __init__(self, twins: Mapping[str, str]) -> None:
+        self._left: dict = {}
+        for first in twins.values():
+            self._left[first] = self._left.get(first, 0) + 1
+        self._kept: dict = {}
+
+    def keep(self, name: str, t: Any) -> None:
+        if name in self._left and isinstance(t, DTensor):
+            self._kept[name] = t
+
+    def take(self, first: str) -> Any:
+        t = self._kept.get(first)
+        self._left[first] = self._left.get(first, 1) - 1
+        if self._left[first] <= 0:
+            self._kept.pop(first, None)
+        return t
 
 
 def _call(op: Any, args: list, kwargs: dict, device: torch.device) -> Any:
@@ -495,6 +549,7 @@ def apply_placement(model: torch.nn.Module, placements: PlacementsArg, mesh: Dev
             raise PlanError(str(e)) from None
     runner = StepRunner(gm, plan, names, mesh)
     runner.via = planned_paths(doc.get("schedule"), mesh.ndim, origin)
+    runner.twins = planned_twins(doc.get("schedule"), plan, origin)
     from .context_parallel import ContextParallelError, planned_layout
 
     try:

@@ -255,6 +255,9 @@ def plan_edges(graph: dict, placements: dict) -> list[dict]:
     # A node the backward re-executes (placements "recompute") pays its input edges again,
     # except those from parameters (the backward's own gather serves both: planner/recompute.h).
     recompute = set(placements.get("recompute", []))
+    # A twin view reads its first twin's redistributed input (schedule "twins"): no edge.
+    twins = (placements.get("schedule") or {}).get("twins", {}) if "placements" in placements \
+        else {}
     dead = seed_only_nodes(graph)
     edges = []
     for n in graph["nodes"]:
@@ -265,7 +268,7 @@ def plan_edges(graph: dict, placements: dict) -> list[dict]:
             src, k = _ref_name(ref)
             meta = nodes[src]["outputs"][k]
             frm, to = out_spec(src, k), ins[slot]
-            if frm != to:
+            if frm != to and not (slot == 0 and n["name"] in twins):
                 again = n["name"] in recompute and nodes[src].get("kind") != "parameter"
                 for _ in range(2 if again else 1):
                     edges.append({"edge": f"{n['name']}:{slot}", "shape": meta["shape"],

@@ -59,8 +59,8 @@ import torch.fx
 from torch.distributed.device_mesh import DeviceMesh
 
 from .apply import (PlacementsArg, PlanError, StepRunner, graph_names, load_placements,
-                    parse_placements, placements_str, read_placements, trace_for_apply,
-                    _lowered_alias)
+                    parse_placements, placements_str, planned_twins, read_placements,
+                    trace_for_apply, _lowered_alias)
 from .deferred_grads import (DeferredReductions, check_once_per_step, defer_reductions,
                              once_per_step_params)
 from .inflight import in_flight_limit
@@ -523,6 +523,7 @@ def apply_pipeline(model: torch.nn.Module, placements: PlacementsArg, mesh: Devi
         raise PlanError(f"{origin}/pipeline/stages: no stage on pp rank {my_pp}")
     runner = StepRunner(traced.gm, plan, graph_names(traced.gm, graph, traced.placeholder_names),
                         sub)
+    runner.twins = planned_twins(doc.get("schedule"), plan, origin)
     from .context_parallel import ContextParallelError, planned_layout
 
     try:

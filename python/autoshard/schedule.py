@@ -111,6 +111,16 @@ def issue_entries(schedule: Optional[Mapping[str, Any]]) -> list:
     return out
 
 
+def twin_entries(schedule: Optional[Mapping[str, Any]]) -> dict:
+    """The schedule's "twins": view node -> the earlier view of the same tensor whose
+    redistributed input it reads (the planner priced that redistribution once); {} without."""
+    twins = (schedule or {}).get("twins", {})
+    if not isinstance(twins, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in twins.items()):
+        raise ScheduleError("/schedule/twins: expected {\"view\": \"earlier view\", ...}")
+    return dict(twins)
+
+
 def via_entries(schedule: Optional[Mapping[str, Any]]) -> list:
     """The schedule's planned paths as (edge, [placement strings]); [] without a schedule, before
     version 4, or for a plan priced with DTensor's own order (no "via")."""

@@ -7,6 +7,8 @@
 #include <string>
 
 #include "io/placements_json.h"
+#include "ir/graph_json.h"
+#include "mesh/hardware.h"
 #include "io/plan_json.h"
 #include "models/models.h"
 #include "planner/sharding_optimizer.h"
@@ -116,6 +118,28 @@ TEST(PlacementsJson, RoundTripGivesTheSameObjective) {
   }
   // And writing the re-evaluated plan gives the same bytes.
   EXPECT_EQ(write_placements_json(again, f.g(), f.mesh), f.text());
+}
+
+// A view repeating an earlier view of the same tensor reads that view's redistributed input:
+// the schedule says which ("twins", planner/twin_views.h), for the runtime to reuse it.
+TEST(PlacementsJson, ScheduleNamesTwinViews) {
+  const Graph g = read_graph_json(R"({"format": "autoshard-graph", "version": 1, "nodes": [
+    {"name": "x", "kind": "input", "outputs": [{"shape": [8, 4], "dtype": "f32"}]},
+    {"name": "v1", "kind": "op", "op": "view", "inputs": ["x"], "attrs": {"size": [4, 8]},
+     "outputs": [{"shape": [4, 8], "dtype": "f32"}]},
+    {"name": "v2", "kind": "op", "op": "view", "inputs": ["x"], "attrs": {"size": [4, 8]},
+     "outputs": [{"shape": [4, 8], "dtype": "f32"}]},
+    {"name": "a", "kind": "op", "op": "add", "inputs": ["v1", "v2"],
+     "outputs": [{"shape": [4, 8], "dtype": "f32"}]},
+    {"name": "output", "kind": "output", "inputs": ["a"]}]})",
+                                  "<test>");
+  const Mesh mesh({2}, {"dp"}, *hardware_preset("h100"));
+  ShardingOptimizer so(g, mesh, PlannerOptions{});
+  const Plan plan = so.get_solution();
+  ASSERT_TRUE(plan.has_solution);
+  const auto j = nlohmann::json::parse(write_placements_json(plan, g, mesh));
+  EXPECT_EQ(j["schedule"]["twins"], nlohmann::json({{"v2", "v1"}}));
+  EXPECT_EQ(j["placements"]["v1"], j["placements"]["v2"]);
 }
 
 TEST(PlacementsJson, TupleOutputs) {

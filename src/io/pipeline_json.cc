@@ -8,6 +8,7 @@
 #include "io/placements_json.h"
 #include "io/state.h"
 #include "planner/backward_split.h"
+#include "planner/twin_views.h"
 
 namespace autoshard {
 
@@ -126,6 +127,18 @@ std::string write_pipeline_placements_json(const PipelinePlan& pl, const Graph& 
   sched.reductions.clear();  // not in each backward: once per step
   j["schedule"] = schedule_json(sched, g);
   j["schedule"]["once_per_step"] = std::move(once);
+  // Twin views (planner/twin_views.h) the stage solves tied: one redistribution for both.
+  nlohmann::ordered_json twins = nlohmann::ordered_json::object();
+  const std::vector<NodeIdx> first = graph_twins(g);
+  for (NodeIdx i = 0; i < g.size(); ++i) {
+    const NodeIdx a = first[static_cast<size_t>(i)];
+    if (a == kNoNode) continue;
+    const auto &si = pl.node_strategy[static_cast<size_t>(i)], &sa = pl.node_strategy[static_cast<size_t>(a)];
+    if (si && sa && si->name() == sa->name() &&
+        pl.node_stage[static_cast<size_t>(i)] == pl.node_stage[static_cast<size_t>(a)])
+      twins[g.node(i).name] = g.node(a).name;
+  }
+  if (!twins.empty()) j["schedule"]["twins"] = std::move(twins);
   return j.dump(1) + "\n";
 }
 

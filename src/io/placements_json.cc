@@ -140,6 +140,10 @@ std::string write_placements_json(const Plan& plan, const Graph& g, const Mesh& 
   if (plan.has_solution) {
     j["schedule"] = schedule_json(prefetch_schedule(g, plan, schedule), g);
     if (schedule.planned_paths) j["schedule"]["via"] = paths_json(planned_paths(g, plan, mesh), g);
+    nlohmann::ordered_json twins = nlohmann::ordered_json::object();
+    for (const auto& np : plan.nodes)
+      if (np && np->twin != kNoNode) twins[g.node(np->node).name] = g.node(np->twin).name;
+    if (!twins.empty()) j["schedule"]["twins"] = std::move(twins);
   }
   return j.dump(1) + "\n";
 }

@@ -12,6 +12,7 @@
 #include "ir/file_util.h"
 #include "planner/cp_memory.h"
 #include "planner/recompute.h"
+#include "planner/twin_views.h"
 
 namespace autoshard {
 
@@ -574,6 +575,7 @@ StateParts decode_state(std::string_view payload, std::string_view origin) {
   s.constraints = d.constraints(x.constraints(), s.graph, s.mesh);
   if (x.has_problem()) s.problem = d.problem(x.problem(), s.graph, s.mesh);
   if (x.has_solution()) s.solution = d.plan(x.solution(), s.graph, s.mesh);
+  if (s.problem && s.solution) mark_twins(*s.problem, *s.solution);  // not stored: the ties say
   if (x.solution_choice_size() > 0) {
     if (!s.problem) d.fail("solution_choice", "an assignment without a problem");
     if (!s.solution) d.fail("solution_choice", "an assignment without a solution");

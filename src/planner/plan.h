@@ -19,6 +19,9 @@ struct NodePlan {
   Strategy chosen;            ///< output and input specs
   double compute_us = 0;      ///< compute time of this node under the chosen strategy
   double comm_us = 0;         ///< redistribution time paid on this node's inputs
+  /// A twin view (planner/twin_views.h): the earlier view whose redistributed input this one
+  /// reads; kNoNode for every other node.
+  NodeIdx twin = kNoNode;
 };
 
 struct Plan {

@@ -19,6 +19,7 @@
 #include "planner/cp_memory.h"
 #include "planner/inflight_memory.h"
 #include "planner/recompute.h"
+#include "planner/twin_views.h"
 #include "strategy/shard_orders.h"
 
 namespace autoshard {
@@ -465,10 +466,17 @@ BuiltProblem build_problem(const Graph& g, const Mesh& mesh, const PlannerOption
     return it->second;
   };
   std::set<NodeIdx> optimizer_consumed;  // tensors read by an optimizer op
+  const std::vector<PNodeIdx> twin = twin_views(g, bp.pnode, template_of);
+  TwinTies twin_ties;
   for (NodeIdx i = 0; i < g.size(); ++i) {
     const Node& x = g.node(i);
     PNodeIdx v = bp.pnode[static_cast<size_t>(i)];
     if (v < 0) continue;
+    if (const PNodeIdx a = twin[static_cast<size_t>(i)]; a >= 0) {
+      bp.edges.push_back({a, v, twin_ties.diagonal(prob.nodes[static_cast<size_t>(v)].costs.size())});
+      bp.edge_origin.push_back({i, kTwinSlot, x.inputs[0]});
+      continue;
+    }
     for (int32_t s = 0; s < static_cast<int32_t>(x.inputs.size()); ++s) {
       const TensorRef& r = x.inputs[static_cast<size_t>(s)];
       PNodeIdx u = bp.pnode[static_cast<size_t>(r.node)];

@@ -101,6 +101,14 @@ struct BuiltProblem {
 /// parameter, and context-parallel buffer nodes, whose consumer is the attention op).
 inline constexpr int32_t kMemoryTieSlot = -2;
 
+/// Edge origin slot of a twin's tie: node `consumer` repeats an earlier view op of the same
+/// tensor (same op, attributes and input: a traced linear layer flattens its input, so q, k and
+/// v each view the one normed activation).  Twins take the same strategy (zero-cost diagonal)
+/// and read one redistribution of their input, which the runtime reuses (autoshard.apply's
+/// shared redistributions), as AutoParallel prices a tensor with several users once (an alias
+/// node in front of them).  The tie moves no tensor: simulation, schedule and reports skip it.
+inline constexpr int32_t kTwinSlot = -4;
+
 /// Most strategies one problem node may keep (see build_problem).
 inline constexpr size_t kMaxStrategiesPerNode = 8192;
 /// Most strategies all problem nodes together may have.  Nodes of one layer class share their

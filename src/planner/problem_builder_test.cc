@@ -18,6 +18,7 @@
 #include "models/models.h"
 #include "planner/cp_cost.h"
 #include "planner/sharding_optimizer.h"
+#include "planner/simulate.h"
 #include "planner/test_util.h"
 
 namespace autoshard {
@@ -202,6 +203,60 @@ TEST(ProblemBuilder, ViewsHoldNoBytesAndKeepTheirBaseAlive) {
   }
   const ProblemNode& relu = bp.problem.nodes[static_cast<size_t>(bp.pnode[*g.find("r")])];
   for (int64_t u : relu.usages) EXPECT_EQ(u, 8 * 8 * 4);
+}
+
+// Twin views (planner/twin_views.h): x -> relu (both cut on columns) -> two equal views, each
+// the input of a column-parallel mm, which needs the whole rows.  One all-gather of relu's
+// output serves both views: the plan with twins costs what the same graph with one view feeding
+// both mms costs (one gather, not two), in the objective and the simulated step.
+Graph two_projections(bool twin) {
+  const std::string v2 = R"({"name": "v2", "kind": "op", "op": "view", "inputs": ["r"],
+     "attrs": {"size": [64, 32]}, "outputs": [{"shape": [64, 32], "dtype": "f32"}]},)";
+  return read_graph_json(R"({"format": "autoshard-graph", "version": 1, "nodes": [
+    {"name": "x", "kind": "input", "outputs": [{"shape": [64, 32], "dtype": "f32"}]},
+    {"name": "w1", "kind": "parameter", "outputs": [{"shape": [32, 32], "dtype": "f32"}]},
+    {"name": "w2", "kind": "parameter", "outputs": [{"shape": [32, 32], "dtype": "f32"}]},
+    {"name": "r", "kind": "op", "op": "relu", "inputs": ["x"],
+     "outputs": [{"shape": [64, 32], "dtype": "f32"}]},
+    {"name": "v1", "kind": "op", "op": "view", "inputs": ["r"], "attrs": {"size": [64, 32]},
+     "outputs": [{"shape": [64, 32], "dtype": "f32"}]},)" +
+                             (twin ? v2 : "") + R"(
+    {"name": "m1", "kind": "op", "op": "mm", "inputs": ["v1", "w1"],
+     "outputs": [{"shape": [64, 32], "dtype": "f32"}]},
+    {"name": "m2", "kind": "op", "op": "mm", "inputs": [")" + (twin ? "v2" : "v1") + R"(", "w2"],
+     "outputs": [{"shape": [64, 32], "dtype": "f32"}]},
+    {"name": "a", "kind": "op", "op": "add", "inputs": ["m1", "m2"],
+     "outputs": [{"shape": [64, 32], "dtype": "f32"}]},
+    {"name": "output", "kind": "output", "inputs": ["a"]}]})",
+                         "<test>");
+}
+
+TEST(ProblemBuilder, TwinViewsShareOneRedistribution) {
+  const Mesh mesh({4}, {"tp"}, h100());
+  std::vector<Plan> plans;
+  for (bool twin : {false, true}) {
+    ShardingOptimizer opt(two_projections(twin), mesh, PlannerOptions{});
+    for (const char* n : {"x", "r", "w1", "w2", "m1", "m2"}) {
+      Constraint c;
+      c.name = std::string("pin ") + n;
+      c.node = n;
+      c.output = parse_placements("S(1)");
+      opt.add_constraint(c);
+    }
+    plans.push_back(opt.get_solution());
+    ASSERT_TRUE(plans.back().has_solution);
+    const StepSimulation sim = simulate_step(opt, plans.back());
+    if (twin) {
+      EXPECT_EQ(plans[1].nodes[static_cast<size_t>(*opt.graph().find("v2"))]->twin,
+                *opt.graph().find("v1"));
+      EXPECT_NEAR(sim.comm_us, plans[0].comm_us, 1e-9);
+    } else {
+      EXPECT_NEAR(sim.comm_us, plans[0].comm_us, 1e-9);
+    }
+  }
+  EXPECT_GT(plans[0].comm_us, 0);  // the rows are gathered once
+  EXPECT_NEAR(plans[1].objective_us, plans[0].objective_us, 1e-9);
+  EXPECT_NEAR(plans[1].comm_us, plans[0].comm_us, 1e-9);
 }
 
 // 4-D meshes are planned while the problem stays within the bounds (the built-in MLP: about

@@ -16,6 +16,7 @@
 #include "planner/parameter_share.h"
 #include "planner/solution_file.h"
 #include "planner/recompute.h"
+#include "planner/twin_views.h"
 
 namespace autoshard {
 
@@ -232,6 +233,7 @@ Plan ShardingOptimizer::evaluate(const std::vector<StrategyIdx>& choice) {
     plan.comm_us += c;
     if (auto& np = plan.nodes[static_cast<size_t>(origin.consumer)]) np->comm_us += c;
   }
+  mark_twins(bp, plan);
   // Shadow nodes of parameter-memory constraints carry no cost; recomputation's gap nodes do
   // (its redistributions are already in comm_us).
   const RecomputeCost rc = recompute_cost(bp, choice);

@@ -56,6 +56,9 @@ struct MessageMemory {
     std::vector<double> to_b, to_a;   ///< per strategy of b, of a
   };
   std::map<std::pair<PNodeIdx, PNodeIdx>, EdgeMessages> edges;  ///< by (node a, node b)
+  /// The message passing that left them did not meet its plan: its relaxation is not tight
+  /// (a cold start does not close it either), so the next one continues from them.
+  bool unproven = false;
 };
 
 /// TRW-S on a plain Problem, memory ignored, until its bound meets its labeling's cost.

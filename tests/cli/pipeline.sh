@@ -99,14 +99,14 @@ I=(--model llama3-8b --layers 8 --seq 2048 --batch 8 --mesh 2x4 --mesh-dims pp,d
    --schedule Interleaved1F1B --stages-per-rank 2 --memory-limit 12GiB --json)
 "$AS" plan "${I[@]}" >"$TMP/rank.json"
 "$AS" plan "${I[@]}" --no-rank-bound >"$TMP/norank.json"
-# Below what the memory-free ranks need (10.33 GiB) no share of it fits, but the rank refit
-# recomputes the memory-free split's rank 0 under 10 GiB (and 8 GiB); at 7 GiB nothing fits: the
+# Below what the memory-free ranks need (9.73 GiB) no share of it fits, but the rank refit
+# recomputes the memory-free split's rank 0 under 9.5 GiB (and 8 GiB); at 7 GiB nothing fits: the
 # same error as before the memory-free splits were candidates (not their plan over the limit).
-"$AS" plan "${I[@]/12GiB/10GiB}" >"$TMP/refit.json"
-"$AS" plan "${I[@]/12GiB/10GiB}" --no-refit >"$TMP/norefit.json" 2>&1 && fail "--no-refit: 10 GiB planned"
-expect_contains "$(cat "$TMP/norefit.json")" "no stage split fits 10.00 GiB per device" "--no-refit at 10 GiB"
+"$AS" plan "${I[@]/12GiB/9.5GiB}" >"$TMP/refit.json"
+"$AS" plan "${I[@]/12GiB/9.5GiB}" --no-refit >"$TMP/norefit.json" 2>&1 && fail "--no-refit: 9.5 GiB planned"
+expect_contains "$(cat "$TMP/norefit.json")" "no stage split fits 9.50 GiB per device" "--no-refit at 9.5 GiB"
 pycheck "$TMP/refit.json" "
-assert max(j['rank_peak_memory_bytes']) <= 10 << 30, j['rank_peak_memory_bytes']
+assert max(j['rank_peak_memory_bytes']) <= 9.5 * 2**30, j['rank_peak_memory_bytes']
 assert any(s['recompute_us'] > 0 for s in j['stages']), j['stages']
 "
 expect_error "no stage split fits 7.00 GiB per device" -- "$AS" plan "${I[@]/12GiB/7GiB}"
