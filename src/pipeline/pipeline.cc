@@ -52,7 +52,7 @@ double layer_factor(Search& S, PipelineSchedule sch, int32_t n) {
   if (!splits_backward(sch)) return 1.0;
   if (n > 2 && S.L - n + 1 >= 1) return stage_factor(sch, {S.solver.free(kStageMid, 1).get()});
   double k = 1.0;
-  for (const auto& [key, s] : S.solver.free_solves()) k = std::min(k, stage_factor(sch, {s.get()}));
+  for (const auto& [key, s] : S.solver.catalog().of(StagePlanUse::kMemoryFree)) k = std::min(k, stage_factor(sch, {s.get()}));
   return k;
 }
 
@@ -151,7 +151,7 @@ Evaluated best_on_timeline(Search& S, const Layout& l, Evaluated best) {
     for (int32_t s : {0, n - 1})
       for (int32_t k : {q - 1, q})
         if (k >= 1) sizes.emplace_back(s, k);
-    std::vector<std::tuple<StageKind, int32_t, StageMemory>> keys;
+    std::vector<StageRequest> keys;
     for (const auto& [s, k] : sizes) keys.emplace_back(kind_of(s, n), k, l.planned(s, k));
     S.solver.prefetch_fitted(keys);
     const double k = layer_factor(S, l.schedule, n);
@@ -185,8 +185,7 @@ Evaluated search_split(Search& S, const Layout& l, double cutoff, const std::fun
   std::vector<std::pair<StageKind, int32_t>> first;
   for (int32_t s = 0; s < n; s = s == 0 && n > 2 ? n - 2 : s + 1) {
     const StageKind kind = kind_of(s, n);
-    const auto& fs = S.solver.free_solves();
-    if (std::none_of(fs.begin(), fs.end(), [&](const auto& e) { return e.first.first == kind; }))
+    if (S.solver.catalog().memory_free(kind).empty())
       for (int32_t k : {1, std::min(K, 2), std::min(K, (L + n - 1) / n), std::min(K, (L + P - 1) / P + 2)})
         first.emplace_back(kind, k);
   }
@@ -216,7 +215,7 @@ Evaluated search_split(Search& S, const Layout& l, double cutoff, const std::fun
     std::vector<int32_t> wanted;  // stage positions
     for (int32_t s = 0; s < static_cast<int32_t>(low.layers.size()); ++s)
       if (!S.solver.resolved(kind_of(s, n), low.layers[psz(s)], l.planned(s, low.layers[psz(s)]))) wanted.push_back(s);
-    std::vector<std::tuple<StageKind, int32_t, StageMemory>> fits;
+    std::vector<StageRequest> fits;
     for (int32_t s : wanted) fits.emplace_back(kind_of(s, n), low.layers[psz(s)], l.planned(s, low.layers[psz(s)]));
     S.solver.prefetch_fitted(fits);  // all at once, on threads
     const bool added = !wanted.empty();
@@ -268,7 +267,7 @@ Evaluated fixed_split(Search& S, const Layout& l) {
   if (n != S.P * v || total != S.L || *std::min_element(layers.begin(), layers.end()) < 1)
     throw std::invalid_argument(fmt::format("pipeline: a fixed split needs {} stages of >= 1 layer summing to {}",
                                             S.P * v, S.L));
-  std::vector<std::tuple<StageKind, int32_t, StageMemory>> keys;
+  std::vector<StageRequest> keys;
   for (int32_t s = 0; s < n; ++s) keys.emplace_back(kind_of(s, n), layers[psz(s)], l.planned(s, layers[psz(s)]));
   S.solver.prefetch_fitted(keys);  // every stage's plan at once, on threads
   std::vector<double> low;
@@ -296,17 +295,19 @@ Evaluated fixed_split(Search& S, const Layout& l) {
 /// that found no plan, its proven floor and what one microbatch keeps.
 std::string no_fit_message(const Search& S, const PipelinePlan& pl) {
   std::shared_ptr<const StageSolve> worst;
-  StageSolver::FitKey at{};
-  for (const auto& [key, sv] : S.solver.fitted_solves())
-    if (!std::isfinite(sv->microbatch_us) && (!worst || std::get<1>(key) < std::get<1>(at))) {
+  StageKey at;
+  for (const auto& [key, sv] : S.solver.catalog().of(StagePlanUse::kFitted))
+    if (!std::isfinite(sv->microbatch_us) && (!worst || key.k < at.k)) {
       worst = sv;
       at = key;
     }
   if (!worst || pl.memory_limit_bytes <= 0) return "pipeline: no stage split has a plan";
-  const auto& [kind, k, f, budget, grads] = at;
-  const StageSolve& relaxed = *S.solver.free_solves().at({kind, k});
+  const int32_t k = at.k;
+  const double f = at.inflight;
+  const int64_t budget = at.budget;
+  const StageSolve& relaxed = *S.solver.catalog().find(StageKey::memory_free(at.kind, at.k));
   const int64_t floor = worst->plan.min_peak_lower_bound_bytes;
-  const bool none = S.solver.options().recompute == RecomputePolicy::kNone;
+  const bool none = S.solver.builder().options().recompute == RecomputePolicy::kNone;
   return fmt::format(
       "pipeline: no stage split fits {} per device: a stage of {} layers with {} microbatches in flight on its "
       "budget of {} has no plan{}{}; without recomputation one microbatch keeps {} of activations over {} of "
@@ -351,6 +352,76 @@ std::vector<int32_t> equal_split(int32_t L, int32_t S) {
 
 namespace {
 
+/// What the search over (schedule, v) layouts found: the candidates that fit (in the order
+/// tried), the least bound and whether any candidate was planned under the limit.
+struct SearchResult {
+  std::vector<ScheduleCandidate> cands;
+  double lower = kPipeInf;
+  bool planned = false;
+};
+
+/// The search: each layout's best split (search_split, or the fixed split), the steps found so
+/// far pruning the later layouts; then, under a limit, each v > 1 layout's memory-free split.
+/// With v > 1 a stage's budget is a share of its rank's memory, which can force recomputation
+/// on a split whose ranks would fit the limit without it, or a dearer split whose stages fit
+/// theirs: the memory-free split is a candidate too, kept only where its assembled ranks fit
+/// (never re-planned).  Its bound is no bound under the limit: not counted.
+SearchResult search_layouts(Search& S, const std::vector<Layout>& layouts, PipelinePlan& pl) {
+  const PipelineOptions& popt = S.popt;
+  PipelineProgressTracker& progress = S.solver.builder().progress();
+  std::optional<RankPricing> pricing;
+  auto priced = [&]() -> const RankPricing& {
+    if (!pricing) pricing = rank_pricing(S, layouts);
+    return *pricing;
+  };
+  SearchResult r;
+  double best_step = kPipeInf;
+  for (const Layout& l : layouts) {
+    progress.searching(fmt::format("{}{}", schedule_name(l.schedule), l.v > 1 ? fmt::format(" v={}", l.v) : ""));
+    const Evaluated e = popt.fixed_layers.empty() ? search_split(S, l, best_step, priced) : fixed_split(S, l);
+    progress.evaluated(e.step_us, e.lower_bound_us);
+    pl.candidates.push_back({l.schedule, l.v, e.step_us, e.lower_bound_us});
+    r.lower = std::min(r.lower, e.lower_bound_us);
+    best_step = std::min(best_step, e.step_us);
+    if (!e.layers.empty() && std::isfinite(e.step_us)) r.cands.push_back({e, l, l.schedule, l.v});
+  }
+  r.planned = !r.cands.empty();
+  if (!popt.fixed_layers.empty() || pl.memory_limit_bytes <= 0) return r;
+  progress.searching("memory-free splits");
+  for (const Layout& l : layouts) {
+    if (l.v == 1) continue;
+    Layout unlimited = l;
+    unlimited.limit = 0;
+    const Evaluated e = search_split(S, unlimited, kPipeInf, priced);
+    if (!e.layers.empty() && std::isfinite(e.step_us)) r.cands.push_back({e, unlimited, l.schedule, l.v});
+  }
+  return r;
+}
+
+/// A middle stage of half a rank's layers priced under its share of the limit at the
+/// layouts' most in flight (StageSolver::price_rank_pattern): the stage plans are made per
+/// (kind, layers) under a share of a rank, and their shardings fit a whole rank badly; this
+/// sharding, made for a rank's memory, is a further source of every rank's refit.
+void price_rank_pattern(Search& S, const std::vector<Layout>& layouts, int64_t limit) {
+  double most = 1;
+  for (const Layout& l : layouts) most = std::max(most, *std::max_element(l.inflight.begin(), l.inflight.end()));
+  // Half a rank's layers: the middle layers' sharding is what is kept, and the smaller
+  // stage's priced solves end sooner.
+  const int32_t k = std::max(2, (S.L + S.P - 1) / S.P / 2);
+  S.solver.price_rank_pattern(k, most, static_cast<int64_t>(static_cast<double>(limit) * k * S.P / S.L));
+}
+
+/// The plan's fixed fields before the search: sizes, meshes, layers and memory limit.
+PipelinePlan plan_head(const Search& S, const PlannerOptions& opt) {
+  PipelinePlan pl;
+  pl.P = S.P;
+  pl.M = S.popt.microbatches;
+  pl.pp_dim = S.pp;
+  pl.stage_mesh = S.solver.builder().sub();
+  pl.layers = S.m.layers;
+  pl.memory_limit_bytes = opt.memory_limit_bytes < 0 ? S.mesh.hardware().memory_bytes : opt.memory_limit_bytes;
+  return pl;
+}
 
 }  // namespace
 
@@ -366,78 +437,31 @@ PipelinePlan plan_pipeline(const Graph& g, const Mesh& mesh, const PlannerOption
     throw std::invalid_argument(fmt::format("pp size {} exceeds the graph's {} layers", S.P, S.L));
   if (popt.microbatches < 1)
     throw std::invalid_argument(fmt::format("--microbatches: expected >= 1, got {}", popt.microbatches));
-  PipelinePlan pl;
-  pl.P = S.P;
-  pl.M = popt.microbatches;
-  pl.pp_dim = pp;
-  pl.stage_mesh = solver.sub();
-  pl.layers = m.layers;
-  pl.memory_limit_bytes = opt.memory_limit_bytes < 0 ? mesh.hardware().memory_bytes : opt.memory_limit_bytes;
+  PipelinePlan pl = plan_head(S, opt);
   if (!popt.fixed_layers.empty() && !popt.schedule)
     throw std::invalid_argument("pipeline: a fixed split needs a schedule");
-  std::vector<ScheduleCandidate> cands;
-  double best_step = kPipeInf, lower = kPipeInf;
   std::vector<Layout> layouts;
   for (const auto& [s, v] : schedules_to_try(popt, S.P, S.L))
     layouts.push_back(layout_of(s, S.P, S.L, v, pl.M, pl.memory_limit_bytes));
-  std::optional<RankPricing> pricing;
-  auto priced = [&]() -> const RankPricing& {
-    if (!pricing) pricing = rank_pricing(S, layouts);
-    return *pricing;
-  };
-  for (const Layout& l : layouts) {
-    const PipelineSchedule s = l.schedule;
-    const int32_t v = l.v;
-    solver.progress().searching(fmt::format("{}{}", schedule_name(s), v > 1 ? fmt::format(" v={}", v) : ""));
-    const Evaluated e = popt.fixed_layers.empty() ? search_split(S, l, best_step, priced) : fixed_split(S, l);
-    solver.progress().evaluated(e.step_us, e.lower_bound_us);
-    pl.candidates.push_back({s, v, e.step_us, e.lower_bound_us});
-    lower = std::min(lower, e.lower_bound_us);
-    best_step = std::min(best_step, e.step_us);
-    if (!e.layers.empty() && std::isfinite(e.step_us)) cands.push_back({e, l, s, v});
-  }
-  // With v > 1 a stage's budget is a share of its rank's memory, which can force recomputation
-  // on a split whose ranks would fit the limit without it (llama3-8b 8 layers, seq 2048 on
-  // 2x4 at 12 GiB: 19.7 % above the bound, its memory-free plan needing 10.3 GiB), or a
-  // dearer split whose stages fit theirs: the memory-free split of each such (schedule, v) is
-  // a candidate too, kept only where its assembled ranks fit (never re-planned).  Its bound is
-  // no bound under the limit: not counted.
-  const bool planned = !cands.empty();
-  if (popt.fixed_layers.empty() && pl.memory_limit_bytes > 0) {
-    solver.progress().searching("memory-free splits");
-    for (const Layout& l : layouts) {
-      if (l.v == 1) continue;
-      Layout unlimited = l;
-      unlimited.limit = 0;
-      const Evaluated e = search_split(S, unlimited, kPipeInf, priced);
-      if (!e.layers.empty() && std::isfinite(e.step_us)) cands.push_back({e, unlimited, l.schedule, l.v});
-    }
-  }
-  if (cands.empty()) throw std::runtime_error(no_fit_message(S, pl));
-  const std::string no_fit = planned ? std::string() : no_fit_message(S, pl);
-  if (pl.memory_limit_bytes > 0 && popt.refit_ranks && popt.rank_pattern && !popt.stage_hook) {
-    double most = 1;
-    for (const Layout& l : layouts) most = std::max(most, *std::max_element(l.inflight.begin(), l.inflight.end()));
-    // Half a rank's layers under their share of the limit (k of L / P layers): the middle
-    // layers' sharding is what is kept, and the smaller stage's priced solves end sooner
-    // (llama3-405b: 8 layers gave the 16-layer stage's pattern).
-    const int32_t k = std::max(2, (S.L + S.P - 1) / S.P / 2);
-    solver.price_rank_pattern(k, most, static_cast<int64_t>(static_cast<double>(pl.memory_limit_bytes) * k * S.P / S.L));
-  }
-  solver.progress().searching("assembling the ranks");
-  pl = fastest_that_fits(S, pl, cands);
+  const SearchResult found = search_layouts(S, layouts, pl);
+  if (found.cands.empty()) throw std::runtime_error(no_fit_message(S, pl));
+  const std::string no_fit = found.planned ? std::string() : no_fit_message(S, pl);
+  if (pl.memory_limit_bytes > 0 && popt.refit_ranks && popt.rank_pattern && !popt.stage_hook)
+    price_rank_pattern(S, layouts, pl.memory_limit_bytes);
+  solver.builder().progress().searching("assembling the ranks");
+  pl = fastest_that_fits(S, pl, found.cands);
   // Only memory-free candidates, and none fits: no plan, as without them.
-  if (!planned && pl.memory_limit_bytes > 0 &&
+  if (!found.planned && pl.memory_limit_bytes > 0 &&
       *std::max_element(pl.rank_peak_bytes.begin(), pl.rank_peak_bytes.end()) > pl.memory_limit_bytes)
     throw std::runtime_error(no_fit);
   if (popt.params_gathered_once && pl.memory_limit_bytes > 0)
     pl.warnings.push_back(
         "the stages' parameters are gathered once per step and kept over the microbatches; the memory figures do "
         "not count the gathered copies, so the plan may not fit the limit");
-  pl.lower_bound_us = std::min(lower, pl.step_us);
+  pl.lower_bound_us = std::min(found.lower, pl.step_us);
   pl.gap = pl.step_us > 0 ? (pl.step_us - pl.lower_bound_us) / pl.step_us : 0;
   map_nodes(S, pl);
-  pl.intra_op_solves = solver.solves();
+  pl.intra_op_solves = solver.builder().solves();
   pl.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return pl;
 }

@@ -29,7 +29,7 @@
 /// independent of L and P (a stage problem grows with its k ~ L / S, but tied layers keep its
 /// solve near one layer's), and independent ones run on threads.
 ///
-/// Memory (pipeline/pipeline_solve.h, planner/inflight_memory.h).  A stage on pp rank r keeps
+/// Memory (pipeline/pipeline_solve.h, pipeline/stage_fit.cc, planner/inflight_memory.h).  A stage on pp rank r keeps
 /// f_r microbatches in flight (the schedule's count); its memory is its one-microbatch peak
 /// plus (f_r - 1) x what one microbatch keeps for its backward after recomputation.  Each
 /// stage gets the device limit (with v stages per rank, its layers' share of it at L / P layers
@@ -65,11 +65,16 @@ namespace autoshard {
 
 class ShardingOptimizer;
 
+/// How plan_pipeline searches.  The defaults plan well on every model we test; the switches
+/// exist to trade planning time against plan quality, and for recipes that fix part of the
+/// answer.
 struct PipelineOptions {
   int32_t microbatches = 1;                  ///< M
   std::optional<PipelineSchedule> schedule;  ///< nullopt: the best of all_schedules()
   int32_t stages_per_rank = 0;               ///< v for interleaved schedules; 0: try 2..4
-  double target_gap = 0.005;                 ///< stop solving more stage sizes at this gap
+  /// Stop solving more stage sizes once the step is within this share of its bound: past it,
+  /// each further solve costs a stage problem for a step that can only improve by the gap.
+  double target_gap = 0.005;
   /// A fixed split instead of the search (per stage its number of layers, P x v entries; needs
   /// `schedule`): for recipes such as torchtitan's equal stages.  The bound is then this
   /// split's (its stages' bounds in the schedule's formula).
@@ -77,46 +82,51 @@ struct PipelineOptions {
   /// Threads solving independent stage problems at once (StageSolver::prefetch); 0: the
   /// cores available.  Without a time limit the plan does not depend on it.
   int32_t stage_threads = 0;
-  /// false: a stage whose memory-free plan does not fit its budget takes the better plan at
-  /// hand (that plan fully recomputed, torchtitan's layout) when one fits, without the
-  /// memory-aware solve that may find a cheaper one: fast and machine-independent (the solve
-  /// meets --time-limit on large stages), bounded by the memory-free bound only.
+  /// Whether a stage whose memory-free plan does not fit its budget is also solved under the
+  /// budget (the fitted search, pipeline/stage_fit.cc).  false: it takes the best plan at
+  /// hand (fully recomputed, torchtitan's layout, or least recomputation) when one fits.  The
+  /// memory-limited solve may find a cheaper plan, but on large stages it runs into
+  /// --time-limit, which makes the plan depend on the machine's speed; false keeps planning
+  /// fast and machine-independent, bounded by the memory-free bound only.
   bool solve_fitted = true;
-  /// Price each memory-limited stage's memory (StageSolver::price_memory, Kelley's cutting
+  /// Price each memory-limited stage's memory (StageBuilder::price_memory, Kelley's cutting
   /// planes): with one stage per rank a proven bound above the memory-free one, and for every
   /// layout the priced plans that fit as candidates (a stage within the target gap of its
-  /// priced bound skips the memory-limited solve).  Off by default: on llama3-405b 8x16x8 it
-  /// makes the step 0.6 % faster (15.505 against 15.598 s) for 369 s instead of 202 s
-  /// (docs/benchmarks.md).
+  /// priced bound skips the memory-limited solve).  Off by default: each stage pays several
+  /// priced solves, which costs more planning time than the step it saves on the models we
+  /// measured (docs/benchmarks.md).
   bool price_memory = false;
   /// A fitted size with no bracket of two fully recomputed plans is evaluated as the pattern of
   /// the nearest solved fitted plan of its kind with the least recomputation that fits
-  /// (StageSolver::extend_fitted) rather than solved, and kept at assembly: on llama3-405b
-  /// 8x16x8 solving the chosen splits' ones (StageSolver::refine) took 85 s of 205 s for a
-  /// 0.14 % faster step.  false: every such size is solved.
+  /// (extend_fitted, pipeline/stage_source.h) rather than solved, and kept at assembly: with
+  /// tied layers a fitted sharding carries over to other sizes of its kind, so solving each
+  /// size again costs a memory-limited solve for little.  false: every such size is solved.
   bool extend_fitted = true;
   /// Bound layouts with v > 1 stages per rank under a memory limit by the rank-level
   /// Lagrangian relaxation of their memory (pipeline/pipeline_rank_bound.cc): the rank's stages
   /// together under the limit, one price for the search, priced floors of every stage kind.
-  /// false: their bound is made of memory-free stage bounds.
+  /// Why: with v > 1 the stage budgets are shares of a rank, no relaxation, so without it the
+  /// bound of those layouts is memory-free and their gap overstated.  false: their bound is
+  /// made of memory-free stage bounds.
   bool rank_memory_bound = true;
   /// At assembly, share each rank's limit among its stages and give each the fastest of its
   /// kind's solved shardings with the least recomputation that fits its part at its own
   /// rank's in-flight count (pipeline/pipeline_assemble.cc refit_ranks); a rank still over is
-  /// then re-planned.  false: the plans made for the kind's most in flight are kept, and a
-  /// rank over the limit is re-planned directly.
+  /// then re-planned.  Why: one plan per (kind, layers) is made for the most in flight of its
+  /// kind, which over-recomputes on the ranks that keep fewer.  false: the plans made for the
+  /// kind's most in flight are kept, and a rank over the limit is re-planned directly.
   bool refit_ranks = true;
   /// With refit_ranks and no fixed split, the rank balance's budget: single layers moved off
   /// the busiest rank while the timeline shrinks, at most this many moves tried
-  /// (pipeline/pipeline_refit.cc).
+  /// (pipeline/pipeline_refit.cc).  Each move is evaluations only; the bound keeps the cost
+  /// of a balance that does not converge small.
   int32_t balance_moves = 16;
   /// With refit_ranks, before assembly: a middle stage of half a rank's L / P layers priced
   /// under its share of the device limit at the layouts' most in flight
   /// (StageSolver::price_rank_pattern), its sharding a source of every rank's refit, kept per
   /// rank where it shortens the timeline.  Why: the stage plans are made per (kind, layers)
-  /// under a share of a rank, and their shardings fit a whole rank badly (llama3-405b
-  /// 8x16x8: pp rank 1's 16 layers 923 ms as four solved 4-layer stages, 838 ms as the
-  /// pattern refit to its 9.25 in flight in one stage).  One Kelley pricing (25 s there).
+  /// under a share of a rank, and their shardings fit a whole rank badly; one Kelley pricing
+  /// gives a sharding made for a rank's memory.
   bool rank_pattern = true;
   /// Called on every stage's optimizer before it solves (a recipe's pins).
   std::function<void(ShardingOptimizer&)> stage_hook;
@@ -173,7 +183,7 @@ struct StageSolve {
   /// Evaluated as the pattern of two solved sizes (pipeline/stage_pattern.h), not solved.
   bool interpolated = false;
   /// A fitted size evaluated as another size's pattern with its own recomputation
-  /// (StageSolver::extend_fitted): no source for further patterns, and not solved at assembly.
+  /// (extend_fitted, pipeline/stage_source.h): no source for further patterns, and not solved at assembly.
   bool extended = false;
 };
 

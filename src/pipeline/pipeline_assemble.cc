@@ -54,14 +54,14 @@ void assemble(Search& S, const Layout& l, PipelinePlan& pl, const std::vector<in
   // A rank with more layers than the balanced share is over the limit: each of its stages'
   // budget becomes its need scaled so that the rank's add up to the limit (the least change
   // to the plans).  The re-plans of all ranks at once, on threads.
-  std::vector<std::tuple<StageKind, int32_t, StageMemory>> again;
+  std::vector<StageRequest> again;
   std::vector<PipelineStage*> replanned;
   for (PipelineStage& st : pl.stages) {
     const int64_t peak = pl.rank_peak_bytes[psz(st.pp_rank)];
     if (l.v == 1 || !limited || peak <= pl.memory_limit_bytes) continue;
     const double scale = static_cast<double>(pl.memory_limit_bytes) / static_cast<double>(peak);
     const StageMemory was = l.planned(st.index, st.hi - st.lo);
-    const double need = StageSolver::need_bytes(*st.solve, was.inflight, true);
+    const double need = StageBuilder::need_bytes(*st.solve, was.inflight, true);
     again.emplace_back(kind_of(st.index, n), st.hi - st.lo, StageMemory{was.inflight, static_cast<int64_t>(need * scale), true, false});
     replanned.push_back(&st);
   }
@@ -122,7 +122,7 @@ PipelinePlan assembled(Search& S, const PipelinePlan& head, const ScheduleCandid
   pl.schedule = c.schedule;
   pl.v = c.v;
   // The split's sizes that were evaluated as patterns are solved now (a solve may find better).
-  std::vector<std::tuple<StageKind, int32_t, StageMemory>> keys;
+  std::vector<StageRequest> keys;
   const int32_t n = static_cast<int32_t>(c.e.layers.size());
   for (int32_t s = 0; s < n; ++s) keys.emplace_back(kind_of(s, n), c.e.layers[psz(s)], c.l.planned(s, c.e.layers[psz(s)]));
   S.solver.refine(keys);
@@ -145,7 +145,7 @@ PipelinePlan fastest_that_fits(Search& S, const PipelinePlan& head, const std::v
   std::map<size_t, PipelinePlan> made;
   const size_t keep = fastest_fitting(pre, [&](size_t i) {
     const PipelinePlan& pl = made.emplace(i, assembled(S, head, cands[i])).first->second;
-    if (const auto& say = S.solver.options().progress) {
+    if (const auto& say = S.solver.builder().options().progress) {
       std::string over;
       for (int32_t r = 0; r < pl.P; ++r)
         if (pl.memory_limit_bytes > 0 && pl.rank_peak_bytes[psz(r)] > pl.memory_limit_bytes)

@@ -1,9 +1,8 @@
 #pragma once
-/// The pipeline search's shared state (pipeline/pipeline.cc searches splits, planner/
-/// pipeline_assemble.cc turns the chosen one into stages): one (schedule, v)'s layout of stage
-/// kinds and memory, the solved stage tables, and a split's figures.  Internal to the planner.
-#include <algorithm>
-#include <cmath>
+/// The pipeline search's shared state (pipeline/pipeline.cc searches splits,
+/// pipeline/pipeline_assemble.cc turns the chosen one into stages): one (schedule, v)'s layout
+/// of stage kinds and memory, the split tables read from the stage catalog
+/// (pipeline_layout.cc), and a split's figures.  Internal to the pipeline library.
 #include <cstdint>
 #include <limits>
 #include <utility>
@@ -34,10 +33,7 @@ struct Layout {
   /// A stage of k layers: the limit with one stage per rank, else its layers' share of the
   /// limit at the balanced L / P layers per rank (stages of one rank then add up to the limit
   /// when the split is balanced; assemble() re-plans a rank over the limit).
-  int64_t budget(int32_t k) const {
-    if (limit <= 0 || v == 1) return limit;
-    return std::min(limit, static_cast<int64_t>(std::ceil(static_cast<double>(limit) * k * P / L)));
-  }
+  int64_t budget(int32_t k) const;
   /// With one stage per rank the budget holds the step's summed gradients too; with v, the
   /// rank's assembly counts them (its shares are no relaxation either way).
   StageMemory actual(int32_t s, int32_t k) const { return {inflight[psz(s)], budget(k), v == 1}; }
@@ -54,100 +50,22 @@ struct Search {
   int32_t pp = 0, P = 1, L = 0;
 
   /// Per kind, the least a layer can add to a stage (StageSolve::layer_floor_us of its samples).
-  double floor_of(int32_t kind) const {
-    double f = kPipeInf;
-    for (const auto& [key, s] : solver.free_solves())
-      if (key.first == kind) f = std::min(f, s->layer_floor_us);
-    return std::isfinite(f) ? f : 0.0;
-  }
-
+  double floor_of(StageKind kind) const;
   /// Memory-free lower bounds of a kind per k from its samples: chords between them
   /// (concavity), and above the largest its bound plus layer_floor_us per further layer.
-  std::vector<double> chord_bounds(int32_t kind, int32_t K) const {
-    std::vector<double> v(psz(K) + 1, kPipeInf);
-    std::vector<std::pair<int32_t, double>> pts;
-    for (const auto& [key, s] : solver.free_solves())
-      if (key.first == kind) pts.emplace_back(key.second, s->lower_bound_us);
-    if (pts.empty()) return v;
-    for (int32_t k = 1; k <= K; ++k) {
-      auto hi = std::lower_bound(pts.begin(), pts.end(), std::make_pair(k, -kPipeInf));
-      if (hi == pts.end()) v[psz(k)] = pts.back().second + (k - pts.back().first) * floor_of(kind);
-      else if (hi->first == k || hi == pts.begin()) v[psz(k)] = hi->first == k ? hi->second : 0.0;
-      else {
-        auto lo = hi - 1;
-        const double w = static_cast<double>(k - lo->first) / (hi->first - lo->first);
-        v[psz(k)] = lo->second + w * (hi->second - lo->second);
-      }
-    }
-    return v;
-  }
-
+  std::vector<double> chord_bounds(StageKind kind, int32_t K) const;
   /// Per stage position and k, the least time of the stage's forward (StageSolve::
   /// forward_floor_us, affine in k: every layer adds its forward ops' floor), from the kind's
   /// smallest sample; 0 where the kind has none.
-  StageCostTable forward_table(const Layout& l) const {
-    StageCostTable t;
-    const int32_t K = L - l.n + 1;
-    for (int32_t s = 0; s < l.n; ++s) {
-      const int32_t kind = kind_of(s, l.n);
-      std::vector<double> v(psz(K) + 1, 0.0);
-      for (const auto& [key, sv] : solver.free_solves()) {
-        if (key.first != kind) continue;
-        for (int32_t k = 1; k <= K; ++k)
-          v[psz(k)] = kind == kStageBoth ? sv->forward_floor_us
-                                         : std::max(0.0, sv->forward_floor_us + (k - key.second) * sv->layer_forward_floor_us);
-        break;  // the smallest sample (the map is ordered by k)
-      }
-      t.stages.push_back(std::move(v));
-    }
-    return t;
-  }
-
+  StageCostTable forward_table(const Layout& l) const;
   /// Lower bounds per stage position and k: the memory-free chords, and where the budgets are
   /// a relaxation the fitted solves' bounds (monotone: a stage with more layers, more in flight
   /// or less memory costs no less).
-  StageCostTable lower_table(const Layout& l) const {
-    StageCostTable t;
-    const int32_t K = L - l.n + 1;
-    std::vector<double> chords[4];
-    for (int32_t kind = 0; kind < 4; ++kind) chords[kind] = chord_bounds(kind, K);
-    for (int32_t s = 0; s < l.n; ++s) {
-      const int32_t kind = kind_of(s, l.n);
-      std::vector<double> v = chords[kind];
-      if (l.budget_is_relaxation())
-        for (const auto& [key, sv] : solver.fitted_solves()) {
-          const auto& [kk, k0, f, b, grads] = key;
-          if (kk != kind || f > l.inflight[psz(s)] || b < l.limit || grads != l.budget_is_relaxation()) continue;
-          for (int32_t k = kind == kStageBoth ? K : std::max(k0, 1); k <= K; ++k) v[psz(k)] = std::max(v[psz(k)], sv->lower_bound_us);
-        }
-      t.stages.push_back(std::move(v));
-    }
-    return t;
-  }
-
+  StageCostTable lower_table(const Layout& l) const;
   /// Solved costs per stage position and k that fit its planned memory (+inf elsewhere): a
   /// fitted solve of as many in flight or more and no more memory, or the memory-free plan
   /// when it fits.
-  StageCostTable upper_table(const Layout& l) const {
-    StageCostTable t;
-    const int32_t K = L - l.n + 1;
-    for (int32_t s = 0; s < l.n; ++s) {
-      const int32_t kind = kind_of(s, l.n);
-      std::vector<double> v(psz(K) + 1, kPipeInf);
-      auto at = [&](int32_t k) -> double& { return v[psz(kind == kStageBoth ? K : k)]; };
-      for (const auto& [key, sv] : solver.free_solves())  // what assemble() plans it for
-        if (key.first == kind && (kind == kStageBoth || key.second <= K) && StageSolver::fits(*sv, l.planned(s, key.second)))
-          at(key.second) = std::min(at(key.second), sv->microbatch_us);
-      for (const auto& [key, sv] : solver.fitted_solves()) {
-        const auto& [kk, k, f, b, grads] = key;
-        const StageMemory mem = l.planned(s, k);
-        if (kk == kind && (kind == kStageBoth || k <= K) && f >= mem.inflight && b <= mem.budget && grads >= mem.grads)
-          at(k) = std::min(at(k), sv->microbatch_us);
-      }
-      t.stages.push_back(std::move(v));
-    }
-    return t;
-  }
+  StageCostTable upper_table(const Layout& l) const;
 };
 
 /// Step time of a split and its lower bound, for one (schedule, v).
@@ -164,16 +82,8 @@ struct ScheduleCandidate {
   int32_t v = 1;
 };
 
-inline Layout layout_of(PipelineSchedule sched, int32_t P, int32_t L, int32_t v, int32_t M, int64_t limit) {
-  Layout l{sched, v, P * v, P, L, limit, {}, {}};
-  double most[4] = {0, 0, 0, 0};
-  for (int32_t s = 0; s < l.n; ++s) {
-    l.inflight.push_back(inflight_microbatches(sched, P, v, M, stage_rank(sched, P, s)));
-    most[kind_of(s, l.n)] = std::max(most[kind_of(s, l.n)], l.inflight.back());
-  }
-  for (int32_t s = 0; s < l.n; ++s) l.planned_inflight.push_back(most[kind_of(s, l.n)]);
-  return l;
-}
+/// The layout of (schedule, v) for P ranks, L layers, M microbatches under `limit` per device.
+Layout layout_of(PipelineSchedule sched, int32_t P, int32_t L, int32_t v, int32_t M, int64_t limit);
 
 /// The rank-level Lagrangian relaxation of memory (pipeline/pipeline_rank_bound.cc): one price
 /// for a search's layouts and the sampled stage sizes and in-flight counts its priced floors
@@ -197,7 +107,7 @@ RankFloors rank_memory_floors(Search& S, const Layout& l, const RankPricing& rp)
 /// its one-microbatch peak only while it runs; while another runs it holds its usage at t*
 /// (its state and one microbatch's kept activations, StageSolve::boundary_bytes), its other
 /// microbatches in flight, its summed gradients and hand-overs to W.  So the rank needs what
-/// its stages hold (`held`: StageSolver::rank_need_bytes less StageSolve::transient_bytes,
+/// its stages hold (`held`: StageBuilder::rank_need_bytes less StageSolve::transient_bytes,
 /// each) plus the most passing work of one (`passing`), not the sum of their peaks: on
 /// llama3-405b 8x16x8 four 4-layer stages of a rank hold 5.4 GB of passing work, one of them
 /// at a time (pipeline/pipeline_refit.cc).  With one stage per rank it is that stage's need.

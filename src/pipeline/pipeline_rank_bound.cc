@@ -19,7 +19,7 @@
 /// over (pipeline_schedule.h deferred_microbatches): priced too, on the tensors B hands to W.
 ///
 /// Which solves.  One price for the whole search, from the Kelley dual of a representative
-/// middle stage on its share (StageSolver::price_memory); the priced floors of each stage kind
+/// middle stage on its share (StageBuilder::price_memory); the priced floors of each stage kind
 /// at 1 and 32 layers, at the least and the most in-flight count of all the layouts (and the
 /// least of the interleaved ones), and with
 /// none or the most microbatches handed to W.
@@ -84,8 +84,8 @@ RankPricing rank_pricing(Search& S, const std::vector<Layout>& layouts) {
   const int64_t limit = layouts.front().limit;
   const StageMemory share{hi, static_cast<int64_t>(static_cast<double>(limit) * k0 * S.P / S.L), false, true};
   const auto relaxed = S.solver.free(kStageMid, k0);
-  if (StageSolver::fits(*relaxed, share)) return rp;
-  const StageSolver::PricedBound pb = S.solver.price_memory(kStageMid, k0, share, *relaxed, nullptr);
+  if (StageBuilder::fits(*relaxed, share)) return rp;
+  const StageBuilder::PricedBound pb = S.solver.builder().price_memory(kStageMid, k0, share, *relaxed, nullptr);
   // Where pricing the representative's memory lifts its bound by less than the target gap, the
   // floors would lift the ranks' by as little (llama3-405b `--layers 32`: 0.02 %, for 25 s of
   // priced solves): none.
@@ -99,12 +99,12 @@ RankPricing rank_pricing(Search& S, const std::vector<Layout>& layouts) {
   // a sample between would only lower it where its own proof is looser.
   rp.sizes = {1};
   if (K > 1) rp.sizes.push_back(std::min(K, kLargestSample));
-  std::vector<StageSolver::PriceKey> keys;
+  std::vector<StageKey> keys;
   for (int32_t kind : {kStageFirst, kStageMid, kStageLast})
     for (int32_t k : rp.sizes)
       for (double d : {0.0, d_hi})
         for (double f : rp.fs)
-          if (d == 0 || d_hi > 0) keys.emplace_back(kind, k, f, d, rp.lambda);
+          if (d == 0 || d_hi > 0) keys.push_back(StageKey::priced_floor(static_cast<StageKind>(kind), k, f, d, rp.lambda));
   S.solver.priced_floors(keys);  // all at once, on threads
   return rp;
 }
@@ -126,7 +126,7 @@ RankFloors rank_memory_floors(Search& S, const Layout& l, const RankPricing& rp)
     for (const auto& [ff, dd, w] : {std::tuple{f0, 0.0, (1 - a) * (1 - b)}, std::tuple{f1, 0.0, a * (1 - b)},
                                     std::tuple{f0, rp.d_hi, (1 - a) * b}, std::tuple{f1, rp.d_hi, a * b}}) {
       if (w <= 0) continue;
-      const StageSolver::PricedFloor p = S.solver.priced_floors({{kind, k, ff, dd, lambda}})[0];
+      const StageBuilder::PricedFloor p = S.solver.priced_floors({StageKey::priced_floor(static_cast<StageKind>(kind), k, ff, dd, lambda)})[0];
       y += w * p.floor;
       live_most = std::max(live_most, p.live);
     }

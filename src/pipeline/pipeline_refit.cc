@@ -35,7 +35,7 @@ std::vector<std::shared_ptr<const StageSolve>> refit_sources(Search& S, StageKin
 
 void RankNeed::add(const StageSolve& s, double inflight, double deferred) {
   const auto x = static_cast<double>(s.transient_bytes());
-  held += StageSolver::rank_need_bytes(s, inflight, deferred) - x;
+  held += StageBuilder::rank_need_bytes(s, inflight, deferred) - x;
   passing = std::max(passing, x);
   passing_sum += x;
 }
@@ -74,11 +74,11 @@ std::shared_ptr<const StageSolve> refit_stage(Search& S, const PipelineStage& st
   const int32_t k = st.hi - st.lo;
   const auto relaxed = S.solver.free(kind, k);
   std::shared_ptr<const StageSolve> best =
-      StageSolver::rank_need_bytes(*st.solve, st.inflight, st.deferred) <= static_cast<double>(budget) ? st.solve : nullptr;
+      StageBuilder::rank_need_bytes(*st.solve, st.inflight, st.deferred) <= static_cast<double>(budget) ? st.solve : nullptr;
   for (const auto& from : refit_sources(S, kind, k, st.solve, 3, rank_patterns)) {
     const auto key = std::make_tuple(from.get(), st.inflight, st.deferred, budget);
     auto it = done.find(key);
-    if (it == done.end()) it = done.emplace(key, S.solver.refit(*from, *relaxed, st.inflight, st.deferred, budget)).first;
+    if (it == done.end()) it = done.emplace(key, S.solver.builder().refit(*from, *relaxed, st.inflight, st.deferred, budget)).first;
     if (it->second && (!best || it->second->microbatch_us < best->microbatch_us)) best = it->second;
   }
   return best;
@@ -94,7 +94,7 @@ std::pair<std::vector<std::shared_ptr<const StageSolve>>, bool> refit_rank(Searc
   double above = 0, bases = 0;
   for (const PipelineStage& st : pl.stages)
     if (st.pp_rank == r) {
-      above += StageSolver::rank_need_bytes(*st.solve, st.inflight, st.deferred) - base[psz(st.index)];
+      above += StageBuilder::rank_need_bytes(*st.solve, st.inflight, st.deferred) - base[psz(st.index)];
       bases += base[psz(st.index)];
     }
   if (above <= 0) return {};
@@ -107,7 +107,7 @@ std::pair<std::vector<std::shared_ptr<const StageSolve>>, bool> refit_rank(Searc
   for (const PipelineStage& st : pl.stages) {
     if (st.pp_rank != r) continue;
     const double b = base[psz(st.index)];
-    const auto budget = static_cast<int64_t>(std::floor(b + (StageSolver::rank_need_bytes(*st.solve, st.inflight, st.deferred) - b) * scale));
+    const auto budget = static_cast<int64_t>(std::floor(b + (StageBuilder::rank_need_bytes(*st.solve, st.inflight, st.deferred) - b) * scale));
     plans.push_back(refit_stage(S, st, n, budget, done, rank_patterns));
     if (!plans.back()) plans.back() = st.solve;  // keeps its plan
     need.add(*plans.back(), st.inflight, st.deferred);
@@ -162,7 +162,7 @@ StagePlans refit_one_rank(Search& S, const PipelinePlan& pl, int32_t r, const st
 
 /// The rank refit: each rank's limit shared among its stages and each stage given the fastest
 /// of its sources (refit_sources) with the least recomputation that fits its part at its own
-/// rank's in-flight and hand-over counts (StageSolver::refit).  Two ways to share, the better
+/// rank's in-flight and hand-over counts (StageBuilder::refit).  Two ways to share, the better
 /// kept per rank (fitting first, then the least work): in proportion to what the stages need
 /// now, and each stage its least need with no activations kept plus a share of the rest in
 /// proportion to what it needs above that (a stage that can give more gives more; on
@@ -183,8 +183,8 @@ void refit_ranks(Search& S, PipelinePlan& pl, const std::vector<int32_t>& ranks)
     if (!chosen(st.pp_rank)) continue;
     double& l = least[psz(st.index)];
     for (const auto& from : refit_sources(S, kind_of(st.index, n), st.hi - st.lo, st.solve, 3, true))
-      l = std::min(l, StageSolver::rank_need_bytes(*from, 1, st.deferred) - static_cast<double>(from->activation_bytes));
-    l = std::min(l, StageSolver::rank_need_bytes(*st.solve, st.inflight, st.deferred));
+      l = std::min(l, StageBuilder::rank_need_bytes(*from, 1, st.deferred) - static_cast<double>(from->activation_bytes));
+    l = std::min(l, StageBuilder::rank_need_bytes(*st.solve, st.inflight, st.deferred));
     rank_least[psz(st.pp_rank)] += l;
   }
   // (Less the passing work its stages now need but never hold at once.)
@@ -219,7 +219,7 @@ std::optional<PipelinePlan> moved_layer(Search& S, const PipelinePlan& pl, int32
     if (!plan && st == &b) {
       // The receiving rank's stages share its limit again, this one first planned for its old
       // need grown by a layer's share.
-      const double need = StageSolver::rank_need_bytes(*pl.stages[psz(to)].solve, st->inflight, st->deferred);
+      const double need = StageBuilder::rank_need_bytes(*pl.stages[psz(to)].solve, st->inflight, st->deferred);
       plan = S.solver.fit_for_rank(kind, k, st->inflight, st->deferred, static_cast<int64_t>(need * k / (k - 1)));
       if (plan) {
         st->solve = plan;

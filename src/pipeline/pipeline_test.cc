@@ -365,7 +365,7 @@ TEST(PipelineMemoryLarge, ShareBudgetsDoNotForceRecomputationWhereTheRanksFit) {
   o.memory_limit_bytes = most + most / 8;
   bool a_share_binds = false;
   for (const PipelineStage& st : free.stages)
-    a_share_binds = a_share_binds || StageSolver::need_bytes(*st.solve, st.inflight) >
+    a_share_binds = a_share_binds || StageBuilder::need_bytes(*st.solve, st.inflight) >
                                          static_cast<double>(o.memory_limit_bytes) * (st.hi - st.lo) * 2 / 8;
   ASSERT_TRUE(a_share_binds);
   const PipelinePlan fit = plan_pipeline(g, mesh, o, po);
@@ -412,16 +412,16 @@ TEST(PipelineMemory, RefitFitsTheRanksOwnCountsAndPartOfItsLimit) {
   const LayerMap m = map_layers(g);
   StageSolver solver(g, mesh, o, po, m, 0);
   const auto relaxed = solver.free(kStageLast, 1);
-  const double free_need = StageSolver::rank_need_bytes(*relaxed, 4, 0);
+  const double free_need = StageBuilder::rank_need_bytes(*relaxed, 4, 0);
   const auto budget = static_cast<int64_t>(free_need / 2);
   const auto planned = solver.fitted(kStageLast, 1, StageMemory{4, budget, true, false});
   ASSERT_TRUE(planned && planned->plan.has_solution);
   ASSERT_GT(planned->plan.recompute_us, 0);
-  ASSERT_LE(StageSolver::rank_need_bytes(*planned, 4, 0), static_cast<double>(budget));
+  ASSERT_LE(StageBuilder::rank_need_bytes(*planned, 4, 0), static_cast<double>(budget));
 
-  const auto fewer = solver.refit(*planned, *relaxed, 2, 0, budget);
+  const auto fewer = solver.builder().refit(*planned, *relaxed, 2, 0, budget);
   ASSERT_TRUE(fewer);
-  EXPECT_LE(StageSolver::rank_need_bytes(*fewer, 2, 0), static_cast<double>(budget));
+  EXPECT_LE(StageBuilder::rank_need_bytes(*fewer, 2, 0), static_cast<double>(budget));
   EXPECT_LE(fewer->microbatch_us, planned->microbatch_us * (1 + 1e-9));
   EXPECT_LE(fewer->lower_bound_us, fewer->microbatch_us);
   EXPECT_DOUBLE_EQ(fewer->lower_bound_us, std::min(relaxed->lower_bound_us, fewer->microbatch_us));
@@ -429,16 +429,16 @@ TEST(PipelineMemory, RefitFitsTheRanksOwnCountsAndPartOfItsLimit) {
   // With one microbatch's hand-over held, a part between what the two plans then need: the
   // refit recomputes more than `fewer` to hold it.
   ASSERT_GT(planned->parts.kept_for_w_bytes, 0);
-  const double lean = StageSolver::rank_need_bytes(*planned, 2, 1), rich = StageSolver::rank_need_bytes(*fewer, 2, 1);
+  const double lean = StageBuilder::rank_need_bytes(*planned, 2, 1), rich = StageBuilder::rank_need_bytes(*fewer, 2, 1);
   ASSERT_LT(lean, rich);
   const auto part = static_cast<int64_t>((lean + rich) / 2);
-  const auto handing = solver.refit(*planned, *relaxed, 2, 1, part);
+  const auto handing = solver.builder().refit(*planned, *relaxed, 2, 1, part);
   ASSERT_TRUE(handing);
-  EXPECT_LE(StageSolver::rank_need_bytes(*handing, 2, 1), static_cast<double>(part));
+  EXPECT_LE(StageBuilder::rank_need_bytes(*handing, 2, 1), static_cast<double>(part));
   EXPECT_GT(handing->plan.recompute_us, fewer->plan.recompute_us);
 
   // Every layer recomputed in full still keeps the parameter state: a part below it fits nothing.
-  EXPECT_FALSE(solver.refit(*planned, *relaxed, 2, 0, relaxed->microbatch_peak_bytes / 4));
+  EXPECT_FALSE(solver.builder().refit(*planned, *relaxed, 2, 0, relaxed->microbatch_peak_bytes / 4));
 }
 
 // Large: whole llama3-8b stages, 7 s here and 109 s under ASan (the Release pass only).
@@ -511,7 +511,7 @@ TEST(PipelineMemoryLarge, TheRankPatternRefitsRanksFromAShardingMadeForARank) {
     double sum = 0, most = 0, passing = 0;
     for (const PipelineStage& st : on.stages)
       if (st.pp_rank == r) {
-        sum += StageSolver::rank_need_bytes(*st.solve, st.inflight, st.deferred);
+        sum += StageBuilder::rank_need_bytes(*st.solve, st.inflight, st.deferred);
         most = std::max(most, static_cast<double>(st.solve->transient_bytes()));
         passing += static_cast<double>(st.solve->transient_bytes());
       }

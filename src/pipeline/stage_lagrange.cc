@@ -1,4 +1,4 @@
-/// StageSolver::price_memory: the Lagrangian bound of a stage under a memory budget.
+/// StageBuilder::price_memory: the Lagrangian bound of a stage under a memory budget.
 ///
 /// A plan that fits the budget B with f microbatches in flight has its usage at the
 /// forward/backward boundary t* no above B (inflight_memory.h boundary_usage; a byte per kept
@@ -30,7 +30,7 @@
 #include "pipeline/backward_split.h"
 #include "planner/inflight_memory.h"
 #include "planner/parallel_for.h"
-#include "pipeline/pipeline_solve.h"
+#include "pipeline/stage_builder.h"
 #include "planner/sharding_optimizer.h"
 
 namespace autoshard {
@@ -73,7 +73,7 @@ std::pair<double, double> peak_of(const std::vector<Plane>& planes, double B) {
 
 }  // namespace
 
-StageSolver::PricedBound StageSolver::price_memory(StageKind kind, int32_t k, StageMemory mem,
+StageBuilder::PricedBound StageBuilder::price_memory(StageKind kind, int32_t k, StageMemory mem,
                                                    const StageSolve& relaxed, const StageSolve* at_hand) {
   PricedBound out;
   out.bound = relaxed.lower_bound_us;
@@ -112,7 +112,7 @@ StageSolver::PricedBound StageSolver::price_memory(StageKind kind, int32_t k, St
   return out;
 }
 
-StageSolver::PricedBound StageSolver::price_model(RecomputePolicy model, StageMemory mem, const StageSolve& relaxed,
+StageBuilder::PricedBound StageBuilder::price_model(RecomputePolicy model, StageMemory mem, const StageSolve& relaxed,
                                                   const StageSolve* at_hand) {
   PricedBound out;
   const StageGraph& sg = relaxed.sg;
@@ -185,7 +185,7 @@ StageSolver::PricedBound StageSolver::price_model(RecomputePolicy model, StageMe
   return out;
 }
 
-StageSolver::PricedFloor StageSolver::priced_floor(const StageSolve& relaxed, double inflight, double deferred,
+StageBuilder::PricedFloor StageBuilder::priced_floor(const StageSolve& relaxed, double inflight, double deferred,
                                                    double lambda) {
   PricedFloor out;
   out.floor = kInf;
@@ -211,29 +211,5 @@ StageSolver::PricedFloor StageSolver::priced_floor(const StageSolve& relaxed, do
   return out;
 }
 
-std::vector<StageSolver::PricedFloor> StageSolver::priced_floors(const std::vector<PriceKey>& keys) {
-  std::vector<PriceKey> todo;
-  for (const PriceKey& key : keys)
-    if (!priced_.count(key) && std::find(todo.begin(), todo.end(), key) == todo.end()) todo.push_back(key);
-  std::vector<std::pair<StageKind, int32_t>> sizes;
-  for (const auto& [kind, k, f, d, lambda] : todo) sizes.emplace_back(static_cast<StageKind>(kind), k);
-  prefetch(sizes);  // their memory-free plans (the stage graphs), on threads
-  std::vector<std::shared_ptr<const StageSolve>> relaxed;
-  for (const auto& [kind, k, f, d, lambda] : todo) relaxed.push_back(free(static_cast<StageKind>(kind), k));
-  std::vector<PricedFloor> out(todo.size());
-  run_parallel(todo.size(), [&](size_t i) {
-    const auto t0 = std::chrono::steady_clock::now();
-    const auto& [kind, k, f, d, lambda] = todo[i];
-    out[i] = priced_floor(*relaxed[i], f, d, lambda);
-    say(fmt::format("  stage kind {} with {} layers, {} in flight, {} handed to W, memory at t* priced at {:.3g} us/GB: "
-                    "floor {:.3f} us, in {:.3f}s",
-                    kind, k, f, d, lambda * 1e9, out[i].floor,
-                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()));
-  });
-  for (size_t i = 0; i < todo.size(); ++i) priced_[todo[i]] = out[i];
-  std::vector<PricedFloor> r;
-  for (const PriceKey& key : keys) r.push_back(priced_.at(key));
-  return r;
-}
 
 }  // namespace autoshard

@@ -1,4 +1,4 @@
-// The Lagrangian bound of a stage under a memory budget (StageSolver::price_memory): the usage
+// The Lagrangian bound of a stage under a memory budget (StageBuilder::price_memory): the usage
 // at the forward/backward boundary priced, in both memory models, against exact solves (MIP
 // under memory rows: about 10 s, so a *Large suite, run in the Release pass only).
 #include <gtest/gtest.h>
@@ -61,12 +61,12 @@ TEST(StageLagrangeLarge, TheBoundLiesBetweenTheMemoryFreeBoundAndBothModelsOptim
   PlannerOptions full = o;
   full.recompute = RecomputePolicy::kFull;
   StageSolver recomputed(g, mesh, full, popt, m, 0);
-  const double hi = StageSolver::need_bytes(*relaxed, f), lo = StageSolver::need_bytes(*recomputed.free(kStageMid, k), f);
+  const double hi = StageBuilder::need_bytes(*relaxed, f), lo = StageBuilder::need_bytes(*recomputed.free(kStageMid, k), f);
   ASSERT_LT(lo, hi);
   const StageMemory mem{f, static_cast<int64_t>((lo + hi) / 2)};
-  ASSERT_FALSE(StageSolver::fits(*relaxed, mem));
+  ASSERT_FALSE(StageBuilder::fits(*relaxed, mem));
 
-  const StageSolver::PricedBound pb = solver.price_memory(kStageMid, k, mem, *relaxed, nullptr);
+  const StageBuilder::PricedBound pb = solver.builder().price_memory(kStageMid, k, mem, *relaxed, nullptr);
   // Exact (MIP) optima under the budget: 3940.0 us without recomputation nodes, 4043.1 us with
   // them (their model counts activation views apart); the bound, 3917.1 us, is below both.
   const double best = std::min(exact_optimum(g, m, mesh, k, 4, mem, RecomputePolicy::kAuto),
@@ -80,7 +80,7 @@ TEST(StageLagrangeLarge, TheBoundLiesBetweenTheMemoryFreeBoundAndBothModelsOptim
   EXPECT_GT(pb.bound, relaxed->lower_bound_us * (1 + 1e-6));
   // The priced plans that fit are plans: one did, no cheaper than the bound.
   ASSERT_TRUE(pb.plan);
-  EXPECT_TRUE(StageSolver::fits(*pb.plan, mem));
+  EXPECT_TRUE(StageBuilder::fits(*pb.plan, mem));
   EXPECT_GE(pb.plan->microbatch_us, pb.bound);
 }
 

@@ -105,13 +105,13 @@ TEST(StagePattern, SizesBetweenOnePatternAreEvaluatedAtTheirOptimum) {
   Stages t;
   StageSolver& solver = t.solver;
   solver.prefetch({{kStageMid, 2}, {kStageMid, 6}});
-  ASSERT_EQ(solver.solves(), 2);
+  ASSERT_EQ(solver.builder().solves(), 2);
   auto lo = solver.free(kStageMid, 2), hi = solver.free(kStageMid, 6);
   ASSERT_EQ(lo->plan.status, SolveStatus::kOptimal);
   ASSERT_EQ(hi->plan.status, SolveStatus::kOptimal);
   auto mid = solver.free(kStageMid, 4);
   ASSERT_TRUE(mid->interpolated);  // exact optima of one pattern: the chord is tight
-  EXPECT_EQ(solver.solves(), 2);
+  EXPECT_EQ(solver.builder().solves(), 2);
   // The evaluated plan is the optimum a solve finds, and its bound proves it.
   StageSolver fresh(t.g, t.mesh, t.o, t.popt, t.m, 0);
   auto solved = fresh.free(kStageMid, 4);
@@ -126,10 +126,10 @@ TEST(StagePattern, SizesBetweenOnePatternAreEvaluatedAtTheirOptimum) {
   // Outside the solved sizes nothing is evaluated.
   auto above = solver.free(kStageMid, 7);
   EXPECT_FALSE(above->interpolated);
-  EXPECT_EQ(solver.solves(), 3);
+  EXPECT_EQ(solver.builder().solves(), 3);
   // refine() solves an evaluated size and keeps the better plan and bound.
   solver.refine({{kStageMid, 4, StageMemory{}}});
-  EXPECT_EQ(solver.solves(), 4);
+  EXPECT_EQ(solver.builder().solves(), 4);
   auto refined = solver.free(kStageMid, 4);
   EXPECT_FALSE(refined->interpolated);
   EXPECT_NEAR(refined->microbatch_us, solved->microbatch_us, 1e-6 * solved->microbatch_us);
@@ -149,11 +149,12 @@ TEST(StagePattern, PrefetchOnThreadsGivesTheSequentialSolves) {
       {kStageFirst, 1}, {kStageFirst, 3}, {kStageMid, 2}, {kStageMid, 5}, {kStageLast, 2}, {kStageLast, 4}};
   a.prefetch(keys);
   b.prefetch(keys);
-  ASSERT_EQ(a.free_solves().size(), keys.size());
-  ASSERT_EQ(b.free_solves().size(), keys.size());
-  for (const auto& [key, s] : a.free_solves()) {
-    const auto& t = b.free_solves().at(key);
-    EXPECT_EQ(s->microbatch_us, t->microbatch_us) << key.first << " " << key.second;
+  ASSERT_EQ(a.catalog().count(StagePlanUse::kMemoryFree), keys.size());
+  ASSERT_EQ(b.catalog().count(StagePlanUse::kMemoryFree), keys.size());
+  for (const auto& [key, s] : a.catalog().of(StagePlanUse::kMemoryFree)) {
+    const auto t = b.catalog().find(key);
+    ASSERT_TRUE(t);
+    EXPECT_EQ(s->microbatch_us, t->microbatch_us) << static_cast<int>(key.kind) << " " << key.k;
     EXPECT_EQ(s->lower_bound_us, t->lower_bound_us);
     EXPECT_EQ(s->plan.nodes.size(), t->plan.nodes.size());
   }
@@ -190,18 +191,18 @@ TEST_F(StageFitted, SizesBetweenTwoFullRecomputePlansAreEvaluated) {
   StageSolver recomputed(g, mesh, full, popt, m, 0);
   const double f = 4;
   auto mem = [&](int32_t k) {
-    return StageMemory{f, static_cast<int64_t>(StageSolver::need_bytes(*recomputed.free(kStageMid, k), f))};
+    return StageMemory{f, static_cast<int64_t>(StageBuilder::need_bytes(*recomputed.free(kStageMid, k), f))};
   };
   StageSolver solver(g, mesh, o, popt, m, 0);
   auto lo = solver.fitted(kStageMid, 2, mem(2)), hi = solver.fitted(kStageMid, 6, mem(6));
   ASSERT_TRUE(std::isfinite(lo->microbatch_us) && std::isfinite(hi->microbatch_us));
   ASSERT_EQ(lo->optimizer->options().recompute, RecomputePolicy::kFull);
   ASSERT_EQ(hi->optimizer->options().recompute, RecomputePolicy::kFull);
-  const int32_t before = solver.solves();
+  const int32_t before = solver.builder().solves();
   auto mid = solver.fitted(kStageMid, 4, mem(4));
   EXPECT_TRUE(mid->interpolated);
-  EXPECT_EQ(solver.solves(), before);
-  EXPECT_TRUE(StageSolver::fits(*mid, mem(4)));
+  EXPECT_EQ(solver.builder().solves(), before);
+  EXPECT_TRUE(StageBuilder::fits(*mid, mem(4)));
   // Its bound is the memory-free bound.
   EXPECT_EQ(mid->lower_bound_us, std::min(solver.free(kStageMid, 4)->lower_bound_us, mid->microbatch_us));
   // One plan pattern at both ends: its cost at 4 layers is the mean of theirs at 2 and 6.
@@ -209,15 +210,15 @@ TEST_F(StageFitted, SizesBetweenTwoFullRecomputePlansAreEvaluated) {
 }
 
 // A fitted size with no bracket is the sharding pattern of a solved fitted size of its kind,
-// with only as much recomputation as its own budget needs (StageSolver::extend_fitted).
+// with only as much recomputation as its own budget needs (extend_fitted, pipeline/stage_source.h).
 TEST_F(StageFitted, SizesExtendASolvedPatternWithTheLeastRecomputation) {
   popt.solve_fitted = false;  // the plans at hand only: no time-limited solve
   StageSolver recomputed(g, mesh, full, popt, m, 0), free_solver(g, mesh, o, popt, m, 0);
   const double f = 4;
   // Halfway between what the memory-free plan needs and what it needs fully recomputed.
   auto mem = [&](int32_t k) {
-    const double lo = StageSolver::need_bytes(*recomputed.free(kStageMid, k), f);
-    const double hi = StageSolver::need_bytes(*free_solver.free(kStageMid, k), f);
+    const double lo = StageBuilder::need_bytes(*recomputed.free(kStageMid, k), f);
+    const double hi = StageBuilder::need_bytes(*free_solver.free(kStageMid, k), f);
     return StageMemory{f, static_cast<int64_t>((lo + hi) / 2)};
   };
   StageSolver solver(g, mesh, o, popt, m, 0);
@@ -225,11 +226,11 @@ TEST_F(StageFitted, SizesExtendASolvedPatternWithTheLeastRecomputation) {
   ASSERT_TRUE(std::isfinite(two->microbatch_us));
   ASSERT_FALSE(two->interpolated);
   (void)solver.free(kStageMid, 5);  // its memory-free solve
-  const int32_t before = solver.solves();
+  const int32_t before = solver.builder().solves();
   auto five = solver.fitted(kStageMid, 5, mem(5));
   EXPECT_TRUE(five->extended);
-  EXPECT_EQ(solver.solves(), before);
-  EXPECT_TRUE(StageSolver::fits(*five, mem(5)));
+  EXPECT_EQ(solver.builder().solves(), before);
+  EXPECT_TRUE(StageBuilder::fits(*five, mem(5)));
   EXPECT_EQ(five->lower_bound_us, std::min(solver.free(kStageMid, 5)->lower_bound_us, five->microbatch_us));
   // Some layers keep what they would recompute fully: cheaper than the memory-free plan
   // recomputed everywhere, dearer than the memory-free plan that does not fit.
@@ -241,9 +242,9 @@ TEST_F(StageFitted, SizesExtendASolvedPatternWithTheLeastRecomputation) {
   (void)plain.fitted(kStageMid, 2, mem(2));
   EXPECT_FALSE(plain.fitted(kStageMid, 5, mem(5))->extended);
   // refine() keeps an extended plan: no solve.
-  const int32_t solved = solver.solves();
+  const int32_t solved = solver.builder().solves();
   solver.refine({{kStageMid, 5, mem(5)}});
-  EXPECT_EQ(solver.solves(), solved);
+  EXPECT_EQ(solver.builder().solves(), solved);
   EXPECT_EQ(solver.fitted(kStageMid, 5, mem(5)).get(), five.get());
 }
 
