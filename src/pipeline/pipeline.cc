@@ -52,7 +52,8 @@ double layer_factor(Search& S, PipelineSchedule sch, int32_t n) {
   if (!splits_backward(sch)) return 1.0;
   if (n > 2 && S.L - n + 1 >= 1) return stage_factor(sch, {S.solver.free(kStageMid, 1).get()});
   double k = 1.0;
-  for (const auto& [key, s] : S.solver.catalog().of(StagePlanUse::kMemoryFree)) k = std::min(k, stage_factor(sch, {s.get()}));
+  for (const auto& [key, s] : S.solver.catalog().of(StagePlanUse::kMemoryFree))
+    k = std::min(k, stage_factor(sch, {s.get()}));
   return k;
 }
 

@@ -104,7 +104,8 @@ RankPricing rank_pricing(Search& S, const std::vector<Layout>& layouts) {
     for (int32_t k : rp.sizes)
       for (double d : {0.0, d_hi})
         for (double f : rp.fs)
-          if (d == 0 || d_hi > 0) keys.push_back(StageKey::priced_floor(static_cast<StageKind>(kind), k, f, d, rp.lambda));
+          if (d == 0 || d_hi > 0)
+            keys.push_back(StageKey::priced_floor(static_cast<StageKind>(kind), k, f, d, rp.lambda));
   S.solver.priced_floors(keys);  // all at once, on threads
   return rp;
 }
@@ -126,7 +127,8 @@ RankFloors rank_memory_floors(Search& S, const Layout& l, const RankPricing& rp)
     for (const auto& [ff, dd, w] : {std::tuple{f0, 0.0, (1 - a) * (1 - b)}, std::tuple{f1, 0.0, a * (1 - b)},
                                     std::tuple{f0, rp.d_hi, (1 - a) * b}, std::tuple{f1, rp.d_hi, a * b}}) {
       if (w <= 0) continue;
-      const StageBuilder::PricedFloor p = S.solver.priced_floors({StageKey::priced_floor(static_cast<StageKind>(kind), k, ff, dd, lambda)})[0];
+      const StageKey key = StageKey::priced_floor(static_cast<StageKind>(kind), k, ff, dd, lambda);
+      const StageBuilder::PricedFloor p = S.solver.priced_floors({key})[0];
       y += w * p.floor;
       live_most = std::max(live_most, p.live);
     }

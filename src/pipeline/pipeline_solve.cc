@@ -126,7 +126,8 @@ void StageSolver::refine(const std::vector<StageRequest>& reqs) {
     if (p && p->interpolated && !contains(keys, key)) keys.push_back(key), todo.push_back(r);
   }
   // The last source of each list solves.
-  auto solved = round(*sources_.memory_free.back(), todo, std::vector<std::shared_ptr<const StageSolve>>(todo.size()), true);
+  const std::vector<std::shared_ptr<const StageSolve>> none(todo.size());
+  auto solved = round(*sources_.memory_free.back(), todo, none, true);
   for (size_t i = 0; i < keys.size(); ++i) catalog_.put(keys[i], better_of(*catalog_.find(keys[i]), solved[i]));
   // The fitted plans evaluated as patterns: the fitted search on each.
   std::vector<StageKey> fits;
