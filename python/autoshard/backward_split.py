@@ -10,7 +10,7 @@ stage's backward as two actions, I (input gradients) and W (weight gradients), t
 et al., "Zero Bubble Pipeline Parallelism" (ICLR 2024).  A stage here is one autograd Function
 over its lowered backward graph (autoshard.partition), whose outputs are the parameters'
 gradients, then the gradients of the activations it received.  The rule is the planner's
-(src/planner/backward_split.h): a backward node is in B when an activation gradient depends on
+(src/pipeline/backward_split.h): a backward node is in B when an activation gradient depends on
 it, else in W.  B's graph computes the activation gradients and hands over the values of its
 nodes that W reads (the output gradients, dY of each dW = X^T dY); W's graph computes the
 parameter gradients from those and the saved forward values.  Both run the same ops as the
@@ -125,7 +125,7 @@ def split_backward(bwd: torch.fx.GraphModule, n_param_grads: int) -> BackwardPar
 def part_mismatches(parts: BackwardParts, planned: Mapping[str, str]) -> list:
     """Nodes the split put in the other part than the plan (`planned`: planned node name ->
     "input_grad" or "weight_grad", placements.json's "part" of a pipelined plan, C++
-    planner/backward_split.h), as "node (planned part)"; [] when both agree.  Lowered nodes
+    pipeline/backward_split.h), as "node (planned part)"; [] when both agree.  Lowered nodes
     carry the planned node they came from (autoshard.lower's stamp)."""
     from .lower import META_KEY
 

@@ -24,7 +24,7 @@
 #include "planner/fit_advice.h"
 #include "planner/parallelism.h"
 #include "planner/parameter_share.h"
-#include "planner/pipeline_stage.h"
+#include "pipeline/pipeline_stage.h"
 #include "planner/recompute.h"
 #include "planner/sharding_optimizer.h"
 #include "planner/schedule_memory.h"

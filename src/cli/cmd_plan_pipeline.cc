@@ -11,7 +11,7 @@
 #include "io/pipeline_json.h"
 #include "ir/file_util.h"
 #include "models/models.h"
-#include "planner/pipeline.h"
+#include "pipeline/pipeline.h"
 #include "planner/sharding_optimizer.h"
 #include "report/pipeline_report.h"
 

@@ -12,7 +12,7 @@
 #include "ir/file_util.h"
 #include "cli/pipeline_cli.h"
 #include "planner/mesh_search.h"
-#include "planner/pipeline_search.h"
+#include "pipeline/pipeline_search.h"
 
 namespace autoshard::cli {
 

@@ -1,10 +1,10 @@
 #pragma once
-/// `autoshard plan` on a mesh with a `pp` dim: pipeline stages (planner/pipeline.h).
+/// `autoshard plan` on a mesh with a `pp` dim: pipeline stages (pipeline/pipeline.h).
 #include <string>
 
 #include "cli/common.h"
 #include "planner/options.h"
-#include "planner/pipeline.h"
+#include "pipeline/pipeline.h"
 #include "planner/prefetch_schedule.h"
 #include "planner/recipes.h"
 
@@ -33,7 +33,7 @@ Graph microbatch_graph(const GraphSource& src, int32_t M);
 /// torchtitan's pipeline layout for `recipe` on P pp ranks and L layers: the schedule given
 /// (1F1B by default, torchtitan's `pipeline_parallel_schedule` default), v stages per rank as
 /// given or, for a multi-stage schedule, 2 (torchtitan's generate_split_points default), equal
-/// stages (planner/pipeline.h equal_split, the split generate_split_points makes), the
+/// stages (pipeline/pipeline.h equal_split, the split generate_split_points makes), the
 /// recipe pinned in every stage, its parameters gathered once per step, and no memory-limited
 /// solves (PipelineOptions::solve_fitted off).
 void pin_recipe_layout(PipelineOptions& po, Recipe recipe, int32_t P, int32_t L);
@@ -45,7 +45,7 @@ int run_pipeline_plan(const GraphSource& src, const Mesh& mesh, const PlannerOpt
                       const ScheduleOptions& schedule = {});
 
 /// `plan --compare` on a mesh with a pp dim: the optimum beside torchtitan's PP x FSDP x TP
-/// recipe (equal stages, planner/pipeline.h equal_split; FSDP + TP pinned in every stage) with
+/// recipe (equal stages, pipeline/pipeline.h equal_split; FSDP + TP pinned in every stage) with
 /// 1F1B and with Interleaved1F1B (v = 2).  Returns 0.
 int run_pipeline_compare(const GraphSource& src, const Mesh& mesh, const PlannerOptions& opt,
                          const PipelineArgs& pa, bool json);

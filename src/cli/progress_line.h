@@ -6,7 +6,7 @@
 #include <memory>
 #include <string>
 
-#include "planner/pipeline_progress.h"
+#include "pipeline/pipeline_progress.h"
 
 namespace autoshard::cli {
 

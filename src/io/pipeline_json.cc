@@ -7,7 +7,7 @@
 
 #include "io/placements_json.h"
 #include "io/state.h"
-#include "planner/backward_split.h"
+#include "pipeline/backward_split.h"
 #include "planner/twin_views.h"
 
 namespace autoshard {
@@ -70,7 +70,7 @@ PrefetchSchedule pipeline_schedule(const PipelinePlan& pl, const Graph&, const S
 
 namespace {
 
-/// Per full-graph node, its backward part in its stage (planner/backward_split.h); kForward for
+/// Per full-graph node, its backward part in its stage (pipeline/backward_split.h); kForward for
 /// nodes outside every stage's backward.
 std::vector<StepPart> node_parts(const PipelinePlan& pl, const Graph& g) {
   std::vector<StepPart> out(static_cast<size_t>(g.size()), StepPart::kForward);

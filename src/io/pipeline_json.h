@@ -1,5 +1,5 @@
 #pragma once
-/// JSON of a pipelined plan (planner/pipeline.h): placements.json with the "pipeline" section
+/// JSON of a pipelined plan (pipeline/pipeline.h): placements.json with the "pipeline" section
 /// and per-node "stage" keys of docs/pipeline-format.md (the Python runtime reads it), and the
 /// summary printed by `plan --json` and written to plan.json.
 #include <string>
@@ -8,7 +8,7 @@
 
 #include "ir/graph.h"
 #include "mesh/mesh.h"
-#include "planner/pipeline.h"
+#include "pipeline/pipeline.h"
 #include "planner/prefetch_schedule.h"
 
 namespace autoshard {

@@ -1,5 +1,5 @@
 #pragma once
-/// In-flight microbatches in a pipeline stage's memory model (planner/pipeline.h).
+/// In-flight microbatches in a pipeline stage's memory model (pipeline/pipeline.h).
 ///
 /// A pp rank running 1F1B or an interleaved schedule keeps the activations of f microbatches
 /// (pipeline_schedule.h: inflight_microbatches): every microbatch it has run forward but not
@@ -37,7 +37,7 @@ std::vector<PNodeIdx> live_at_boundary(const Graph& g, const BuiltProblem& bp);
 /// The usage at t* of `choice`: scaled(t*) above, which equals true(t*).  Every plan whose
 /// in-flight peak fits a budget has boundary_usage <= budget (up to one byte per kept node,
 /// the rounding of scale_inflight_usages): the one memory row the stage's Lagrangian bound
-/// prices (PlannerOptions::boundary_memory_price, planner/stage_lagrange.cc).
+/// prices (PlannerOptions::boundary_memory_price, pipeline/stage_lagrange.cc).
 int64_t boundary_usage(const Graph& g, const BuiltProblem& bp, const std::vector<StrategyIdx>& choice);
 /// Adds us_per_byte x usage to the costs of live_at_boundary's nodes, and to their op_comm
 /// (the overlap objective's windows are compute only).  build_problem calls it last for

@@ -70,7 +70,7 @@ struct PlannerOptions {
   /// redistributions into them (DDP's all-reduce, FSDP's reduce-scatter of gradients), and the
   /// parameter <- gradient agreements.  A pipeline stage's graph is one microbatch of M, whose
   /// step runs the forward and backward M times but the update once: planning it with 1 / M
-  /// minimises its time per microbatch (planner/pipeline.h).  1: a plain step.
+  /// minimises its time per microbatch (pipeline/pipeline.h).  1: a plain step.
   double optimizer_cost_scale = 1.0;
   /// With optimizer_cost_scale: the redistributions out of the parameters (FSDP's all-gathers)
   /// are once-per-step work too, as where a pipeline runtime gathers a stage's parameters at
@@ -81,7 +81,7 @@ struct PlannerOptions {
   bool params_gathered_once = false;
   /// Extra cost of a node's output per strategy: latency_us + us_per_byte x the output's local
   /// bytes.  A pipeline stage sends its boundary tensors to the neighbouring stage each
-  /// microbatch (planner/pipeline.h): the send's time depends on how the stage shards them.
+  /// microbatch (pipeline/pipeline.h): the send's time depends on how the stage shards them.
   struct OutputCost {
     std::string node;
     int32_t output = 0;
@@ -95,7 +95,7 @@ struct PlannerOptions {
   double inflight_microbatches = 1.0;
   /// Microseconds per byte of usage at the forward/backward boundary added to the objective
   /// (planner/inflight_memory.h price_boundary_usage): the Lagrangian multiplier of that one
-  /// memory row, for the pipeline's memory-aware stage bounds (planner/stage_lagrange.cc).
+  /// memory row, for the pipeline's memory-aware stage bounds (pipeline/stage_lagrange.cc).
   /// Recomputation is then decided without a memory limit (it buys priced bytes).  0: none.
   double boundary_memory_price = 0;
   /// Memory of parameter state when the graph has no optimizer step of its own.

@@ -18,7 +18,6 @@
 #include "models/builder.h"
 #include "models/models.h"
 #include "planner/overlap_solve.h"
-#include "planner/pipeline_solve.h"
 #include "planner/sharding_optimizer.h"
 #include "planner/simulate.h"
 
@@ -237,38 +236,6 @@ TEST(OverlapSolve, AProvenFirstSolveIsReusedAsIs) {
   reused.first_solve = &over;
   const OverlapSolve c = solve_overlap(reused, m);
   EXPECT_EQ(a.choice, c.choice);
-}
-
-TEST(OverlapSolveLarge, TheAdditiveSolveIsLeftToMessagePassing) {
-  // llama3-405b's first pipeline stage (one layer, 8x16x8, a microbatch of 16 of 256: the once-per-step
-  // work weighted 1/16): message passing leaves the additive optimum unproven, and the MIP
-  // used to spend 5-9 s of a 10 s limit proving a bound the overlap objective has no use for
-  // (A >= T bounds nothing of T); the dual solves then met the limit.
-  const Graph g = build_model("llama3-405b", ModelOptions{16, 8192, 4, {}});
-  const LayerMap m = map_layers(g);
-  const Mesh mesh({8, 16, 8}, {"pp", "dp", "tp"}, *hardware_preset("h100"));
-  PlannerOptions o;
-  o.time_limit_s = 120;
-  PipelineOptions popt;
-  popt.microbatches = 16;
-  popt.stage_threads = 1;
-  StageSolver solver(g, mesh, o, popt, m, 0);
-  const auto st = solver.free(kStageFirst, 1);
-  ASSERT_TRUE(st->plan.has_solution);
-  // The dual stopped after two solves that left its bound where it was (it used to run all
-  // eight at one bound), with the stage proven within 1 %.
-  EXPECT_LT(st->plan.objective_solves, kMaxOverlapSolves);
-  EXPECT_LE(st->lower_bound_us, st->microbatch_us);
-  EXPECT_GE(st->lower_bound_us, 0.99 * st->microbatch_us);
-  // The additive solve on the stage's problem: quick_relaxed ends at message passing.
-  const BuiltProblem& bp = *st->optimizer->built_problem();
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-  TiedSolveInput in{st->sg.graph, bp, st->optimizer->options(), false, nullptr, {}, deadline};
-  in.quick_relaxed = true;
-  const TiedSolve quick = solve_tied(in);
-  ASSERT_FALSE(quick.r.choice.empty());
-  EXPECT_EQ(quick.r.method, "message passing (bound only)");
-  EXPECT_LT(quick.r.lower_bound, quick.r.objective);  // not proven: a full solve would run the MIP
 }
 
 }  // namespace

@@ -2,7 +2,7 @@
 /// job(0..n-1) on a few threads (the caller's among them), each taking the next index: the
 /// planner's independent solves (meshes of a search, recipes, pipeline stages).  Results go
 /// where the job writes them, by index, so they do not depend on the threads' timing.  A job
-/// must not throw (catch and store, as StageSolver::run_parallel does).
+/// must not throw (catch and store, as StageBuilder::run_parallel does).
 #include <algorithm>
 #include <atomic>
 #include <cstddef>

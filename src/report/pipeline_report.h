@@ -8,8 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "planner/pipeline.h"
-#include "planner/pipeline_timeline.h"
+#include "pipeline/pipeline.h"
+#include "pipeline/pipeline_timeline.h"
 
 namespace autoshard {
 

@@ -1,0 +1,67 @@
+#include "pipeline/pipeline_search.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "planner/mesh_search.h"
+
+namespace autoshard {
+
+namespace {
+
+/// P x `stage` with pp outermost, every dim's links as the full mesh's layout gives them.
+Mesh with_pp(int32_t P, const Mesh& stage, const Hardware& hw, CommBackend backend) {
+  std::vector<int64_t> shape{P};
+  std::vector<std::string> names{"pp"};
+  for (int32_t d = 0; d < stage.ndim(); ++d) {
+    if (stage.ndim() == 1 && stage.size(0) == 1) break;  // every stage is one device
+    shape.push_back(stage.size(d));
+    names.push_back(stage.dim(d).name);
+  }
+  return Mesh(shape, names, hw, backend);
+}
+
+bool fits(const PipelineSearchRow& r) {
+  if (!r.plan) return false;
+  const int64_t lim = r.plan->memory_limit_bytes;
+  return lim <= 0 || *std::max_element(r.plan->rank_peak_bytes.begin(), r.plan->rank_peak_bytes.end()) <= lim;
+}
+
+}  // namespace
+
+std::vector<PipelineSearchRow> search_pipeline_meshes(const std::function<Graph(int32_t)>& graph_for,
+                                                      int64_t gpus, int max_dims, const Hardware& hw,
+                                                      CommBackend backend, const PlannerOptions& opt,
+                                                      const std::vector<int32_t>& pp_sizes,
+                                                      int32_t microbatches) {
+  std::vector<PipelineSearchRow> rows;
+  for (int32_t P : pp_sizes) {
+    if (P < 2 || gpus % P != 0) continue;
+    const int32_t M = microbatches > 0 ? microbatches : P;
+    const Graph g = graph_for(M);
+    for (const Mesh& stage : enumerate_meshes(gpus / P, std::max(1, max_dims - 1), hw, backend)) {
+      PipelineSearchRow r;
+      r.mesh = with_pp(P, stage, hw, backend);
+      const auto t0 = std::chrono::steady_clock::now();
+      try {
+        PipelineOptions po;
+        po.microbatches = M;
+        r.plan = plan_pipeline(g, r.mesh, opt, po);
+      } catch (const std::exception& e) {
+        r.error = e.what();
+      }
+      r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      rows.push_back(std::move(r));
+    }
+  }
+  std::stable_sort(rows.begin(), rows.end(), [](const PipelineSearchRow& a, const PipelineSearchRow& b) {
+    if (fits(a) != fits(b)) return fits(a);
+    if (a.plan.has_value() != b.plan.has_value()) return a.plan.has_value();
+    return a.plan && b.plan && a.plan->step_us < b.plan->step_us;
+  });
+  return rows;
+}
+
+}  // namespace autoshard
