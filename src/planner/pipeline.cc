@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <exception>
 #include <limits>
 #include <functional>
 #include <map>
@@ -354,8 +355,11 @@ namespace {
 
 }  // namespace
 
-PipelinePlan plan_pipeline(const Graph& g, const Mesh& mesh, const PlannerOptions& opt,
-                           const PipelineOptions& popt) {
+namespace {
+
+/// plan_pipeline with the stages' parameters gathered as popt.params_gathered_once says.
+PipelinePlan plan_with_gather(const Graph& g, const Mesh& mesh, const PlannerOptions& opt,
+                              const PipelineOptions& popt) {
   const auto t0 = std::chrono::steady_clock::now();
   const int32_t pp = pp_dim_of(mesh);
   if (pp < 0) throw std::invalid_argument("pipeline: the mesh has no dim named pp");
@@ -373,6 +377,7 @@ PipelinePlan plan_pipeline(const Graph& g, const Mesh& mesh, const PlannerOption
   pl.stage_mesh = solver.sub();
   pl.layers = m.layers;
   pl.memory_limit_bytes = opt.memory_limit_bytes < 0 ? mesh.hardware().memory_bytes : opt.memory_limit_bytes;
+  pl.params_gathered_once = popt.params_gathered_once;
   if (!popt.fixed_layers.empty() && !popt.schedule)
     throw std::invalid_argument("pipeline: a fixed split needs a schedule");
   std::vector<ScheduleCandidate> cands;
@@ -430,16 +435,53 @@ PipelinePlan plan_pipeline(const Graph& g, const Mesh& mesh, const PlannerOption
   if (!planned && pl.memory_limit_bytes > 0 &&
       *std::max_element(pl.rank_peak_bytes.begin(), pl.rank_peak_bytes.end()) > pl.memory_limit_bytes)
     throw std::runtime_error(no_fit);
-  if (popt.params_gathered_once && pl.memory_limit_bytes > 0)
-    pl.warnings.push_back(
-        "the stages' parameters are gathered once per step and kept over the microbatches; the memory figures do "
-        "not count the gathered copies, so the plan may not fit the limit");
   pl.lower_bound_us = std::min(lower, pl.step_us);
   pl.gap = pl.step_us > 0 ? (pl.step_us - pl.lower_bound_us) / pl.step_us : 0;
   map_nodes(S, pl);
   pl.intra_op_solves = solver.solves();
   pl.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return pl;
+}
+
+/// a is preferred to b: it fits where b does not, else it is faster (ties: a).
+bool preferred(const PipelinePlan& a, const PipelinePlan& b) {
+  const bool fa = pipeline_detail::ranks_fit(a), fb = pipeline_detail::ranks_fit(b);
+  if (fa != fb) return fa;
+  return a.step_us <= b.step_us;
+}
+
+}  // namespace
+
+PipelinePlan plan_pipeline(const Graph& g, const Mesh& mesh, const PlannerOptions& opt,
+                           const PipelineOptions& popt) {
+  if (!popt.choose_params_gathered_once) return plan_with_gather(g, mesh, opt, popt);
+  // Both variants, one after the other (deterministic), each priced with its own memory: the
+  // gathered copies cost memory that recomputation or a larger split may have to pay for.
+  std::optional<PipelinePlan> best;
+  std::exception_ptr failed;
+  double lower = kPipeInf, seconds = 0;
+  int32_t solves = 0;
+  for (const bool once : {false, true}) {
+    PipelineOptions o = popt;
+    o.params_gathered_once = once;
+    o.choose_params_gathered_once = false;
+    try {
+      PipelinePlan p = plan_with_gather(g, mesh, opt, o);
+      // A bound of each variant's plans: their least bounds all plans of either.
+      lower = std::min(lower, p.lower_bound_us);
+      seconds += p.seconds;
+      solves += p.intra_op_solves;
+      if (!best || !preferred(*best, p)) best = std::move(p);
+    } catch (const std::runtime_error&) {
+      if (!failed) failed = std::current_exception();  // no plan of this variant: the other's
+    }
+  }
+  if (!best) std::rethrow_exception(failed);
+  best->lower_bound_us = std::min(lower, best->step_us);
+  best->gap = best->step_us > 0 ? (best->step_us - best->lower_bound_us) / best->step_us : 0;
+  best->seconds = seconds;
+  best->intra_op_solves = solves;
+  return std::move(*best);
 }
 
 }  // namespace autoshard
