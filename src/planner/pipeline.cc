@@ -467,7 +467,8 @@ PipelinePlan plan_pipeline(const Graph& g, const Mesh& mesh, const PlannerOption
     o.choose_params_gathered_once = false;
     try {
       PipelinePlan p = plan_with_gather(g, mesh, opt, o);
-      // A bound of each variant's plans: their least bounds all plans of either.
+      // Each variant's bound holds for its plans: the lesser holds for both.  A variant with no
+      // plan (no split found to fit) adds none: the bound is then the other variant's alone.
       lower = std::min(lower, p.lower_bound_us);
       seconds += p.seconds;
       solves += p.intra_op_solves;
