@@ -31,7 +31,8 @@ of the factor used, taking the simulator as the compiled bf16 step as the TT-70B
 The band "at peak" reruns each row at the two ends of h100-500w's unknown sustained peak
 (torchtitan's footnote 2: between H100 NVL 835.5 and SXM 989 dense BF16 TFLOPS).
 Memory: the stages' parameters stay gathered over the microbatches (FSDP2 under torchtitan's
-PP, PlannerOptions::params_gathered_once); the simulated peak does not count that copy.
+PP, PlannerOptions::params_gathered_once); the simulated peak counts that copy (the stage's
+parameters at their size gathered over dp, held all step).
 """
 from __future__ import annotations
 

@@ -505,8 +505,14 @@ void register_plan(CLI::App& app) {
                 "budget even when a plan at hand fits (by default that plan is kept: its memory-free plan or torchtitan's "
                 "layout, with the least recomputation that fits); the solves run to --time-limit on large stages, so the "
                 "plan then depends on the machine's speed");
+  sub->add_option("--param-gather", a->pipeline.param_gather,
+                  "with a pp mesh dim: auto (plan both and keep the faster that fits), per-use (each microbatch "
+                  "gathers its stage's parameters) or once (gathered at the first microbatch and kept over the "
+                  "step, as FSDP2 under torchtitan's pipeline; the kept copies count in memory)")
+      ->capture_default_str();
   sub->callback([a, sub] {
     a->pipeline_given = sub->count("--microbatches") + sub->count("--schedule") + sub->count("--stages-per-rank") +
+                            sub->count("--param-gather") +
                             sub->count("--price-memory") + sub->count("--no-rank-bound") +
                             sub->count("--no-refit") + sub->count("--no-rank-pattern") + sub->count("--fitted-solves") > 0;
     a->time_limit_given = sub->count("--time-limit") > 0;

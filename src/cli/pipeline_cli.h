@@ -19,6 +19,8 @@ struct PipelineArgs {
   bool no_refit = false;         ///< !PipelineOptions::refit_ranks
   bool no_rank_pattern = false;  ///< !PipelineOptions::rank_pattern
   bool fitted_solves = false;    ///< PipelineOptions::solve_fitted (the library's default; off here)
+  /// auto (PipelineOptions::choose_params_gathered_once), per-use or once (params_gathered_once).
+  std::string param_gather = "auto";
   /// --algo: alpa (stages, schedule and intra-op searched) or a recipe pinned in torchtitan's
   /// pipeline layout (equal stages, the recipe inside each; pin_recipe_layout).
   std::string algo = "alpa";

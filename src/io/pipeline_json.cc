@@ -93,6 +93,7 @@ std::string write_pipeline_placements_json(const PipelinePlan& pl, const Graph& 
   p["schedule"] = std::string(schedule_name(pl.schedule));
   p["microbatches"] = pl.M;
   p["stages_per_rank"] = pl.v;
+  if (pl.params_gathered_once) p["params_gathered_once"] = true;  // absent: gathered at each use
   nlohmann::ordered_json stages = nlohmann::ordered_json::array();
   for (const PipelineStage& st : pl.stages)
     stages.push_back({{"index", st.index}, {"pp_rank", st.pp_rank}, {"layers", stage_layers(pl, st)},
@@ -171,6 +172,7 @@ nlohmann::ordered_json pipeline_summary_json(const PipelinePlan& pl, const Graph
   j["intra_op_solves"] = pl.intra_op_solves;
   j["memory_limit_bytes"] = pl.memory_limit_bytes;
   j["rank_peak_memory_bytes"] = pl.rank_peak_bytes;
+  j["params_gathered_once"] = pl.params_gathered_once;
   nlohmann::ordered_json stages = nlohmann::ordered_json::array();
   for (const PipelineStage& st : pl.stages) {
     const StageSolve& s = *st.solve;
@@ -190,6 +192,7 @@ nlohmann::ordered_json pipeline_summary_json(const PipelinePlan& pl, const Graph
                                    {"weight_grad", s.parts.weight_grad_us}}},
                       {"kept_for_w_bytes", s.parts.kept_for_w_bytes},
                       {"activation_bytes", s.activation_bytes},
+                      {"gathered_param_bytes", s.gathered_param_bytes},
                       {"recompute_us", s.plan.recompute_us},
                       {"recompute_layers", recompute_counts(s.plan)},
                       {"peak_memory_bytes", pl.rank_peak_bytes[static_cast<size_t>(st.pp_rank)]},

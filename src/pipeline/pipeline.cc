@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <exception>
 #include <limits>
 #include <functional>
 #include <map>
@@ -421,13 +422,13 @@ PipelinePlan plan_head(const Search& S, const PlannerOptions& opt) {
   pl.stage_mesh = S.solver.builder().sub();
   pl.layers = S.m.layers;
   pl.memory_limit_bytes = opt.memory_limit_bytes < 0 ? S.mesh.hardware().memory_bytes : opt.memory_limit_bytes;
+  pl.params_gathered_once = S.popt.params_gathered_once;
   return pl;
 }
 
-}  // namespace
-
-PipelinePlan plan_pipeline(const Graph& g, const Mesh& mesh, const PlannerOptions& opt,
-                           const PipelineOptions& popt) {
+/// plan_pipeline with the stages' parameters gathered as popt.params_gathered_once says.
+PipelinePlan plan_with_gather(const Graph& g, const Mesh& mesh, const PlannerOptions& opt,
+                              const PipelineOptions& popt) {
   const auto t0 = std::chrono::steady_clock::now();
   const int32_t pp = pp_dim_of(mesh);
   if (pp < 0) throw std::invalid_argument("pipeline: the mesh has no dim named pp");
@@ -455,16 +456,54 @@ PipelinePlan plan_pipeline(const Graph& g, const Mesh& mesh, const PlannerOption
   if (!found.planned && pl.memory_limit_bytes > 0 &&
       *std::max_element(pl.rank_peak_bytes.begin(), pl.rank_peak_bytes.end()) > pl.memory_limit_bytes)
     throw std::runtime_error(no_fit);
-  if (popt.params_gathered_once && pl.memory_limit_bytes > 0)
-    pl.warnings.push_back(
-        "the stages' parameters are gathered once per step and kept over the microbatches; the memory figures do "
-        "not count the gathered copies, so the plan may not fit the limit");
   pl.lower_bound_us = std::min(found.lower, pl.step_us);
   pl.gap = pl.step_us > 0 ? (pl.step_us - pl.lower_bound_us) / pl.step_us : 0;
   map_nodes(S, pl);
   pl.intra_op_solves = solver.builder().solves();
   pl.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return pl;
+}
+
+/// a is preferred to b: it fits where b does not, else it is faster (ties: a).
+bool preferred(const PipelinePlan& a, const PipelinePlan& b) {
+  const bool fa = pipeline_detail::ranks_fit(a), fb = pipeline_detail::ranks_fit(b);
+  if (fa != fb) return fa;
+  return a.step_us <= b.step_us;
+}
+
+}  // namespace
+
+PipelinePlan plan_pipeline(const Graph& g, const Mesh& mesh, const PlannerOptions& opt,
+                           const PipelineOptions& popt) {
+  if (!popt.choose_params_gathered_once) return plan_with_gather(g, mesh, opt, popt);
+  // Both variants, one after the other (deterministic), each priced with its own memory: the
+  // gathered copies cost memory that recomputation or a larger split may have to pay for.
+  std::optional<PipelinePlan> best;
+  std::exception_ptr failed;
+  double lower = kPipeInf, seconds = 0;
+  int32_t solves = 0;
+  for (const bool once : {false, true}) {
+    PipelineOptions o = popt;
+    o.params_gathered_once = once;
+    o.choose_params_gathered_once = false;
+    try {
+      PipelinePlan p = plan_with_gather(g, mesh, opt, o);
+      // Each variant's bound holds for its plans: the lesser holds for both.  A variant with no
+      // plan (no split found to fit) adds none: the bound is then the other variant's alone.
+      lower = std::min(lower, p.lower_bound_us);
+      seconds += p.seconds;
+      solves += p.intra_op_solves;
+      if (!best || !preferred(*best, p)) best = std::move(p);
+    } catch (const std::runtime_error&) {
+      if (!failed) failed = std::current_exception();  // no plan of this variant: the other's
+    }
+  }
+  if (!best) std::rethrow_exception(failed);
+  best->lower_bound_us = std::min(lower, best->step_us);
+  best->gap = best->step_us > 0 ? (best->step_us - best->lower_bound_us) / best->step_us : 0;
+  best->seconds = seconds;
+  best->intra_op_solves = solves;
+  return std::move(*best);
 }
 
 }  // namespace autoshard

@@ -132,8 +132,12 @@ struct PipelineOptions {
   std::function<void(ShardingOptimizer&)> stage_hook;
   /// The stages' parameters are gathered once per step and kept over the microbatches
   /// (PlannerOptions::params_gathered_once): FSDP2 inside torchtitan's pipeline stages.  The
-  /// memory model does not count the gathered copies (the plan says so in its warnings).
+  /// stages' memory holds the gathered copies (StageSolve::gathered_param_bytes).
   bool params_gathered_once = false;
+  /// Gathered once or per use is the planner's decision: plan_pipeline plans both variants
+  /// (params_gathered_once ignored) and keeps the one whose ranks fit, the faster where both
+  /// do (per use on a tie).  Twice the planning time.
+  bool choose_params_gathered_once = false;
   /// Progress reports (pipeline/pipeline_progress.h), from any thread, one at a time.
   PipelineProgressFn on_progress;
 };
@@ -167,6 +171,10 @@ struct StageSolve {
   /// Per device, the Partial gradients the runtime sums over the step before reducing them
   /// once (planner/inflight_memory.h deferred_gradient_bytes): the rank's peak adds them.
   int64_t deferred_grad_bytes = 0;
+  /// Per device, the parameters a stage that gathers them once per step keeps gathered over
+  /// its microbatches (planner/inflight_memory.h gathered_parameter_bytes; 0 when gathered per
+  /// use): state, held all step, in microbatch_peak_bytes and boundary_bytes.
+  int64_t gathered_param_bytes = 0;
   double inflight = 1;        ///< the in-flight count its problem was built with (1: memory-free)
   int64_t memory_budget = 0;  ///< the per-device budget it was planned for (0: none)
   /// Cheapest cost of one layer's nodes: a stage of this kind with more layers costs at least
@@ -214,6 +222,9 @@ struct PipelinePlan {
   /// Per pp rank: peak memory per device with its in-flight activations.
   std::vector<int64_t> rank_peak_bytes;
   int64_t memory_limit_bytes = 0;  ///< 0: none
+  /// The stages' parameters are gathered once per step and kept over the microbatches
+  /// (PipelineOptions::params_gathered_once), not gathered at each use.
+  bool params_gathered_once = false;
   int32_t intra_op_solves = 0;
   double seconds = 0;
   std::vector<std::string> warnings;

@@ -10,6 +10,9 @@
 
 #include "models/models.h"
 #include "pipeline/pipeline_solve.h"
+#include "planner/inflight_memory.h"
+#include "planner/recipes.h"
+#include "planner/sharding_optimizer.h"
 #include "planner/test_util.h"
 
 namespace autoshard {
@@ -169,6 +172,61 @@ TEST(PipelineMemory, RanksHoldTheGradientsSummedOverTheStep) {
               sv.microbatch_peak_bytes + sv.deferred_grad_bytes +
                   static_cast<int64_t>(std::ceil((st.inflight - 1) * static_cast<double>(sv.activation_bytes))));
   }
+}
+
+TEST(PipelineMemory, ParametersGatheredOnceHoldTheirGatheredCopies) {
+  // FSDP pinned in both stages (every weight sharded over dp): gathered once per step, each
+  // stage also holds its weights whole (the stage mesh is dp alone) all step, as state.
+  const Graph g = pp_llama();
+  const Mesh mesh({2, 2}, {"pp", "dp"}, h100());
+  PipelineOptions po;
+  po.microbatches = 4;
+  po.schedule = PipelineSchedule::k1F1B;
+  po.fixed_layers = {2, 2};
+  po.stage_hook = [](ShardingOptimizer& so) {
+    const RecipePins pins = recipe_pins(Recipe::kFsdp, so.graph(), so.mesh());
+    for (const Constraint& c : pins.constraints) so.add_constraint(c);
+    for (const Constraint& c : pins.use_constraints) so.add_constraint(c);
+  };
+  const PipelinePlan per_use = plan_pipeline(g, mesh, additive(), po);
+  po.params_gathered_once = true;
+  const PipelinePlan once = plan_pipeline(g, mesh, additive(), po);
+  EXPECT_TRUE(once.params_gathered_once);
+  EXPECT_FALSE(per_use.params_gathered_once);
+  for (size_t i = 0; i < once.stages.size(); ++i) {
+    EXPECT_EQ(per_use.stages[i].solve->gathered_param_bytes, 0);
+    const StageSolve& s = *once.stages[i].solve;
+    const Graph& sg = s.sg.graph;
+    // By hand: the sharded weights a forward or backward op reads, at their full size.
+    int64_t gathered = 0;
+    std::vector<char> read(static_cast<size_t>(sg.size()), 0);
+    for (const Node& x : sg.nodes)
+      if (x.kind == NodeKind::kOp && x.phase != Phase::kOptimizer)
+        for (const TensorRef& r : x.inputs) read[static_cast<size_t>(r.node)] = 1;
+    for (NodeIdx j = 0; j < sg.size(); ++j) {
+      const auto& np = s.plan.nodes[static_cast<size_t>(j)];
+      if (sg.node(j).kind == NodeKind::kParameter && np && read[static_cast<size_t>(j)] &&
+          !np->chosen.outputs[0].is_replicated())
+        gathered += sg.node(j).outputs[0].bytes();
+    }
+    EXPECT_GT(gathered, 0);
+    EXPECT_EQ(s.gathered_param_bytes, gathered);
+    // The same stage plan's peaks, per use and once: exactly the gathered copies apart.
+    PlannerOptions o = s.optimizer->options();
+    o.params_gathered_once = false;
+    o.recompute = s.optimizer->built_policy();
+    const BuiltProblem plain = build_problem(sg, s.optimizer->mesh(), o, s.optimizer->constraints());
+    const InflightMemory m = inflight_memory(sg, plain, s.inflight, s.optimizer->solution_choice());
+    EXPECT_EQ(s.microbatch_peak_bytes, m.microbatch_peak + gathered);
+    EXPECT_EQ(s.boundary_bytes, m.boundary_bytes + gathered);
+  }
+  // Chosen: the faster of the two here, where both fit.
+  po.choose_params_gathered_once = true;
+  const PipelinePlan chosen = plan_pipeline(g, mesh, additive(), po);
+  const bool faster_once = once.step_us < per_use.step_us;
+  EXPECT_EQ(chosen.params_gathered_once, faster_once);
+  EXPECT_DOUBLE_EQ(chosen.step_us, faster_once ? once.step_us : per_use.step_us);
+  EXPECT_LE(chosen.lower_bound_us, std::min(once.lower_bound_us, per_use.lower_bound_us));
 }
 
 TEST(PipelinePlan, InterleavedPutsStageIOnRankIModP) {

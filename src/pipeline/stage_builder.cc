@@ -56,6 +56,9 @@ void stage_figures(const Mesh& full, int32_t pp, const Mesh& sub, int32_t M, Sta
   // The runtime sums Partial gradients over the step and reduces them once: the rank holds
   // those sums through every microbatch's backward (added per rank, as zero bubble's deferred W).
   s.deferred_grad_bytes = deferred_gradient_bytes(g, s.plan, sub);
+  // Gathered once per step, the parameters' copies are state (in the peaks above already).
+  s.gathered_param_bytes =
+      s.optimizer->options().params_gathered_once ? gathered_parameter_bytes(g, s.plan, sub) : 0;
   s.microbatch_us = s.plan.objective_us;
   s.parts = part_times(s.sg, s.plan, sub);
 }

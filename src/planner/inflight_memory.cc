@@ -4,6 +4,8 @@
 #include <cmath>
 #include <memory>
 
+#include "planner/recipes.h"
+
 namespace autoshard {
 
 namespace {
@@ -114,6 +116,48 @@ InflightMemory inflight_memory(const Graph& g, const BuiltProblem& bp, double in
   for (PNodeIdx v : live_at_boundary(g, bp)) m.boundary_bytes += usage[isz(v)];
   m.peak = m.microbatch_peak + static_cast<int64_t>(std::ceil((inflight - 1) * static_cast<double>(m.kept_bytes)));
   return m;
+}
+
+int64_t gathered_copy_bytes(const ShardingSpec& have, const Mesh& mesh) {
+  const MeshDimIdx tp = tensor_parallel_dim(mesh);
+  ShardingSpec whole = have;
+  bool gathered = false;
+  for (MeshDimIdx d = 0; d < mesh.ndim(); ++d) {
+    Placement& p = whole.placements[isz(d)];
+    if (d == tp || !p.is_shard()) continue;
+    p = Placement::replicate();
+    gathered = true;
+  }
+  return gathered ? whole.local_bytes(mesh) : 0;
+}
+
+std::vector<NodeIdx> gathered_parameters(const Graph& g) {
+  std::vector<char> read(isz(g.size()), 0);
+  for (const Node& x : g.nodes)
+    if (x.kind == NodeKind::kOp && x.phase != Phase::kOptimizer)
+      for (const TensorRef& r : x.inputs)
+        if (g.node(r.node).kind == NodeKind::kParameter) read[isz(r.node)] = 1;
+  std::vector<NodeIdx> out;
+  for (NodeIdx i = 0; i < g.size(); ++i)
+    if (read[isz(i)]) out.push_back(i);
+  return out;
+}
+
+void add_gathered_usages(const Graph& g, const Mesh& mesh, BuiltProblem& bp) {
+  for (NodeIdx i : gathered_parameters(g)) {
+    const PNodeIdx v = bp.pnode[isz(i)];
+    if (v < 0) continue;
+    auto& u = bp.problem.nodes[isz(v)].usages;
+    const StrategyList& sl = bp.strategies[isz(v)];
+    for (size_t q = 0; q < u.size(); ++q) u[q] += gathered_copy_bytes(sl[q].outputs.at(0), mesh);
+  }
+}
+
+int64_t gathered_parameter_bytes(const Graph& g, const Plan& plan, const Mesh& mesh) {
+  int64_t bytes = 0;
+  for (NodeIdx i : gathered_parameters(g))
+    if (const auto& np = plan.nodes[isz(i)]) bytes += gathered_copy_bytes(np->chosen.outputs.at(0), mesh);
+  return bytes;
 }
 
 std::vector<TensorRef> deferred_gradient_tensors(const Graph& g) {

@@ -71,6 +71,20 @@ InflightMemory inflight_memory(const Graph& g, const BuiltProblem& bp, double in
 /// op reads that its producer leaves Partial (its reduction is deferred), at the producer's
 /// local size.  They live from the first microbatch's backward to the step's end.
 int64_t deferred_gradient_bytes(const Graph& g, const Plan& plan, const Mesh& mesh);
+/// Parameters gathered once per step and kept over the microbatches
+/// (PlannerOptions::params_gathered_once; FSDP2 with `reshard_after_forward=False` under a
+/// pipeline, torchtitan's PP) hold, beside their shards, their gathered copy: the parameter
+/// gathered over the FSDP dims, every mesh dim but tensor parallelism's (recipes.h
+/// tensor_parallel_dim), so still split over tp.  Its bytes per device for a parameter laid out
+/// as `have`; 0 when `have` is split over no FSDP dim (nothing to gather).
+int64_t gathered_copy_bytes(const ShardingSpec& have, const Mesh& mesh);
+/// The parameters a forward or backward op reads (the ones a step gathers), ascending.
+std::vector<NodeIdx> gathered_parameters(const Graph& g);
+/// Adds gathered_copy_bytes to the usages of gathered_parameters' problem nodes (state, live
+/// all step).  build_problem calls it for PlannerOptions::params_gathered_once.
+void add_gathered_usages(const Graph& g, const Mesh& mesh, BuiltProblem& bp);
+/// Per device, the gathered copies `plan` keeps with its parameters gathered once per step.
+int64_t gathered_parameter_bytes(const Graph& g, const Plan& plan, const Mesh& mesh);
 /// The backward tensors optimizer ops read (each producer once): deferred where left Partial.
 std::vector<TensorRef> deferred_gradient_tensors(const Graph& g);
 

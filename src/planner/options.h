@@ -77,7 +77,8 @@ struct PlannerOptions {
   /// its first microbatch and keeps them for the others: FSDP2 under torchtitan's pipeline
   /// (torchtitan/parallelisms/parallelize_llama.py apply_fsdp at 9dec370: `reshard_after_forward
   /// = False` with PP, "to avoid per-microbatch all-gathers"; torch's pipelining stage reshards
-  /// and reduces only after the last backward).  The unsharded copies are not counted in memory.
+  /// and reduces only after the last backward).  Only gathers over the FSDP dims (not tp) are
+  /// once; the gathered copies count in memory all step (inflight_memory.h gathered_copy_bytes).
   bool params_gathered_once = false;
   /// Extra cost of a node's output per strategy: latency_us + us_per_byte x the output's local
   /// bytes.  A pipeline stage sends its boundary tensors to the neighbouring stage each

@@ -18,6 +18,7 @@
 #include "planner/cp_cost.h"
 #include "planner/cp_memory.h"
 #include "planner/inflight_memory.h"
+#include "planner/recipes.h"
 #include "planner/recompute.h"
 #include "planner/twin_views.h"
 #include "strategy/shard_orders.h"
@@ -241,37 +242,50 @@ bool fully_replicated(const Strategy& s) {
 
 }  // namespace
 
-/// Whether node i is a parameter or a chain of views over one (a weight's transpose): what
-/// an edge out of it redistributes is the parameter itself.
-static bool parameter_or_view(const Graph& g, NodeIdx i) {
-  while (g.node(i).kind == NodeKind::kOp && is_alias_op(g.node(i).op) && !g.node(i).inputs.empty())
-    i = g.node(i).inputs[0].node;
-  return g.node(i).kind == NodeKind::kParameter;
-}
-
 /// PlannerOptions::optimizer_cost_scale: the optimizer ops' costs and the matrices of the edges
-/// into them (and of grad agreements, slot -1), with `params_once` also those out of the
-/// parameters (PlannerOptions::params_gathered_once), times `scale`; shared matrices are copied once.
-static void scale_once_per_step(const Graph& g, double scale, bool params_once, BuiltProblem& bp) {
+/// into them (and of grad agreements, slot -1) times `scale`; with `params_once`
+/// (PlannerOptions::params_gathered_once) also the entries of the edges out of the parameters
+/// that redistribute over the FSDP dims only (their tp placement kept): what FSDP gathers once
+/// and keeps.  A redistribution over tp, or out of a view, runs at each use: priced once, a
+/// whole-weight gather would look free.  Shared matrices are copied once.
+static void scale_once_per_step(const Graph& g, const Mesh& mesh, double scale, bool params_once, BuiltProblem& bp) {
   for (PNodeIdx v = 0; v < bp.problem.num_nodes(); ++v) {
     const Node& x = g.node(bp.graph_node[static_cast<size_t>(v)]);
     if (x.kind == NodeKind::kOp && x.phase == Phase::kOptimizer)
       for (Cost& c : bp.problem.nodes[static_cast<size_t>(v)].costs) c *= scale;
   }
-  std::map<const std::vector<Cost>*, std::shared_ptr<const std::vector<Cost>>> scaled;
+  const MeshDimIdx tp = tensor_parallel_dim(mesh);
+  std::map<const std::vector<Cost>*, std::shared_ptr<const std::vector<Cost>>> scaled, gathers;
   for (size_t k = 0; k < bp.edges.size(); ++k) {
     const auto& o = bp.edge_origin[k];
-    const bool once = o.slot == -1 || g.node(o.consumer).phase == Phase::kOptimizer ||
-                      (params_once && parameter_or_view(g, o.producer.node));
-    if (!once) continue;
     auto& e = bp.edges[k];
-    auto [it, fresh] = scaled.try_emplace(e.costs.get());
-    if (fresh) {
-      std::vector<Cost> c = *e.costs;
-      for (Cost& x : c) x *= scale;  // infinite (forbidden) pairs stay infinite
-      it->second = std::make_shared<const std::vector<Cost>>(std::move(c));
+    const bool once = o.slot == -1 || g.node(o.consumer).phase == Phase::kOptimizer;
+    if (once) {
+      auto [it, fresh] = scaled.try_emplace(e.costs.get());
+      if (fresh) {
+        std::vector<Cost> c = *e.costs;
+        for (Cost& x : c) x *= scale;  // infinite (forbidden) pairs stay infinite
+        it->second = std::make_shared<const std::vector<Cost>>(std::move(c));
+      }
+      e.costs = it->second;
+    } else if (params_once && g.node(o.producer.node).kind == NodeKind::kParameter) {
+      auto [it, fresh] = gathers.try_emplace(e.costs.get());
+      if (fresh) {
+        const StrategyList& su = bp.strategies[static_cast<size_t>(e.u)];
+        const StrategyList& sv = bp.strategies[static_cast<size_t>(e.v)];
+        std::vector<Cost> c = *e.costs;
+        for (size_t i = 0; i < su.size(); ++i) {
+          const ShardingSpec& have = su[i].outputs.at(static_cast<size_t>(o.producer.output));
+          for (size_t j = 0; j < sv.size(); ++j) {
+            const ShardingSpec& read = sv[j].inputs.at(static_cast<size_t>(o.slot));
+            if (tp < 0 || have.placements[static_cast<size_t>(tp)] == read.placements[static_cast<size_t>(tp)])
+              c[i * sv.size() + j] *= scale;
+          }
+        }
+        it->second = std::make_shared<const std::vector<Cost>>(std::move(c));
+      }
+      e.costs = it->second;
     }
-    e.costs = it->second;
   }
 }
 
@@ -511,7 +525,8 @@ BuiltProblem build_problem(const Graph& g, const Mesh& mesh, const PlannerOption
     bp.edge_origin.push_back({gp.param, -1, gp.grad});
   }
   if (opt.optimizer_cost_scale != 1.0)
-    scale_once_per_step(g, opt.optimizer_cost_scale, opt.params_gathered_once, bp);
+    scale_once_per_step(g, mesh, opt.optimizer_cost_scale, opt.params_gathered_once, bp);
+  if (opt.params_gathered_once) add_gathered_usages(g, mesh, bp);
   for (const PlannerOptions::OutputCost& oc : opt.output_costs) {
     auto idx = g.find(oc.node);
     if (!idx || bp.pnode[static_cast<size_t>(*idx)] < 0)

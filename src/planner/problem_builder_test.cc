@@ -17,6 +17,8 @@
 #include "ir/graph_json.h"
 #include "models/models.h"
 #include "planner/cp_cost.h"
+#include "planner/inflight_memory.h"
+#include "planner/recipes.h"
 #include "planner/sharding_optimizer.h"
 #include "planner/simulate.h"
 #include "planner/test_util.h"
@@ -288,10 +290,10 @@ TEST(ProblemBuilderLarge, Llama70bOnA4DMeshIsRefusedWithTheReason) {
   }
 }
 
-TEST(ProblemBuilder, ParametersGatheredOnceScaleTheEdgesOutOfParametersOnly) {
+TEST(ProblemBuilder, ParametersGatheredOnceScaleTheirFsdpGathersAndHoldTheCopies) {
   // A pipeline stage of M = 4 microbatches whose runtime gathers its parameters at the first
-  // (FSDP2 under torchtitan's PP): the redistributions out of a parameter or a view of one
-  // cost 1 / M, every other edge as before.
+  // (FSDP2 under torchtitan's PP): a redistribution out of a parameter that keeps its tp
+  // placement (a gather over dp) costs 1 / M; one over tp, or out of a view, runs at each use.
   const Graph g = tiny_llama(2);
   const Mesh mesh({2, 2}, {"dp", "tp"}, h100());
   PlannerOptions per_use, once;
@@ -299,27 +301,63 @@ TEST(ProblemBuilder, ParametersGatheredOnceScaleTheEdgesOutOfParametersOnly) {
   once.params_gathered_once = true;
   const BuiltProblem a = build_problem(g, mesh, per_use, {}), b = build_problem(g, mesh, once, {});
   ASSERT_EQ(a.edges.size(), b.edges.size());
-  int scaled = 0;
+  int scaled = 0, kept = 0;
   for (size_t k = 0; k < a.edges.size(); ++k) {
     const auto& o = a.edge_origin[k];
-    NodeIdx p = o.producer.node;
-    while (g.node(p).kind == NodeKind::kOp && is_alias_op(g.node(p).op)) p = g.node(p).inputs[0].node;
-    const bool from_param = g.node(p).kind == NodeKind::kParameter;
+    const bool from_param = g.node(o.producer.node).kind == NodeKind::kParameter;
     const bool already_once = o.slot == -1 || g.node(o.consumer).phase == Phase::kOptimizer;
     const auto& ca = *a.edges[k].costs;
     const auto& cb = *b.edges[k].costs;
+    const StrategyList& su = a.strategies[static_cast<size_t>(a.edges[k].u)];
+    const StrategyList& sv = a.strategies[static_cast<size_t>(a.edges[k].v)];
     ASSERT_EQ(ca.size(), cb.size());
     for (size_t q = 0; q < ca.size(); ++q) {
       if (!std::isfinite(ca[q])) {
         EXPECT_FALSE(std::isfinite(cb[q]));
         continue;
       }
-      const double want = from_param && !already_once ? ca[q] * 0.25 : ca[q];
+      bool over_dp_only = false;
+      if (from_param && !already_once) {
+        const ShardingSpec& have = su[q / sv.size()].outputs.at(static_cast<size_t>(o.producer.output));
+        const ShardingSpec& read = sv[q % sv.size()].inputs.at(static_cast<size_t>(o.slot));
+        over_dp_only = have.placements[1] == read.placements[1];
+        if (!over_dp_only && ca[q] > 0) ++kept;
+      }
+      const double want = over_dp_only ? ca[q] * 0.25 : ca[q];
       EXPECT_NEAR(cb[q], want, 1e-9 * std::max(1.0, std::abs(ca[q]))) << g.node(o.consumer).name;
-      if (from_param && !already_once && ca[q] > 0) ++scaled;
+      if (over_dp_only && ca[q] > 0) ++scaled;
     }
   }
-  EXPECT_GT(scaled, 0);  // some gather was priced, so the test sees the scaling
+  EXPECT_GT(scaled, 0);  // some gather was priced once, so the test sees the scaling
+  EXPECT_GT(kept, 0);    // and some redistribution over tp per use
+  // Memory: each parameter a forward or backward op reads holds its copy gathered over dp
+  // (still split over tp) on top of its shards while the parameter lives.
+  const auto params = gathered_parameters(g);
+  ASSERT_FALSE(params.empty());
+  for (NodeIdx i : params) {
+    const PNodeIdx v = a.pnode[static_cast<size_t>(i)];
+    const StrategyList& sl = a.strategies[static_cast<size_t>(v)];
+    for (size_t q = 0; q < sl.size(); ++q) {
+      ShardingSpec whole = sl[q].outputs[0];
+      const bool over_dp = whole.placements[0].is_shard();
+      whole.placements[0] = Placement::replicate();
+      EXPECT_EQ(b.problem.nodes[static_cast<size_t>(v)].usages[q],
+                a.problem.nodes[static_cast<size_t>(v)].usages[q] + (over_dp ? whole.local_bytes(mesh) : 0));
+    }
+  }
+  const std::vector<Constraint> pins = recipe_pins(Recipe::kFsdpTp, g, mesh).constraints;  // weights split over dp
+  ShardingOptimizer so(g, mesh, once);
+  for (const Constraint& c : pins) so.add_constraint(c);
+  const Plan plan = so.get_solution();
+  const std::vector<StrategyIdx>& x = so.solution_choice();
+  const BuiltProblem pa = build_problem(g, mesh, per_use, pins), pb = build_problem(g, mesh, once, pins);
+  const int64_t copies = gathered_parameter_bytes(g, plan, mesh);
+  EXPECT_GT(copies, 0);
+  // Every parameter is live at the forward/backward boundary: there the usage grows by
+  // exactly the copies; the peak (in the optimizer, where updated weights are freed) by at most.
+  EXPECT_EQ(inflight_memory(g, pb, 1, x).boundary_bytes, inflight_memory(g, pa, 1, x).boundary_bytes + copies);
+  EXPECT_LE(peak_usage(pb.problem, x), peak_usage(pa.problem, x) + copies);
+  EXPECT_GT(peak_usage(pb.problem, x), peak_usage(pa.problem, x));
 }
 
 }  // namespace

@@ -7,7 +7,7 @@ M=(--model llama3-8b --layers 4 --seq 256 --batch 8 --mesh 2x2 --mesh-dims pp,dp
 
 out=$("$AS" plan "${M[@]}" --microbatches 4 --schedule 1F1B -o "$TMP/p")
 for k in "pipelined over pp" "schedule: 1F1B, 4 microbatches" "pipelined step time:" "lower bound:" \
-         "layers.0" "+first" "+last" "intra-op solves:"; do
+         "layers.0" "+first" "+last" "intra-op solves:" "stage parameters gathered:"; do
   expect_contains "$out" "$k" "plan 1F1B"
 done
 pycheck "$TMP/p/placements.json" "
@@ -128,6 +128,7 @@ expect_error "needs the microbatches (3) to be a multiple of the pp size (2)" --
   "$AS" plan --model llama3-8b --layers 4 --seq 256 --batch 6 --mesh 2x2 --mesh-dims pp,dp --microbatches 3 \
   --schedule Interleaved1F1B
 expect_error "--schedule: unknown schedule 'zb'" -- "$AS" plan "${M[@]}" --schedule zb
+expect_error "--param-gather: unknown value 'sometimes'" -- "$AS" plan "${M[@]}" --param-gather sometimes
 expect_error "need a mesh dim named pp" -- "$AS" plan --model llama3-8b --layers 2 --mesh 2x2 --microbatches 2
 python3 -c "import json,sys
 j=json.load(open(sys.argv[1]))
@@ -163,8 +164,10 @@ row = next(r for r in json.load(open(sys.argv[2])) if r['recipe'].startswith('to
 assert tt['schedule'] == 'Interleaved1F1B' and tt['stages_per_rank'] == 2, (tt['schedule'], tt['stages_per_rank'])
 assert [len(s['layers']) for s in tt['stages']] == [1, 1, 1, 1], tt['stages']
 assert abs(tt['step_us'] - row['step_us']) <= 1e-6 * row['step_us'], (tt['step_us'], row['step_us'])
-# torchtitan's FSDP keeps the stages' parameters gathered; memory does not count them: said.
-assert any('gathered once' in w for w in tt.get('warnings', [])), tt.get('warnings')
+# torchtitan's FSDP keeps the stages' parameters gathered over the step: their memory counts them.
+assert tt['params_gathered_once'] is True, tt['params_gathered_once']
+assert all(s['gathered_param_bytes'] > 0 for s in tt['stages']), [s['gathered_param_bytes'] for s in tt['stages']]
+assert not any('gathered' in w for w in tt.get('warnings', [])), tt.get('warnings')
 PY
 expect_error "--algo with --compare" -- "$AS" plan "${M[@]}" --algo fsdp --compare
 ok "--algo on a pp mesh"
