@@ -549,7 +549,10 @@ TEST(PipelineMemoryLarge, TheRankPatternRefitsRanksFromAShardingMadeForARank) {
   // llama3-8b interleaved at 9 GiB: the stage plans made under shares of a rank, refit to
   // each rank, against the same with a middle stage of half a rank priced under its share of
   // the limit (StageSolver::price_rank_pattern) as a further source of every rank's refit
-  // (250.8 against 251.5 ms when written).
+  // (250.8 against 251.5 ms when written).  Since identical views share one redistribution
+  // (planner/twin_views.h) the stage plans fit the ranks as well as the pattern does: 245.5
+  // against 245.3 ms here, equal at 7.5-11 GiB.  What still holds: the pattern's plans fit every
+  // rank, at most a hair from the plans without it.
   const Graph g = build_model("llama3-8b", ModelOptions{2, 4096, 16, {}});
   const Mesh mesh({4, 8}, {"pp", "dp"}, h100());
   PipelineOptions po = interleaved_two(8);
@@ -561,7 +564,7 @@ TEST(PipelineMemoryLarge, TheRankPatternRefitsRanksFromAShardingMadeForARank) {
   po.rank_pattern = true;
   const PipelinePlan on = plan_pipeline(g, mesh, o, po);
   EXPECT_DOUBLE_EQ(on.lower_bound_us, off.lower_bound_us);  // plans only
-  EXPECT_LT(on.step_us, off.step_us * (1 - 1e-3));
+  EXPECT_LT(on.step_us, off.step_us * (1 + 2e-3));
   // Every rank fits; a rank holds one stage's passing work at a time (RankNeed), below the
   // sum of its stages' needs where two of them have some.
   bool below = false;

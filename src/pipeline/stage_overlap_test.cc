@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <string>
 
 #include "mesh/hardware.h"
 #include "models/builder.h"
@@ -14,7 +15,7 @@ namespace {
 
 TEST(OverlapSolveLarge, TheAdditiveSolveIsLeftToMessagePassing) {
   // llama3-405b's first pipeline stage (one layer, 8x16x8, a microbatch of 16 of 256: the once-per-step
-  // work weighted 1/16): message passing leaves the additive optimum unproven, and the MIP
+  // work weighted 1/16): message passing may leave the additive optimum unproven, and the MIP
   // used to spend 5-9 s of a 10 s limit proving a bound the overlap objective has no use for
   // (A >= T bounds nothing of T); the dual solves then met the limit.
   const Graph g = build_model("llama3-405b", ModelOptions{16, 8192, 4, {}});
@@ -40,8 +41,12 @@ TEST(OverlapSolveLarge, TheAdditiveSolveIsLeftToMessagePassing) {
   in.quick_relaxed = true;
   const TiedSolve quick = solve_tied(in);
   ASSERT_FALSE(quick.r.choice.empty());
-  EXPECT_EQ(quick.r.method, "message passing (bound only)");
-  EXPECT_LT(quick.r.lower_bound, quick.r.objective);  // not proven: a full solve would run the MIP
+  // Never the MIP: "message passing (bound only)" where it leaves the stage unproven, or an
+  // exact method (elimination) where its warm restarts let the reductions close it.
+  EXPECT_EQ(quick.r.method.find("mip"), std::string::npos) << quick.r.method;
+  // Message passing's warm restarts may now close the stage (proven) or not: either way the
+  // quick solve ends there, without the MIP.
+  EXPECT_LE(quick.r.lower_bound, quick.r.objective * (1 + 1e-9));
 }
 
 }  // namespace
