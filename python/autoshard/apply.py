@@ -40,8 +40,13 @@ import torch.fx
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
 
+from .deferred_grads import defer_reductions
+from .inflight import in_flight_limit
 from .local import local_slice, redistribute
+from .lower import lower_step
 from .module import ShardedModule
+from .partition import partition
+from .stages import SHARED, StageError, cut_stages
 
 PlacementsArg = Union[str, os.PathLike, Mapping[str, Any]]
 
@@ -502,19 +507,28 @@ def apply_placement(model: torch.nn.Module, placements: PlacementsArg, mesh: Dev
                                        traced.placeholder_kinds, mesh, origin)
     except ContextParallelError as e:
         raise PlanError(str(e)) from None
-    module = build_module(model, runner, traced, graph, mesh, doc, returns)
+    (module,) = build_stages(model, runner, traced, graph, mesh, doc, returns=returns,
+                             origin=origin)
     #: the module calls run as eager islands (docs/tracer.md, "Running it: eager islands")
     module.islands = [c.module for c in getattr(traced, "islands", [])]
     return module
 
 
-def build_module(model: torch.nn.Module, runner: StepRunner, traced, graph: dict,
-                 mesh: DeviceMesh, doc: Mapping[str, Any], returns: str) -> ShardedModule:
-    """Lowers the planned step, splits it at the outputs the module returns, and wraps it."""
-    from .inflight import in_flight_limit
-    from .lower import lower_step
-    from .partition import partition
+def build_stages(model: torch.nn.Module, runner: StepRunner, traced, graph: dict,
+                 mesh: DeviceMesh, doc: Mapping[str, Any], *, returns: str = "loss",
+                 node_stage: Optional[Mapping[str, int]] = None, n_stages: int = 1,
+                 wanted: Sequence[int] = (0,), local_inputs: bool = True,
+                 once_per_step: Optional[set] = None, origin: str = "") -> list:
+    """The one path from a plan to modules: lowers the planned step (autoshard.lower), cuts
+    the stages in `wanted` out of it (autoshard.stages; one stage, the whole step, for a plan
+    without pipeline stages), splits each into forward and backward (autoshard.partition,
+    with the plan's recompute list and schedule) and wraps it as a ShardedModule.
 
+    node_stage: planned node name -> stage, as the plan's "stage" entries say (every node in
+        stage 0 when n_stages is 1).
+    once_per_step: the parameters whose gradient reductions the plan runs once per step (its
+        schedule's "once_per_step", autoshard.deferred_grads); None: in every backward.
+    Returns the modules of `wanted`, in that order."""
     phases = {n["name"]: n.get("phase", "forward") for n in graph["nodes"]}
     lowered = lower_step(runner, traced, mesh, phases)
     gm = lowered.gm
@@ -540,12 +554,34 @@ def build_module(model: torch.nn.Module, runner: StepRunner, traced, graph: dict
         outputs = [((), list(lowered.loss_placements))]
         out_nodes = [loss_node]
     tangents = [runner.placements_of(n).outputs[0] for n in tangent_names]
+    kinds = traced.placeholder_kinds
+    node_stage = dict(node_stage or {})
+    try:
+        cuts = cut_stages(gm, [node_stage.get(n, SHARED) if n_stages > 1 else 0
+                               for n in traced.placeholder_names], node_stage, n_stages,
+                          [_lowered_alias(gm, n) for n in tangent_names], out_nodes,
+                          grad_nodes, [k for k, kd in enumerate(kinds) if kd == "parameter"],
+                          wanted)
+    except StageError as e:
+        raise PlanError(f"{origin}{e}") from None
     recompute = frozenset(doc.get("recompute", []))
     limit = in_flight_limit(mesh)
-    split = partition(gm, out_nodes, grad_nodes, [_lowered_alias(gm, n) for n in tangent_names],
-                      recompute, in_flight=limit, schedule=doc.get("schedule"))
-    return ShardedModule(model, runner, traced, mesh, lowered, split, outputs, tangents,
-                         returns == "outputs", in_flight=limit)
+    modules = []
+    for cut in cuts:
+        split = partition(cut.gm, cut.out_nodes, cut.grad_nodes, cut.tangent_nodes, recompute,
+                          in_flight=limit, schedule=doc.get("schedule"))
+        deferred = None
+        if once_per_step is not None:
+            full = [traced.flat_args[k].numel() for k in cut.grad_params]
+            deferred = defer_reductions(split.backward, len(cut.grad_params), full,
+                                        in_flight=limit)
+        last = cut.index == n_stages - 1
+        modules.append(ShardedModule(model, runner, traced, mesh, lowered, cut, split,
+                                     outputs if last else None, tangents if last else None,
+                                     outputs_mode=last and returns == "outputs",
+                                     local_inputs=local_inputs, in_flight=limit,
+                                     deferred=deferred))
+    return modules
 
 
 def _lowered_alias(gm: torch.fx.GraphModule, name: str) -> torch.fx.Node:

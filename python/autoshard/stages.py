@@ -1,21 +1,26 @@
 """Cutting the lowered per-rank training step into pipeline stages.
 
-    cut = cut_stages(lowered.gm, placeholder_stage, node_stage, n_stages, tangent)
-    cut.stages[s].gm         # stage s's joint graph (forward, and its backward)
+    cuts = cut_stages(lowered.gm, placeholder_stage, node_stage, n_stages, tangents,
+                      outputs, grads, param_index, wanted=[s])
+    cuts[0].gm               # stage s's joint graph (forward, and its backward)
 
 The SPMD lowering (autoshard.lower) of a plan with a pipeline section gives one joint graph
 (forward, loss, backward) of local ops and collectives over the stage's sub-mesh.  Every
 lowered node carries the planned node it came from (node.meta["autoshard"]["node"]) and the
 plan gives every planned node its stage ("stage" in placements.json; -1 = every stage that
-uses it).  This module cuts that graph into one joint graph per stage:
+uses it).  This module cuts that graph into one joint graph per stage.  A plan without
+pipeline stages is the one-stage case: every node is in stage 0 and the cut is the whole
+step, so the single program and the pipeline stages run one path (autoshard.module):
 
   * primals: the stage's parameters, buffers and inputs (traced placeholder order), then the
     activations the previous stage sends (its forward values this stage reads);
-  * outputs: the activations sent to the next stage (or the loss, on the last stage), one
+  * outputs: the activations sent to the next stage (on the last stage the step's outputs:
+    the loss, or the model outputs the module returns), one
     gradient per parameter of the stage, then the gradients sent back to the previous stage
     (one per received activation, in the same order);
-  * tangents: the gradients the next stage sends back (or the loss's seed), as nodes that
-    autoshard.partition turns into backward placeholders.
+  * tangents: the gradients the next stage sends back (on the last stage the loss's seed, or
+    the outputs' gradient marks), as nodes that autoshard.partition turns into backward
+    placeholders.
 
 Nodes computed from shared placeholders alone (a rope table slice) are copied into every
 stage that reads them, so that only activations cross stage boundaries.  A backward node
@@ -72,12 +77,13 @@ def _pure(n: torch.fx.Node) -> bool:
 
 def assign_stages(gm: torch.fx.GraphModule, placeholder_stage: Sequence[int],
                   node_stage: dict, n_stages: int,
-                  tangent: Optional[torch.fx.Node]) -> tuple[dict, dict]:
+                  tangents: Sequence[torch.fx.Node]) -> tuple[dict, dict]:
     """lowered node -> stage (SHARED for nodes every reader copies), and node -> is backward.
 
     placeholder_stage: per traced placeholder, its stage (SHARED for "every stage that uses it").
-    node_stage: planned node name -> stage ("grad:<param>" and "loss" stamps resolved here)."""
-    bwd = backward_nodes(gm, {tangent} if tangent is not None else set())
+    node_stage: planned node name -> stage ("grad:<param>" and "loss" stamps resolved here);
+    with one stage every node is in it."""
+    bwd = backward_nodes(gm, set(tangents))
     stage: dict = {}
     k = 0
     for n in gm.graph.nodes:
@@ -94,7 +100,7 @@ def assign_stages(gm: torch.fx.GraphModule, placeholder_stage: Sequence[int],
             planned = n.meta.get(META_KEY, {}).get("node")
             if planned is not None and planned.startswith("grad:"):
                 planned = planned[5:]
-            s = n_stages - 1 if planned == "loss" else node_stage.get(planned)
+            s = n_stages - 1 if planned == "loss" or n_stages == 1 else node_stage.get(planned)
             if s is None or s == SHARED:
                 owned = [stage[i] for i in ins if stage[i] != SHARED]
                 if not owned:
@@ -119,14 +125,16 @@ def _pull_gradient_sums(gm: torch.fx.GraphModule, stage: dict, bwd: dict) -> Non
 
 
 def cut_stages(gm: torch.fx.GraphModule, placeholder_stage: Sequence[int], node_stage: dict,
-               n_stages: int, tangent: Optional[torch.fx.Node], loss: torch.fx.Node,
-               grads: Sequence[Optional[torch.fx.Node]], param_index: Sequence[int],
-               wanted: Sequence[int]) -> list[StageGraph]:
+               n_stages: int, tangents: Sequence[torch.fx.Node],
+               outputs: Sequence[torch.fx.Node], grads: Sequence[Optional[torch.fx.Node]],
+               param_index: Sequence[int], wanted: Sequence[int]) -> list[StageGraph]:
     """The joint graphs of the stages in `wanted` (this rank's), cut out of `gm`.
 
-    tangent: the lowered loss-seed node (its alias); loss: the loss node; grads: per
-    parameter (param_index: its traced placeholder index), the gradient node or None."""
-    stage, bwd = assign_stages(gm, placeholder_stage, node_stage, n_stages, tangent)
+    outputs: the step's outputs, which the last stage returns (the loss node, or the model
+    outputs' aliases); tangents: the lowered nodes of their gradients (the loss seed's alias,
+    or the outputs' gradient marks); grads: per parameter (param_index: its traced
+    placeholder index), the gradient node or None."""
+    stage, bwd = assign_stages(gm, placeholder_stage, node_stage, n_stages, tangents)
     nodes = [n for n in gm.graph.nodes if n.op != "output"]
     placeholders = [n for n in nodes if n.op == "placeholder"]
     # boundary b (between stage b and b + 1): forward values sent on, gradients sent back
@@ -157,8 +165,8 @@ def cut_stages(gm: torch.fx.GraphModule, placeholder_stage: Sequence[int], node_
             raise StageError(f"parameter {placeholders[p].name}: its gradient "
                              f"{g.name} is computed in stage {stage[g]}, the parameter is in "
                              f"stage {placeholder_stage[p]}")
-    return [_build(gm, s, stage, bwd, nodes, placeholders, fwd_cross, bwd_cross, tangent,
-                   loss, grad_of, n_stages) for s in wanted]
+    return [_build(gm, s, stage, bwd, nodes, placeholders, fwd_cross, bwd_cross, tangents,
+                   outputs, grad_of, n_stages) for s in wanted]
 
 
 def _meta(n: torch.fx.Node):
@@ -191,11 +199,11 @@ def _check_pairs(acts: list, grads: list, b: int) -> None:
 
 
 def _build(gm: torch.fx.GraphModule, s: int, stage: dict, bwd: dict, nodes: list,
-           placeholders: list, fwd_cross: list, bwd_cross: list, tangent, loss, grad_of: dict,
-           n_stages: int) -> StageGraph:
+           placeholders: list, fwd_cross: list, bwd_cross: list, tangents: Sequence,
+           outputs: Sequence, grad_of: dict, n_stages: int) -> StageGraph:
     first, last = s == 0, s == n_stages - 1
     act_in = fwd_cross[s - 1] if not first else []
-    act_out = fwd_cross[s] if not last else [loss]
+    act_out = fwd_cross[s] if not last else list(outputs)
     grads_back = bwd_cross[s - 1] if not first else []   # sent to stage s - 1
     tangents_in = bwd_cross[s] if not last else []       # received from stage s + 1
     # which nodes: the stage's own, and the shared ones they read (transitively)
@@ -237,7 +245,7 @@ def _build(gm: torch.fx.GraphModule, s: int, stage: dict, bwd: dict, nodes: list
     grad_nodes = [env[grad_of[k]] for k in params] + [env[x] for x in grads_back]
     tangent_nodes = [env[t] for t in tangents_in]
     if last:
-        tangent_nodes = [env[tangent]]
+        tangent_nodes = [env[t] for t in tangents]
     g.output((*out_nodes, *grad_nodes))
     sgm = torch.fx.GraphModule(gm, g)
     return StageGraph(index=s, gm=sgm, placeholders=own_ph, act_in=[a.name for a in act_in],
