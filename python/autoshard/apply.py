@@ -51,6 +51,11 @@ from .stages import SHARED, StageError, cut_stages
 PlacementsArg = Union[str, os.PathLike, Mapping[str, Any]]
 
 
+#: build_stages(once_per_step=...): a plan file without the list (an older writer): every
+#: gradient reduction the backward can run once per step does
+ALL_DEFERRABLE = frozenset({"*"})
+
+
 class PlanError(ValueError):
     """The placements do not fit the traced graph or the mesh (message names the node)."""
 
@@ -503,8 +508,7 @@ def apply_placement(model: torch.nn.Module, placements: PlacementsArg, mesh: Dev
     from .context_parallel import ContextParallelError, planned_layout
 
     try:
-        runner.layout = planned_layout(doc, graph, plan, traced.placeholder_names,
-                                       traced.placeholder_kinds, mesh, origin)
+        runner.layout = planned_layout(doc, plan, mesh, origin)
     except ContextParallelError as e:
         raise PlanError(str(e)) from None
     (module,) = build_stages(model, runner, traced, graph, mesh, doc, returns=returns,
@@ -527,7 +531,8 @@ def build_stages(model: torch.nn.Module, runner: StepRunner, traced, graph: dict
     node_stage: planned node name -> stage, as the plan's "stage" entries say (every node in
         stage 0 when n_stages is 1).
     once_per_step: the parameters whose gradient reductions the plan runs once per step (its
-        schedule's "once_per_step", autoshard.deferred_grads); None: in every backward.
+        schedule's "once_per_step", autoshard.deferred_grads); None: in every backward;
+        ALL_DEFERRABLE: every reduction that can be cut (a file without the list).
     Returns the modules of `wanted`, in that order."""
     phases = {n["name"]: n.get("phase", "forward") for n in graph["nodes"]}
     lowered = lower_step(runner, traced, mesh, phases)
@@ -573,8 +578,11 @@ def build_stages(model: torch.nn.Module, runner: StepRunner, traced, graph: dict
         deferred = None
         if once_per_step is not None:
             full = [traced.flat_args[k].numel() for k in cut.grad_params]
+            names = [traced.placeholder_names[k] for k in cut.grad_params]
+            planned = None if once_per_step is ALL_DEFERRABLE else \
+                [i for i, n in enumerate(names) if n in once_per_step]
             deferred = defer_reductions(split.backward, len(cut.grad_params), full,
-                                        in_flight=limit)
+                                        in_flight=limit, planned=planned)
         last = cut.index == n_stages - 1
         modules.append(ShardedModule(model, runner, traced, mesh, lowered, cut, split,
                                      outputs if last else None, tangents if last else None,

@@ -202,8 +202,11 @@ class ShardedModule(torch.nn.Module):
         per microbatch as planned and is not listed.)"""
         names = self._grad_names()
         why = {names[k]: w for k, w in self._deferred.kept.items()}
+        planned = self._deferred.planned
+        left = [n for n in self._deferred.left
+                if planned is None or n in {names[k] for k in planned}]
         return {name: why.get(name, "its result is read by other values of the backward")
-                for name in self._deferred.left}
+                for name in left}
 
     def run_graphs_with(self, forward: Callable, backward: Callable) -> tuple:
         """Runs the forward and backward graphs with these callables (called like the graphs)

@@ -33,8 +33,8 @@ the stages in a V (stage_rank).
 Gradient reductions run once per step, as the planner prices them (its stage problems
 weigh the redistributions into the optimizer 1/M).  A stage's lowered backward ends, per
 parameter, in the collectives that reduce its gradient over the stage's mesh (an all_reduce
-or reduce_scatter of a Partial sum, an all_gather of a shard).  autoshard.deferred_grads cuts
-them out (before the B/W split, so W is cut too): the backward returns the un-reduced local
+or reduce_scatter of a Partial sum, an all_gather of a shard).  For the parameters the plan
+lists ("once_per_step" of its schedule), autoshard.deferred_grads cuts them out (before the B/W split, so W is cut too): the backward returns the un-reduced local
 gradient, the stage sums it over the microbatches, and after the schedule's last microbatch
 `step` runs the cut-out collectives once per parameter and adds the result to `.grad` at the
 parameter's placements.  The accumulated value is at most the full gradient's size (an
@@ -50,13 +50,14 @@ gradients.
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional
 
 import torch
 from torch.distributed.device_mesh import DeviceMesh
 
-from .apply import (PlacementsArg, PlanError, StepRunner, build_stages, graph_names,
+from .apply import (ALL_DEFERRABLE, PlacementsArg, PlanError, StepRunner, build_stages, graph_names,
                     load_placements, parse_placements, placements_str, read_placements,
                     trace_for_apply)
 from .deferred_grads import check_once_per_step, once_per_step_params
@@ -270,15 +271,17 @@ def apply_pipeline(model: torch.nn.Module, placements: PlacementsArg, mesh: Devi
     from .context_parallel import ContextParallelError, planned_layout
 
     try:
-        runner.layout = planned_layout(doc, graph, plan, traced.placeholder_names,
-                                       traced.placeholder_kinds, sub, origin)
+        runner.layout = planned_layout(doc, plan, sub, origin)
     except ContextParallelError as e:
         raise PlanError(str(e)) from None
     once_per_step = None
     if reduce_once_per_step:
         once_per_step = once_per_step_params(doc.get("schedule"), origin)
-        if once_per_step is None:  # an older file: every reduction the backward can defer
-            once_per_step = set()
+        if once_per_step is None:
+            warnings.warn(f"{origin}/schedule/once_per_step: missing (a file from an older "
+                          f"writer): every gradient reduction that can run once per step "
+                          f"does; plan it again to run the planned ones", stacklevel=2)
+            once_per_step = ALL_DEFERRABLE
     modules = build_stages(model, runner, traced, graph, sub, doc, node_stage=node_stage,
                            n_stages=n_stages, wanted=wanted, local_inputs=False,
                            once_per_step=once_per_step, origin=origin)
