@@ -40,12 +40,16 @@ import torch.fx
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
 
+from . import placements as _pl
+from .context_parallel import (ContextParallelError, check_uncovered, parse_config,
+                               planned_layout, run_node)
 from .deferred_grads import defer_reductions
 from .inflight import in_flight_limit
 from .local import local_slice, redistribute
-from .lower import lower_step
+from .lower import META_KEY, lower_step
 from .module import ShardedModule
 from .partition import partition
+from .schedule import via_entries
 from .stages import SHARED, StageError, cut_stages
 
 PlacementsArg = Union[str, os.PathLike, Mapping[str, Any]]
@@ -66,8 +70,6 @@ def parse_placements(s: str, where: str = "") -> list:
     'Replicate()', 'Partial(sum)', ', ' separators, one pair of [])
     -> [Shard(0), Replicate(), Partial('sum')] (autoshard.placements.parse); '_S(0,8)' is
     torch's _StridedShard(0, split_factor=8), which the runtime applies as it is."""
-    from . import placements as _pl
-
     try:
         out = list(_pl.to_dtensor(s))
     except ValueError as e:
@@ -104,8 +106,6 @@ def _output_list(s: str, where: str) -> list:
 
 def planned_paths(schedule: Optional[Mapping[str, Any]], ndim: int, origin: str = "") -> dict:
     """The schedule's "via" entries: edge -> [placements after each collective but the last]."""
-    from .schedule import via_entries
-
     out = {}
     for k, (edge, states) in enumerate(via_entries(schedule)):
         where = f"{origin}/schedule/via/{k}: "
@@ -168,8 +168,6 @@ def load_placements(placements: PlacementsArg, mesh: DeviceMesh,
                 raise PlanError(f"{where}{len(p)} placements for a {mesh.ndim}-D mesh")
         cp = entry.get("context_parallel")
         if cp is not None:
-            from .context_parallel import ContextParallelError, parse_config
-
             try:
                 cp = parse_config(cp, list(mesh.mesh_dim_names or []), where)
             except ContextParallelError as e:
@@ -300,9 +298,11 @@ class StepRunner:
         if placements is None or not isinstance(t, torch.Tensor):
             return t
         if not isinstance(t, DTensor):  # a creation op (ones, scalar_tensor): same on all ranks
-            t = DTensor.from_local(t, self.mesh, [Replicate()] * self.mesh.ndim, run_check=False)
-            return redistribute(t, self.mesh, placements) if any(
-                not p.is_replicate() for p in placements) else t
+            with (self.edge_hook(name, "output") if self.edge_hook else _null()):
+                t = DTensor.from_local(t, self.mesh, [Replicate()] * self.mesh.ndim,
+                                       run_check=False)
+                return redistribute(t, self.mesh, placements) if any(
+                    not p.is_replicate() for p in placements) else t
         if tuple(t.placements) != tuple(placements):
             self.mismatches.append(Mismatch(f"{name}" + (f"[{k}]" if k else ""),
                                             placements_str(placements),
@@ -367,8 +367,6 @@ class StepRunner:
             plan = self.placements_of(name)
             slots = _schema_slots(node)
             if plan.context_parallel is None:
-                from .context_parallel import ContextParallelError, check_uncovered
-
                 try:
                     check_uncovered(node.target, plan.inputs, name)
                 except ContextParallelError as e:
@@ -383,8 +381,6 @@ class StepRunner:
             with (self.edge_hook(name, "op") if self.edge_hook else _null()):
                 try:
                     if plan.context_parallel is not None:  # the plan's CP attention
-                        from .context_parallel import run_node
-
                         head_tail = self.layout is not None and self.layout.head_tail
                         if plan.context_parallel.load_balance and not head_tail:
                             self.unbalanced.append(name)
@@ -505,8 +501,6 @@ def apply_placement(model: torch.nn.Module, placements: PlacementsArg, mesh: Dev
             raise PlanError(str(e)) from None
     runner = StepRunner(gm, plan, names, mesh)
     runner.via = planned_paths(doc.get("schedule"), mesh.ndim, origin)
-    from .context_parallel import ContextParallelError, planned_layout
-
     try:
         runner.layout = planned_layout(doc, plan, mesh, origin)
     except ContextParallelError as e:
@@ -594,8 +588,6 @@ def build_stages(model: torch.nn.Module, runner: StepRunner, traced, graph: dict
 
 def _lowered_alias(gm: torch.fx.GraphModule, name: str) -> torch.fx.Node:
     """The lowered node of the traced `aten.alias` node `name` (an output or gradient mark)."""
-    from .lower import META_KEY
-
     found = [n for n in gm.graph.nodes if n.op == "call_function"
              and n.target is torch.ops.aten.alias.default
              and n.meta.get(META_KEY, {}).get("node") == name]

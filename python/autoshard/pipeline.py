@@ -57,9 +57,10 @@ from typing import Any, Callable, Mapping, Optional
 import torch
 from torch.distributed.device_mesh import DeviceMesh
 
-from .apply import (ALL_DEFERRABLE, PlacementsArg, PlanError, StepRunner, build_stages, graph_names,
-                    load_placements, parse_placements, placements_str, read_placements,
-                    trace_for_apply)
+from .apply import (ALL_DEFERRABLE, PlacementsArg, PlanError, StepRunner, build_stages,
+                    graph_names, load_placements, parse_placements, placements_str,
+                    read_placements, trace_for_apply)
+from .context_parallel import ContextParallelError, planned_layout
 from .deferred_grads import check_once_per_step, once_per_step_params
 from .stages import SHARED
 
@@ -266,10 +267,8 @@ def apply_pipeline(model: torch.nn.Module, placements: PlacementsArg, mesh: Devi
     wanted = [st["index"] for st in spec.stages if st["pp_rank"] == my_pp]
     if not wanted:
         raise PlanError(f"{origin}/pipeline/stages: no stage on pp rank {my_pp}")
-    runner = StepRunner(traced.gm, plan, graph_names(traced.gm, graph, traced.placeholder_names),
-                        sub)
-    from .context_parallel import ContextParallelError, planned_layout
-
+    names = graph_names(traced.gm, graph, traced.placeholder_names)
+    runner = StepRunner(traced.gm, plan, names, sub)
     try:
         runner.layout = planned_layout(doc, plan, sub, origin)
     except ContextParallelError as e:

@@ -22,12 +22,13 @@ step, so the single program and the pipeline stages run one path (autoshard.modu
     the outputs' gradient marks), as nodes that autoshard.partition turns into backward
     placeholders.
 
-Nodes computed from shared placeholders alone (a rope table slice) are copied into every
-stage that reads them, so that only activations cross stage boundaries.  A backward node
-whose inputs all come from the next stage (the sum of two gradient contributions to the
-activation the stages share) moves to that next stage, so that exactly one gradient per
-activation crosses back.  Anything else that crosses a boundary (a value skipping a stage, a
-parameter shared by two stages) is refused with an error naming the node.
+Every lowered node is in the stage the plan gives its planned node (the lowering stamps each
+node with it; a placeholder's own view with the placeholder): the runtime places nothing by a
+rule of its own.  Nodes computed from shared placeholders alone (a rope table slice), and the
+nodes the plan gives stage -1, are copied into every stage that reads them, so that only
+activations cross stage boundaries.  Anything else that crosses a boundary (a value skipping
+a stage, a parameter shared by two stages, a node the plan gives no stage) is refused with an
+error naming the node.
 """
 from __future__ import annotations
 
@@ -101,27 +102,44 @@ def assign_stages(gm: torch.fx.GraphModule, placeholder_stage: Sequence[int],
             if planned is not None and planned.startswith("grad:"):
                 planned = planned[5:]
             s = n_stages - 1 if planned == "loss" or n_stages == 1 else node_stage.get(planned)
-            if s is None or s == SHARED:
-                owned = [stage[i] for i in ins if stage[i] != SHARED]
-                if not owned:
-                    raise StageError(f"node {n.name} (planned node {planned}): no stage")
-                s = max(owned) if not bwd[n] else min(owned)
+            if s is None:
+                raise StageError(f"node {n.name} (planned node {planned}): the plan gives it "
+                                 f"no stage")
+            if s == SHARED:
+                # the plan's "every stage that uses it": a copy in each reader's stage, which
+                # only a forward value without side effects can be
+                if not _pure(n) or bwd[n]:
+                    raise StageError(f"node {n.name} (planned node {planned}): planned in "
+                                     f"every stage, but it is not a pure forward op")
+                stage[n] = SHARED
+                continue
             if not 0 <= s < n_stages:
                 raise StageError(f"node {planned}: stage {s} outside 0..{n_stages - 1}")
             stage[n] = s
-    _pull_gradient_sums(gm, stage, bwd)
+    _check_shared(gm, stage)
     return stage, bwd
 
 
-def _pull_gradient_sums(gm: torch.fx.GraphModule, stage: dict, bwd: dict) -> None:
-    """A backward node of stage s that sums values of stage s + 1 alone (two gradient
-    contributions to an activation the stages share) moves there."""
+def _check_shared(gm: torch.fx.GraphModule, stage: dict) -> None:
+    """A copied node that reads one stage's value (the plan's shared view of a placeholder
+    that stage owns, such as the labels' view) is read in that stage only."""
+    home: dict = {}  # shared node -> the stage of the owned values it reads (transitively)
     for n in gm.graph.nodes:
-        if n.op != "call_function" or not bwd[n] or not _pure(n):
+        if stage.get(n) != SHARED or n.op != "call_function":
             continue
-        owned = [stage[i] for i in n.all_input_nodes if stage[i] != SHARED]
-        if len(owned) >= 2 and set(owned) == {stage[n] + 1}:
-            stage[n] += 1
+        owned = {stage[i] for i in n.all_input_nodes if stage[i] != SHARED}
+        owned |= {home[i] for i in n.all_input_nodes if i in home}
+        if len(owned) > 1:
+            raise StageError(f"node {n.name} (planned {n.meta.get(META_KEY, {}).get('node')}): "
+                             f"copied in every stage, it reads stages {sorted(owned)}")
+        if owned:
+            home[n] = owned.pop()
+    for n, s in home.items():
+        for u in n.users:
+            if u.op != "output" and stage.get(u) not in (SHARED, s):
+                raise StageError(f"node {u.name} of stage {stage.get(u)} reads {n.name} "
+                                 f"(planned {n.meta.get(META_KEY, {}).get('node')}), a copy of "
+                                 f"a value of stage {s}")
 
 
 def cut_stages(gm: torch.fx.GraphModule, placeholder_stage: Sequence[int], node_stage: dict,
