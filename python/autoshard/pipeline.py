@@ -34,8 +34,9 @@ Gradient reductions run once per step, as the planner prices them (its stage pro
 weigh the redistributions into the optimizer 1/M).  A stage's lowered backward ends, per
 parameter, in the collectives that reduce its gradient over the stage's mesh (an all_reduce
 or reduce_scatter of a Partial sum, an all_gather of a shard).  For the parameters the plan
-lists ("once_per_step" of its schedule), autoshard.deferred_grads cuts them out (before the B/W split, so W is cut too): the backward returns the un-reduced local
-gradient, the stage sums it over the microbatches, and after the schedule's last microbatch
+lists ("once_per_step" of its schedule), autoshard.deferred_grads cuts them out (before
+the B/W split, so W is cut too): the backward returns the un-reduced local gradient, the
+stage sums it over the microbatches, and after the schedule's last microbatch
 `step` runs the cut-out collectives once per parameter and adds the result to `.grad` at the
 parameter's placements.  The accumulated value is at most the full gradient's size (an
 activation gathered before the sum over tokens that makes it a gradient stays gathered per
@@ -59,7 +60,7 @@ from torch.distributed.device_mesh import DeviceMesh
 
 from .apply import (ALL_DEFERRABLE, PlacementsArg, PlanError, StepRunner, build_stages,
                     graph_names, load_placements, parse_placements, placements_str,
-                    read_placements, trace_for_apply)
+                    planned_order, read_placements, trace_for_apply)
 from .context_parallel import ContextParallelError, planned_layout
 from .deferred_grads import check_once_per_step, once_per_step_params
 from .stages import SHARED
@@ -269,6 +270,7 @@ def apply_pipeline(model: torch.nn.Module, placements: PlacementsArg, mesh: Devi
         raise PlanError(f"{origin}/pipeline/stages: no stage on pp rank {my_pp}")
     names = graph_names(traced.gm, graph, traced.placeholder_names)
     runner = StepRunner(traced.gm, plan, names, sub)
+    runner.order = planned_order(traced.gm, names, doc.get("schedule"), origin)
     try:
         runner.layout = planned_layout(doc, plan, sub, origin)
     except ContextParallelError as e:

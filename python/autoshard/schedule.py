@@ -36,8 +36,8 @@ from .inflight import is_wait
 from .lower import META_KEY, collective_kind
 
 #: The schedule versions this runtime reads (2 added the prefetch entries' buckets, 3 the
-#: gradient reductions' buckets, 4 the activations' issue points).
-SCHEDULE_VERSIONS = (1, 2, 3, 4)
+#: gradient reductions' buckets, 4 the activations' issue points, 5 the op order).
+SCHEDULE_VERSIONS = (1, 2, 3, 4, 5)
 
 
 class ScheduleError(ValueError):
@@ -94,6 +94,18 @@ def reduce_entries(schedule: Optional[Mapping[str, Any]]) -> list:
                                 f"\"bucket\": n >= 0}}")
         out.append((e["edge"], e["bucket"]))
     return out
+
+
+def op_order(schedule: Optional[Mapping[str, Any]]) -> Optional[list]:
+    """The schedule's "order": the graph's op names in the order a rank runs them (C++
+    planner/prefetch_schedule.h run_order, the simulator's); None without a schedule or
+    before version 5."""
+    if not schedule or _version(schedule) < 5:
+        return None
+    order = schedule.get("order")
+    if not isinstance(order, list) or not all(isinstance(x, str) for x in order):
+        raise ScheduleError("/schedule/order: expected [node name, ...]")
+    return order
 
 
 def issue_entries(schedule: Optional[Mapping[str, Any]]) -> list:
