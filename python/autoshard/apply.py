@@ -32,7 +32,6 @@ import copy
 import json
 import operator
 import os
-import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
@@ -50,7 +49,7 @@ from .local import local_slice, redistribute
 from .lower import META_KEY, lower_step
 from .module import ShardedModule
 from .partition import partition
-from .schedule import ScheduleError, op_order, via_entries
+from .schedule import ScheduleError, run_order, via_entries
 from .stages import SHARED, StageError, cut_stages
 
 PlacementsArg = Union[str, os.PathLike, Mapping[str, Any]]
@@ -120,58 +119,13 @@ def planned_paths(schedule: Optional[Mapping[str, Any]], ndim: int, origin: str 
 def planned_order(gm: torch.fx.GraphModule, names: Mapping[torch.fx.Node, str],
                   schedule: Optional[Mapping[str, Any]],
                   origin: str = "") -> Optional[list]:
-    """The nodes of `gm` in the order the plan runs them: the schedule's "order" (op names, the
-    simulator's order), each node after the unnamed nodes it reads (getitem, ...), placeholders
-    first, nodes the order does not name (dead ones) after, the output last.  None for a
-    plan without a schedule (the graph's order); a schedule before version 5 (an older writer)
-    has no order: a warning, and the graph's order.  PlanError where the order is not one
-    the graph can run (an op before its input), naming the key."""
-    if not schedule:
-        return None
+    """The nodes of `gm` in the order the plan runs them (autoshard.schedule.run_order: the
+    schedule's "order"); None for the graph's own order.  PlanError, naming the file and the
+    key, for an order the graph cannot run."""
     try:
-        order = op_order(schedule)
+        return run_order(gm, names, schedule, origin)
     except ScheduleError as e:
         raise PlanError(f"{origin}{e}") from None
-    if order is None:
-        warnings.warn(f"{origin}/schedule: version {schedule.get('version')} has no op order "
-                      f"(an older writer): the runtime runs the traced graph's order; plan it "
-                      f"again to run the planned one", stacklevel=3)
-        return None
-    by_name = {name: n for n, name in names.items() if n.graph is gm.graph}
-    rank = {name: k for k, name in enumerate(order)}
-    nodes = list(gm.graph.nodes)
-    out: list = []
-    done: set = set()
-
-    def emit(node: torch.fx.Node, k: int) -> None:
-        todo = [node]
-        while todo:
-            x = todo[-1]
-            if x in done:
-                todo.pop()
-                continue
-            wait = [i for i in x.all_input_nodes if i not in done]
-            for i in wait:
-                r = rank.get(names.get(i))
-                if r is not None and r > k:
-                    raise PlanError(f"{origin}/schedule/order: {names.get(x, x.name)} is run "
-                                    f"before its input {names[i]}")
-            if wait:
-                todo.extend(wait)
-                continue
-            todo.pop()
-            done.add(x)
-            out.append(x)
-
-    for n in nodes:
-        if n.op in ("placeholder", "get_attr"):
-            emit(n, -1)
-    for k, name in enumerate(order):
-        if name in by_name:  # (a node an eager island replaced is not in this graph)
-            emit(by_name[name], k)
-    for n in nodes:
-        emit(n, len(order))
-    return out
 
 
 @dataclass
