@@ -40,10 +40,24 @@ import torch.fx
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
 
+from . import placements as _pl
+from .context_parallel import (ContextParallelError, check_uncovered, parse_config,
+                               planned_layout, run_node)
+from .deferred_grads import defer_reductions
+from .inflight import in_flight_limit
 from .local import local_slice, redistribute
+from .lower import META_KEY, lower_step
 from .module import ShardedModule
+from .partition import partition
+from .schedule import ScheduleError, run_order, via_entries
+from .stages import SHARED, StageError, cut_stages
 
 PlacementsArg = Union[str, os.PathLike, Mapping[str, Any]]
+
+
+#: build_stages(once_per_step=...): a plan file without the list (an older writer): every
+#: gradient reduction the backward can run once per step does
+ALL_DEFERRABLE = frozenset({"*"})
 
 
 class PlanError(ValueError):
@@ -56,8 +70,6 @@ def parse_placements(s: str, where: str = "") -> list:
     'Replicate()', 'Partial(sum)', ', ' separators, one pair of [])
     -> [Shard(0), Replicate(), Partial('sum')] (autoshard.placements.parse); '_S(0,8)' is
     torch's _StridedShard(0, split_factor=8), which the runtime applies as it is."""
-    from . import placements as _pl
-
     try:
         out = list(_pl.to_dtensor(s))
     except ValueError as e:
@@ -94,8 +106,6 @@ def _output_list(s: str, where: str) -> list:
 
 def planned_paths(schedule: Optional[Mapping[str, Any]], ndim: int, origin: str = "") -> dict:
     """The schedule's "via" entries: edge -> [placements after each collective but the last]."""
-    from .schedule import via_entries
-
     out = {}
     for k, (edge, states) in enumerate(via_entries(schedule)):
         where = f"{origin}/schedule/via/{k}: "
@@ -120,6 +130,18 @@ def planned_twins(schedule: Optional[Mapping[str, Any]], plan: Mapping[str, Any]
             if n not in plan:
                 raise PlanError(f"{origin}/schedule/twins/{view}: node {n} is not in the placements")
     return twins
+
+
+def planned_order(gm: torch.fx.GraphModule, names: Mapping[torch.fx.Node, str],
+                  schedule: Optional[Mapping[str, Any]],
+                  origin: str = "") -> Optional[list]:
+    """The nodes of `gm` in the order the plan runs them (autoshard.schedule.run_order: the
+    schedule's "order"); None for the graph's own order.  PlanError, naming the file and the
+    key, for an order the graph cannot run."""
+    try:
+        return run_order(gm, names, schedule, origin)
+    except ScheduleError as e:
+        raise PlanError(f"{origin}{e}") from None
 
 
 @dataclass
@@ -174,8 +196,6 @@ def load_placements(placements: PlacementsArg, mesh: DeviceMesh,
                 raise PlanError(f"{where}{len(p)} placements for a {mesh.ndim}-D mesh")
         cp = entry.get("context_parallel")
         if cp is not None:
-            from .context_parallel import ContextParallelError, parse_config
-
             try:
                 cp = parse_config(cp, list(mesh.mesh_dim_names or []), where)
             except ContextParallelError as e:
@@ -286,6 +306,9 @@ class StepRunner:
     #: view node -> its first twin (schedule "twins"): the view reads the input its twin was
     #: redistributed to, so the redistribution runs once (planner/twin_views.h)
     twins: dict = field(default_factory=dict)
+    #: the traced graph's nodes in the order the plan runs them (schedule "order",
+    #: planned_order); None: the graph's own order
+    order: Optional[list] = None
 
     def placements_of(self, name: str) -> NodePlan:
         """The plan's placements of graph node `name` (PlanError when the plan lacks it)."""
@@ -321,9 +344,11 @@ class StepRunner:
         if placements is None or not isinstance(t, torch.Tensor):
             return t
         if not isinstance(t, DTensor):  # a creation op (ones, scalar_tensor): same on all ranks
-            t = DTensor.from_local(t, self.mesh, [Replicate()] * self.mesh.ndim, run_check=False)
-            return redistribute(t, self.mesh, placements) if any(
-                not p.is_replicate() for p in placements) else t
+            with (self.edge_hook(name, "output") if self.edge_hook else _null()):
+                t = DTensor.from_local(t, self.mesh, [Replicate()] * self.mesh.ndim,
+                                       run_check=False)
+                return redistribute(t, self.mesh, placements) if any(
+                    not p.is_replicate() for p in placements) else t
         if tuple(t.placements) != tuple(placements):
             self.mismatches.append(Mismatch(f"{name}" + (f"[{k}]" if k else ""),
                                             placements_str(placements),
@@ -354,7 +379,7 @@ class StepRunner:
         device = torch.device(self.mesh.device_type)
         out = None
         shared = _SharedInputs(self.twins)
-        for node in self.gm.graph.nodes:
+        for node in self.order or self.gm.graph.nodes:
             if node.op == "placeholder":
                 env[node] = next(it)
                 continue
@@ -389,8 +414,6 @@ class StepRunner:
             plan = self.placements_of(name)
             slots = _schema_slots(node)
             if plan.context_parallel is None:
-                from .context_parallel import ContextParallelError, check_uncovered
-
                 try:
                     check_uncovered(node.target, plan.inputs, name)
                 except ContextParallelError as e:
@@ -406,8 +429,6 @@ class StepRunner:
             with (self.edge_hook(name, "op") if self.edge_hook else _null()):
                 try:
                     if plan.context_parallel is not None:  # the plan's CP attention
-                        from .context_parallel import run_node
-
                         head_tail = self.layout is not None and self.layout.head_tail
                         if plan.context_parallel.load_balance and not head_tail:
                             self.unbalanced.append(name)
@@ -550,26 +571,34 @@ def apply_placement(model: torch.nn.Module, placements: PlacementsArg, mesh: Dev
     runner = StepRunner(gm, plan, names, mesh)
     runner.via = planned_paths(doc.get("schedule"), mesh.ndim, origin)
     runner.twins = planned_twins(doc.get("schedule"), plan, origin)
-    from .context_parallel import ContextParallelError, planned_layout
-
+    runner.order = planned_order(gm, names, doc.get("schedule"), origin)
     try:
-        runner.layout = planned_layout(doc, graph, plan, traced.placeholder_names,
-                                       traced.placeholder_kinds, mesh, origin)
+        runner.layout = planned_layout(doc, plan, mesh, origin)
     except ContextParallelError as e:
         raise PlanError(str(e)) from None
-    module = build_module(model, runner, traced, graph, mesh, doc, returns)
+    (module,) = build_stages(model, runner, traced, graph, mesh, doc, returns=returns,
+                             origin=origin)
     #: the module calls run as eager islands (docs/tracer.md, "Running it: eager islands")
     module.islands = [c.module for c in getattr(traced, "islands", [])]
     return module
 
 
-def build_module(model: torch.nn.Module, runner: StepRunner, traced, graph: dict,
-                 mesh: DeviceMesh, doc: Mapping[str, Any], returns: str) -> ShardedModule:
-    """Lowers the planned step, splits it at the outputs the module returns, and wraps it."""
-    from .inflight import in_flight_limit
-    from .lower import lower_step
-    from .partition import partition
+def build_stages(model: torch.nn.Module, runner: StepRunner, traced, graph: dict,
+                 mesh: DeviceMesh, doc: Mapping[str, Any], *, returns: str = "loss",
+                 node_stage: Optional[Mapping[str, int]] = None, n_stages: int = 1,
+                 wanted: Sequence[int] = (0,), local_inputs: bool = True,
+                 once_per_step: Optional[set] = None, origin: str = "") -> list:
+    """The one path from a plan to modules: lowers the planned step (autoshard.lower), cuts
+    the stages in `wanted` out of it (autoshard.stages; one stage, the whole step, for a plan
+    without pipeline stages), splits each into forward and backward (autoshard.partition,
+    with the plan's recompute list and schedule) and wraps it as a ShardedModule.
 
+    node_stage: planned node name -> stage, as the plan's "stage" entries say (every node in
+        stage 0 when n_stages is 1).
+    once_per_step: the parameters whose gradient reductions the plan runs once per step (its
+        schedule's "once_per_step", autoshard.deferred_grads); None: in every backward;
+        ALL_DEFERRABLE: every reduction that can be cut (a file without the list).
+    Returns the modules of `wanted`, in that order."""
     phases = {n["name"]: n.get("phase", "forward") for n in graph["nodes"]}
     lowered = lower_step(runner, traced, mesh, phases)
     gm = lowered.gm
@@ -595,18 +624,41 @@ def build_module(model: torch.nn.Module, runner: StepRunner, traced, graph: dict
         outputs = [((), list(lowered.loss_placements))]
         out_nodes = [loss_node]
     tangents = [runner.placements_of(n).outputs[0] for n in tangent_names]
+    kinds = traced.placeholder_kinds
+    node_stage = dict(node_stage or {})
+    try:
+        cuts = cut_stages(gm, [node_stage.get(n, SHARED) if n_stages > 1 else 0
+                               for n in traced.placeholder_names], node_stage, n_stages,
+                          [_lowered_alias(gm, n) for n in tangent_names], out_nodes,
+                          grad_nodes, [k for k, kd in enumerate(kinds) if kd == "parameter"],
+                          wanted)
+    except StageError as e:
+        raise PlanError(f"{origin}{e}") from None
     recompute = frozenset(doc.get("recompute", []))
     limit = in_flight_limit(mesh)
-    split = partition(gm, out_nodes, grad_nodes, [_lowered_alias(gm, n) for n in tangent_names],
-                      recompute, in_flight=limit, schedule=doc.get("schedule"))
-    return ShardedModule(model, runner, traced, mesh, lowered, split, outputs, tangents,
-                         returns == "outputs", in_flight=limit)
+    modules = []
+    for cut in cuts:
+        split = partition(cut.gm, cut.out_nodes, cut.grad_nodes, cut.tangent_nodes, recompute,
+                          in_flight=limit, schedule=doc.get("schedule"))
+        deferred = None
+        if once_per_step is not None:
+            full = [traced.flat_args[k].numel() for k in cut.grad_params]
+            names = [traced.placeholder_names[k] for k in cut.grad_params]
+            planned = None if once_per_step is ALL_DEFERRABLE else \
+                [i for i, n in enumerate(names) if n in once_per_step]
+            deferred = defer_reductions(split.backward, len(cut.grad_params), full,
+                                        in_flight=limit, planned=planned)
+        last = cut.index == n_stages - 1
+        modules.append(ShardedModule(model, runner, traced, mesh, lowered, cut, split,
+                                     outputs if last else None, tangents if last else None,
+                                     outputs_mode=last and returns == "outputs",
+                                     local_inputs=local_inputs, in_flight=limit,
+                                     deferred=deferred))
+    return modules
 
 
 def _lowered_alias(gm: torch.fx.GraphModule, name: str) -> torch.fx.Node:
     """The lowered node of the traced `aten.alias` node `name` (an output or gradient mark)."""
-    from .lower import META_KEY
-
     found = [n for n in gm.graph.nodes if n.op == "call_function"
              and n.target is torch.ops.aten.alias.default
              and n.meta.get(META_KEY, {}).get("node") == name]

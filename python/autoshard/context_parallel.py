@@ -378,48 +378,22 @@ class SequenceLayout:
     permute: dict = field(default_factory=dict)
 
 
-def sequence_layout(graph: dict, plan: dict, names: Sequence[str], kinds: Sequence[str],
-                    mesh: Any) -> SequenceLayout:
-    """The layout of a plan's sequence (see SequenceLayout).  A sequence-indexed input or
-    buffer is one with a dim as long as the CP attention's sequence S (dims longer than S,
-    e.g. a rope table of max_seq_len rows sliced later, keep the natural order)."""
-    balanced = load_balanced_dims(plan, mesh)
-    nodes = {n["name"]: n for n in graph["nodes"]}
-    seqs = set()
-    for name, p in plan.items():
-        if p.context_parallel is not None and p.context_parallel.load_balance and name in nodes:
-            ref = nodes[name]["inputs"][0]
-            src, k = (ref, 0) if isinstance(ref, str) else (ref["node"], ref.get("output", 0))
-            seqs.add(nodes[src]["outputs"][k]["shape"][2])
-    if not balanced or len(seqs) != 1:
-        return SequenceLayout()
-    seq = seqs.pop()
-    permute: dict = {}
-    for name, kind in zip(names, kinds):
-        if kind not in ("input", "buffer") or name not in nodes:
-            continue
-        shape = nodes[name]["outputs"][0]["shape"]
-        if not any(n >= seq for n in shape):
-            continue
-        placements = plan[name].outputs[0]
-        for md, world in balanced.items():
-            p = placements[md]
-            d = p.dim % len(shape) if p.is_shard() else -1
-            if d < 0 or shape[d] != seq:
-                return SequenceLayout()  # a sequence not cut at its source: natural order
-            permute.setdefault(name, []).append((d, world))
-    return SequenceLayout(bool(permute), permute)
-
-
-def planned_layout(doc: dict, graph: dict, plan: dict, names: Sequence[str],
-                   kinds: Sequence[str], mesh: Any, origin: str = "") -> SequenceLayout:
+def planned_layout(doc: dict, plan: dict, mesh: Any, origin: str = "") -> SequenceLayout:
     """The plan's sequence layout: placements.json's "sequence_layout", which the planner
-    writes for every load-balanced CP plan (C++ planner/sequence_layout.h).  A file from an
-    older writer has none; the same rule is then applied here (sequence_layout)."""
+    writes for every load-balanced CP plan (C++ planner/sequence_layout.h: which sources it
+    cuts in head-tail order is its decision, not the runtime's).  A plan without load-balanced
+    CP attention has none (no layout); a load-balanced plan without one (an older writer) is
+    refused with a one-line error naming the key: plan it again."""
     entry = doc.get("sequence_layout")
-    if entry is None:
-        return sequence_layout(graph, plan, names, kinds, mesh)
     where = f"{origin}/sequence_layout"
+    if entry is None:
+        balanced = load_balanced_dims(plan, mesh)
+        if balanced:
+            raise ContextParallelError(f"{where}: missing, and the plan has load-balanced "
+                                       f"context-parallel attention over "
+                                       f"{sorted(balanced)} (a file from an older writer: "
+                                       f"plan it again)")
+        return SequenceLayout()
     if (not isinstance(entry, dict) or not isinstance(entry.get("head_tail"), bool)
             or not isinstance(entry.get("permute"), dict)):
         raise ContextParallelError(f"{where}: expected {{\"head_tail\": bool, \"permute\": "

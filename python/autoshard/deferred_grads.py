@@ -13,7 +13,9 @@ around them (views, the chunk-and-concatenate of a scatter or gather on an inner
 division).  The planner prices those once per step (C++ StageSolve::once_us: the optimizer's
 inputs' redistributions), so the runtime must not run them once per microbatch.
 
-Per parameter gradient output g, this module finds the part of the graph that only feeds g, is
+Which gradients: the plan says (its schedule's "once_per_step", the parameters whose gradient's
+placement differs from their own); this module does not choose them, it finds where to cut.
+Per such parameter gradient output g, it finds the part of the graph that only feeds g, is
 linear in one tensor x and holds at least one collective: the collectives whose results flow
 only into g, everything after them on the way to g, and x, the value the first of them reads
 (the local, un-reduced gradient), at most the full gradient's size.  The backward then
@@ -78,6 +80,8 @@ class DeferredReductions:
     #: parameters (by the lowering's "grad:<param>" stamps) whose redistribution into the
     #: optimizer's placement still has a collective in the backward
     left: list = field(default_factory=list)
+    #: the output indices the plan reduces once per step (None: a file without the list)
+    planned: Optional[list] = None
 
 
 def once_per_step_params(schedule: Optional[Mapping[str, Any]],
@@ -253,12 +257,16 @@ def _cut(g: torch.fx.Node, i: int, owner: dict, limit: Optional[int],
 
 def defer_reductions(bwd: torch.fx.GraphModule, n_param_grads: int,
                      limits: Optional[Sequence[Optional[int]]] = None,
-                     in_flight: Optional[int] = None) -> DeferredReductions:
+                     in_flight: Optional[int] = None,
+                     planned: Optional[Sequence[int]] = None) -> DeferredReductions:
     """Cuts the gradient reductions out of `bwd` (outputs: n_param_grads parameter gradients,
     then the activations' gradients); `bwd` itself is left as it was.
 
     limits: per parameter gradient, the most elements its accumulator may hold (the full
     parameter's numel); None: no limit.
+    planned: the parameter gradients (output indices) whose reductions the plan runs once per
+    step (its "once_per_step"): only those are cut, the others stay in the backward as
+    planned.  None: every one that can be cut (a file without the list).
     in_flight: the most collectives pending at once in the graphs it builds (autoshard.inflight;
         1 on gloo), None for no limit."""
     gm = torch.fx.GraphModule(bwd, _copy_graph(bwd.graph))
@@ -267,11 +275,12 @@ def defer_reductions(bwd: torch.fx.GraphModule, n_param_grads: int,
     outs = list(out_node.args[0])
     owner = _exclusive(graph, out_node, n_param_grads)
     pos = {n: k for k, n in enumerate(graph.nodes)}
-    result = DeferredReductions(backward=gm, lowered=bwd)
+    result = DeferredReductions(backward=gm, lowered=bwd,
+                                planned=None if planned is None else sorted(planned))
     cut_out: list = []  # the nodes of the cut parts, in graph order per part
     for i in range(n_param_grads):
         g = outs[i]
-        if not isinstance(g, torch.fx.Node):
+        if not isinstance(g, torch.fx.Node) or (planned is not None and i not in planned):
             continue
         part, why = _cut(g, i, owner, limits[i] if limits is not None else None, pos)
         if not part:

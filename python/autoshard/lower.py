@@ -185,9 +185,13 @@ def lower_step(runner: Any, traced: Any, mesh: DeviceMesh,
             yield
 
     def step(*local: torch.Tensor) -> list:
-        wrapped = [DTensor.from_local(t, mesh, pl, run_check=False, shape=torch.Size(shape),
-                                      stride=contiguous_stride(shape))
-                   for t, (_, shape, _, pl) in zip(local, specs)]
+        wrapped = []
+        for t, (name, shape, _, pl) in zip(local, specs):
+            # the placeholder's own view: stamped with it (its stage, in a pipelined plan)
+            with stamp.at(node=name, phase="forward"):
+                wrapped.append(DTensor.from_local(t, mesh, pl, run_check=False,
+                                                  shape=torch.Size(shape),
+                                                  stride=contiguous_stride(shape)))
         outs = runner.run(wrapped)
         loss, grads = outs[0], outs[1:]
         if isinstance(loss, DTensor):

@@ -13,8 +13,10 @@ microbatch (example_inputs and targets of the microbatch's shape).  Each pp rank
 whole planned step (autoshard.lower) on mesh[non-pp dims] of its pp slice -- the placements
 with the pp position removed -- and cuts out the stages it owns (autoshard.stages).  Each
 stage's joint graph is split into forward and backward (autoshard.partition) and wrapped as
-a module whose call is one autograd Function (forward graph; backward graph in its backward),
-so `torch.distributed.pipelining.PipelineStage` drives it like any stage module: it runs
+an autoshard.module.ShardedModule: the path and the class `apply_placement` runs a plan
+without stages with (apply.build_stages; that plan is the one-stage case), its call one
+autograd Function (forward graph; backward graph in its backward), so
+`torch.distributed.pipelining.PipelineStage` drives it like any stage module: it runs
 forwards per microbatch, sends activations to the next stage, and runs autograd backward on
 the gradients the next stage sends back.  The stage's collectives run on the process groups
 of its pp slice's sub-mesh; the stage-to-stage transfers are the schedule's P2P sends on the
@@ -31,9 +33,10 @@ the stages in a V (stage_rank).
 Gradient reductions run once per step, as the planner prices them (its stage problems
 weigh the redistributions into the optimizer 1/M).  A stage's lowered backward ends, per
 parameter, in the collectives that reduce its gradient over the stage's mesh (an all_reduce
-or reduce_scatter of a Partial sum, an all_gather of a shard).  autoshard.deferred_grads cuts
-them out (before the B/W split, so W is cut too): the backward returns the un-reduced local
-gradient, the stage sums it over the microbatches, and after the schedule's last microbatch
+or reduce_scatter of a Partial sum, an all_gather of a shard).  For the parameters the plan
+lists ("once_per_step" of its schedule), autoshard.deferred_grads cuts them out (before
+the B/W split, so W is cut too): the backward returns the un-reduced local gradient, the
+stage sums it over the microbatches, and after the schedule's last microbatch
 `step` runs the cut-out collectives once per parameter and adds the result to `.grad` at the
 parameter's placements.  The accumulated value is at most the full gradient's size (an
 activation gathered before the sum over tokens that makes it a gradient stays gathered per
@@ -48,24 +51,19 @@ gradients.
 """
 from __future__ import annotations
 
-import copy
-import dataclasses
-import functools
+import warnings
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional
 
 import torch
-import torch.fx
 from torch.distributed.device_mesh import DeviceMesh
 
-from .apply import (PlacementsArg, PlanError, StepRunner, graph_names, load_placements,
-                    parse_placements, placements_str, planned_twins, read_placements,
-                    trace_for_apply, _lowered_alias)
-from .deferred_grads import (DeferredReductions, check_once_per_step, defer_reductions,
-                             once_per_step_params)
-from .inflight import in_flight_limit
-from .local import local_chunk, local_slice
-from .stages import SHARED, StageError, StageGraph, cut_stages
+from .apply import (ALL_DEFERRABLE, PlacementsArg, PlanError, StepRunner, build_stages,
+                    graph_names, load_placements, parse_placements, placements_str,
+                    planned_order, planned_twins, read_placements, trace_for_apply)
+from .context_parallel import ContextParallelError, planned_layout
+from .deferred_grads import check_once_per_step, once_per_step_params
+from .stages import SHARED
 
 #: the schedule names of docs/pipeline-format.md -> torch.distributed.pipelining class names
 SCHEDULES = {"GPipe": "ScheduleGPipe", "1F1B": "Schedule1F1B",
@@ -149,254 +147,6 @@ def stage_placements(doc: Mapping[str, Any], pp_dim: int, origin: str = "") -> d
     return out
 
 
-@functools.lru_cache(maxsize=None)
-def _stage_function() -> type:
-    """An autograd Function running one stage's forward graph (saving what its backward
-    graph reads) and, in its backward, its backward graph."""
-
-    class _Stage(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, module, *flat):  # type: ignore[override]
-            res = module._split.forward(*flat)
-            n_out = module._split.n_outputs
-            ctx.save_for_backward(*res[n_out:])
-            ctx.module = module
-            return tuple(res[:n_out])
-
-        @staticmethod
-        def backward(ctx, *grad_outputs):  # type: ignore[override]
-            module = ctx.module
-            tangents = module._tangents(grad_outputs)
-            n_p = len(module._grad_param_slots)
-            per_input: list = [None] * module._n_primals
-            if module._parts is not None:
-                # Zero bubble: B now; W's inputs wait for the schedule's W action.
-                args = (*ctx.saved_tensors, *tangents)
-                act_grads, handoff = module._parts.run_input(*args)
-                module._pending.append((module._parts.weight_args(args), handoff))
-            else:
-                grads = list(module._split.backward(*ctx.saved_tensors, *tangents))
-                act_grads = grads[n_p:]
-                for k, (slot, gr) in enumerate(zip(module._grad_param_slots, grads[:n_p])):
-                    if not module._accumulate(k, gr):
-                        per_input[slot] = gr
-            for k, gr in enumerate(act_grads):
-                per_input[module._n_primals - len(module._graph.act_in) + k] = gr
-            return (None, *per_input)
-
-    return _Stage
-
-
-class StageModule(torch.nn.Module):
-    """One pipeline stage of a plan: the stage's parameters (DTensors on the stage's sub-mesh,
-    at their planned placements, with the model's names) and its lowered graphs.
-
-    `stage(*activations, **inputs)`: activations from the previous stage (local tensors; the
-    first stage takes the full microbatch of its model inputs instead), the model inputs other
-    stages own as keyword arguments `input<k>` (full microbatches; each stage reads its own).
-    Returns the activations for the next stage, or the microbatch's loss on the last stage."""
-
-    def __init__(self, model: torch.nn.Module, graph: StageGraph, split: Any, runner: StepRunner,
-                 traced: Any, mesh: DeviceMesh, reduce_once_per_step: bool = True):
-        super().__init__()
-        from .module import _set_tensor
-
-        self.index = graph.index
-        self.mesh = mesh
-        self._graph = graph
-        self._split = split
-        names, kinds = traced.placeholder_names, traced.placeholder_kinds
-        self._slots = [(names[k], kinds[k], runner.placements_of(names[k]).outputs[0])
-                       for k in graph.placeholders]
-        self._n_primals = len(graph.placeholders) + len(graph.act_in)
-        pos = {k: i for i, k in enumerate(graph.placeholders)}
-        self._grad_param_slots = [pos[k] for k in graph.grad_params]
-        self._input_index = {names[k]: [k2 for k2, kk in enumerate(kinds) if kk == "input"]
-                             .index(k) for k in graph.placeholders if kinds[k] == "input"}
-        own = {n for n, _, _ in self._slots}
-        holder = copy.deepcopy(model)
-        from .context_parallel import permute_placeholder
-
-        self._layout = runner.layout  # load-balanced CP: sequences cut in head-tail order
-        # The gradient reductions run once per step on the microbatches' sum
-        # (autoshard.deferred_grads); the backward returns the un-reduced local gradients.
-        full = [traced.flat_args[graph.placeholders[slot]].numel()
-                for slot in self._grad_param_slots]
-        self._deferred = (defer_reductions(split.backward, len(self._grad_param_slots), full,
-                                           in_flight=in_flight_limit(mesh))
-                          if reduce_once_per_step else
-                          DeferredReductions(backward=split.backward, lowered=split.backward))
-        self._split = dataclasses.replace(split, backward=self._deferred.backward)
-        self._unreduced: dict = {}  # param-gradient index -> sum over this step's microbatches
-        self._parts = None  # BackwardParts when the schedule splits the backward
-        #: lowered nodes the B/W split put in the other part than the plan's "part" says
-        self.part_mismatches: list = []
-        self._pending: list = []  # per B not yet followed by its W: (W's inputs, handoff)
-
-        for n, p in list(holder.named_parameters()):
-            if n not in own:
-                _remove(holder, n, buffer=False)
-            else:
-                pl = runner.placements_of(n).outputs[0]
-                dt = local_slice(p.detach(), mesh, pl)
-                _set_tensor(holder, n, torch.nn.Parameter(dt, requires_grad=p.requires_grad))
-        for n, b in list(holder.named_buffers()):
-            if n not in own:
-                _remove(holder, n, buffer=True)
-            else:
-                pl = runner.placements_of(n).outputs[0]
-                b = permute_placeholder(b.detach(), n, self._layout)
-                _set_tensor(holder, n, local_slice(b, mesh, pl), True)
-        self.add_module("model", holder)
-
-    @property
-    def first(self) -> bool:
-        """Whether this is the pipeline's first stage (it receives no activations)."""
-        return not self._graph.act_in
-
-    def _param_names(self) -> list:
-        return [self._slots[slot][0] for slot in self._grad_param_slots]
-
-    @property
-    def lowered_backward(self) -> torch.fx.GraphModule:
-        """The backward graph as lowered: every gradient reduction still in it."""
-        return self._deferred.lowered
-
-    @property
-    def deferred_params(self) -> list:
-        """The parameters whose gradient reductions run once per step (finish_step)."""
-        names = self._param_names()
-        return [names[k] for k in sorted(self._deferred.reductions)]
-
-    @property
-    def per_microbatch_params(self) -> dict:
-        """Parameter -> why a collective of its gradient's redistribution into the optimizer's
-        placement, which the planner prices once per step, still runs in every backward.
-        (A collective of a gradient the plan puts before the optimizer's edge, such as the
-        gather of an activation before the sum that makes it a norm weight's gradient, runs
-        per microbatch as planned and is not listed.)"""
-        names = self._param_names()
-        why = {names[k]: w for k, w in self._deferred.kept.items()}
-        return {name: why.get(name, "its result is read by other values of the backward")
-                for name in self._deferred.left}
-
-    def _accumulate(self, k: int, grad: Optional[torch.Tensor]) -> bool:
-        """Adds parameter gradient k, if its reduction is deferred, to the step's sum of its
-        un-reduced values; False when the gradient goes to the parameter as it is."""
-        if k not in self._deferred.reductions:
-            return False
-        if grad is not None:
-            acc = self._unreduced.get(k)
-            if acc is None:
-                self._unreduced[k] = grad.detach().clone()
-            else:
-                acc.add_(grad)
-        return True
-
-    def finish_step(self, scale: float) -> None:
-        """After the step's last microbatch: reduces each deferred gradient's sum once, divides
-        it by `scale` (the schedule's scale_grads, as it divided the other gradients) and adds it
-        to the parameter's .grad, at the parameter's placements as the backward would have."""
-        from torch.distributed.tensor import DTensor
-
-        if not self._unreduced:
-            return
-        order = sorted(self._deferred.reductions)
-        if set(self._unreduced) != set(order):
-            missing = [self._param_names()[k] for k in order if k not in self._unreduced]
-            raise RuntimeError(f"stage {self.index}: no gradient this step for {missing}")
-        reduced = self._deferred.step(*[self._unreduced[k] for k in order])
-        self._unreduced = {}
-        params = dict(self.model.named_parameters())
-        names = self._param_names()
-        for k, red in zip(order, reduced):
-            p = params[names[k]]
-            d = DTensor.from_local(red / scale if scale != 1 else red, p.device_mesh,
-                                   p.placements, run_check=False, shape=p.shape,
-                                   stride=p.stride())
-            if p.grad is None:
-                p.grad = d
-            else:
-                p.grad += d
-
-    def split_backward(self, planned: Optional[Mapping[str, str]] = None) -> list:
-        """Runs the backward as B (in autograd's backward: activation gradients) and W
-        (weight_runner(), when the zero-bubble schedule runs its W action).  Returns the nodes
-        split otherwise than `planned` (planned node -> its "part" in the plan) says."""
-        from .backward_split import part_mismatches, split_backward
-
-        self._parts = split_backward(self._split.backward, len(self._grad_param_slots))
-        return part_mismatches(self._parts, planned or {})
-
-    def weight_runner(self) -> Callable[[], None]:
-        """The W of the backward that just ran (torch's PipelineStage dw_builder): computes
-        the parameter gradients and accumulates them into the parameters' .grad, as autograd
-        does for the whole backward."""
-        if self._parts is None or not self._pending:
-            raise RuntimeError(f"stage {self.index}: no input-gradient backward to follow")
-        args, handoff = self._pending.pop()
-        parts = self._parts
-        params = dict(self.model.named_parameters())
-        names = self._param_names()
-
-        def run() -> None:
-            from torch.distributed.tensor import DTensor
-
-            for k, (name, g) in enumerate(zip(names, parts.run_weight(*args, *handoff))):
-                if self._accumulate(k, g) or g is None:
-                    continue
-                p = params[name]
-                d = DTensor.from_local(g, p.device_mesh, p.placements, run_check=False,
-                                       shape=p.shape, stride=p.stride())
-                if p.grad is None:
-                    p.grad = d
-                else:
-                    p.grad += d
-
-        return run
-
-    def _tangents(self, grad_outputs: Sequence[Optional[torch.Tensor]]) -> list:
-        """The gradients of the stage's outputs, as its backward graph's tangents: the
-        loss's seed on the last stage, else the next stage's gradients (zeros for none)."""
-        out = []
-        for g, v in zip(grad_outputs, self._graph.act_out_meta):
-            out.append(torch.zeros(v.shape, dtype=v.dtype) if g is None else g)
-        return out
-
-    def forward(self, *acts: torch.Tensor, **inputs: torch.Tensor) -> Any:
-        """The stage's forward for one microbatch: the previous stage's activations (none on the
-        first stage) and this stage's own inputs by name; returns what it sends on."""
-        from .context_parallel import permute_placeholder
-
-        params = dict(self.model.named_parameters())
-        buffers = dict(self.model.named_buffers())
-        coord = self.mesh.get_coordinate()
-        flat = []
-        it = iter(acts) if self.first else iter(())
-        for name, kind, pl in self._slots:
-            if kind == "parameter":
-                flat.append(params[name].to_local())
-            elif kind == "buffer":
-                flat.append(buffers[name].to_local())
-            else:
-                key = f"input{self._input_index[name]}"
-                t = next(it, None) if self.first and key not in inputs else inputs.get(key)
-                if t is None:
-                    raise TypeError(f"stage {self.index}: no tensor for input '{name}'")
-                flat.append(local_chunk(permute_placeholder(t, name, self._layout), self.mesh,
-                                        pl, coord))
-        if not self.first:
-            flat.extend(acts)
-        out = _stage_function().apply(self, *flat)
-        return out[0] if len(out) == 1 else out
-
-
-def _remove(root: torch.nn.Module, name: str, buffer: bool) -> None:
-    mod_path, _, leaf = name.rpartition(".")
-    mod = root.get_submodule(mod_path) if mod_path else root
-    (mod._buffers if buffer else mod._parameters).pop(leaf, None)
-
-
 class PipelineRunner:
     """This rank's stages of a pipelined plan and the schedule that runs them.
 
@@ -410,7 +160,7 @@ class PipelineRunner:
     def __init__(self, spec: PipelineSpec, stages: list, schedule: Any, n_inputs: int,
                  first_inputs: list, pipe_stages: list):
         self.spec = spec
-        self.stages = stages            # this rank's StageModule objects
+        self.stages = stages            # this rank's stage modules (ShardedModule)
         self.pipeline_stages = pipe_stages  # the PipelineStage objects
         self.schedule = schedule
         self._n_inputs = n_inputs
@@ -422,7 +172,7 @@ class PipelineRunner:
 
     def named_parameters(self) -> list:
         """(name, parameter) of this rank's stages, named as in the original model."""
-        return [(n[len("model."):], p) for s in self.stages for n, p in s.named_parameters()]
+        return [(n, p) for s in self.stages for n, p in s.named_parameters()]
 
     @property
     def has_last(self) -> bool:
@@ -478,9 +228,6 @@ def apply_pipeline(model: torch.nn.Module, placements: PlacementsArg, mesh: Devi
     """
     from torch.distributed import pipelining
 
-    from .lower import lower_step
-    from .partition import partition
-
     doc, origin = read_placements(placements)
     spec = read_pipeline(doc, origin)
     names = list(mesh.mesh_dim_names or [])
@@ -521,47 +268,40 @@ def apply_pipeline(model: torch.nn.Module, placements: PlacementsArg, mesh: Devi
     wanted = [st["index"] for st in spec.stages if st["pp_rank"] == my_pp]
     if not wanted:
         raise PlanError(f"{origin}/pipeline/stages: no stage on pp rank {my_pp}")
-    runner = StepRunner(traced.gm, plan, graph_names(traced.gm, graph, traced.placeholder_names),
-                        sub)
+    names = graph_names(traced.gm, graph, traced.placeholder_names)
+    runner = StepRunner(traced.gm, plan, names, sub)
+    runner.order = planned_order(traced.gm, names, doc.get("schedule"), origin)
     runner.twins = planned_twins(doc.get("schedule"), plan, origin)
-    from .context_parallel import ContextParallelError, planned_layout
-
     try:
-        runner.layout = planned_layout(doc, graph, plan, traced.placeholder_names,
-                                       traced.placeholder_kinds, sub, origin)
+        runner.layout = planned_layout(doc, plan, sub, origin)
     except ContextParallelError as e:
         raise PlanError(str(e)) from None
-    phases = {n["name"]: n.get("phase", "forward") for n in graph["nodes"]}
-    lowered = lower_step(runner, traced, sub, phases)
-    gm = lowered.gm
-    out = next(n for n in gm.graph.nodes if n.op == "output").args[0]
+    once_per_step = None
+    if reduce_once_per_step:
+        once_per_step = once_per_step_params(doc.get("schedule"), origin)
+        if once_per_step is None:
+            warnings.warn(f"{origin}/schedule/once_per_step: missing (a file from an older "
+                          f"writer): every gradient reduction that can run once per step "
+                          f"does; plan it again to run the planned ones", stacklevel=2)
+            once_per_step = ALL_DEFERRABLE
+    modules = build_stages(model, runner, traced, graph, sub, doc, node_stage=node_stage,
+                           n_stages=n_stages, wanted=wanted, local_inputs=False,
+                           once_per_step=once_per_step, origin=origin)
     kinds = traced.placeholder_kinds
-    param_index = [k for k, kd in enumerate(kinds) if kd == "parameter"]
     ph_stage = [node_stage.get(n, SHARED) for n in traced.placeholder_names]
-    try:
-        cuts = cut_stages(gm, ph_stage, node_stage, n_stages,
-                          _lowered_alias(gm, traced.loss_tangent), out[0], list(out[1:]),
-                          param_index, wanted)
-    except StageError as e:
-        raise PlanError(f"{origin}{e}") from None
     device = torch.device(mesh.device_type)
     group = mesh.get_group(pp)
-    once_per_step = once_per_step_params(doc.get("schedule"), origin)
     parts = {n: e["part"] for n, e in doc["placements"].items() if "part" in e}
-    modules, pipe_stages = [], []
-    for cut in cuts:
-        limit = in_flight_limit(sub)
-        split = partition(cut.gm, cut.out_nodes, cut.grad_nodes, cut.tangent_nodes,
-                          in_flight=limit, schedule=doc.get("schedule"))
-        mod = StageModule(model, cut, split, runner, traced, sub, reduce_once_per_step)
+    pipe_stages = []
+    for mod in modules:
+        cut = mod._graph
         if reduce_once_per_step:
             check_once_per_step(mod.index, mod.deferred_params, mod.per_microbatch_params,
-                                once_per_step, origin)
+                                once_per_step_params(doc.get("schedule"), origin), origin)
         dw = None
         if spec.schedule in _SPLIT_BACKWARD:
             mod.part_mismatches = mod.split_backward(parts)
             dw = mod.weight_runner
-        modules.append(mod)
         first_in = tuple(_full_example(traced, k) for k in cut.placeholders
                          if kinds[k] == "input") if cut.index == 0 else \
             tuple(_activation(v) for v in cut.act_in_meta)
@@ -578,7 +318,7 @@ def apply_pipeline(model: torch.nn.Module, placements: PlacementsArg, mesh: Devi
     else:
         schedule = cls(pipe_stages, spec.microbatches, loss_fn=_identity_loss)
     inputs = [k for k, kd in enumerate(kinds) if kd == "input"]
-    first_ph = set(cuts[0].placeholders) if cuts[0].index == 0 else set()
+    first_ph = set(modules[0]._graph.placeholders) if modules[0].index == 0 else set()
     first_inputs = [i for i, k in enumerate(inputs) if k in first_ph and ph_stage[k] == 0]
     return PipelineRunner(spec, modules, schedule, len(inputs), first_inputs, pipe_stages)
 

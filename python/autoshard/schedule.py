@@ -1,6 +1,7 @@
-"""Issuing collectives where the plan issues them: prefetched parameters, early activations.
+"""Running the step as the plan runs it: the op order, prefetched parameters, early activations.
 
-    moved = apply_prefetch(graph, doc.get("schedule"))   # doc: the placements.json document
+    order = run_order(gm, names, doc.get("schedule"))     # doc: the placements.json document
+    moved = apply_prefetch(graph, doc.get("schedule"))
     moved += apply_issue_points(graph, doc.get("schedule"))
 
 The planner writes, beside the placements, where a rank issues each redistribution that waits
@@ -23,11 +24,16 @@ backward is redistributed at its use: issued at the backward's start, every such
 be held through the whole backward); the first wait and any later step of a multi-step redistribution stay at the
 use, where the value is read.
 
+The op order (version 5, "order"; run_order): the ops in the order the simulator priced them,
+which the lowering follows when it runs the traced graph (apply.StepRunner), instead of the
+order the graph happens to hold; the entries above then move collectives relative to it.
+
 Every rank moves the same nodes of the same graph, so the collectives stay matched across
 ranks; autoshard.inflight's rules still hold afterwards (only issues move, never waits).
 """
 from __future__ import annotations
 
+import warnings
 from typing import Any, Mapping, Optional
 
 import torch.fx
@@ -36,8 +42,8 @@ from .inflight import is_wait
 from .lower import META_KEY, collective_kind
 
 #: The schedule versions this runtime reads (2 added the prefetch entries' buckets, 3 the
-#: gradient reductions' buckets, 4 the activations' issue points).
-SCHEDULE_VERSIONS = (1, 2, 3, 4)
+#: gradient reductions' buckets, 4 the activations' issue points, 5 the op order).
+SCHEDULE_VERSIONS = (1, 2, 3, 4, 5)
 
 
 class ScheduleError(ValueError):
@@ -94,6 +100,18 @@ def reduce_entries(schedule: Optional[Mapping[str, Any]]) -> list:
                                 f"\"bucket\": n >= 0}}")
         out.append((e["edge"], e["bucket"]))
     return out
+
+
+def op_order(schedule: Optional[Mapping[str, Any]]) -> Optional[list]:
+    """The schedule's "order": the graph's op names in the order a rank runs them (C++
+    planner/prefetch_schedule.h run_order, the simulator's); None without a schedule or
+    before version 5."""
+    if not schedule or _version(schedule) < 5:
+        return None
+    order = schedule.get("order")
+    if not isinstance(order, list) or not all(isinstance(x, str) for x in order):
+        raise ScheduleError("/schedule/order: expected [node name, ...]")
+    return order
 
 
 def issue_entries(schedule: Optional[Mapping[str, Any]]) -> list:
@@ -249,3 +267,56 @@ def apply_prefetch(graph: torch.fx.Graph, schedule: Optional[Mapping[str, Any]])
         moved += 1
     return moved
 
+
+def run_order(gm: torch.fx.GraphModule, names: Mapping[torch.fx.Node, str],
+              schedule: Optional[Mapping[str, Any]], origin: str = "") -> Optional[list]:
+    """The nodes of `gm` (names: node -> graph JSON name) in the order the plan runs them: the
+    schedule's "order" (op names, the simulator's order), each node after the unnamed nodes it
+    reads (getitem, ...), placeholders first, nodes the order does not name (dead ones)
+    after, the output last.  None for a plan without a schedule (the graph's order); a
+    schedule before version 5 (an older writer) has no order: a warning (naming `origin`, the
+    file), and the graph's order.  ScheduleError where the order is not one the graph can run
+    (an op before its input), naming the key."""
+    if not schedule:
+        return None
+    order = op_order(schedule)
+    if order is None:
+        warnings.warn(f"{origin}/schedule: version {schedule.get('version')} has no op order "
+                      f"(an older writer): the runtime runs the traced graph's order; plan it "
+                      f"again to run the planned one", stacklevel=4)
+        return None
+    by_name = {name: n for n, name in names.items() if n.graph is gm.graph}
+    rank = {name: k for k, name in enumerate(order)}
+    nodes = list(gm.graph.nodes)
+    out: list = []
+    done: set = set()
+
+    def emit(node: torch.fx.Node, k: int) -> None:
+        todo = [node]
+        while todo:
+            x = todo[-1]
+            if x in done:
+                todo.pop()
+                continue
+            wait = [i for i in x.all_input_nodes if i not in done]
+            for i in wait:
+                r = rank.get(names.get(i))
+                if r is not None and r > k:
+                    raise ScheduleError(f"/schedule/order: {names.get(x, x.name)} is run "
+                                        f"before its input {names[i]}")
+            if wait:
+                todo.extend(wait)
+                continue
+            todo.pop()
+            done.add(x)
+            out.append(x)
+
+    for n in nodes:
+        if n.op in ("placeholder", "get_attr"):
+            emit(n, -1)
+    for k, name in enumerate(order):
+        if name in by_name:  # (a node an eager island replaced is not in this graph)
+            emit(by_name[name], k)
+    for n in nodes:
+        emit(n, len(order))
+    return out

@@ -1,28 +1,34 @@
 """Cutting the lowered per-rank training step into pipeline stages.
 
-    cut = cut_stages(lowered.gm, placeholder_stage, node_stage, n_stages, tangent)
-    cut.stages[s].gm         # stage s's joint graph (forward, and its backward)
+    cuts = cut_stages(lowered.gm, placeholder_stage, node_stage, n_stages, tangents,
+                      outputs, grads, param_index, wanted=[s])
+    cuts[0].gm               # stage s's joint graph (forward, and its backward)
 
 The SPMD lowering (autoshard.lower) of a plan with a pipeline section gives one joint graph
 (forward, loss, backward) of local ops and collectives over the stage's sub-mesh.  Every
 lowered node carries the planned node it came from (node.meta["autoshard"]["node"]) and the
 plan gives every planned node its stage ("stage" in placements.json; -1 = every stage that
-uses it).  This module cuts that graph into one joint graph per stage:
+uses it).  This module cuts that graph into one joint graph per stage.  A plan without
+pipeline stages is the one-stage case: every node is in stage 0 and the cut is the whole
+step, so the single program and the pipeline stages run one path (autoshard.module):
 
   * primals: the stage's parameters, buffers and inputs (traced placeholder order), then the
     activations the previous stage sends (its forward values this stage reads);
-  * outputs: the activations sent to the next stage (or the loss, on the last stage), one
+  * outputs: the activations sent to the next stage (on the last stage the step's outputs:
+    the loss, or the model outputs the module returns), one
     gradient per parameter of the stage, then the gradients sent back to the previous stage
     (one per received activation, in the same order);
-  * tangents: the gradients the next stage sends back (or the loss's seed), as nodes that
-    autoshard.partition turns into backward placeholders.
+  * tangents: the gradients the next stage sends back (on the last stage the loss's seed, or
+    the outputs' gradient marks), as nodes that autoshard.partition turns into backward
+    placeholders.
 
-Nodes computed from shared placeholders alone (a rope table slice) are copied into every
-stage that reads them, so that only activations cross stage boundaries.  A backward node
-whose inputs all come from the next stage (the sum of two gradient contributions to the
-activation the stages share) moves to that next stage, so that exactly one gradient per
-activation crosses back.  Anything else that crosses a boundary (a value skipping a stage, a
-parameter shared by two stages) is refused with an error naming the node.
+Every lowered node is in the stage the plan gives its planned node (the lowering stamps each
+node with it; a placeholder's own view with the placeholder): the runtime places nothing by a
+rule of its own.  Nodes computed from shared placeholders alone (a rope table slice), and the
+nodes the plan gives stage -1, are copied into every stage that reads them, so that only
+activations cross stage boundaries.  Anything else that crosses a boundary (a value skipping
+a stage, a parameter shared by two stages, a node the plan gives no stage) is refused with an
+error naming the node.
 """
 from __future__ import annotations
 
@@ -72,12 +78,13 @@ def _pure(n: torch.fx.Node) -> bool:
 
 def assign_stages(gm: torch.fx.GraphModule, placeholder_stage: Sequence[int],
                   node_stage: dict, n_stages: int,
-                  tangent: Optional[torch.fx.Node]) -> tuple[dict, dict]:
+                  tangents: Sequence[torch.fx.Node]) -> tuple[dict, dict]:
     """lowered node -> stage (SHARED for nodes every reader copies), and node -> is backward.
 
     placeholder_stage: per traced placeholder, its stage (SHARED for "every stage that uses it").
-    node_stage: planned node name -> stage ("grad:<param>" and "loss" stamps resolved here)."""
-    bwd = backward_nodes(gm, {tangent} if tangent is not None else set())
+    node_stage: planned node name -> stage ("grad:<param>" and "loss" stamps resolved here);
+    with one stage every node is in it."""
+    bwd = backward_nodes(gm, set(tangents))
     stage: dict = {}
     k = 0
     for n in gm.graph.nodes:
@@ -94,39 +101,58 @@ def assign_stages(gm: torch.fx.GraphModule, placeholder_stage: Sequence[int],
             planned = n.meta.get(META_KEY, {}).get("node")
             if planned is not None and planned.startswith("grad:"):
                 planned = planned[5:]
-            s = n_stages - 1 if planned == "loss" else node_stage.get(planned)
-            if s is None or s == SHARED:
-                owned = [stage[i] for i in ins if stage[i] != SHARED]
-                if not owned:
-                    raise StageError(f"node {n.name} (planned node {planned}): no stage")
-                s = max(owned) if not bwd[n] else min(owned)
+            s = n_stages - 1 if planned == "loss" or n_stages == 1 else node_stage.get(planned)
+            if s is None:
+                raise StageError(f"node {n.name} (planned node {planned}): the plan gives it "
+                                 f"no stage")
+            if s == SHARED:
+                # the plan's "every stage that uses it": a copy in each reader's stage, which
+                # only a forward value without side effects can be
+                if not _pure(n) or bwd[n]:
+                    raise StageError(f"node {n.name} (planned node {planned}): planned in "
+                                     f"every stage, but it is not a pure forward op")
+                stage[n] = SHARED
+                continue
             if not 0 <= s < n_stages:
                 raise StageError(f"node {planned}: stage {s} outside 0..{n_stages - 1}")
             stage[n] = s
-    _pull_gradient_sums(gm, stage, bwd)
+    _check_shared(gm, stage)
     return stage, bwd
 
 
-def _pull_gradient_sums(gm: torch.fx.GraphModule, stage: dict, bwd: dict) -> None:
-    """A backward node of stage s that sums values of stage s + 1 alone (two gradient
-    contributions to an activation the stages share) moves there."""
+def _check_shared(gm: torch.fx.GraphModule, stage: dict) -> None:
+    """A copied node that reads one stage's value (the plan's shared view of a placeholder
+    that stage owns, such as the labels' view) is read in that stage only."""
+    home: dict = {}  # shared node -> the stage of the owned values it reads (transitively)
     for n in gm.graph.nodes:
-        if n.op != "call_function" or not bwd[n] or not _pure(n):
+        if stage.get(n) != SHARED or n.op != "call_function":
             continue
-        owned = [stage[i] for i in n.all_input_nodes if stage[i] != SHARED]
-        if len(owned) >= 2 and set(owned) == {stage[n] + 1}:
-            stage[n] += 1
+        owned = {stage[i] for i in n.all_input_nodes if stage[i] != SHARED}
+        owned |= {home[i] for i in n.all_input_nodes if i in home}
+        if len(owned) > 1:
+            raise StageError(f"node {n.name} (planned {n.meta.get(META_KEY, {}).get('node')}): "
+                             f"copied in every stage, it reads stages {sorted(owned)}")
+        if owned:
+            home[n] = owned.pop()
+    for n, s in home.items():
+        for u in n.users:
+            if u.op != "output" and stage.get(u) not in (SHARED, s):
+                raise StageError(f"node {u.name} of stage {stage.get(u)} reads {n.name} "
+                                 f"(planned {n.meta.get(META_KEY, {}).get('node')}), a copy of "
+                                 f"a value of stage {s}")
 
 
 def cut_stages(gm: torch.fx.GraphModule, placeholder_stage: Sequence[int], node_stage: dict,
-               n_stages: int, tangent: Optional[torch.fx.Node], loss: torch.fx.Node,
-               grads: Sequence[Optional[torch.fx.Node]], param_index: Sequence[int],
-               wanted: Sequence[int]) -> list[StageGraph]:
+               n_stages: int, tangents: Sequence[torch.fx.Node],
+               outputs: Sequence[torch.fx.Node], grads: Sequence[Optional[torch.fx.Node]],
+               param_index: Sequence[int], wanted: Sequence[int]) -> list[StageGraph]:
     """The joint graphs of the stages in `wanted` (this rank's), cut out of `gm`.
 
-    tangent: the lowered loss-seed node (its alias); loss: the loss node; grads: per
-    parameter (param_index: its traced placeholder index), the gradient node or None."""
-    stage, bwd = assign_stages(gm, placeholder_stage, node_stage, n_stages, tangent)
+    outputs: the step's outputs, which the last stage returns (the loss node, or the model
+    outputs' aliases); tangents: the lowered nodes of their gradients (the loss seed's alias,
+    or the outputs' gradient marks); grads: per parameter (param_index: its traced
+    placeholder index), the gradient node or None."""
+    stage, bwd = assign_stages(gm, placeholder_stage, node_stage, n_stages, tangents)
     nodes = [n for n in gm.graph.nodes if n.op != "output"]
     placeholders = [n for n in nodes if n.op == "placeholder"]
     # boundary b (between stage b and b + 1): forward values sent on, gradients sent back
@@ -157,8 +183,8 @@ def cut_stages(gm: torch.fx.GraphModule, placeholder_stage: Sequence[int], node_
             raise StageError(f"parameter {placeholders[p].name}: its gradient "
                              f"{g.name} is computed in stage {stage[g]}, the parameter is in "
                              f"stage {placeholder_stage[p]}")
-    return [_build(gm, s, stage, bwd, nodes, placeholders, fwd_cross, bwd_cross, tangent,
-                   loss, grad_of, n_stages) for s in wanted]
+    return [_build(gm, s, stage, bwd, nodes, placeholders, fwd_cross, bwd_cross, tangents,
+                   outputs, grad_of, n_stages) for s in wanted]
 
 
 def _meta(n: torch.fx.Node):
@@ -191,11 +217,11 @@ def _check_pairs(acts: list, grads: list, b: int) -> None:
 
 
 def _build(gm: torch.fx.GraphModule, s: int, stage: dict, bwd: dict, nodes: list,
-           placeholders: list, fwd_cross: list, bwd_cross: list, tangent, loss, grad_of: dict,
-           n_stages: int) -> StageGraph:
+           placeholders: list, fwd_cross: list, bwd_cross: list, tangents: Sequence,
+           outputs: Sequence, grad_of: dict, n_stages: int) -> StageGraph:
     first, last = s == 0, s == n_stages - 1
     act_in = fwd_cross[s - 1] if not first else []
-    act_out = fwd_cross[s] if not last else [loss]
+    act_out = fwd_cross[s] if not last else list(outputs)
     grads_back = bwd_cross[s - 1] if not first else []   # sent to stage s - 1
     tangents_in = bwd_cross[s] if not last else []       # received from stage s + 1
     # which nodes: the stage's own, and the shared ones they read (transitively)
@@ -237,7 +263,7 @@ def _build(gm: torch.fx.GraphModule, s: int, stage: dict, bwd: dict, nodes: list
     grad_nodes = [env[grad_of[k]] for k in params] + [env[x] for x in grads_back]
     tangent_nodes = [env[t] for t in tangents_in]
     if last:
-        tangent_nodes = [env[tangent]]
+        tangent_nodes = [env[t] for t in tangents]
     g.output((*out_nodes, *grad_nodes))
     sgm = torch.fx.GraphModule(gm, g)
     return StageGraph(index=s, gm=sgm, placeholders=own_ph, act_in=[a.name for a in act_in],

@@ -48,16 +48,21 @@ nlohmann::ordered_json placements_header(const Graph& g, const Mesh& mesh) {
   return j;
 }
 
-/// {"version": 4, "prefetch_layers": k, "bucketing": "layer", "prefetch": [{"edge": "mm_3:1",
-/// "issue_before": "add_5", "bucket": 0}, ...], "issue": [{"edge": "mm_4:0", "issue_after":
-/// "mul_2"}, ...], "reduce": [{"edge": "grad:w:-1", "bucket": 0}, ...]}: edges in the
-/// runtime's stamp form (consumer:slot; grad:<param>:-1), null issue_before = at the start;
-/// entries of one bucket run merged.
+/// {"version": 5, "prefetch_layers": k, "bucketing": "layer", "order": ["embedding", ...],
+/// "prefetch": [{"edge": "mm_3:1", "issue_before": "add_5", "bucket": 0}, ...], "issue":
+/// [{"edge": "mm_4:0", "issue_after": "mul_2"}, ...], "reduce": [{"edge": "grad:w:-1",
+/// "bucket": 0}, ...]}: the ops in the order a rank runs them (run_order, the simulator's),
+/// edges in the runtime's stamp form (consumer:slot; grad:<param>:-1), null issue_before = at
+/// the start; entries of one bucket run merged.
 nlohmann::ordered_json schedule_json(const PrefetchSchedule& s, const Graph& g) {
   nlohmann::ordered_json j;
-  j["version"] = 4;
+  j["version"] = 5;
   j["prefetch_layers"] = s.options.prefetch_layers;
   j["bucketing"] = std::string(bucketing_name(s.options.bucketing));
+  nlohmann::ordered_json order = nlohmann::ordered_json::array();
+  for (NodeIdx i : run_order(g))
+    if (g.node(i).kind == NodeKind::kOp) order.push_back(g.node(i).name);
+  j["order"] = std::move(order);
   nlohmann::ordered_json list = nlohmann::ordered_json::array();
   for (const PrefetchEntry& e : s.entries) {
     nlohmann::ordered_json x;

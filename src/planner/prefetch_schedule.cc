@@ -37,6 +37,12 @@ int32_t prefetch_segment(int32_t consumer_segment, int32_t prefetch_layers) {
   return std::max(0, consumer_segment - std::max(0, prefetch_layers));
 }
 
+std::vector<NodeIdx> run_order(const Graph& g) {
+  std::vector<NodeIdx> order(static_cast<size_t>(g.size()));
+  for (NodeIdx i = 0; i < g.size(); ++i) order[static_cast<size_t>(i)] = i;
+  return order;
+}
+
 NodeIdx first_backward_op(const Graph& g) {
   // The seed's ops (a tangent and what only feeds tangents) do not run: the runtime's
   // backward starts from the gradient its caller passes.

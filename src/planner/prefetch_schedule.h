@@ -75,6 +75,13 @@ double bucket_latency_credit_us(Collective c, MeshDimIdx dim, const Mesh& mesh, 
 /// segment: before the first op).
 int32_t prefetch_segment(int32_t consumer_segment, int32_t prefetch_layers);
 
+/// The order a rank runs the step's nodes: the graph's (a topological order the tracer
+/// recorded, forward then backward).  The simulator's compute stream takes the ops in this
+/// order and placements.json's schedule lists it ("order"), so the runtime runs the ops in the
+/// order the plan was priced in rather than one it derives; recomputed ops re-run before
+/// their first backward use (the plan's "recompute"), collectives at their schedule entries.
+std::vector<NodeIdx> run_order(const Graph& g);
+
 /// The first backward op in schedule order that runs (not the loss's seed, which the runtime
 /// replaces by the caller's gradient; kNoNode: none).  A backward consumer's prefetch is
 /// issued no earlier than it: the runtime's backward is its own graph, run after the forward

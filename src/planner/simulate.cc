@@ -422,7 +422,7 @@ StepSimulation simulate_step(ShardingOptimizer& opt, const Plan& plan, const Sim
     sim.streams[stream].push_back(e);
     sim.comm_us += nc.transfer_us;
   };
-  for (NodeIdx i = 0; i < g.size(); ++i) {
+  for (NodeIdx i : run_order(g)) {  // the order placements.json's schedule gives the runtime
     const Node& x = g.node(i);
     const size_t iu = static_cast<size_t>(i);
     if (x.kind != NodeKind::kOp) {

@@ -157,7 +157,11 @@ python3 - "$TMP" <<'PY' || fail "--bucket: buckets missing or not cheaper"
 import json, sys
 t = sys.argv[1]
 layer, none = (json.load(open(f"{t}/{d}/placements.json"))["schedule"] for d in ("bl", "bn"))
-assert layer["version"] == 4 and layer["bucketing"] == "layer" and none["bucketing"] == "none"
+assert layer["version"] == 5 and layer["bucketing"] == "layer" and none["bucketing"] == "none"
+# the op order the runtime runs: every op planned, once, the same under either bucketing
+ops = json.load(open(f"{t}/bl/placements.json"))["placements"]
+assert len(layer["order"]) == len(set(layer["order"])) > 0 and set(layer["order"]) <= set(ops)
+assert layer["order"] == none["order"]
 for key in ("prefetch", "reduce"):
     assert len(layer[key]) == len(none[key]) > 1, (key, len(layer[key]))
     assert len({e["bucket"] for e in none[key]}) == len(none[key]), key

@@ -386,10 +386,24 @@ def run_jobs(mesh, jobs: Sequence[dict], steps: int = 3, lr: float = 1e-2) -> li
 
             res["compiled_graphs"] = counters["stats"]["unique_graphs"]
         res["dtensor_free"] = lowered_is_local(step)
+        res["op_order"] = lowered_op_order(step)
         res["recomputed"] = step.split.recomputed
         res["saved"] = step.split.n_saved
         results.append(res)
     return results
+
+
+def lowered_op_order(step) -> list:
+    """The planned ops in the order the lowered step runs them (each at its first lowered
+    node: its inputs' redistributions, then the op)."""
+    from autoshard.lower import META_KEY
+
+    seen: dict = {}
+    for node in step.step_graph.graph.nodes:
+        name = node.meta.get(META_KEY, {}).get("node")
+        if node.op == "call_function" and name is not None:
+            seen.setdefault(name, len(seen))
+    return list(seen)
 
 
 def lowered_is_local(step) -> bool:

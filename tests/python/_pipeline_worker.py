@@ -81,6 +81,29 @@ def reduced_params(stage) -> int:
     return len(names)
 
 
+def off_plan(pipe, placements: dict) -> list:
+    """The ops of this rank's stage graphs without a planned node, or in another stage than
+    the plan gives theirs ("stage": -1, every stage that uses it, fits any): the runtime
+    places none by a rule of its own."""
+    from autoshard.lower import META_KEY
+
+    last = len(placements["pipeline"]["stages"]) - 1
+    out = []
+    for s in pipe.stages:
+        for n in s._graph.gm.graph.nodes:
+            planned = n.meta.get(META_KEY, {}).get("node")
+            if n.op != "call_function" or planned == "tangent":
+                continue
+            if planned is None:  # every lowered op names the planned node it runs
+                out.append(f"{n.name}: no planned node")
+                continue
+            planned = planned[len("grad:"):] if planned.startswith("grad:") else planned
+            want = last if planned == "loss" else placements["placements"][planned]["stage"]
+            if want not in (s.index, -1):
+                out.append(f"{n.name} ({planned}): stage {s.index}, planned {want}")
+    return out
+
+
 def count_step(mesh, placements: dict, model, microbatches: int, traced, graph) -> int:
     """Collectives this rank runs in one step of `microbatches` microbatches (of the plan's
     microbatch size) of the pipeline built from `placements`."""
@@ -125,6 +148,7 @@ def run_pipeline(mesh, placements: dict, steps: int = 3, lr: float = 1e-2,
                                for s in pipe.stages]}
     res["deferred"] = sorted(n for s in pipe.stages for n in s.deferred_params)
     res["part_mismatches"] = [m for s in pipe.stages for m in s.part_mismatches]
+    res["off_plan"] = off_plan(pipe, placements)
     if count:
         res["collectives_half"] = half
         res["reduced"] = sum(reduced_params(s) for s in pipe.stages)

@@ -52,6 +52,23 @@ class Blockwise(unittest.TestCase):
         t = torch.arange(16).reshape(2, 8)
         self.assertEqual(permute_sequence(t, 1, 2)[1].tolist(), [8, 9, 14, 15, 10, 11, 12, 13])
 
+    def test_the_sequence_layout_is_read_not_derived(self):
+        from types import SimpleNamespace as NS
+
+        from autoshard.context_parallel import ContextParallelError, planned_layout
+
+        mesh = NS(size=lambda dim: 2)
+        balanced = {"sdpa": NS(context_parallel=NS(mesh_dim=0, load_balance=True))}
+        plain = {"sdpa": NS(context_parallel=None)}
+        doc = {"sequence_layout": {"head_tail": True, "permute": {"tokens": [[1, 2]]}}}
+        layout = planned_layout(doc, balanced, mesh, "p.json: ")
+        self.assertEqual((layout.head_tail, layout.permute), (True, {"tokens": [(1, 2)]}))
+        self.assertEqual(planned_layout({}, plain, mesh).permute, {})
+        # an older file: the runtime does not guess which sources the planner cut
+        with self.assertRaisesRegex(ContextParallelError, r"^p\.json: /sequence_layout: "
+                                                          r"missing.*plan it again"):
+            planned_layout({}, balanced, mesh, "p.json: ")
+
     def test_sequence_split_attention_needs_an_entry(self):
         from torch.distributed.tensor import Replicate, Shard
 

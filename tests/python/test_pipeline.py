@@ -221,6 +221,7 @@ class ApplyPipeline(unittest.TestCase):
             pp_rank = rank // 2  # pp is the outer mesh dim
             expected = [s["index"] for s in pipe["stages"] if s["pp_rank"] == pp_rank]
             self.assertEqual(res["stages"], expected, where)
+            self.assertEqual(res["off_plan"], [], where)  # every op in its planned stage
             zero_bubble = pipe["schedule"] in ("InterleavedZeroBubble", "ZBVZeroBubble", "DualPipeV")
             for s, split in zip(res["stages"], res["split"]):
                 if not zero_bubble:

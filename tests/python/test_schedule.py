@@ -1,4 +1,5 @@
 """autoshard.schedule on hand-made stamped graphs: prefetches move to their planned point."""
+import operator
 import unittest
 
 import _paths  # noqa: F401
@@ -80,6 +81,33 @@ class Prefetch(unittest.TestCase):
         self.assertEqual(apply_prefetch(g, {"version": 1, "prefetch": [
             {"edge": "mm1:0", "issue_before": "relu0"}]}), 0)
         self.assertEqual(_order(g), before)
+
+    def test_the_runtime_runs_the_files_op_order(self):
+        import warnings
+
+        from autoshard.apply import PlanError, planned_order
+
+        aten = torch.ops.aten
+        g = torch.fx.Graph()
+        x = g.placeholder("x")
+        a = g.call_function(aten.relu.default, (x,))
+        b = g.call_function(aten.neg.default, (x,))
+        pair = g.call_function(aten.split.Tensor, (b, 2))  # unnamed: runs with its reader
+        half = g.call_function(operator.getitem, (pair, 0))
+        c = g.call_function(aten.add.Tensor, (a, half))
+        g.output(c)
+        gm = torch.fx.GraphModule(torch.nn.Module(), g)
+        names = {x: "x", a: "a", b: "b", pair: "split", c: "c"}
+        order = planned_order(gm, names, {"version": 5, "order": ["b", "split", "a", "c"]})
+        self.assertEqual(order, [x, b, pair, a, half, c, list(g.nodes)[-1]])
+        with self.assertRaisesRegex(PlanError, r"^p: /schedule/order: c is run before its "
+                                               r"input a$"):
+            planned_order(gm, names, {"version": 5, "order": ["c", "a", "b", "split"]}, "p: ")
+        self.assertIsNone(planned_order(gm, names, None))  # no schedule: the graph's order
+        with warnings.catch_warnings(record=True) as w:  # an older writer's: said, not guessed
+            warnings.simplefilter("always")
+            self.assertIsNone(planned_order(gm, names, {"version": 4}, "p: "))
+        self.assertIn("p: /schedule: version 4 has no op order", str(w[0].message))
 
     def test_bad_schedules_name_the_key(self):
         from autoshard.schedule import ScheduleError, prefetch_entries, reduce_entries

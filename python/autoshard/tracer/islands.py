@@ -25,6 +25,8 @@ from typing import Any
 
 import torch
 
+from .containers import map_tensors
+
 __all__ = ["IslandCall", "island_modules", "IslandMarker"]
 
 
@@ -140,8 +142,6 @@ class IslandMarker:
     def _post(self, mod, args, out):
         if not self.open or self.open[-1][1] is not mod:
             return None
-        from .trace import map_tensors
-
         call = self.open.pop()[0]
         self.rec.island_inner = None
         k = len(self.calls)

@@ -26,6 +26,8 @@ import torch
 import torch.fx
 
 from . import _compat
+from .containers import flatten_tensors, map_tensors  # noqa: F401 (flatten_tensors: re-exported)
+from .islands import IslandMarker, island_modules
 from .meta_init import to_meta
 from .datadep import DataDependentWarning
 from .meta_kernels import scoped_meta_kernels
@@ -306,7 +308,6 @@ def _policy_and_marker(rec, data_dependent, first_decisions) -> tuple:
     """The trace's data-dependent policy (reading source lines and modules from `rec`) and,
     when a first trace took decisions, the island marker of this (second) one."""
     from .datadep import as_policy
-    from .islands import IslandMarker, island_modules
 
     policy = as_policy(data_dependent)
     policy.source = rec._source
@@ -345,48 +346,6 @@ def _island_calls(marker, rec) -> list:
 def _tensors(obj):
     """All tensors in a (nested) tuple / list / dict / dataclass."""
     return flatten_tensors(obj)
-
-
-def _children(obj):
-    """(keys, values) of a container the tracer looks into, or None for a leaf."""
-    if isinstance(obj, dict):  # also Hugging Face ModelOutput (an OrderedDict dataclass)
-        return list(obj.keys()), list(obj.values())
-    if isinstance(obj, (tuple, list)):
-        return list(range(len(obj))), list(obj)
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        names = [f.name for f in dataclasses.fields(obj)]
-        return names, [getattr(obj, n) for n in names]
-    return None
-
-
-def flatten_tensors(obj) -> list:
-    """Tensors in a (nested) tuple / list / dict / dataclass, depth first, in order."""
-    if isinstance(obj, torch.Tensor):
-        return [obj]
-    kv = _children(obj)
-    if kv is None:
-        return []
-    return [t for v in kv[1] for t in flatten_tensors(v)]
-
-
-def map_tensors(fn, obj):
-    """`obj` with every tensor replaced by fn(tensor) (same container types)."""
-    if isinstance(obj, torch.Tensor):
-        return fn(obj)
-    kv = _children(obj)
-    if kv is None:
-        return obj
-    keys, vals = kv
-    new = [map_tensors(fn, v) for v in vals]
-    if isinstance(obj, dict):
-        if dataclasses.is_dataclass(obj):  # Hugging Face ModelOutput
-            return type(obj)(**dict(zip(keys, new)))
-        return type(obj)(zip(keys, new)) if type(obj) is not dict else dict(zip(keys, new))
-    if isinstance(obj, tuple):
-        return type(obj)(*new) if hasattr(obj, "_fields") else tuple(new)
-    if isinstance(obj, list):
-        return new
-    return dataclasses.replace(obj, **dict(zip(keys, new)))
 
 
 # --- input normalisation -------------------------------------------------------------------
