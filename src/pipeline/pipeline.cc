@@ -154,7 +154,7 @@ Evaluated best_on_timeline(Search& S, const Layout& l, Evaluated best) {
       for (int32_t k : {q - 1, q})
         if (k >= 1) sizes.emplace_back(s, k);
     std::vector<StageRequest> keys;
-    for (const auto& [s, k] : sizes) keys.emplace_back(kind_of(s, n), k, l.planned(s, k));
+    for (const auto& [s, k] : sizes) keys.push_back(StageRequest{kind_of(s, n), k, l.planned(s, k)});
     S.solver.prefetch_fitted(keys);
     const double k = layer_factor(S, l.schedule, n);
     const Evaluated e = split_step(near_equal(S.upper_table(l), q), L, S.P, l.v, M, l.schedule, k);
@@ -218,7 +218,7 @@ Evaluated search_split(Search& S, const Layout& l, double cutoff, const std::fun
     for (int32_t s = 0; s < static_cast<int32_t>(low.layers.size()); ++s)
       if (!S.solver.resolved(kind_of(s, n), low.layers[psz(s)], l.planned(s, low.layers[psz(s)]))) wanted.push_back(s);
     std::vector<StageRequest> fits;
-    for (int32_t s : wanted) fits.emplace_back(kind_of(s, n), low.layers[psz(s)], l.planned(s, low.layers[psz(s)]));
+    for (int32_t s : wanted) fits.push_back(StageRequest{kind_of(s, n), low.layers[psz(s)], l.planned(s, low.layers[psz(s)])});
     S.solver.prefetch_fitted(fits);  // all at once, on threads
     const bool added = !wanted.empty();
     if (!added) break;
@@ -270,7 +270,8 @@ Evaluated fixed_split(Search& S, const Layout& l) {
     throw std::invalid_argument(fmt::format("pipeline: a fixed split needs {} stages of >= 1 layer summing to {}",
                                             S.P * v, S.L));
   std::vector<StageRequest> keys;
-  for (int32_t s = 0; s < n; ++s) keys.emplace_back(kind_of(s, n), layers[psz(s)], l.planned(s, layers[psz(s)]));
+  for (int32_t s = 0; s < n; ++s)
+    keys.push_back(StageRequest{kind_of(s, n), layers[psz(s)], l.planned(s, layers[psz(s)])});
   S.solver.prefetch_fitted(keys);  // every stage's plan at once, on threads
   std::vector<double> low;
   for (int32_t s = 0; s < n; ++s) {

@@ -62,7 +62,8 @@ void assemble(Search& S, const Layout& l, PipelinePlan& pl, const std::vector<in
     const double scale = static_cast<double>(pl.memory_limit_bytes) / static_cast<double>(peak);
     const StageMemory was = l.planned(st.index, st.hi - st.lo);
     const double need = StageBuilder::need_bytes(*st.solve, was.inflight, true);
-    again.emplace_back(kind_of(st.index, n), st.hi - st.lo, StageMemory{was.inflight, static_cast<int64_t>(need * scale), true, false});
+    again.push_back(StageRequest{kind_of(st.index, n), st.hi - st.lo,
+                                 StageMemory{was.inflight, static_cast<int64_t>(need * scale), true, false}});
     replanned.push_back(&st);
   }
   if (!again.empty()) {
@@ -124,7 +125,7 @@ PipelinePlan assembled(Search& S, const PipelinePlan& head, const ScheduleCandid
   // The split's sizes that were evaluated as patterns are solved now (a solve may find better).
   std::vector<StageRequest> keys;
   const int32_t n = static_cast<int32_t>(c.e.layers.size());
-  for (int32_t s = 0; s < n; ++s) keys.emplace_back(kind_of(s, n), c.e.layers[psz(s)], c.l.planned(s, c.e.layers[psz(s)]));
+  for (int32_t s = 0; s < n; ++s) keys.push_back(StageRequest{kind_of(s, n), c.e.layers[psz(s)], c.l.planned(s, c.e.layers[psz(s)])});
   S.solver.refine(keys);
   assemble(S, c.l, pl, c.e.layers);
   pl.step_us = stage_timeline(pl).makespan_us;
