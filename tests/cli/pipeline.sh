@@ -85,8 +85,10 @@ assert {c['schedule'] for c in j['candidates']} >= {'InterleavedZeroBubble', 'ZB
 "
 # --price-memory: a memory-limited stage of 1F1B bounded by pricing its memory (the priced plan
 # here is within the target gap of its bound, so no memory-limited solve runs); same plan.
+# (--param-gather per-use here and below: these check the memory-limited search, and `auto`
+# would plan every case twice; the M cases above keep the default.)
 P=(--model llama3-8b --layers 8 --seq 512 --batch 4 --mesh 2x4 --mesh-dims pp,dp --microbatches 4 --schedule 1F1B
-   --memory-limit 7GiB)
+   --memory-limit 7GiB --param-gather per-use)
 plain=$("$AS" plan "${P[@]}" 2>&1)
 priced=$("$AS" plan "${P[@]}" --price-memory -v 2>&1)
 expect_contains "$priced" "stage kind 0 with 4 layers, memory priced at t*" "--price-memory"
@@ -96,7 +98,7 @@ case "$plain" in *"memory priced"*) fail "--price-memory is off by default" ;; e
 # --no-rank-bound: interleaved layouts bounded by their memory-free stages only; same plan,
 # a bound no higher.
 I=(--model llama3-8b --layers 8 --seq 2048 --batch 8 --mesh 2x4 --mesh-dims pp,dp --microbatches 4
-   --schedule Interleaved1F1B --stages-per-rank 2 --memory-limit 12GiB --json)
+   --schedule Interleaved1F1B --stages-per-rank 2 --memory-limit 12GiB --json --param-gather per-use)
 "$AS" plan "${I[@]}" >"$TMP/rank.json"
 "$AS" plan "${I[@]}" --no-rank-bound >"$TMP/norank.json"
 # Below what the memory-free ranks need (9.73 GiB) no share of it fits, but the rank refit
