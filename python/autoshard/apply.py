@@ -49,7 +49,7 @@ from .local import local_slice, redistribute
 from .lower import META_KEY, lower_step
 from .module import ShardedModule
 from .partition import partition
-from .schedule import ScheduleError, run_order, via_entries
+from .schedule import ScheduleError, run_order, twin_entries, via_entries
 from .stages import SHARED, StageError, cut_stages
 
 PlacementsArg = Union[str, os.PathLike, Mapping[str, Any]]
@@ -119,8 +119,6 @@ def planned_paths(schedule: Optional[Mapping[str, Any]], ndim: int, origin: str 
 def planned_twins(schedule: Optional[Mapping[str, Any]], plan: Mapping[str, Any],
                   origin: str = "") -> dict:
     """The schedule's "twins" (view -> first twin), both names checked against the plan."""
-    from .schedule import ScheduleError, twin_entries
-
     try:
         twins = twin_entries(schedule)
     except ScheduleError as e:
