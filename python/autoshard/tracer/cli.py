@@ -141,7 +141,7 @@ def normalize_factory_result(result, kwargs):
                      "(model, inputs, loss_fn), (model, inputs, loss_fn, targets) or a dict")
 
 
-def main(argv=None) -> int:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="autoshard-trace",
         description="Trace forward+loss+backward of a PyTorch model (on the meta device, no "
@@ -164,8 +164,10 @@ def main(argv=None) -> int:
     ap.add_argument("--name", help="graph name (default: the factory's name)")
     ap.add_argument("--keep-dead", action="store_true", help="keep nodes whose results are unused")
     ap.add_argument("-o", "--output", required=True, help="output graph JSON path")
-    args = ap.parse_args(argv)
+    return ap
 
+
+def _factory_kwargs(ap: argparse.ArgumentParser, args: argparse.Namespace) -> dict:
     kwargs = {}
     for key in ("batch", "seq", "dtype"):
         if getattr(args, key) is not None:
@@ -175,21 +177,55 @@ def main(argv=None) -> int:
             ap.error(f"--arg expects KEY=VALUE, got {kv!r}")
         k, v = kv.split("=", 1)
         kwargs[k.strip()] = _parse_value(v.strip())
-    overrides = _overrides(ap, args.data_dependent)
+    return kwargs
 
-    try:
-        import torch
-    except ImportError:
-        hint = "" if sys.executable == "/usr/bin/python3" else \
-            " (Debian's python3-torch is for /usr/bin/python3: run `/usr/bin/python3 " \
-            "python/autoshard-trace ...`)"
-        print(f"autoshard-trace: PyTorch is not importable by {sys.executable}{hint}",
-              file=sys.stderr)
-        return 2
+
+def _cast_to_dtype(factory, dtype: str, model, inputs):
+    """--dtype for a factory that takes none: the model and the float inputs are cast."""
+    import torch
 
     from . import _compat
-    from .export import to_graph_dict, write_graph_json
     from .meta_init import to_meta
+
+    try:
+        takes_dtype = "dtype" in inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        takes_dtype = True
+    if takes_dtype:
+        return model, inputs
+    dt = _compat.parse_dtype(dtype)
+    model = to_meta(model).to(dt)
+    cast = lambda t: t.to(dt) if t.is_floating_point() else t  # noqa: E731
+    if isinstance(inputs, torch.Tensor):
+        inputs = cast(inputs)
+    elif isinstance(inputs, dict):
+        inputs = {k: cast(v) for k, v in inputs.items()}
+    elif inputs is not None:
+        inputs = tuple(cast(v) for v in inputs)
+    return model, inputs
+
+
+def _summary(path: str, graph: dict, seconds_traced: float, seconds_exported: float) -> str:
+    kinds: dict[str, int] = {}
+    for n in graph["nodes"]:
+        kinds[n["kind"]] = kinds.get(n["kind"], 0) + 1
+    return (f"autoshard-trace: wrote {path}: {len(graph['nodes'])} nodes "
+            f"({kinds.get('op', 0)} ops, {kinds.get('parameter', 0)} parameters, "
+            f"{len(graph['grad_pairs'])} gradients); traced in {seconds_traced:.1f}s, "
+            f"exported in {seconds_exported:.1f}s")
+
+
+def main(argv=None) -> int:
+    ap = _parser()
+    args = ap.parse_args(argv)
+    kwargs = _factory_kwargs(ap, args)
+    overrides = _overrides(ap, args.data_dependent)
+    if importlib.util.find_spec("torch") is None:
+        print(f"autoshard-trace: PyTorch is not importable by {sys.executable} (install it "
+              "into this interpreter's environment: pip install torch)", file=sys.stderr)
+        return 2
+
+    from .export import to_graph_dict, write_graph_json
     from .trace import trace_training_step
 
     t0 = time.time()
@@ -197,20 +233,7 @@ def main(argv=None) -> int:
     result = call_with_accepted(factory, kwargs)
     model, inputs, loss_fn, targets = normalize_factory_result(result, kwargs)
     if args.dtype is not None:
-        try:
-            takes_dtype = "dtype" in inspect.signature(factory).parameters
-        except (TypeError, ValueError):
-            takes_dtype = True
-        if not takes_dtype:
-            dt = _compat.parse_dtype(args.dtype)
-            model = to_meta(model).to(dt)
-            cast = lambda t: t.to(dt) if t.is_floating_point() else t  # noqa: E731
-            if isinstance(inputs, torch.Tensor):
-                inputs = cast(inputs)
-            elif isinstance(inputs, dict):
-                inputs = {k: cast(v) for k, v in inputs.items()}
-            elif inputs is not None:
-                inputs = tuple(cast(v) for v in inputs)
+        model, inputs = _cast_to_dtype(factory, args.dtype, model, inputs)
     traced = _trace_step(trace_training_step, model, inputs, loss_fn, targets, overrides)
     if traced is None:
         return 2
@@ -218,14 +241,7 @@ def main(argv=None) -> int:
     name = args.name or getattr(factory, "__name__", "model")
     graph = to_graph_dict(traced, name, keep_dead=args.keep_dead)
     write_graph_json(graph, args.output)
-    kinds = {}
-    for n in graph["nodes"]:
-        kinds[n["kind"]] = kinds.get(n["kind"], 0) + 1
-    n_params = sum(1 for n in graph["nodes"] if n["kind"] == "parameter")
-    print(f"autoshard-trace: wrote {args.output}: {len(graph['nodes'])} nodes "
-          f"({kinds.get('op', 0)} ops, {n_params} parameters, "
-          f"{len(graph['grad_pairs'])} gradients); traced in {t1 - t0:.1f}s, "
-          f"exported in {time.time() - t1:.1f}s")
+    print(_summary(args.output, graph, t1 - t0, time.time() - t1))
     _report_data_dependent(traced)
     if traced.missing_grads:
         print(f"autoshard-trace: note: {len(traced.missing_grads)} trainable parameters get no "

@@ -309,118 +309,142 @@ def to_graph_dict(traced: TracedStep, name: str = "model", *, keep_dead: bool = 
 
 
 def _to_graph_dict(traced: TracedStep, name: str, keep_dead: bool) -> dict:
-    graph_nodes_ = graph_nodes(traced.gm)
-    metas, sequences = _node_metas(traced)
-    dead = set() if keep_dead else _dead_nodes(graph_nodes_)
-    nodes_out: list[dict] = []
-    out_name: dict = {}      # fx node -> autoshard name
-    folded: dict = {}        # getitem fx node -> (producer fx node, index)
-    n_outputs: dict = {}     # fx node -> number of outputs written
-    used_names: set[str] = set()
-    mod_of: dict = {}        # fx node -> module path (after back-propagation for backward)
-    phase_of: dict = {}
+    return _GraphWriter(traced, keep_dead).write(name)
 
-    def unique(base: str) -> str:
+
+class _GraphWriter:
+    """Writes one traced step's FX graph as the graph format's node list.
+
+    One pass over the FX nodes in order; the maps below name what the pass has written so far,
+    since every node's inputs refer to nodes written before it."""
+
+    def __init__(self, traced: TracedStep, keep_dead: bool) -> None:
+        self.traced = traced
+        self.fx_nodes = graph_nodes(traced.gm)
+        self.metas, self.sequences = _node_metas(traced)
+        self.dead = set() if keep_dead else _dead_nodes(self.fx_nodes)
+        self.nodes_out: list[dict] = []
+        self.out_name: dict = {}    # fx node -> autoshard name
+        self.single: dict = {}      # fx node -> its name, for nodes with one output (most refs)
+        self.folded: dict = {}      # getitem fx node -> (producer fx node, index)
+        self.n_outputs: dict = {}   # fx node -> number of outputs written
+        self.used_names: set[str] = set()
+        self.mod_of: dict = {}      # fx node -> module path (back-propagated for backward)
+        self.phase_of: dict = {}
+        self.consts: dict = {}      # fx node -> plain number it evaluates to
+        self.attr_nodes: dict = {}  # get_attr target -> exported buffer name
+        self.grad_refs: list = []
+        self.loss_ref = None
+
+    def unique(self, base: str) -> str:
         n, i = base, 1
-        while n in used_names:
+        while n in self.used_names:
             n, i = f"{base}_{i}", i + 1
-        used_names.add(n)
+        self.used_names.add(n)
         return n
 
-    single: dict = {}        # fx node -> its name, for nodes with one output (most references)
-
-    def ref(fx_node):
-        name = single.get(fx_node)
+    def ref(self, fx_node):
+        name = self.single.get(fx_node)
         if name is not None:
             return name
-        if fx_node in folded:
-            prod, k = folded[fx_node]
-            return {"node": out_name[prod], "output": k}
-        if fx_node not in out_name:
+        if fx_node in self.folded:
+            prod, k = self.folded[fx_node]
+            return {"node": self.out_name[prod], "output": k}
+        if fx_node not in self.out_name:
             raise ExportError(f"node {fx_node.name} is used but was not exported")
-        if n_outputs.get(fx_node, 1) != 1:
+        if self.n_outputs.get(fx_node, 1) != 1:
             raise ExportError(f"multi-output node {fx_node.name} used as a single tensor")
-        return out_name[fx_node]
+        return self.out_name[fx_node]
 
-    # Placeholder names first, so that op names never steal a parameter's name.
-    placeholders = [n for n in graph_nodes_ if n.op == "placeholder"]
-    if len(placeholders) != len(traced.placeholder_names):
-        raise ExportError(f"{len(placeholders)} placeholders for "
-                          f"{len(traced.placeholder_names)} flat arguments")
-    for fx_node, pname in zip(placeholders, traced.placeholder_names):
-        if pname in used_names:
-            raise ExportError(f"duplicate input/parameter name {pname!r}")
-        used_names.add(pname)
-        out_name[fx_node] = single[fx_node] = pname
+    def write(self, name: str) -> dict:
+        self._name_placeholders()
+        for fx_node in self.fx_nodes:
+            if fx_node not in self.dead:
+                self._visit(fx_node)
+        return self._document(name)
 
-    grad_refs = []
-    loss_ref = None
-    consts: dict = {}        # fx node -> plain number it evaluates to
-    attr_nodes: dict = {}    # get_attr target -> exported buffer name
-    for fx_node in graph_nodes_:
-        if fx_node in dead:
-            continue
+    def _name_placeholders(self) -> None:
+        # Placeholder names first, so that op names never steal a parameter's name.
+        traced = self.traced
+        placeholders = [n for n in self.fx_nodes if n.op == "placeholder"]
+        if len(placeholders) != len(traced.placeholder_names):
+            raise ExportError(f"{len(placeholders)} placeholders for "
+                              f"{len(traced.placeholder_names)} flat arguments")
+        for fx_node, pname in zip(placeholders, traced.placeholder_names):
+            if pname in self.used_names:
+                raise ExportError(f"duplicate input/parameter name {pname!r}")
+            self.used_names.add(pname)
+            self.out_name[fx_node] = self.single[fx_node] = pname
+
+    def _visit(self, fx_node) -> None:
         op = fx_node.op
         if op == "placeholder":
-            pname = out_name[fx_node]
-            kind = traced.placeholder_kinds[traced.placeholder_names.index(pname)]
-            entry = {"name": pname, "kind": kind,
-                     "outputs": _out_json(metas[fx_node], fx_node.name)}
-            if kind in ("parameter", "buffer"):
-                entry["module"] = pname.rsplit(".", 1)[0] if "." in pname else ""
-                mod_of[fx_node] = entry["module"]
-            nodes_out.append(entry)
-            continue
+            return self._placeholder(fx_node)
         if op == "output":
-            flat = []
-            for a in _flatten(fx_node.args[0]):
-                if isinstance(a, _NODES):
-                    flat.append(ref(a))
-            loss_ref = flat[0]
-            grad_refs = flat[1:]
-            nodes_out.append({"name": unique("output"), "kind": "output", "inputs": flat})
-            continue
-        m = metas.get(fx_node)
+            return self._output(fx_node)
+        m = self.metas.get(fx_node)
         if type(m) is not list:  # the recorder's metas are lists: tensors, no constant
             if m is None or (isinstance(m, tuple) and m and m[0] == "nontensor"):
                 m = _metas_from_node_meta(fx_node) or m
             is_const, cval = _constant(m)
             if is_const and op == "call_function":
-                consts[fx_node] = cval  # e.g. a SymInt/int output: consumers get the value as attr
-                continue
+                self.consts[fx_node] = cval  # e.g. a SymInt output: consumers get it as attr
+                return None
         target = fx_node.target
         if target is operator.getitem and op == "call_function":
             prod, k = fx_node.args
-            if prod in sequences and prod in n_outputs and isinstance(k, int):
-                folded[fx_node] = (prod, k if k >= 0 else n_outputs[prod] + k)
-                continue
+            if prod in self.sequences and prod in self.n_outputs and isinstance(k, int):
+                self.folded[fx_node] = (prod, k if k >= 0 else self.n_outputs[prod] + k)
+                return None
         if isinstance(m, tuple) and m and m[0] == "nontensor":
             raise ExportError(f"node {fx_node.name} ({target}) produces a non-tensor value "
                               f"{type(m[1]).__name__}; symbolic shapes are not supported")
         if op == "get_attr":
-            # A tensor constant captured by the trace; FX makes a node per use: keep one.
-            if target in attr_nodes:
-                out_name[fx_node] = single[fx_node] = attr_nodes[target]
-                continue
-            attr_nodes[target] = unique(str(target).replace(".", "_"))
-            entry = {"name": attr_nodes[target], "kind": "buffer",
-                     "outputs": _out_json(m, fx_node.name), "module": ""}
-            out_name[fx_node] = single[fx_node] = entry["name"]
-            nodes_out.append(entry)
-            continue
-        # call_function
+            return self._attr(fx_node, m)
+        return self._call(fx_node, m)
+
+    def _placeholder(self, fx_node) -> None:
+        traced = self.traced
+        pname = self.out_name[fx_node]
+        kind = traced.placeholder_kinds[traced.placeholder_names.index(pname)]
+        entry = {"name": pname, "kind": kind,
+                 "outputs": _out_json(self.metas[fx_node], fx_node.name)}
+        if kind in ("parameter", "buffer"):
+            entry["module"] = pname.rsplit(".", 1)[0] if "." in pname else ""
+            self.mod_of[fx_node] = entry["module"]
+        self.nodes_out.append(entry)
+
+    def _output(self, fx_node) -> None:
+        flat = [self.ref(a) for a in _flatten(fx_node.args[0]) if isinstance(a, _NODES)]
+        self.loss_ref = flat[0]
+        self.grad_refs = flat[1:]
+        self.nodes_out.append({"name": self.unique("output"), "kind": "output", "inputs": flat})
+
+    def _attr(self, fx_node, m) -> None:
+        # A tensor constant captured by the trace; FX makes a node per use: keep one.
+        target = fx_node.target
+        if target in self.attr_nodes:
+            self.out_name[fx_node] = self.single[fx_node] = self.attr_nodes[target]
+            return
+        self.attr_nodes[target] = self.unique(str(target).replace(".", "_"))
+        entry = {"name": self.attr_nodes[target], "kind": "buffer",
+                 "outputs": _out_json(m, fx_node.name), "module": ""}
+        self.out_name[fx_node] = self.single[fx_node] = entry["name"]
+        self.nodes_out.append(entry)
+
+    def _arguments(self, fx_node, schema_args) -> tuple[list, dict]:
         inputs, attrs = [], {}
-        opname, schema_args = _op_facts(target)
+        single, consts = self.single, self.consts
         for arg_name, value in _bind(fx_node, schema_args):
             if consts:
                 value = _resolve_consts(value, consts)
             if isinstance(value, _NODES):
                 known = single.get(value)  # ref(value), its common case in place
-                inputs.append(known if known is not None else ref(value))
+                inputs.append(known if known is not None else self.ref(value))
             elif isinstance(value, (list, tuple)) and any(isinstance(v, _NODES)
                                                           for v in value):
                 present = [i for i, v in enumerate(value) if v is not None]
-                inputs.extend(ref(value[i]) for i in present)
+                inputs.extend(self.ref(value[i]) for i in present)
                 attrs[arg_name + "_count"] = len(present)
                 if len(present) != len(value):
                     attrs[arg_name + "_positions"] = present
@@ -433,60 +457,72 @@ def _to_graph_dict(traced: TracedStep, name: str, keep_dead: bool) -> dict:
                     attrs[arg_name] = _attr(value)
                 except _Skip:
                     pass
-        nm = unique(fx_node.name)
-        out_name[fx_node] = nm
-        n_outputs[fx_node] = len(m)
+        return inputs, attrs
+
+    def _call(self, fx_node, m) -> None:
+        opname, schema_args = _op_facts(fx_node.target)
+        inputs, attrs = self._arguments(fx_node, schema_args)
+        nm = self.unique(fx_node.name)
+        self.out_name[fx_node] = nm
+        self.n_outputs[fx_node] = len(m)
         if len(m) == 1:
-            single[fx_node] = nm
+            self.single[fx_node] = nm
         info = fx_node.meta.get(_META_KEY) or {}
         phase = info.get("phase", "forward")
-        phase_of[fx_node] = phase
+        self.phase_of[fx_node] = phase
         module = info.get("module", "")
         if phase == "backward" and not info.get("module_known"):
-            module = _backward_module(fx_node, mod_of, phase_of)
-        mod_of[fx_node] = module
+            module = _backward_module(fx_node, self.mod_of, self.phase_of)
+        self.mod_of[fx_node] = module
         entry = {"name": nm, "kind": "op", "op": opname, "phase": phase,
                  "inputs": inputs, "attrs": attrs, "outputs": _out_json(m, fx_node.name),
                  "module": module}
         source = info.get("source")
         if source:
             entry["source"] = source
-        nodes_out.append(entry)
+        self.nodes_out.append(entry)
 
-    if len(grad_refs) != len(traced.grad_params):
-        raise ExportError(f"{len(grad_refs)} gradients for {len(traced.grad_params)} params")
-    # A gradient that is a multi-output node's output is already a {"node","output"} object.
-    grad_pairs = [{"param": p, "grad": g} for p, g in zip(traced.grad_params, grad_refs)]
-    # Gradients take their parameter's module (the heuristic may have picked another one).
-    # (Only their entries are indexed: a map of all ~9,000 was a few ms of the export.)
-    pairs = [(p, g if isinstance(g, str) else g["node"])
-             for p, g in zip(traced.grad_params, grad_refs)]
-    wanted_entries = {n for pair in pairs for n in pair}
-    by_name = {e["name"]: e for e in nodes_out if e["name"] in wanted_entries}
-    for p, gname in pairs:
-        if by_name[gname].get("kind") == "op":
-            by_name[gname]["module"] = by_name[p]["module"]
-    out = {"format": FORMAT, "version": VERSION, "name": name, "nodes": nodes_out,
-           "grad_pairs": grad_pairs, "loss": loss_ref}
-    # Gradient marks (TracedStep.loss_tangent, tangent_nodes): where a runtime feeds gradients.
-    marks = [traced.loss_tangent, *traced.tangent_nodes]
-    wanted = set(marks)
-    fx_by_name = {n.name: n for n in graph_nodes_ if n.name in wanted}
-    tangents = [out_name[fx_by_name[m]] for m in marks
-                if m is not None and fx_by_name.get(m) in out_name]
-    if tangents:
-        out["tangents"] = tangents
-    # What the trace decided instead of the data ("_": the planner's reader skips it), and the
-    # module calls the runtime runs as eager islands, which the planner's report names
-    # (docs/tracer.md, "Data-dependent code").
-    if traced.data_dependent:
-        out["_data_dependent"] = [
-            {"source": d.source, "module": d.module, "op": d.op, "value": d.value, "why": d.why}
-            for d in traced.data_dependent if d.why != "known"]
-    if traced.islands:
-        out["islands"] = [{"module": c.module, "sources": list(c.sources)}
-                           for c in traced.islands]
-    return out
+    def _grad_pairs(self) -> list[dict]:
+        traced, grad_refs = self.traced, self.grad_refs
+        if len(grad_refs) != len(traced.grad_params):
+            raise ExportError(f"{len(grad_refs)} gradients for {len(traced.grad_params)} params")
+        # Gradients take their parameter's module (the heuristic may have picked another one);
+        # only their entries are indexed, not all ~9,000.
+        pairs = [(p, g if isinstance(g, str) else g["node"])
+                 for p, g in zip(traced.grad_params, grad_refs)]
+        wanted_entries = {n for pair in pairs for n in pair}
+        by_name = {e["name"]: e for e in self.nodes_out if e["name"] in wanted_entries}
+        for p, gname in pairs:
+            if by_name[gname].get("kind") == "op":
+                by_name[gname]["module"] = by_name[p]["module"]
+        # A gradient that is a multi-output node's output is already a {"node","output"} object.
+        return [{"param": p, "grad": g} for p, g in zip(traced.grad_params, grad_refs)]
+
+    def _document(self, name: str) -> dict:
+        traced = self.traced
+        out = {"format": FORMAT, "version": VERSION, "name": name, "nodes": self.nodes_out,
+               "grad_pairs": self._grad_pairs(), "loss": self.loss_ref}
+        # Gradient marks (TracedStep.loss_tangent, tangent_nodes): where a runtime feeds
+        # gradients.
+        marks = [traced.loss_tangent, *traced.tangent_nodes]
+        wanted = set(marks)
+        fx_by_name = {n.name: n for n in self.fx_nodes if n.name in wanted}
+        tangents = [self.out_name[fx_by_name[m]] for m in marks
+                    if m is not None and fx_by_name.get(m) in self.out_name]
+        if tangents:
+            out["tangents"] = tangents
+        # What the trace decided instead of the data ("_": the planner's reader skips it), and
+        # the module calls the runtime runs as eager islands, which the planner's report names
+        # (docs/tracer.md, "Data-dependent code").
+        if traced.data_dependent:
+            out["_data_dependent"] = [
+                {"source": d.source, "module": d.module, "op": d.op, "value": d.value,
+                 "why": d.why}
+                for d in traced.data_dependent if d.why != "known"]
+        if traced.islands:
+            out["islands"] = [{"module": c.module, "sources": list(c.sources)}
+                               for c in traced.islands]
+        return out
 
 
 def _flatten(value) -> list:
