@@ -113,7 +113,10 @@ OverlapSolve solve_overlap(const TiedSolveInput& in, const OverlapModel& m) {
   MessageMemory messages;
   const double tol = std::max(in.options.mip_gap, kProofTolerance);
   int stalled = 0;  // dual solves in a row that did not raise the bound
-  while (out.solves < kMaxOverlapSolves && std::chrono::steady_clock::now() < in.deadline) {
+  // The first dual solve runs even past the deadline (its message passing is bounded by
+  // iterations, at least half a second of solver time): without it the plan has no bound at
+  // all, and every plan states one.
+  while (out.solves < kMaxOverlapSolves && (out.solves == 1 || std::chrono::steady_clock::now() < in.deadline)) {
     scale_overlap_costs(m, bp, mu, scaled);
     TiedSolveInput dual{in.graph, scaled, in.options, in.has_shadows, tie_ptr, warm, in.deadline,
                         /*relaxed_only=*/true};

@@ -250,7 +250,9 @@ std::optional<SolveResult> solve_recompute_cases(const BuiltProblem& bp, const C
   // The proven bound: the least over the cases (a case never solved with the limit keeps its
   // memory-free bound, which is at or above the best plan when it was skipped).
   Cost bound = kInfCost;
-  for (const Case& c : cases) bound = std::min(bound, c.fits ? c.relaxed.objective : c.bound);
+  // (A case whose memory-free plan fits is bounded by that solve's bound, not its plan: the
+  // plan is proven optimal only when the two meet.)
+  for (const Case& c : cases) bound = std::min(bound, c.bound);
   SolveResult out = best;
   out.method = "recompute cases";
   out.phase_seconds = {{"cases relaxed", t_relaxed}, {"cases memory", since(t1)}};
