@@ -54,6 +54,27 @@ from .partition import SplitStep
 from .placements import to_string
 from .stages import StageGraph
 
+class _BoxedCall(torch.fx.graph.CodeGen):
+    """Code generation for a graph called with one list of its arguments, which the generated
+    code unpacks and clears: the caller keeps no reference, so the graph's own `x = None`
+    after each value's last use frees an argument as early as an intermediate."""
+
+    def gen_fn_def(self, free_vars: list, maybe_return_annotation: str, **kwargs: Any) -> str:
+        names = [v.split(":")[0].split("=")[0].strip() for v in free_vars if v != "self"]
+        head = f"def forward(self, args_list){maybe_return_annotation}:"
+        if names:
+            head += f"\n    {', '.join(names)}, = args_list\n    args_list.clear()"
+        return head
+
+
+def _boxed_copy(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """`gm`'s graph as a module called with one list of arguments (_BoxedCall)."""
+    graph = torch.fx.Graph()
+    graph.output(graph.graph_copy(gm.graph, {}))
+    graph.set_codegen(_BoxedCall())
+    return torch.fx.GraphModule(gm, graph)
+
+
 class _Step(torch.autograd.Function):
     """A stage's step over plain tensors: forward runs the forward graph and saves what the
     backward graph reads; backward runs the backward graph (or its input-gradient part, when
@@ -71,7 +92,12 @@ class _Step(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, *grad_outputs):  # type: ignore[override]
-        return (None, *ctx.module._backward(ctx.saved_tensors, grad_outputs))
+        saved = list(ctx.saved_tensors)
+        # Autograd's own references go now (unless the graph is retained), so that the
+        # backward graph, called boxed, frees each saved activation after its last use, as
+        # the planner's memory model counts it; otherwise all of them would live to the end.
+        ctx.maybe_clear_saved_tensors()
+        return (None, *ctx.module._backward(saved, grad_outputs))
 
 
 class ShardedModule(torch.nn.Module):
@@ -240,7 +266,8 @@ class ShardedModule(torch.nn.Module):
             act_grads, handoff = self._parts.run_input(*args)
             self._pending.append((self._parts.weight_args(args), handoff))
         else:
-            grads = list(self.__dict__["_holder"]["backward_graph"](*saved, *tangents))
+            saved.extend(tangents)
+            grads = list(self._run_backward_graph(saved))
             act_grads = grads[n_p:]
             for k, (slot, gr) in enumerate(zip(self._grad_param_slots, grads[:n_p])):
                 if not self._accumulate(k, gr):
@@ -248,6 +275,21 @@ class ShardedModule(torch.nn.Module):
         for k, gr in enumerate(act_grads):
             per_input[self._n_primals - len(self._graph.act_in) + k] = gr
         return per_input
+
+    def _run_backward_graph(self, args: list) -> Sequence:
+        """The backward graph on `args`, which it empties: the plain graph runs as its boxed
+        copy (regenerated when the graph is), so each argument is freed after its last use; a
+        compiled or interpreted graph is called with the arguments."""
+        fn = self.__dict__["_holder"]["backward_graph"]
+        if fn is not self._split.backward:
+            call_args = tuple(args)
+            args.clear()
+            return fn(*call_args)
+        code, boxed = self.__dict__.get("_boxed", (None, None))
+        if code is not fn.code:
+            boxed = _boxed_copy(fn)
+            self.__dict__["_boxed"] = (fn.code, boxed)
+        return boxed(args)
 
     def _tangents(self, grad_outputs: Sequence[Optional[torch.Tensor]]) -> list:
         """The gradients of the stage's outputs as its backward graph's tangents, at the
