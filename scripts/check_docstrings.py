@@ -26,6 +26,7 @@ PUBLIC_MODULES = [
     "autoshard.module",
     "autoshard.optimizer",
     "autoshard.pipeline",
+    "autoshard.plan_file",
     "autoshard.tracer",
     "autoshard.tracer.datadep",
     "autoshard.tracer.export",

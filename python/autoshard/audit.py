@@ -291,7 +291,7 @@ def cp_collectives(graph: dict, placements: dict, mesh_shape: Sequence[int]) -> 
     (autoshard.context_parallel), as "<node>:op" -> [(kind, mesh dim, bytes per device)]:
     all-gather kind: K and V gathered (forward; again in the backward) and dK, dV (float32)
     reduce-scattered; ring kind: one P2P exchange per node (bytes as audit._ring_bytes)."""
-    from .apply import parse_placements
+    from .plan_file import parse_placements
     from .local import is_strided
 
     pl = placements.get("placements", placements)

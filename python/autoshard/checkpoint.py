@@ -86,7 +86,7 @@ def _partial_dims(t: "torch.Tensor") -> list[int]:
 def _refuse_partial(key: str, t: "torch.Tensor", what: str) -> None:
     dims = _partial_dims(t)
     if dims:
-        from autoshard.apply import placements_str
+        from autoshard.plan_file import placements_str
 
         raise CheckpointError(f"{what}: '{key}' is planned as Partial "
                               f"({placements_str(t.placements)}, mesh dim {dims[0]}): a pending "
@@ -96,7 +96,7 @@ def _refuse_partial(key: str, t: "torch.Tensor", what: str) -> None:
 def _placements_of(module: "torch.nn.Module") -> dict[str, str]:
     from torch.distributed.tensor import DTensor
 
-    from autoshard.apply import placements_str
+    from autoshard.plan_file import placements_str
 
     return {k: placements_str(t.placements) for k, t in _state_tensors(module).items()
             if isinstance(t, DTensor)}

@@ -58,11 +58,11 @@ from typing import Any, Callable, Mapping, Optional
 import torch
 from torch.distributed.device_mesh import DeviceMesh
 
-from .apply import (ALL_DEFERRABLE, PlacementsArg, PlanError, StepRunner, build_stages,
-                    graph_names, load_placements, parse_placements, placements_str,
-                    planned_order, planned_twins, read_placements, trace_for_apply)
+from .apply import ALL_DEFERRABLE, StepRunner, build_stages, graph_names, trace_for_apply
 from .context_parallel import ContextParallelError, planned_layout
 from .deferred_grads import check_once_per_step, once_per_step_params
+from .plan_file import (PlacementsArg, PlanError, load_placements, parse_placements,
+                        placements_str, planned_order, planned_twins, read_placements)
 from .stages import SHARED
 
 #: the schedule names of docs/pipeline-format.md -> torch.distributed.pipelining class names

@@ -145,7 +145,7 @@ class PlacementStrings(unittest.TestCase):
     def test_parse_and_print(self):
         from torch.distributed.tensor import Partial, Replicate, Shard
 
-        from autoshard.apply import PlanError, _output_list, parse_placements, placements_str
+        from autoshard.plan_file import PlanError, _output_list, parse_placements, placements_str
 
         self.assertEqual(parse_placements("S(0)RP(sum)"), [Shard(0), Replicate(), Partial("sum")])
         self.assertEqual(parse_placements("P"), [Partial("sum")])
@@ -213,7 +213,7 @@ class StridedPieces(unittest.TestCase):
     def test_local_chunk_is_torchs_layout(self):
         import itertools
 
-        from autoshard.apply import parse_placements
+        from autoshard.plan_file import parse_placements
         from autoshard.local import local_chunk
 
         cases = [((2, 2), "_S(0,2)S(0)"), ((3, 2), "_S(0,2)S(0)"), ((2, 2, 2), "_S(0,4)S(0)S(0)"),
@@ -234,7 +234,7 @@ class StridedPieces(unittest.TestCase):
         self.assertEqual(checked, 5 * (4 + 6 + 8 + 12 + 4 + 4))
 
     def test_contiguous_pieces(self):
-        from autoshard.apply import parse_placements
+        from autoshard.plan_file import parse_placements
         from autoshard.local import contiguous_pieces
 
         def ok(shape, mesh, spec):

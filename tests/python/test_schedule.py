@@ -85,7 +85,7 @@ class Prefetch(unittest.TestCase):
     def test_the_runtime_runs_the_files_op_order(self):
         import warnings
 
-        from autoshard.apply import PlanError, planned_order
+        from autoshard.plan_file import PlanError, planned_order
 
         aten = torch.ops.aten
         g = torch.fx.Graph()
