@@ -1,5 +1,5 @@
-/// Reading side of io/state_codec.h: every value is checked before use.  Error paths name the
-/// protobuf field ("problem.edge_u[17]", "graph.nodes[3] ('mm_1').inputs[0]").
+/// Reading side of io/state_codec.h (see io/state_decoder.h): everything but the built problem,
+/// which is in state_decode_problem.cc.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -7,494 +7,288 @@
 #include <limits>
 #include <stdexcept>
 
-#include "io/state.pb.h"
-#include "io/state_codec.h"
+#include "io/state_decoder.h"
 #include "ir/file_util.h"
-#include "planner/cp_memory.h"
-#include "planner/recompute.h"
 #include "planner/twin_views.h"
 
 namespace autoshard {
 
-namespace pb = autoshard::state;
+void Decoder::fail(const std::string& where, const std::string& why) const {
+  throw std::runtime_error(one_line(fmt::format("{}: {}: {}", origin_, where, why)));
+}
 
-namespace {
-
-/// Bounds that keep later arithmetic (numel, byte counts, peak sweeps) free of overflow.
-constexpr int64_t kMaxDim = int64_t{1} << 40;
-constexpr int64_t kMaxNumel = int64_t{1} << 50;
-constexpr int64_t kMaxRank = 64;
-constexpr int64_t kMaxTime = int64_t{1} << 40;
-constexpr int64_t kMaxUsage = int64_t{1} << 52;
-constexpr int64_t kMaxMeshDevices = int64_t{1} << 24;
-
-class Decoder {
- public:
-  explicit Decoder(std::string_view origin) : origin_(origin) {}
-
-  [[noreturn]] void fail(const std::string& where, const std::string& why) const {
-    throw std::runtime_error(one_line(fmt::format("{}: {}: {}", origin_, where, why)));
+TensorMeta Decoder::meta(const pb::TensorMeta& x, const std::string& where) const {
+  TensorMeta m;
+  if (x.shape_size() > kMaxRank) fail(where, fmt::format("rank {} is too large", x.shape_size()));
+  if (x.dtype() > static_cast<uint32_t>(kLastDType))
+    fail(where + ".dtype", fmt::format("unknown dtype {}", x.dtype()));
+  m.dtype = static_cast<DType>(x.dtype());
+  int64_t numel = 1;
+  for (int k = 0; k < x.shape_size(); ++k) {
+    int64_t d = x.shape(k);
+    if (d < 0 || d > kMaxDim) fail(fmt::format("{}.shape[{}]", where, k), fmt::format("dimension {} out of range", d));
+    if (d > 0 && numel > kMaxNumel / d) fail(where, "tensor too large");
+    numel *= d;
+    m.shape.push_back(d);
   }
+  return m;
+}
 
-  TensorMeta meta(const pb::TensorMeta& x, const std::string& where) const {
-    TensorMeta m;
-    if (x.shape_size() > kMaxRank) fail(where, fmt::format("rank {} is too large", x.shape_size()));
-    if (x.dtype() > static_cast<uint32_t>(kLastDType))
-      fail(where + ".dtype", fmt::format("unknown dtype {}", x.dtype()));
-    m.dtype = static_cast<DType>(x.dtype());
-    int64_t numel = 1;
-    for (int k = 0; k < x.shape_size(); ++k) {
-      int64_t d = x.shape(k);
-      if (d < 0 || d > kMaxDim) fail(fmt::format("{}.shape[{}]", where, k), fmt::format("dimension {} out of range", d));
-      if (d > 0 && numel > kMaxNumel / d) fail(where, "tensor too large");
-      numel *= d;
-      m.shape.push_back(d);
-    }
-    return m;
-  }
-
-  Graph graph(const pb::Graph& x) const {
-    Graph g;
-    g.name = x.name();
-    g.nodes.reserve(static_cast<size_t>(x.nodes_size()));
-    for (int i = 0; i < x.nodes_size(); ++i) {
-      const pb::Node& xn = x.nodes(i);
-      auto where = [&] { return fmt::format("graph.nodes[{}] ('{}')", i, xn.name()); };
-      Node n;
-      n.name = xn.name();
-      if (xn.kind() > static_cast<uint32_t>(NodeKind::kOutput)) fail(where() + ".kind", fmt::format("unknown kind {}", xn.kind()));
-      n.kind = static_cast<NodeKind>(xn.kind());
-      n.op = xn.op();
-      if (xn.phase() > static_cast<uint32_t>(Phase::kOptimizer)) fail(where() + ".phase", fmt::format("unknown phase {}", xn.phase()));
-      n.phase = static_cast<Phase>(xn.phase());
-      if (xn.input_node_size() != xn.input_output_size())
-        fail(where(), fmt::format("{} input nodes but {} input outputs", xn.input_node_size(), xn.input_output_size()));
-      for (int k = 0; k < xn.input_node_size(); ++k) {
-        TensorRef r{xn.input_node(k), xn.input_output(k)};
-        // validate() below checks the references; check the range here so that messages
-        // name the field.
-        if (r.node < 0 || r.node >= i) fail(fmt::format("{}.inputs[{}]", where(), k), fmt::format("refers to node {} which is not earlier", r.node));
-        if (r.output < 0 || r.output >= static_cast<int32_t>(g.nodes[static_cast<size_t>(r.node)].outputs.size()))
-          fail(fmt::format("{}.inputs[{}]", where(), k), fmt::format("refers to missing output {} of node {}", r.output, r.node));
-        n.inputs.push_back(r);
-      }
-      for (int k = 0; k < xn.outputs_size(); ++k) n.outputs.push_back(meta(xn.outputs(k), fmt::format("{}.outputs[{}]", where(), k)));
-      for (int k = 0; k < xn.attrs_size(); ++k) {
-        const pb::Attr& a = xn.attrs(k);
-        AttrValue v;
-        switch (a.value_case()) {
-          case pb::Attr::kB: v = a.b(); break;
-          case pb::Attr::kI: v = a.i(); break;
-          case pb::Attr::kD: v = a.d(); break;
-          case pb::Attr::kS: v = a.s(); break;
-          case pb::Attr::kInts: v = std::vector<int64_t>(a.ints().values().begin(), a.ints().values().end()); break;
-          default: fail(fmt::format("{}.attrs[{}] ('{}')", where(), k, a.key()), "attribute without a value");
-        }
-        if (!n.attrs.emplace(a.key(), std::move(v)).second)
-          fail(fmt::format("{}.attrs[{}]", where(), k), fmt::format("duplicate attribute '{}'", a.key()));
-      }
-      n.module_path = xn.module_path();
-      n.source = xn.source();
-      g.nodes.push_back(std::move(n));
-    }
-    for (int k = 0; k < x.grad_pairs_size(); ++k)
-      g.grad_pairs.push_back({x.grad_pairs(k).param(), {x.grad_pairs(k).grad().node(), x.grad_pairs(k).grad().output()}});
-    if (x.has_loss()) g.loss = TensorRef{x.loss().node(), x.loss().output()};
-    g.tangents.assign(x.tangents().begin(), x.tangents().end());
-    for (const pb::EagerIsland& xi : x.islands())
-      g.islands.push_back({xi.module(), {xi.sources().begin(), xi.sources().end()}});
-    std::string err = g.validate();
-    if (!err.empty()) fail("graph", err);
-    return g;
-  }
-
-  Mesh mesh(const pb::Mesh& x) const {
-    const pb::Hardware& xh = x.hardware();
-    Hardware h;
-    h.name = xh.name();
-    h.peak_bf16_tflops = xh.peak_bf16_tflops();
-    h.peak_fp32_tflops = xh.peak_fp32_tflops();
-    h.hbm_gbps = xh.hbm_gbps();
-    h.memory_bytes = xh.memory_bytes();
-    h.nvlink_gbps = xh.nvlink_gbps();
-    h.intra_busbw_gbps = xh.intra_busbw_gbps();
-    h.inter_busbw_gbps = xh.inter_busbw_gbps();
-    h.intra_latency_us = xh.intra_latency_us();
-    h.inter_latency_us = xh.inter_latency_us();
-    h.base_latency_us = xh.base_latency_us();
-    h.gpus_per_node = xh.gpus_per_node();
-    h.efficiency = xh.efficiency();
-    h.launch_floor_us = xh.launch_floor_us();
-    if (h.gpus_per_node < 1) fail("mesh.hardware.gpus_per_node", fmt::format("expected >= 1, got {}", h.gpus_per_node));
-    if (h.memory_bytes < 0) fail("mesh.hardware.memory_bytes", "negative");
-    if (x.backend() > static_cast<uint32_t>(CommBackend::kGloo)) fail("mesh.backend", fmt::format("unknown backend {}", x.backend()));
-    if (x.dims_size() == 0) fail("mesh.dims", "a mesh needs at least one dim");
-    std::vector<int64_t> shape;
-    std::vector<std::string> names;
-    int64_t devices = 1;
-    for (int i = 0; i < x.dims_size(); ++i) {
-      int64_t s = x.dims(i).size();
-      if (s < 1 || s > kMaxMeshDevices || devices * s > kMaxMeshDevices)
-        fail(fmt::format("mesh.dims[{}].size", i), fmt::format("size {} out of range", s));
-      devices *= s;
-      shape.push_back(s);
-      names.push_back(x.dims(i).name());
-    }
-    Mesh m;
-    try {
-      m = Mesh(shape, names, h, static_cast<CommBackend>(x.backend()));
-    } catch (const std::exception& e) {
-      fail("mesh", e.what());
-    }
-    // The stored figures win over the derived ones (a mesh may have been tuned by hand).
-    for (int i = 0; i < x.dims_size(); ++i) {
-      MeshDim& d = m.dim(i);
-      d.inter_node = x.dims(i).inter_node();
-      d.busbw_gbps = x.dims(i).busbw_gbps();
-      d.latency_us = x.dims(i).latency_us();
-    }
-    return m;
-  }
-
-  PlannerOptions options(const pb::Options& x) const {
-    PlannerOptions o;
-    if (x.comm_model() > static_cast<uint32_t>(CommModel::kDtensor)) fail("options.comm_model", fmt::format("unknown comm model {}", x.comm_model()));
-    o.comm_model = static_cast<CommModel>(x.comm_model());
-    o.memory_limit_bytes = x.memory_limit_bytes();
-    if (o.memory_limit_bytes < -1) fail("options.memory_limit_bytes", fmt::format("{} is not a budget", o.memory_limit_bytes));
-    o.time_limit_s = x.time_limit_s();
-    if (!(o.time_limit_s >= 0)) fail("options.time_limit_s", "expected >= 0");
-    o.mip_gap = x.mip_gap();
-    if (!(o.mip_gap >= 0)) fail("options.mip_gap", "expected >= 0");
-    o.threads = x.threads() == 0 ? 1 : x.threads();  // 0: not recorded (state_encode.cc)
-    if (o.threads < 0 || o.threads > 4096) fail("options.threads", fmt::format("{} out of range", o.threads));
-    o.skip_fully_replicated = x.skip_fully_replicated();
-    o.cluster = x.cluster();
-    o.require_divisible = x.require_divisible();
-    if (x.optimizer_kind() > static_cast<uint32_t>(OptimizerConfig::kNone)) fail("options.optimizer_kind", fmt::format("unknown optimizer {}", x.optimizer_kind()));
-    o.optimizer.kind = static_cast<OptimizerConfig::Kind>(x.optimizer_kind());
-    o.optimizer.sgd_momentum = x.sgd_momentum();
-    o.run_checks = x.run_checks();
-    // preload_solution / ilp_solution_file stay off: a file must not choose where a later
-    // solve writes (see state_encode.cc).
-    if (x.recompute() > static_cast<uint32_t>(RecomputePolicy::kSelectiveOp)) fail("options.recompute", fmt::format("unknown policy {}", x.recompute()));
-    o.recompute = static_cast<RecomputePolicy>(x.recompute());
-    o.overlap = x.overlap();
-    o.overlap_discount = x.overlap_discount();
-    if (!(o.overlap_discount >= 0 && o.overlap_discount <= 1)) fail("options.overlap_discount", "expected a value in [0, 1]");
-    if (x.objective() > 1) fail("options.objective", fmt::format("unknown objective {}", x.objective()));
-    o.objective = x.objective() == 1 ? Objective::kOverlap : Objective::kAdditive;
-    o.context_parallel = !x.no_context_parallel();
-    o.shard_orders = x.shard_orders();
-    return o;
-  }
-
-  /// `where` is a callable giving the field path (built only on failure: loading decodes
-  /// millions of codes).
-  template <class Where>
-  Placement placement(uint32_t code, const Where& where) const {
-    uint32_t kind = code & 3, value = code >> 2;
-    if (kind == static_cast<uint32_t>(Placement::Kind::kReplicate)) {
-      if (value != 0) fail(where(), fmt::format("bad placement code {}", code));
-      return Placement::replicate();
-    }
-    if (kind == static_cast<uint32_t>(Placement::Kind::kShard)) {
-      // Low 6 bits: the dim; above them: split factor - 1 (state_encode.cc).
-      static_assert(kMaxRank == 64);
-      const uint32_t dim = value & 63, sf = (value >> 6) + 1;
-      return Placement::strided_shard(static_cast<int32_t>(dim), sf);
-    }
-    if (kind == static_cast<uint32_t>(Placement::Kind::kPartial) && value <= static_cast<uint32_t>(ReduceOp::kMin))
-      return Placement::partial(static_cast<ReduceOp>(value));
-    fail(where(), fmt::format("bad placement code {}", code));
-  }
-
-  std::vector<Placement> placements(const google::protobuf::RepeatedField<uint32_t>& codes, const std::string& where) const {
-    std::vector<Placement> out;
-    out.reserve(static_cast<size_t>(codes.size()));
-    for (int k = 0; k < codes.size(); ++k)
-      out.push_back(placement(codes.Get(k), [&] { return fmt::format("{}[{}]", where, k); }));
-    return out;
-  }
-
-  std::vector<Constraint> constraints(const google::protobuf::RepeatedPtrField<pb::Constraint>& xs, const Graph& g, const Mesh& mesh) const {
-    std::vector<Constraint> out;
-    for (int i = 0; i < xs.size(); ++i) {
-      const pb::Constraint& x = xs.Get(i);
-      const std::string where = fmt::format("constraints[{}] ('{}')", i, x.name());
-      Constraint c;
-      c.name = x.name();
-      if (c.name.empty()) fail(where + ".name", "empty constraint name");
-      for (const Constraint& o : out)
-        if (o.name == c.name) fail(where + ".name", "duplicate constraint name");
-      if (x.kind() > static_cast<uint32_t>(Constraint::Kind::kParameterMemory)) fail(where + ".kind", fmt::format("unknown kind {}", x.kind()));
-      c.kind = static_cast<Constraint::Kind>(x.kind());
-      c.node = x.node();
-      c.output = placements(x.output(), where + ".output");
-      if (x.has_inputs()) {
-        c.inputs.emplace();
-        for (int k = 0; k < x.inputs_size(); ++k)
-          c.inputs->push_back(placements(x.inputs(k).codes(), fmt::format("{}.inputs[{}]", where, k)));
-      } else if (x.inputs_size() > 0) {
-        fail(where + ".inputs", "inputs given but has_inputs is false");
-      }
-      c.low = x.low();
-      c.high = x.high();
-      if (c.kind == Constraint::Kind::kPin) {
-        if (!g.find(c.node)) fail(where + ".node", fmt::format("no node named '{}'", c.node));
-        if (static_cast<int32_t>(c.output.size()) != mesh.ndim())
-          fail(where + ".output", fmt::format("{} placements for a {}-D mesh", c.output.size(), mesh.ndim()));
-        if (c.inputs)
-          for (size_t k = 0; k < c.inputs->size(); ++k)
-            if (!(*c.inputs)[k].empty() && static_cast<int32_t>((*c.inputs)[k].size()) != mesh.ndim())
-              fail(fmt::format("{}.inputs[{}]", where, k), fmt::format("{} placements for a {}-D mesh", (*c.inputs)[k].size(), mesh.ndim()));
-      } else if (!(c.low >= 0 && c.high >= c.low)) {
-        fail(where, fmt::format("need 0 <= low <= high, got [{}, {}]", c.low, c.high));
-      }
-      out.push_back(std::move(c));
-    }
-    return out;
-  }
-
-  /// Strategies of graph node `gi` (kNoNode for none) from a list; counts of specs must be 0 or
-  /// the node's, metas default to the graph's.
-  std::vector<Strategy> strategies(const pb::StrategyList& x, const Graph& g, NodeIdx gi, int32_t ndim,
-                                   const std::string& where) const {
-    const int n = x.out_count_size();
-    if (x.in_count_size() != n) fail(where, fmt::format("{} output counts but {} input counts", n, x.in_count_size()));
-    const Node* node = gi >= 0 && gi < g.size() ? &g.node(gi) : nullptr;
-    uint64_t specs = 0;
-    for (int s = 0; s < n; ++s) {
-      const uint32_t no = x.out_count(s), ni = x.in_count(s);
-      auto ok = [](uint32_t c, size_t have) { return c == 0 || c == have; };
-      if (!node ? (no || ni) : !(ok(no, node->outputs.size()) && ok(ni, node->inputs.size())))
-        fail(fmt::format("{}.strategy[{}]", where, s), fmt::format("{} outputs and {} inputs do not fit the node", no, ni));
-      specs += no + ni;
-    }
-    if (static_cast<uint64_t>(x.codes_size()) != specs * static_cast<uint64_t>(ndim))
-      fail(where + ".codes", fmt::format("{} placement codes, expected {}", x.codes_size(), specs * static_cast<uint64_t>(ndim)));
-    std::vector<const pb::TensorMeta*> override(specs, nullptr);
-    for (int k = 0; k < x.metas_size(); ++k) {
-      uint32_t at = x.metas(k).spec();
-      if (at >= specs || override[at]) fail(fmt::format("{}.metas[{}]", where, k), fmt::format("bad spec index {}", at));
-      override[at] = &x.metas(k).meta();
-    }
-    std::vector<Strategy> out(static_cast<size_t>(n));
-    int code = 0;
-    uint32_t spec = 0;
-    for (int s = 0; s < n; ++s) {
-      auto fill = [&](std::vector<ShardingSpec>& v, uint32_t count, bool output) {
-        for (uint32_t k = 0; k < count; ++k, ++spec) {
-          const std::string_view side = output ? "output" : "input";
-          ShardingSpec sp;
-          if (override[spec]) sp.meta = meta(*override[spec], fmt::format("{}.metas[spec {}]", where, spec));
-          else sp.meta = output ? node->outputs[k] : g.meta(node->inputs[k]);
-          for (int32_t d = 0; d < ndim; ++d, ++code) {
-            Placement p = placement(x.codes(code), [&] { return fmt::format("{}.codes[{}]", where, code); });
-            if (p.is_shard() && p.dim >= sp.meta.rank())
-              fail(fmt::format("{}.strategy[{}].{}[{}]", where, s, side, k),
-                   fmt::format("S({}) of a rank-{} tensor", p.dim, sp.meta.rank()));
-            sp.placements.push_back(p);
-          }
-          v.push_back(std::move(sp));
-        }
-      };
-      fill(out[static_cast<size_t>(s)].outputs, x.out_count(s), true);
-      fill(out[static_cast<size_t>(s)].inputs, x.in_count(s), false);
-    }
-    for (int k = 0; k < x.cp_size(); ++k) {
-      const pb::CpTag& t = x.cp(k);
-      const std::string at = fmt::format("{}.cp[{}]", where, k);
-      if (t.strategy() >= static_cast<uint32_t>(n)) fail(at, fmt::format("strategy {} of {}", t.strategy(), n));
-      if (t.mesh_dim() >= static_cast<uint32_t>(ndim)) fail(at, fmt::format("mesh dim {} of {}", t.mesh_dim(), ndim));
-      if (t.kind() > static_cast<uint32_t>(CpKind::kAllGather)) fail(at, fmt::format("unknown kind {}", t.kind()));
-      out[t.strategy()].cp = ContextParallel{static_cast<int32_t>(t.mesh_dim()), static_cast<CpKind>(t.kind()),
-                                             t.load_balance()};
-    }
-    return out;
-  }
-
-  BuiltProblem problem(const pb::BuiltProblem& x, const Graph& g, const Mesh& mesh) const;
-  Plan plan(const pb::Plan& x, const Graph& g, const Mesh& mesh) const;
-
- private:
-  std::string_view origin_;
-};
-
-BuiltProblem Decoder::problem(const pb::BuiltProblem& x, const Graph& g, const Mesh& mesh) const {
-  BuiltProblem bp;
-  const pb::Problem& xp = x.problem();
-  Problem& p = bp.problem;
-  p.name = xp.name();
-  p.usage_limit = xp.usage_limit();
-  if (p.usage_limit < -1) fail("problem.problem.usage_limit", fmt::format("{} is not a limit", p.usage_limit));
-  const int N = xp.nodes_size();
-  p.nodes.resize(static_cast<size_t>(N));
-  int64_t usage_total = 0;
-  for (int i = 0; i < N; ++i) {
-    const pb::ProblemNode& xn = xp.nodes(i);
-    auto where = [&] { return fmt::format("problem.problem.nodes[{}] ('{}')", i, xn.name()); };
-    ProblemNode& n = p.nodes[static_cast<size_t>(i)];
+Graph Decoder::graph(const pb::Graph& x) const {
+  Graph g;
+  g.name = x.name();
+  g.nodes.reserve(static_cast<size_t>(x.nodes_size()));
+  for (int i = 0; i < x.nodes_size(); ++i) {
+    const pb::Node& xn = x.nodes(i);
+    auto where = [&] { return fmt::format("graph.nodes[{}] ('{}')", i, xn.name()); };
+    Node n;
     n.name = xn.name();
-    if (xn.costs_size() == 0) fail(where(), "no strategies");
-    if (xn.usages_size() != xn.costs_size()) fail(where(), fmt::format("{} costs but {} usages", xn.costs_size(), xn.usages_size()));
-    n.costs.assign(xn.costs().begin(), xn.costs().end());
-    n.usages.assign(xn.usages().begin(), xn.usages().end());
-    int64_t most = 0;
-    for (size_t k = 0; k < n.costs.size(); ++k) {
-      if (std::isnan(n.costs[k])) fail(fmt::format("{}.costs[{}]", where(), k), "NaN cost");
-      if (n.usages[k] < 0 || n.usages[k] > kMaxUsage) fail(fmt::format("{}.usages[{}]", where(), k), fmt::format("usage {} out of range", n.usages[k]));
-      most = std::max(most, n.usages[k]);
+    if (xn.kind() > static_cast<uint32_t>(NodeKind::kOutput)) fail(where() + ".kind", fmt::format("unknown kind {}", xn.kind()));
+    n.kind = static_cast<NodeKind>(xn.kind());
+    n.op = xn.op();
+    if (xn.phase() > static_cast<uint32_t>(Phase::kOptimizer)) fail(where() + ".phase", fmt::format("unknown phase {}", xn.phase()));
+    n.phase = static_cast<Phase>(xn.phase());
+    if (xn.input_node_size() != xn.input_output_size())
+      fail(where(), fmt::format("{} input nodes but {} input outputs", xn.input_node_size(), xn.input_output_size()));
+    for (int k = 0; k < xn.input_node_size(); ++k) {
+      TensorRef r{xn.input_node(k), xn.input_output(k)};
+      // validate() below checks the references; check the range here so that messages
+      // name the field.
+      if (r.node < 0 || r.node >= i) fail(fmt::format("{}.inputs[{}]", where(), k), fmt::format("refers to node {} which is not earlier", r.node));
+      if (r.output < 0 || r.output >= static_cast<int32_t>(g.nodes[static_cast<size_t>(r.node)].outputs.size()))
+        fail(fmt::format("{}.inputs[{}]", where(), k), fmt::format("refers to missing output {} of node {}", r.output, r.node));
+      n.inputs.push_back(r);
     }
-    usage_total += most;
-    if (usage_total > std::numeric_limits<int64_t>::max() / 4) fail(where(), "usages too large in total");
-    n.start = xn.start();
-    n.end = xn.end();
-    if (n.start < 0 || n.end < n.start || n.end > kMaxTime) fail(where(), fmt::format("bad interval [{}, {})", n.start, n.end));
-  }
-  auto check_edge = [&](int32_t u, int32_t v, size_t size, const std::string& where) {
-    if (u < 0 || u >= N || v < 0 || v >= N) fail(where, fmt::format("endpoints ({}, {}) out of range (problem has {} nodes)", u, v, N));
-    if (u == v) fail(where, fmt::format("self loop on node {}", u));
-    size_t want = p.nodes[static_cast<size_t>(u)].costs.size() * p.nodes[static_cast<size_t>(v)].costs.size();
-    if (size != want) fail(where, fmt::format("matrix of {} costs between nodes with {} and {} strategies", size,
-                                              p.nodes[static_cast<size_t>(u)].costs.size(), p.nodes[static_cast<size_t>(v)].costs.size()));
-  };
-  if (xp.edge_v_size() != xp.edge_u_size() || xp.edge_costs_size() != xp.edge_u_size())
-    fail("problem.problem.edge_u", "edge columns of different lengths");
-  for (int k = 0; k < xp.edge_u_size(); ++k) {
-    check_edge(xp.edge_u(k), xp.edge_v(k), static_cast<size_t>(xp.edge_costs(k).costs_size()), fmt::format("problem.problem.edges[{}]", k));
-    p.edges.push_back({xp.edge_u(k), xp.edge_v(k), std::vector<Cost>(xp.edge_costs(k).costs().begin(), xp.edge_costs(k).costs().end())});
-  }
-  std::vector<std::shared_ptr<const std::vector<Cost>>> mats;
-  mats.reserve(static_cast<size_t>(x.matrices_size()));
-  for (int k = 0; k < x.matrices_size(); ++k) {
-    const auto& c = x.matrices(k).costs();
-    for (int j = 0; j < c.size(); ++j)
-      if (std::isnan(c.Get(j))) fail(fmt::format("problem.matrices[{}][{}]", k, j), "NaN cost");
-    mats.push_back(std::make_shared<const std::vector<Cost>>(c.begin(), c.end()));
-  }
-  const int E = x.edge_u_size();
-  if (x.edge_v_size() != E || x.edge_matrix_size() != E || x.origin_consumer_size() != E || x.origin_slot_size() != E ||
-      x.origin_producer_node_size() != E || x.origin_producer_output_size() != E)
-    fail("problem.edge_u", "edge columns of different lengths");
-  bp.edges.reserve(static_cast<size_t>(E));
-  bp.edge_origin.reserve(static_cast<size_t>(E));
-  for (int k = 0; k < E; ++k) {
-    const uint32_t m = x.edge_matrix(k);
-    if (m >= mats.size()) fail(fmt::format("problem.edge_matrix[{}]", k), fmt::format("matrix {} of {}", m, mats.size()));
-    check_edge(x.edge_u(k), x.edge_v(k), mats[m]->size(), fmt::format("problem.edges[{}]", k));
-    bp.edges.push_back({x.edge_u(k), x.edge_v(k), mats[m]});
-    BuiltProblem::EdgeOrigin o{x.origin_consumer(k), x.origin_slot(k), {x.origin_producer_node(k), x.origin_producer_output(k)}};
-    if (o.consumer < 0 || o.consumer >= g.size()) fail(fmt::format("problem.origin_consumer[{}]", k), fmt::format("node {} out of range", o.consumer));
-    if (o.slot >= static_cast<int32_t>(g.node(o.consumer).inputs.size()))
-      fail(fmt::format("problem.origin_slot[{}]", k), fmt::format("slot {} of '{}'", o.slot, g.node(o.consumer).name));
-    if (o.producer.node != kNoNode &&
-        (o.producer.node < 0 || o.producer.node >= g.size() || o.producer.output < 0 ||
-         o.producer.output >= static_cast<int32_t>(g.node(o.producer.node).outputs.size())))
-      fail(fmt::format("problem.origin_producer_node[{}]", k), fmt::format("bad tensor (node {}, output {})", o.producer.node, o.producer.output));
-    bp.edge_origin.push_back(o);
-  }
-  if (x.graph_node_size() != N) fail("problem.graph_node", fmt::format("{} entries for {} problem nodes", x.graph_node_size(), N));
-  if (x.pnode_size() != g.size()) fail("problem.pnode", fmt::format("{} entries for {} graph nodes", x.pnode_size(), g.size()));
-  for (int v = 0; v < N; ++v) {
-    NodeIdx gi = x.graph_node(v);
-    if (gi < 0 || gi >= g.size()) fail(fmt::format("problem.graph_node[{}]", v), fmt::format("graph node {} out of range", gi));
-    bp.graph_node.push_back(gi);
-  }
-  for (NodeIdx i = 0; i < g.size(); ++i) {
-    PNodeIdx v = x.pnode(i);
-    if (v < -1 || v >= N || (v >= 0 && bp.graph_node[static_cast<size_t>(v)] != i))
-      fail(fmt::format("problem.pnode[{}] ('{}')", i, g.node(i).name), fmt::format("problem node {} does not map back to it", v));
-    if (v < 0 && g.node(i).kind != NodeKind::kOutput)
-      fail(fmt::format("problem.pnode[{}] ('{}')", i, g.node(i).name), "only output nodes may be left out");
-    bp.pnode.push_back(v);
-  }
-  if (x.node_strategy_list_size() != N) fail("problem.node_strategy_list", fmt::format("{} entries for {} problem nodes", x.node_strategy_list_size(), N));
-  bp.strategies.resize(static_cast<size_t>(N));
-  // A list stored once is decoded once per distinct set of tensor metas of the nodes using it
-  // (its specs default to the node's metas), and those nodes share the decoded list in memory
-  // as a freshly built problem does: decoding it once per node was most of the load time
-  // (llama3-8b 8x8: 9,675 nodes, a few hundred lists).
-  struct Decoded {
-    std::vector<TensorMeta> metas;
-    StrategyList list;
-  };
-  std::vector<std::vector<Decoded>> decoded(static_cast<size_t>(x.strategy_lists_size()));
-  std::vector<TensorMeta> metas;
-  for (int v = 0; v < N; ++v) {
-    uint32_t l = x.node_strategy_list(v);
-    if (l >= static_cast<uint32_t>(x.strategy_lists_size())) fail(fmt::format("problem.node_strategy_list[{}]", v), fmt::format("list {} of {}", l, x.strategy_lists_size()));
-    const NodeIdx gi = bp.graph_node[static_cast<size_t>(v)];
-    metas.clear();
-    if (gi >= 0 && gi < g.size()) {
-      const Node& node = g.node(gi);
-      metas.insert(metas.end(), node.outputs.begin(), node.outputs.end());
-      for (const TensorRef& in : node.inputs) metas.push_back(g.meta(in));
+    for (int k = 0; k < xn.outputs_size(); ++k) n.outputs.push_back(meta(xn.outputs(k), fmt::format("{}.outputs[{}]", where(), k)));
+    for (int k = 0; k < xn.attrs_size(); ++k) {
+      const pb::Attr& a = xn.attrs(k);
+      AttrValue v;
+      switch (a.value_case()) {
+        case pb::Attr::kB: v = a.b(); break;
+        case pb::Attr::kI: v = a.i(); break;
+        case pb::Attr::kD: v = a.d(); break;
+        case pb::Attr::kS: v = a.s(); break;
+        case pb::Attr::kInts: v = std::vector<int64_t>(a.ints().values().begin(), a.ints().values().end()); break;
+        default: fail(fmt::format("{}.attrs[{}] ('{}')", where(), k, a.key()), "attribute without a value");
+      }
+      if (!n.attrs.emplace(a.key(), std::move(v)).second)
+        fail(fmt::format("{}.attrs[{}]", where(), k), fmt::format("duplicate attribute '{}'", a.key()));
     }
-    std::vector<Decoded>& seen = decoded[l];
-    auto hit = std::find_if(seen.begin(), seen.end(), [&](const Decoded& d) { return d.metas == metas; });
-    const std::string where = fmt::format("problem.strategy_lists[{}] (problem node {})", l, v);
-    if (hit == seen.end()) {
-      seen.push_back({metas, strategies(x.strategy_lists(static_cast<int>(l)), g, gi, mesh.ndim(), where)});
-      hit = seen.end() - 1;
+    n.module_path = xn.module_path();
+    n.source = xn.source();
+    g.nodes.push_back(std::move(n));
+  }
+  for (int k = 0; k < x.grad_pairs_size(); ++k)
+    g.grad_pairs.push_back({x.grad_pairs(k).param(), {x.grad_pairs(k).grad().node(), x.grad_pairs(k).grad().output()}});
+  if (x.has_loss()) g.loss = TensorRef{x.loss().node(), x.loss().output()};
+  g.tangents.assign(x.tangents().begin(), x.tangents().end());
+  for (const pb::EagerIsland& xi : x.islands())
+    g.islands.push_back({xi.module(), {xi.sources().begin(), xi.sources().end()}});
+  std::string err = g.validate();
+  if (!err.empty()) fail("graph", err);
+  return g;
+}
+
+Mesh Decoder::mesh(const pb::Mesh& x) const {
+  const pb::Hardware& xh = x.hardware();
+  Hardware h;
+  h.name = xh.name();
+  h.peak_bf16_tflops = xh.peak_bf16_tflops();
+  h.peak_fp32_tflops = xh.peak_fp32_tflops();
+  h.hbm_gbps = xh.hbm_gbps();
+  h.memory_bytes = xh.memory_bytes();
+  h.nvlink_gbps = xh.nvlink_gbps();
+  h.intra_busbw_gbps = xh.intra_busbw_gbps();
+  h.inter_busbw_gbps = xh.inter_busbw_gbps();
+  h.intra_latency_us = xh.intra_latency_us();
+  h.inter_latency_us = xh.inter_latency_us();
+  h.base_latency_us = xh.base_latency_us();
+  h.gpus_per_node = xh.gpus_per_node();
+  h.efficiency = xh.efficiency();
+  h.launch_floor_us = xh.launch_floor_us();
+  if (h.gpus_per_node < 1) fail("mesh.hardware.gpus_per_node", fmt::format("expected >= 1, got {}", h.gpus_per_node));
+  if (h.memory_bytes < 0) fail("mesh.hardware.memory_bytes", "negative");
+  if (x.backend() > static_cast<uint32_t>(CommBackend::kGloo)) fail("mesh.backend", fmt::format("unknown backend {}", x.backend()));
+  if (x.dims_size() == 0) fail("mesh.dims", "a mesh needs at least one dim");
+  std::vector<int64_t> shape;
+  std::vector<std::string> names;
+  int64_t devices = 1;
+  for (int i = 0; i < x.dims_size(); ++i) {
+    int64_t s = x.dims(i).size();
+    if (s < 1 || s > kMaxMeshDevices || devices * s > kMaxMeshDevices)
+      fail(fmt::format("mesh.dims[{}].size", i), fmt::format("size {} out of range", s));
+    devices *= s;
+    shape.push_back(s);
+    names.push_back(x.dims(i).name());
+  }
+  Mesh m;
+  try {
+    m = Mesh(shape, names, h, static_cast<CommBackend>(x.backend()));
+  } catch (const std::exception& e) {
+    fail("mesh", e.what());
+  }
+  // The stored figures win over the derived ones (a mesh may have been tuned by hand).
+  for (int i = 0; i < x.dims_size(); ++i) {
+    MeshDim& d = m.dim(i);
+    d.inter_node = x.dims(i).inter_node();
+    d.busbw_gbps = x.dims(i).busbw_gbps();
+    d.latency_us = x.dims(i).latency_us();
+  }
+  return m;
+}
+
+PlannerOptions Decoder::options(const pb::Options& x) const {
+  PlannerOptions o;
+  if (x.comm_model() > static_cast<uint32_t>(CommModel::kDtensor)) fail("options.comm_model", fmt::format("unknown comm model {}", x.comm_model()));
+  o.comm_model = static_cast<CommModel>(x.comm_model());
+  o.memory_limit_bytes = x.memory_limit_bytes();
+  if (o.memory_limit_bytes < -1) fail("options.memory_limit_bytes", fmt::format("{} is not a budget", o.memory_limit_bytes));
+  o.time_limit_s = x.time_limit_s();
+  if (!(o.time_limit_s >= 0)) fail("options.time_limit_s", "expected >= 0");
+  o.mip_gap = x.mip_gap();
+  if (!(o.mip_gap >= 0)) fail("options.mip_gap", "expected >= 0");
+  o.threads = x.threads() == 0 ? 1 : x.threads();  // 0: not recorded (state_encode.cc)
+  if (o.threads < 0 || o.threads > 4096) fail("options.threads", fmt::format("{} out of range", o.threads));
+  o.skip_fully_replicated = x.skip_fully_replicated();
+  o.cluster = x.cluster();
+  o.require_divisible = x.require_divisible();
+  if (x.optimizer_kind() > static_cast<uint32_t>(OptimizerConfig::kNone)) fail("options.optimizer_kind", fmt::format("unknown optimizer {}", x.optimizer_kind()));
+  o.optimizer.kind = static_cast<OptimizerConfig::Kind>(x.optimizer_kind());
+  o.optimizer.sgd_momentum = x.sgd_momentum();
+  o.run_checks = x.run_checks();
+  // preload_solution / ilp_solution_file stay off: a file must not choose where a later
+  // solve writes (see state_encode.cc).
+  if (x.recompute() > static_cast<uint32_t>(RecomputePolicy::kSelectiveOp)) fail("options.recompute", fmt::format("unknown policy {}", x.recompute()));
+  o.recompute = static_cast<RecomputePolicy>(x.recompute());
+  o.overlap = x.overlap();
+  o.overlap_discount = x.overlap_discount();
+  if (!(o.overlap_discount >= 0 && o.overlap_discount <= 1)) fail("options.overlap_discount", "expected a value in [0, 1]");
+  if (x.objective() > 1) fail("options.objective", fmt::format("unknown objective {}", x.objective()));
+  o.objective = x.objective() == 1 ? Objective::kOverlap : Objective::kAdditive;
+  o.context_parallel = !x.no_context_parallel();
+  o.shard_orders = x.shard_orders();
+  return o;
+}
+
+template <class Where>
+Placement Decoder::placement(uint32_t code, const Where& where) const {
+  uint32_t kind = code & 3, value = code >> 2;
+  if (kind == static_cast<uint32_t>(Placement::Kind::kReplicate)) {
+    if (value != 0) fail(where(), fmt::format("bad placement code {}", code));
+    return Placement::replicate();
+  }
+  if (kind == static_cast<uint32_t>(Placement::Kind::kShard)) {
+    // Low 6 bits: the dim; above them: split factor - 1 (state_encode.cc).
+    static_assert(kMaxRank == 64);
+    const uint32_t dim = value & 63, sf = (value >> 6) + 1;
+    return Placement::strided_shard(static_cast<int32_t>(dim), sf);
+  }
+  if (kind == static_cast<uint32_t>(Placement::Kind::kPartial) && value <= static_cast<uint32_t>(ReduceOp::kMin))
+    return Placement::partial(static_cast<ReduceOp>(value));
+  fail(where(), fmt::format("bad placement code {}", code));
+}
+
+std::vector<Placement> Decoder::placements(const google::protobuf::RepeatedField<uint32_t>& codes, const std::string& where) const {
+  std::vector<Placement> out;
+  out.reserve(static_cast<size_t>(codes.size()));
+  for (int k = 0; k < codes.size(); ++k)
+    out.push_back(placement(codes.Get(k), [&] { return fmt::format("{}[{}]", where, k); }));
+  return out;
+}
+
+std::vector<Constraint> Decoder::constraints(const google::protobuf::RepeatedPtrField<pb::Constraint>& xs, const Graph& g, const Mesh& mesh) const {
+  std::vector<Constraint> out;
+  for (int i = 0; i < xs.size(); ++i) {
+    const pb::Constraint& x = xs.Get(i);
+    const std::string where = fmt::format("constraints[{}] ('{}')", i, x.name());
+    Constraint c;
+    c.name = x.name();
+    if (c.name.empty()) fail(where + ".name", "empty constraint name");
+    for (const Constraint& o : out)
+      if (o.name == c.name) fail(where + ".name", "duplicate constraint name");
+    if (x.kind() > static_cast<uint32_t>(Constraint::Kind::kParameterMemory)) fail(where + ".kind", fmt::format("unknown kind {}", x.kind()));
+    c.kind = static_cast<Constraint::Kind>(x.kind());
+    c.node = x.node();
+    c.output = placements(x.output(), where + ".output");
+    if (x.has_inputs()) {
+      c.inputs.emplace();
+      for (int k = 0; k < x.inputs_size(); ++k)
+        c.inputs->push_back(placements(x.inputs(k).codes(), fmt::format("{}.inputs[{}]", where, k)));
+    } else if (x.inputs_size() > 0) {
+      fail(where + ".inputs", "inputs given but has_inputs is false");
     }
-    if (hit->list.size() != p.nodes[static_cast<size_t>(v)].costs.size())
-      fail(where, fmt::format("{} strategies but {} costs", hit->list.size(), p.nodes[static_cast<size_t>(v)].costs.size()));
-    bp.strategies[static_cast<size_t>(v)] = hit->list;
-  }
-  for (int k = 0; k < x.fallback_ops_size(); ++k) bp.fallback_ops.push_back(x.fallback_ops(k));
-  bp.memory_limit = x.memory_limit();
-  if (bp.memory_limit < 0) fail("problem.memory_limit", "negative");
-  bp.has_optimizer = x.has_optimizer();
-  auto S = [&](PNodeIdx v) { return p.nodes[static_cast<size_t>(v)].costs.size(); };
-  for (int k = 0; k < x.recompute_regions_size(); ++k) {
-    const pb::RecomputeRegion& xr = x.recompute_regions(k);
-    const std::string where = fmt::format("problem.recompute_regions[{}]", k);
-    BuiltProblem::RecomputeRegion r;
-    r.layer = xr.layer();
-    r.region = xr.region();
-    r.decision = xr.decision();
-    r.first_op = xr.first_op();
-    if (r.decision < 0 || r.decision >= N) fail(where + ".decision", fmt::format("problem node {} out of range", r.decision));
-    if (r.first_op < 0 || r.first_op >= g.size()) fail(where + ".first_op", fmt::format("graph node {} out of range", r.first_op));
-    for (int j = 0; j < xr.modes_size(); ++j) {
-      if (xr.modes(j) > static_cast<uint32_t>(RecomputePolicy::kFull) &&
-          xr.modes(j) != static_cast<uint32_t>(RecomputePolicy::kSelectiveOp))
-        fail(fmt::format("{}.modes[{}]", where, j), fmt::format("unknown mode {}", xr.modes(j)));
-      r.modes.push_back(static_cast<RecomputePolicy>(xr.modes(j)));
+    c.low = x.low();
+    c.high = x.high();
+    if (c.kind == Constraint::Kind::kPin) {
+      if (!g.find(c.node)) fail(where + ".node", fmt::format("no node named '{}'", c.node));
+      if (static_cast<int32_t>(c.output.size()) != mesh.ndim())
+        fail(where + ".output", fmt::format("{} placements for a {}-D mesh", c.output.size(), mesh.ndim()));
+      if (c.inputs)
+        for (size_t k = 0; k < c.inputs->size(); ++k)
+          if (!(*c.inputs)[k].empty() && static_cast<int32_t>((*c.inputs)[k].size()) != mesh.ndim())
+            fail(fmt::format("{}.inputs[{}]", where, k), fmt::format("{} placements for a {}-D mesh", (*c.inputs)[k].size(), mesh.ndim()));
+    } else if (!(c.low >= 0 && c.high >= c.low)) {
+      fail(where, fmt::format("need 0 <= low <= high, got [{}, {}]", c.low, c.high));
     }
-    if (r.modes.size() != S(r.decision)) fail(where, fmt::format("{} modes but the decision node has {} strategies", r.modes.size(), S(r.decision)));
-    bp.recompute_regions.push_back(std::move(r));
+    out.push_back(std::move(c));
   }
-  for (int k = 0; k < x.op_comm_size(); ++k) {
-    const pb::OpComm& xo = x.op_comm(k);
-    const std::string where = fmt::format("problem.op_comm[{}]", k);
-    if (xo.node() >= static_cast<uint32_t>(N)) fail(where, fmt::format("problem node {} out of range", xo.node()));
-    if (static_cast<size_t>(xo.us_size()) != S(static_cast<PNodeIdx>(xo.node())))
-      fail(where, fmt::format("{} values for {} strategies", xo.us_size(), S(static_cast<PNodeIdx>(xo.node()))));
-    bp.set_op_comm(static_cast<PNodeIdx>(xo.node()),
-                   std::make_shared<const std::vector<double>>(xo.us().begin(), xo.us().end()));
+  return out;
+}
+
+std::vector<Strategy> Decoder::strategies(const pb::StrategyList& x, const Graph& g, NodeIdx gi, int32_t ndim,
+                                           const std::string& where) const {
+  const int n = x.out_count_size();
+  if (x.in_count_size() != n) fail(where, fmt::format("{} output counts but {} input counts", n, x.in_count_size()));
+  const Node* node = gi >= 0 && gi < g.size() ? &g.node(gi) : nullptr;
+  uint64_t specs = 0;
+  for (int s = 0; s < n; ++s) {
+    const uint32_t no = x.out_count(s), ni = x.in_count(s);
+    auto ok = [](uint32_t c, size_t have) { return c == 0 || c == have; };
+    if (!node ? (no || ni) : !(ok(no, node->outputs.size()) && ok(ni, node->inputs.size())))
+      fail(fmt::format("{}.strategy[{}]", where, s), fmt::format("{} outputs and {} inputs do not fit the node", no, ni));
+    specs += no + ni;
   }
-  for (int k = 0; k < x.recompute_aux_size(); ++k) {
-    const pb::RecomputeAux& xa = x.recompute_aux(k);
-    const std::string where = fmt::format("problem.recompute_aux[{}]", k);
-    BuiltProblem::RecomputeAux a;
-    a.node = xa.node();
-    a.owner = xa.owner();
-    a.region = xa.region();
-    if (xa.role() > static_cast<uint32_t>(BuiltProblem::RecomputeAux::kKeep)) fail(where + ".role", fmt::format("unknown role {}", xa.role()));
-    a.role = static_cast<BuiltProblem::RecomputeAux::Role>(xa.role());
-    if (a.node < 0 || a.node >= N || a.owner < 0 || a.owner >= N) fail(where, "problem node out of range");
-    if (a.region < 0 || a.region >= static_cast<int32_t>(bp.recompute_regions.size())) fail(where + ".region", fmt::format("region {} out of range", a.region));
-    // Every role has one strategy per (mode of its region, owner strategy): recompute.cc add_aux.
-    const size_t want = bp.recompute_regions[static_cast<size_t>(a.region)].modes.size() * S(a.owner);
-    if (S(a.node) != want) fail(where, fmt::format("{} strategies, expected {}", S(a.node), want));
-    bp.recompute_aux.push_back(a);
+  if (static_cast<uint64_t>(x.codes_size()) != specs * static_cast<uint64_t>(ndim))
+    fail(where + ".codes", fmt::format("{} placement codes, expected {}", x.codes_size(), specs * static_cast<uint64_t>(ndim)));
+  std::vector<const pb::TensorMeta*> override(specs, nullptr);
+  for (int k = 0; k < x.metas_size(); ++k) {
+    uint32_t at = x.metas(k).spec();
+    if (at >= specs || override[at]) fail(fmt::format("{}.metas[{}]", where, k), fmt::format("bad spec index {}", at));
+    override[at] = &x.metas(k).meta();
   }
-  // Derived from the graph, as build_problem derives it (not stored).
-  if (!bp.recompute_regions.empty()) bp.selective_saved = selective_saves(g);
-  bp.cp_buffers = cp_buffers_from_edges(g, bp);
-  return bp;
+  std::vector<Strategy> out(static_cast<size_t>(n));
+  int code = 0;
+  uint32_t spec = 0;
+  for (int s = 0; s < n; ++s) {
+    auto fill = [&](std::vector<ShardingSpec>& v, uint32_t count, bool output) {
+      for (uint32_t k = 0; k < count; ++k, ++spec) {
+        const std::string_view side = output ? "output" : "input";
+        ShardingSpec sp;
+        if (override[spec]) sp.meta = meta(*override[spec], fmt::format("{}.metas[spec {}]", where, spec));
+        else sp.meta = output ? node->outputs[k] : g.meta(node->inputs[k]);
+        for (int32_t d = 0; d < ndim; ++d, ++code) {
+          Placement p = placement(x.codes(code), [&] { return fmt::format("{}.codes[{}]", where, code); });
+          if (p.is_shard() && p.dim >= sp.meta.rank())
+            fail(fmt::format("{}.strategy[{}].{}[{}]", where, s, side, k),
+                 fmt::format("S({}) of a rank-{} tensor", p.dim, sp.meta.rank()));
+          sp.placements.push_back(p);
+        }
+        v.push_back(std::move(sp));
+      }
+    };
+    fill(out[static_cast<size_t>(s)].outputs, x.out_count(s), true);
+    fill(out[static_cast<size_t>(s)].inputs, x.in_count(s), false);
+  }
+  for (int k = 0; k < x.cp_size(); ++k) {
+    const pb::CpTag& t = x.cp(k);
+    const std::string at = fmt::format("{}.cp[{}]", where, k);
+    if (t.strategy() >= static_cast<uint32_t>(n)) fail(at, fmt::format("strategy {} of {}", t.strategy(), n));
+    if (t.mesh_dim() >= static_cast<uint32_t>(ndim)) fail(at, fmt::format("mesh dim {} of {}", t.mesh_dim(), ndim));
+    if (t.kind() > static_cast<uint32_t>(CpKind::kAllGather)) fail(at, fmt::format("unknown kind {}", t.kind()));
+    out[t.strategy()].cp = ContextParallel{static_cast<int32_t>(t.mesh_dim()), static_cast<CpKind>(t.kind()),
+                                           t.load_balance()};
+  }
+  return out;
 }
 
 Plan Decoder::plan(const pb::Plan& x, const Graph& g, const Mesh& mesh) const {
@@ -553,6 +347,8 @@ Plan Decoder::plan(const pb::Plan& x, const Graph& g, const Mesh& mesh) const {
   for (const pb::LayerRecompute& l : x.layer_recompute()) plan.layer_recompute.emplace_back(l.layer(), l.mode());
   return plan;
 }
+
+namespace {
 
 template <class Msg>
 void parse(Msg& m, std::string_view payload, const Decoder& d) {

@@ -17,6 +17,7 @@
 #include "cost/redistribute.h"
 #include "planner/cp_cost.h"
 #include "planner/cp_memory.h"
+#include "planner/edge_matrix_cache.h"
 #include "planner/inflight_memory.h"
 #include "planner/recipes.h"
 #include "planner/recompute.h"
@@ -25,143 +26,7 @@
 
 namespace autoshard {
 
-std::vector<char> view_aliases(const Graph& g, bool views_alias) {
-  std::vector<char> alias(static_cast<size_t>(g.size()), 0);
-  std::vector<NodeIdx> base(static_cast<size_t>(g.size()));
-  for (NodeIdx i = 0; i < g.size(); ++i) {
-    const Node& x = g.node(i);
-    base[static_cast<size_t>(i)] = i;
-    if (x.kind != NodeKind::kOp || !is_alias_op(x.op) || x.inputs.empty()) continue;
-    const NodeIdx b = base[static_cast<size_t>(x.inputs[0].node)];
-    const NodeKind k = g.node(b).kind;
-    if (views_alias || k == NodeKind::kParameter || k == NodeKind::kBuffer) {
-      alias[static_cast<size_t>(i)] = 1;
-      base[static_cast<size_t>(i)] = b;
-    }
-  }
-  return alias;
-}
-
-std::vector<std::pair<int64_t, int64_t>> live_intervals(const Graph& g, bool views_alias) {
-  return live_intervals(g, view_aliases(g, views_alias));
-}
-
-std::vector<std::pair<int64_t, int64_t>> live_intervals(const Graph& g, const std::vector<char>& alias) {
-  const int64_t n = g.size();
-  std::vector<std::pair<int64_t, int64_t>> iv(static_cast<size_t>(n));
-  for (NodeIdx i = 0; i < g.size(); ++i) {
-    const Node& x = g.node(i);
-    // Parameters, buffers (optimizer state) persist across steps: live for the whole step.
-    if (x.kind == NodeKind::kParameter || x.kind == NodeKind::kBuffer)
-      iv[static_cast<size_t>(i)] = {0, n};
-    else
-      iv[static_cast<size_t>(i)] = {i, i + 1};
-  }
-  // A view keeps the storage it aliases alive: each use of a view extends its base tensor
-  // (the first input of the chain of views), and the view itself holds no bytes.
-  std::vector<NodeIdx> base(static_cast<size_t>(n));
-  for (NodeIdx i = 0; i < g.size(); ++i) {
-    const Node& x = g.node(i);
-    base[static_cast<size_t>(i)] = i;
-    if (alias[static_cast<size_t>(i)]) base[static_cast<size_t>(i)] = base[static_cast<size_t>(x.inputs[0].node)];
-  }
-  for (NodeIdx i = 0; i < g.size(); ++i) {
-    const Node& x = g.node(i);
-    // Uses by the graph's output node do not extend liveness: the outputs are the loss and the
-    // gradients, whose memory is accounted with the parameter state.
-    if (x.kind == NodeKind::kOutput) continue;
-    for (const TensorRef& r : x.inputs) {
-      for (NodeIdx t : {r.node, base[static_cast<size_t>(r.node)]}) {
-        auto& [s, e] = iv[static_cast<size_t>(t)];
-        e = std::max<int64_t>(e, i + 1);
-      }
-    }
-  }
-  return iv;
-}
-
 namespace {
-
-/// Interns lists of sharding specs so that identical edge matrices (repeated layers have the
-/// same shapes and strategies) are computed once.
-struct SpecListHash {
-  size_t operator()(const std::vector<ShardingSpec>& v) const {
-    size_t h = v.size();
-    auto mix = [&h](uint64_t x) { h ^= x + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2); };
-    for (const ShardingSpec& s : v) {
-      for (const Placement& p : s.placements)
-        mix(static_cast<uint64_t>(p.kind) * 131 + static_cast<uint64_t>(p.dim) * 7 +
-            static_cast<uint64_t>(p.reduce));
-      for (int64_t d : s.meta.shape) mix(static_cast<uint64_t>(d));
-      mix(static_cast<uint64_t>(s.meta.dtype));
-    }
-    return h;
-  }
-};
-
-class EdgeMatrixCache {
- public:
-  EdgeMatrixCache(const Mesh& mesh, CommModel model, double discount = 1)
-      : mesh_(mesh), model_(model), discount_(discount) {}
-
-  int32_t intern(std::vector<ShardingSpec> specs) {
-    auto [it, inserted] = ids_.try_emplace(std::move(specs), static_cast<int32_t>(lists_.size()));
-    if (inserted) lists_.push_back(&it->first);
-    return it->second;
-  }
-
-  /// Row-major |from| x |to| matrix of redistribution times; `strict` forbids any change.
-  /// `discounted`: times scaled by the discount (PlannerOptions::overlap).
-  std::shared_ptr<const std::vector<Cost>> matrix(int32_t from, int32_t to, bool strict,
-                                                  bool discounted = false) {
-    uint64_t key = (static_cast<uint64_t>(from) << 34) | (static_cast<uint64_t>(to) << 2) |
-                   (discounted ? 2u : 0u) |
-                   (strict ? 1u : 0u);
-    auto it = cache_.find(key);
-    if (it != cache_.end()) return it->second;
-    const auto& a = *lists_[static_cast<size_t>(from)];
-    const auto& b = *lists_[static_cast<size_t>(to)];
-    // Many strategies of a node share one output (or input) spec: each distinct pair of specs
-    // is costed once (on 3-D meshes this was most of the problem build).
-    std::vector<size_t> ua, ub;
-    const std::vector<size_t> ia = distinct(a, ua), ib = distinct(b, ub);
-    std::vector<Cost> u(ua.size() * ub.size());
-    for (size_t x = 0; x < ua.size(); ++x)
-      for (size_t y = 0; y < ub.size(); ++y) {
-        const ShardingSpec& f = a[ua[x]];
-        const ShardingSpec& t = b[ub[y]];
-        u[x * ub.size() + y] = strict ? (f.placements == t.placements ? 0.0 : kInfCost)
-                                      : redistribute_cost_us(f, t, mesh_, model_) *
-                                            (discounted ? discount_ : 1.0);
-      }
-    std::vector<Cost> m(a.size() * b.size());
-    for (size_t p = 0; p < a.size(); ++p)
-      for (size_t q = 0; q < b.size(); ++q) m[p * b.size() + q] = u[ia[p] * ub.size() + ib[q]];
-    auto shared = std::make_shared<const std::vector<Cost>>(std::move(m));
-    cache_.emplace(key, shared);
-    return shared;
-  }
-
- private:
-  /// Index of each spec among the distinct ones, which `first` receives (first positions).
-  static std::vector<size_t> distinct(const std::vector<ShardingSpec>& v, std::vector<size_t>& first) {
-    std::vector<size_t> idx(v.size());
-    for (size_t i = 0; i < v.size(); ++i) {
-      size_t k = 0;
-      while (k < first.size() && !(v[first[k]] == v[i])) ++k;
-      if (k == first.size()) first.push_back(i);
-      idx[i] = k;
-    }
-    return idx;
-  }
-
-  const Mesh& mesh_;
-  CommModel model_;
-  double discount_ = 1;
-  std::unordered_map<std::vector<ShardingSpec>, int32_t, SpecListHash> ids_;
-  std::vector<const std::vector<ShardingSpec>*> lists_;
-  std::unordered_map<uint64_t, std::shared_ptr<const std::vector<Cost>>> cache_;
-};
 
 /// Everything a node's strategies, compute costs and usages depend on: kind, op, attributes,
 /// output metas and input metas (not its name, phase or position).  Corresponding nodes of
@@ -289,18 +154,57 @@ static void scale_once_per_step(const Graph& g, const Mesh& mesh, double scale, 
   }
 }
 
-BuiltProblem build_problem(const Graph& g, const Mesh& mesh, const PlannerOptions& opt,
-                           const std::vector<Constraint>& constraints) {
-  BuiltProblem bp;
-  Problem& prob = bp.problem;
-  prob.name = g.name;
-  bp.pnode.assign(static_cast<size_t>(g.size()), -1);
-  for (const Node& x : g.nodes)
-    if (x.phase == Phase::kOptimizer && x.kind == NodeKind::kOp) bp.has_optimizer = true;
+namespace {
 
-  // Pins by node.
-  std::map<NodeIdx, std::vector<const Constraint*>> pins;
+/// One build_problem call: its inputs, the problem so far and the tables its stages share
+/// (nodes first, then the edges between them, then what is added on top).
+struct ProblemBuild {
+  const Graph& g;
+  const Mesh& mesh;
+  const PlannerOptions& opt;
+  BuiltProblem& bp;
+  Problem& prob;
+  std::map<NodeIdx, std::vector<const Constraint*>> pins;  ///< pins by node
   std::vector<const Constraint*> param_memory;
+  // ---- node stage
+  StrategyOptions sopt, sopt_plain;
+  std::vector<char> chain;  ///< per graph node: on a parameter's chain
+  std::set<std::string> fallback;
+  std::vector<char> alias;
+  std::vector<std::pair<int64_t, int64_t>> intervals;
+  int64_t total_strategies = 0;
+  /// Unpinned nodes with equal signatures share one template (index per problem node, -1 for
+  /// pinned ones, which are built on their own).
+  std::unordered_map<std::string, int32_t> template_of_signature;
+  std::vector<NodeTemplate> templates;
+  std::vector<int32_t> template_of;  // per problem node
+  // ---- edge stage
+  EdgeMatrixCache cache;
+  std::map<std::pair<PNodeIdx, int32_t>, int32_t> out_ids;
+
+  ProblemBuild(const Graph& g_, const Mesh& mesh_, const PlannerOptions& opt_, BuiltProblem& bp_)
+      : g(g_), mesh(mesh_), opt(opt_), bp(bp_), prob(bp_.problem), cache(mesh_, opt_.comm_model, opt_.overlap_discount) {}
+
+  void collect_constraints(const std::vector<Constraint>& constraints);
+  void prepare_nodes();
+  void add_strategies(size_t n);
+  void add_nodes();
+  ProblemNode interval_node(NodeIdx i) const;
+  void add_from_template(NodeIdx i, int32_t tmpl);
+  std::vector<Strategy> kept_strategies(NodeIdx i, NodeStrategies& ns);
+  void add_costed(NodeIdx i, std::vector<Strategy> kept, bool fallback_op, int32_t tmpl);
+  void push_node(NodeIdx i, ProblemNode pn, StrategyList list, int32_t tmpl);
+  int32_t interned(PNodeIdx p, int32_t k, bool output);
+  int32_t out_id(PNodeIdx p, int32_t k);
+  void add_edges();
+  void add_use_edges(NodeIdx i, PNodeIdx v, std::set<NodeIdx>& optimizer_consumed);
+  void add_grad_agreements(const std::set<NodeIdx>& optimizer_consumed);
+  void add_output_costs();
+  void add_parameter_memory(const Constraint& c, int64_t& t_extra);
+  void add_shadows(const Constraint& c, int side, double scale, int64_t t_extra);
+};
+
+void ProblemBuild::collect_constraints(const std::vector<Constraint>& constraints) {
   for (const Constraint& c : constraints) {
     if (c.kind == Constraint::Kind::kParameterMemory) {
       param_memory.push_back(&c);
@@ -311,40 +215,36 @@ BuiltProblem build_problem(const Graph& g, const Mesh& mesh, const PlannerOption
       throw std::runtime_error(fmt::format("constraint '{}': no node named '{}'", c.name, c.node));
     pins[*idx].push_back(&c);
   }
+}
 
-  // Strategies per node.
-  StrategyOptions sopt;
+/// Strategy options, parameter chains and live intervals: what every node's build reads.
+void ProblemBuild::prepare_nodes() {
   sopt.require_divisible = opt.require_divisible;
   sopt.context_parallel = opt.context_parallel;
   sopt.shard_orders = opt.shard_orders;
   // Ordered variants on the parameters' chains only (strategy/shard_orders.h).
-  const std::vector<char> chain =
-      opt.shard_orders ? parameter_chain_nodes(g) : std::vector<char>(static_cast<size_t>(g.size()), 0);
-  StrategyOptions sopt_plain = sopt;
+  chain = opt.shard_orders ? parameter_chain_nodes(g) : std::vector<char>(static_cast<size_t>(g.size()), 0);
+  sopt_plain = sopt;
   sopt_plain.shard_orders = false;
-  std::set<std::string> fallback;
   // Views alias their base only without recomputation (see live_intervals).
   const bool views_alias =
       opt.recompute == RecomputePolicy::kNone || opt.recompute == RecomputePolicy::kIfNeeded;
-  const std::vector<char> alias = view_aliases(g, views_alias);
-  const auto intervals = live_intervals(g, alias);
-  const bool param_state_on_params = !bp.has_optimizer;
-  // Refuse a problem beyond kMaxStrategiesTotal at once instead of spending minutes and
-  // gigabytes on it (4-D meshes: a matmul alone has thousands of strategies).
-  int64_t total_strategies = 0;
-  auto add_strategies = [&](size_t n) {
-    total_strategies += static_cast<int64_t>(n);
-    if (total_strategies > kMaxStrategiesTotal)
-      throw std::runtime_error(fmt::format(
-          "problem too large: more than {} sharding strategies over the graph's {} nodes on a {}-D "
-          "mesh (use a mesh with fewer dims, e.g. fold two of {}, or pin nodes)",
-          kMaxStrategiesTotal, g.size(), mesh.ndim(), mesh.describe()));
-  };
-  // Unpinned nodes with equal signatures share one template (index per problem node, -1 for
-  // pinned ones, which are built on their own).
-  std::unordered_map<std::string, int32_t> template_of_signature;
-  std::vector<NodeTemplate> templates;
-  std::vector<int32_t> template_of;  // per problem node
+  alias = view_aliases(g, views_alias);
+  intervals = live_intervals(g, alias);
+}
+
+/// Refuses a problem beyond kMaxStrategiesTotal at once instead of spending minutes and
+/// gigabytes on it (4-D meshes: a matmul alone has thousands of strategies).
+void ProblemBuild::add_strategies(size_t n) {
+  total_strategies += static_cast<int64_t>(n);
+  if (total_strategies > kMaxStrategiesTotal)
+    throw std::runtime_error(fmt::format(
+        "problem too large: more than {} sharding strategies over the graph's {} nodes on a {}-D "
+        "mesh (use a mesh with fewer dims, e.g. fold two of {}, or pin nodes)",
+        kMaxStrategiesTotal, g.size(), mesh.ndim(), mesh.describe()));
+}
+
+void ProblemBuild::add_nodes() {
   for (NodeIdx i = 0; i < g.size(); ++i) {
     const Node& x = g.node(i);
     if (x.kind == NodeKind::kOutput) continue;
@@ -356,129 +256,149 @@ BuiltProblem build_problem(const Graph& g, const Mesh& mesh, const PlannerOption
           static_cast<int32_t>(templates.size()));
       tmpl = it->second;
       if (!inserted) {
-        const NodeTemplate& t = templates[static_cast<size_t>(tmpl)];
-        ProblemNode pn;
-        pn.name = x.name;
-        pn.start = intervals[static_cast<size_t>(i)].first;
-        pn.end = intervals[static_cast<size_t>(i)].second;
-        pn.costs = t.costs;
-        pn.usages = t.usages;
-        bp.set_op_comm(prob.num_nodes(), t.op_comm);
-        if (t.fallback) fallback.insert(x.op);
-        add_strategies(t.strategies.size());
-        bp.pnode[static_cast<size_t>(i)] = prob.num_nodes();
-        bp.graph_node.push_back(i);
-        bp.strategies.push_back(t.strategies);
-        prob.nodes.push_back(std::move(pn));
-        template_of.push_back(tmpl);
+        add_from_template(i, tmpl);
         continue;
       }
     }
     NodeStrategies ns = enumerate_strategies(g, i, mesh, chain[static_cast<size_t>(i)] ? sopt : sopt_plain);
     if (ns.fallback) fallback.insert(x.op);
-    std::vector<Strategy> kept;
-    kept.reserve(ns.strategies.size());
-    for (Strategy& s : ns.strategies) {
-      bool ok = true;
-      if (auto it = pins.find(i); it != pins.end())
-        for (const Constraint* c : it->second) ok = ok && matches_pin(s, *c);
-      if (ok) kept.push_back(std::move(s));
-    }
-    if (kept.empty()) {
-      std::string avail;
-      for (const Strategy& s : ns.strategies)
-        if (!s.outputs.empty()) avail += (avail.empty() ? "" : ", ") + s.outputs[0].to_string();
-      throw std::runtime_error(fmt::format(
-          "constraint '{}': node '{}' has no strategy with those placements (outputs available: "
-          "{})",
-          pins[i].front()->name, x.name, avail));
-    }
-    // Edge matrices are |S_u| x |S_v| doubles: past this many strategies one matrix would
-    // need more than 512 MiB, which no real plan does (issue 14: a bound, not an OOM).
-    if (kept.size() > kMaxStrategiesPerNode)
-      throw std::runtime_error(fmt::format(
-          "node '{}': {} sharding strategies on a {}-D mesh exceed the limit of {} (use a mesh "
-          "with fewer dims or pin the node)",
-          x.name, kept.size(), mesh.ndim(), kMaxStrategiesPerNode));
-    drop_dominated_cp_kinds(x, kept, mesh, opt.comm_model);
-    if (opt.skip_fully_replicated && kept.size() > 1) {
-      std::vector<Strategy> sharded;
-      for (Strategy& s : kept)
-        if (!fully_replicated(s)) sharded.push_back(s);
-      if (!sharded.empty()) kept = std::move(sharded);
-    }
-    ProblemNode pn;
-    pn.name = x.name;
-    pn.start = intervals[static_cast<size_t>(i)].first;
-    pn.end = intervals[static_cast<size_t>(i)].second;
-    pn.costs.reserve(kept.size());
-    pn.usages.reserve(kept.size());
-    std::vector<double> op_comm;  // filled only when some strategy communicates inside the op
-    for (const Strategy& s : kept) {
-      const NodeCost nc = node_cost(x, s, mesh, opt.comm_model);
-      const Cost c = nc.total_us();
-      if (nc.op_comm_us > 0 && op_comm.empty()) op_comm.assign(pn.costs.size(), 0.0);
-      if (!op_comm.empty()) op_comm.push_back(nc.op_comm_us);
-      int64_t bytes = 0;
-      if (x.kind == NodeKind::kParameter && param_state_on_params)
-        bytes = parameter_state_bytes(s.outputs.at(0), mesh, opt.optimizer);
-      else if (alias[static_cast<size_t>(i)])
-        bytes = 0;  // a view: its base holds the bytes (live_intervals)
-      else
-        for (const ShardingSpec& o : s.outputs) bytes += o.local_bytes(mesh);
-      pn.costs.push_back(c);
-      pn.usages.push_back(bytes);
-    }
-    StrategyList list(std::move(kept));
-    std::shared_ptr<const std::vector<double>> comm;
-    if (!op_comm.empty()) comm = std::make_shared<const std::vector<double>>(std::move(op_comm));
-    bp.set_op_comm(prob.num_nodes(), comm);
-    if (tmpl >= 0) {
-      NodeTemplate t;
-      t.strategies = list;
-      t.costs = pn.costs;
-      t.usages = pn.usages;
-      t.op_comm = comm;
-      t.fallback = ns.fallback;
-      t.output_list.assign(x.outputs.size(), -1);
-      t.input_list.assign(x.inputs.size(), -1);
-      templates.push_back(std::move(t));
-    }
-    add_strategies(list.size());
-    bp.pnode[static_cast<size_t>(i)] = prob.num_nodes();
-    bp.graph_node.push_back(i);
-    bp.strategies.push_back(std::move(list));
-    prob.nodes.push_back(std::move(pn));
-    template_of.push_back(tmpl);
+    add_costed(i, kept_strategies(i, ns), ns.fallback, tmpl);
   }
   bp.fallback_ops.assign(fallback.begin(), fallback.end());
+}
 
-  // Edges: one per tensor use.
-  EdgeMatrixCache cache(mesh, opt.comm_model, opt.overlap_discount);
-  // Spec lists are interned once per template (nodes of one template have equal lists).
-  auto interned = [&](PNodeIdx p, int32_t k, bool output) {
-    const int32_t t = template_of[static_cast<size_t>(p)];
-    int32_t* slot = nullptr;
-    if (t >= 0) {
-      NodeTemplate& nt = templates[static_cast<size_t>(t)];
-      slot = &(output ? nt.output_list : nt.input_list).at(static_cast<size_t>(k));
-      if (*slot >= 0) return *slot;
-    }
-    std::vector<ShardingSpec> v;
-    for (const Strategy& s : bp.strategies[static_cast<size_t>(p)])
-      v.push_back((output ? s.outputs : s.inputs).at(static_cast<size_t>(k)));
-    const int32_t id = cache.intern(std::move(v));
-    if (slot) *slot = id;
-    return id;
-  };
-  auto output_list = [&](PNodeIdx p, int32_t k) { return interned(p, k, true); };
-  auto input_list = [&](PNodeIdx p, int32_t slot) { return interned(p, slot, false); };
-  std::map<std::pair<PNodeIdx, int32_t>, int32_t> out_ids;
-  auto out_id = [&](PNodeIdx p, int32_t k) {
-    auto [it, ins] = out_ids.try_emplace({p, k}, 0);
-    if (ins) it->second = output_list(p, k);
-    return it->second;
-  };
+ProblemNode ProblemBuild::interval_node(NodeIdx i) const {
+  ProblemNode pn;
+  pn.name = g.node(i).name;
+  pn.start = intervals[static_cast<size_t>(i)].first;
+  pn.end = intervals[static_cast<size_t>(i)].second;
+  return pn;
+}
+
+/// A node whose signature was seen: the template's strategies, costs and usages.
+void ProblemBuild::add_from_template(NodeIdx i, int32_t tmpl) {
+  const NodeTemplate& t = templates[static_cast<size_t>(tmpl)];
+  ProblemNode pn = interval_node(i);
+  pn.costs = t.costs;
+  pn.usages = t.usages;
+  bp.set_op_comm(prob.num_nodes(), t.op_comm);
+  if (t.fallback) fallback.insert(g.node(i).op);
+  push_node(i, std::move(pn), t.strategies, tmpl);
+}
+
+/// The node's strategies that match its pins, within the per-node limit, without dominated
+/// context-parallel kinds (and without fully replicated ones when asked and others remain).
+std::vector<Strategy> ProblemBuild::kept_strategies(NodeIdx i, NodeStrategies& ns) {
+  const Node& x = g.node(i);
+  std::vector<Strategy> kept;
+  kept.reserve(ns.strategies.size());
+  for (Strategy& s : ns.strategies) {
+    bool ok = true;
+    if (auto it = pins.find(i); it != pins.end())
+      for (const Constraint* c : it->second) ok = ok && matches_pin(s, *c);
+    if (ok) kept.push_back(std::move(s));
+  }
+  if (kept.empty()) {
+    std::string avail;
+    for (const Strategy& s : ns.strategies)
+      if (!s.outputs.empty()) avail += (avail.empty() ? "" : ", ") + s.outputs[0].to_string();
+    throw std::runtime_error(fmt::format(
+        "constraint '{}': node '{}' has no strategy with those placements (outputs available: "
+        "{})",
+        pins[i].front()->name, x.name, avail));
+  }
+  // Edge matrices are |S_u| x |S_v| doubles: past this many strategies one matrix would
+  // need more than 512 MiB, which no real plan does (issue 14: a bound, not an OOM).
+  if (kept.size() > kMaxStrategiesPerNode)
+    throw std::runtime_error(fmt::format(
+        "node '{}': {} sharding strategies on a {}-D mesh exceed the limit of {} (use a mesh "
+        "with fewer dims or pin the node)",
+        x.name, kept.size(), mesh.ndim(), kMaxStrategiesPerNode));
+  drop_dominated_cp_kinds(x, kept, mesh, opt.comm_model);
+  if (opt.skip_fully_replicated && kept.size() > 1) {
+    std::vector<Strategy> sharded;
+    for (Strategy& s : kept)
+      if (!fully_replicated(s)) sharded.push_back(s);
+    if (!sharded.empty()) kept = std::move(sharded);
+  }
+  return kept;
+}
+
+/// Costs and usages of each kept strategy; a template of them when the node has a signature.
+void ProblemBuild::add_costed(NodeIdx i, std::vector<Strategy> kept, bool fallback_op, int32_t tmpl) {
+  const Node& x = g.node(i);
+  const bool param_state_on_params = !bp.has_optimizer;
+  ProblemNode pn = interval_node(i);
+  pn.costs.reserve(kept.size());
+  pn.usages.reserve(kept.size());
+  std::vector<double> op_comm;  // filled only when some strategy communicates inside the op
+  for (const Strategy& s : kept) {
+    const NodeCost nc = node_cost(x, s, mesh, opt.comm_model);
+    const Cost c = nc.total_us();
+    if (nc.op_comm_us > 0 && op_comm.empty()) op_comm.assign(pn.costs.size(), 0.0);
+    if (!op_comm.empty()) op_comm.push_back(nc.op_comm_us);
+    int64_t bytes = 0;
+    if (x.kind == NodeKind::kParameter && param_state_on_params)
+      bytes = parameter_state_bytes(s.outputs.at(0), mesh, opt.optimizer);
+    else if (alias[static_cast<size_t>(i)])
+      bytes = 0;  // a view: its base holds the bytes (live_intervals)
+    else
+      for (const ShardingSpec& o : s.outputs) bytes += o.local_bytes(mesh);
+    pn.costs.push_back(c);
+    pn.usages.push_back(bytes);
+  }
+  StrategyList list(std::move(kept));
+  std::shared_ptr<const std::vector<double>> comm;
+  if (!op_comm.empty()) comm = std::make_shared<const std::vector<double>>(std::move(op_comm));
+  bp.set_op_comm(prob.num_nodes(), comm);
+  if (tmpl >= 0) {
+    NodeTemplate t;
+    t.strategies = list;
+    t.costs = pn.costs;
+    t.usages = pn.usages;
+    t.op_comm = comm;
+    t.fallback = fallback_op;
+    t.output_list.assign(x.outputs.size(), -1);
+    t.input_list.assign(x.inputs.size(), -1);
+    templates.push_back(std::move(t));
+  }
+  push_node(i, std::move(pn), std::move(list), tmpl);
+}
+
+void ProblemBuild::push_node(NodeIdx i, ProblemNode pn, StrategyList list, int32_t tmpl) {
+  add_strategies(list.size());
+  bp.pnode[static_cast<size_t>(i)] = prob.num_nodes();
+  bp.graph_node.push_back(i);
+  bp.strategies.push_back(std::move(list));
+  prob.nodes.push_back(std::move(pn));
+  template_of.push_back(tmpl);
+}
+
+/// Spec lists are interned once per template (nodes of one template have equal lists).
+int32_t ProblemBuild::interned(PNodeIdx p, int32_t k, bool output) {
+  const int32_t t = template_of[static_cast<size_t>(p)];
+  int32_t* slot = nullptr;
+  if (t >= 0) {
+    NodeTemplate& nt = templates[static_cast<size_t>(t)];
+    slot = &(output ? nt.output_list : nt.input_list).at(static_cast<size_t>(k));
+    if (*slot >= 0) return *slot;
+  }
+  std::vector<ShardingSpec> v;
+  for (const Strategy& s : bp.strategies[static_cast<size_t>(p)])
+    v.push_back((output ? s.outputs : s.inputs).at(static_cast<size_t>(k)));
+  const int32_t id = cache.intern(std::move(v));
+  if (slot) *slot = id;
+  return id;
+}
+
+int32_t ProblemBuild::out_id(PNodeIdx p, int32_t k) {
+  auto [it, ins] = out_ids.try_emplace({p, k}, 0);
+  if (ins) it->second = interned(p, k, true);
+  return it->second;
+}
+
+/// Edges: one per tensor use (a twin view is tied to its twin instead).
+void ProblemBuild::add_edges() {
   std::set<NodeIdx> optimizer_consumed;  // tensors read by an optimizer op
   const std::vector<PNodeIdx> twin = twin_views(g, bp.pnode, template_of);
   TwinTies twin_ties;
@@ -491,24 +411,33 @@ BuiltProblem build_problem(const Graph& g, const Mesh& mesh, const PlannerOption
       bp.edge_origin.push_back({i, kTwinSlot, x.inputs[0]});
       continue;
     }
-    for (int32_t s = 0; s < static_cast<int32_t>(x.inputs.size()); ++s) {
-      const TensorRef& r = x.inputs[static_cast<size_t>(s)];
-      PNodeIdx u = bp.pnode[static_cast<size_t>(r.node)];
-      if (u < 0) continue;
-      const Node& src = g.node(r.node);
-      // Persistent state read by the optimizer update is stored in the layout it is updated in.
-      bool strict = x.phase == Phase::kOptimizer &&
-                    (src.kind == NodeKind::kParameter || src.kind == NodeKind::kBuffer);
-      if (x.phase == Phase::kOptimizer) optimizer_consumed.insert(r.node);
-      // --overlap: a parameter's redistribution can be prefetched behind compute.
-      const bool prefetchable = opt.overlap && !strict && src.kind == NodeKind::kParameter;
-      bp.edges.push_back(
-          {u, v, cache.matrix(out_id(u, r.output), input_list(v, s), strict, prefetchable)});
-      bp.edge_origin.push_back({i, s, r});
-    }
+    add_use_edges(i, v, optimizer_consumed);
   }
-  // Gradients that no optimizer op consumes must still end up laid out like their parameter
-  // (that is where DDP's all-reduce / FSDP's reduce-scatter is paid).
+  add_grad_agreements(optimizer_consumed);
+}
+
+void ProblemBuild::add_use_edges(NodeIdx i, PNodeIdx v, std::set<NodeIdx>& optimizer_consumed) {
+  const Node& x = g.node(i);
+  for (int32_t s = 0; s < static_cast<int32_t>(x.inputs.size()); ++s) {
+    const TensorRef& r = x.inputs[static_cast<size_t>(s)];
+    PNodeIdx u = bp.pnode[static_cast<size_t>(r.node)];
+    if (u < 0) continue;
+    const Node& src = g.node(r.node);
+    // Persistent state read by the optimizer update is stored in the layout it is updated in.
+    bool strict = x.phase == Phase::kOptimizer &&
+                  (src.kind == NodeKind::kParameter || src.kind == NodeKind::kBuffer);
+    if (x.phase == Phase::kOptimizer) optimizer_consumed.insert(r.node);
+    // --overlap: a parameter's redistribution can be prefetched behind compute.
+    const bool prefetchable = opt.overlap && !strict && src.kind == NodeKind::kParameter;
+    bp.edges.push_back(
+        {u, v, cache.matrix(out_id(u, r.output), interned(v, s, false), strict, prefetchable)});
+    bp.edge_origin.push_back({i, s, r});
+  }
+}
+
+/// Gradients that no optimizer op consumes must still end up laid out like their parameter
+/// (that is where DDP's all-reduce / FSDP's reduce-scatter is paid).
+void ProblemBuild::add_grad_agreements(const std::set<NodeIdx>& optimizer_consumed) {
   for (const GradPair& gp : g.grad_pairs) {
     if (optimizer_consumed.count(gp.grad.node)) continue;
     PNodeIdx u = bp.pnode[static_cast<size_t>(gp.grad.node)];
@@ -524,9 +453,9 @@ BuiltProblem build_problem(const Graph& g, const Mesh& mesh, const PlannerOption
         {u, v, cache.matrix(out_id(u, gp.grad.output), cache.intern(std::move(targets)), false)});
     bp.edge_origin.push_back({gp.param, -1, gp.grad});
   }
-  if (opt.optimizer_cost_scale != 1.0)
-    scale_once_per_step(g, mesh, opt.optimizer_cost_scale, opt.params_gathered_once, bp);
-  if (opt.params_gathered_once) add_gathered_usages(g, mesh, bp);
+}
+
+void ProblemBuild::add_output_costs() {
   for (const PlannerOptions::OutputCost& oc : opt.output_costs) {
     auto idx = g.find(oc.node);
     if (!idx || bp.pnode[static_cast<size_t>(*idx)] < 0)
@@ -537,6 +466,88 @@ BuiltProblem build_problem(const Graph& g, const Mesh& mesh, const PlannerOption
     for (size_t q = 0; q < costs.size(); ++q)
       costs[q] += oc.latency_us + oc.us_per_byte * static_cast<double>(strats[q].outputs.at(static_cast<size_t>(oc.output)).local_bytes(mesh));
   }
+}
+
+/// Parameter memory constraint: Sum over parameters of local bytes in [low, high] x total.
+/// Each becomes a "shadow" copy of every parameter node, tied to it by a zero-cost diagonal
+/// edge, live only at a private time point past the schedule (t_extra, advanced per side),
+/// whose usages are scaled so that the shared usage limit expresses the bound.
+void ProblemBuild::add_parameter_memory(const Constraint& c, int64_t& t_extra) {
+  if (c.low < 0 || c.high < c.low)
+    throw std::runtime_error(fmt::format("constraint '{}': need 0 <= low <= high", c.name));
+  double total = 0;
+  for (NodeIdx i = 0; i < g.size(); ++i)
+    if (g.node(i).kind == NodeKind::kParameter) total += static_cast<double>(g.node(i).out().bytes());
+  if (total <= 0) return;
+  if (prob.usage_limit < 0) {
+    // No device limit: pick one no schedule point can reach, so only the shadows bind.
+    int64_t sum = 0;
+    for (const ProblemNode& pn : prob.nodes)
+      sum += *std::max_element(pn.usages.begin(), pn.usages.end());
+    prob.usage_limit = std::max<int64_t>(sum, 1) * 2;
+  }
+  const double L = static_cast<double>(prob.usage_limit);
+  for (int side = 0; side < 2; ++side) {
+    // side 0: Sum local <= high * total.  side 1: Sum (full - local) <= (1 - low) * total.
+    double bound = side == 0 ? c.high * total : (1 - c.low) * total;
+    if (side == 0 && c.high >= 1) continue;
+    if (side == 1 && c.low <= 0) continue;
+    double scale = bound > 0 ? L / bound : L * 2;  // bound 0: any positive usage overflows
+    add_shadows(c, side, scale, t_extra);
+    ++t_extra;
+  }
+}
+
+/// One side's shadow of every parameter node, live at [t_extra, t_extra + 1).
+void ProblemBuild::add_shadows(const Constraint& c, int side, double scale, int64_t t_extra) {
+  for (NodeIdx i = 0; i < g.size(); ++i) {
+    if (g.node(i).kind != NodeKind::kParameter) continue;
+    PNodeIdx p = bp.pnode[static_cast<size_t>(i)];
+    const auto& strats = bp.strategies[static_cast<size_t>(p)];
+    ProblemNode shadow;
+    shadow.name = fmt::format("{}#{}", g.node(i).name, c.name);
+    shadow.start = t_extra;
+    shadow.end = t_extra + 1;
+    double full = static_cast<double>(g.node(i).out().bytes());
+    for (const Strategy& s : strats) {
+      double local = static_cast<double>(s.outputs.at(0).local_bytes(mesh));
+      double amount = side == 0 ? local : full - local;
+      shadow.costs.push_back(0);
+      shadow.usages.push_back(static_cast<int64_t>(std::floor(amount * scale)));
+    }
+    PNodeIdx sp = prob.num_nodes();
+    prob.nodes.push_back(std::move(shadow));
+    bp.graph_node.push_back(i);
+    // `strats` refers into bp.strategies: take its size before push_back may reallocate.
+    const size_t k = strats.size();
+    StrategyList copy = strats;  // shared, not copied
+    bp.strategies.push_back(std::move(copy));
+    std::vector<Cost> tie(k * k, kInfCost);
+    for (size_t a = 0; a < k; ++a) tie[a * k + a] = 0;
+    bp.edges.push_back({p, sp, std::make_shared<const std::vector<Cost>>(std::move(tie))});
+    bp.edge_origin.push_back({i, kMemoryTieSlot, TensorRef{i, 0}});
+  }
+}
+
+}  // namespace
+
+BuiltProblem build_problem(const Graph& g, const Mesh& mesh, const PlannerOptions& opt,
+                           const std::vector<Constraint>& constraints) {
+  BuiltProblem bp;
+  Problem& prob = bp.problem;
+  prob.name = g.name;
+  bp.pnode.assign(static_cast<size_t>(g.size()), -1);
+  for (const Node& x : g.nodes)
+    if (x.phase == Phase::kOptimizer && x.kind == NodeKind::kOp) bp.has_optimizer = true;
+  ProblemBuild b(g, mesh, opt, bp);
+  b.collect_constraints(constraints);
+  b.prepare_nodes();
+  b.add_nodes();
+  b.add_edges();
+  if (opt.optimizer_cost_scale != 1.0)
+    scale_once_per_step(g, mesh, opt.optimizer_cost_scale, opt.params_gathered_once, bp);
+  if (opt.params_gathered_once) add_gathered_usages(g, mesh, bp);
+  b.add_output_costs();
   add_recomputation(g, opt, bp);
   if (opt.inflight_microbatches != 1.0) scale_inflight_usages(g, opt.inflight_microbatches, bp);
   // Transient, so never scaled by the microbatches in flight: one op runs at a time.
@@ -548,63 +559,8 @@ BuiltProblem build_problem(const Graph& g, const Mesh& mesh, const PlannerOption
                                              : opt.memory_limit_bytes;
   bp.memory_limit = limit;
   prob.usage_limit = limit > 0 ? limit : -1;
-
-  // Parameter memory constraints: Sum over parameters of local bytes in [low, high] x total.
-  // Each becomes a "shadow" copy of every parameter node, tied to it by a zero-cost diagonal
-  // edge, live only at a private time point past the schedule, whose usages are scaled so that
-  // the shared usage limit expresses the bound.
   int64_t t_extra = g.size() + 1;
-  for (const Constraint* c : param_memory) {
-    if (c->low < 0 || c->high < c->low)
-      throw std::runtime_error(fmt::format("constraint '{}': need 0 <= low <= high", c->name));
-    double total = 0;
-    for (NodeIdx i = 0; i < g.size(); ++i)
-      if (g.node(i).kind == NodeKind::kParameter) total += static_cast<double>(g.node(i).out().bytes());
-    if (total <= 0) continue;
-    if (prob.usage_limit < 0) {
-      // No device limit: pick one no schedule point can reach, so only the shadows bind.
-      int64_t sum = 0;
-      for (const ProblemNode& pn : prob.nodes)
-        sum += *std::max_element(pn.usages.begin(), pn.usages.end());
-      prob.usage_limit = std::max<int64_t>(sum, 1) * 2;
-    }
-    const double L = static_cast<double>(prob.usage_limit);
-    for (int side = 0; side < 2; ++side) {
-      // side 0: Sum local <= high * total.  side 1: Sum (full - local) <= (1 - low) * total.
-      double bound = side == 0 ? c->high * total : (1 - c->low) * total;
-      if (side == 0 && c->high >= 1) continue;
-      if (side == 1 && c->low <= 0) continue;
-      double scale = bound > 0 ? L / bound : L * 2;  // bound 0: any positive usage overflows
-      for (NodeIdx i = 0; i < g.size(); ++i) {
-        if (g.node(i).kind != NodeKind::kParameter) continue;
-        PNodeIdx p = bp.pnode[static_cast<size_t>(i)];
-        const auto& strats = bp.strategies[static_cast<size_t>(p)];
-        ProblemNode shadow;
-        shadow.name = fmt::format("{}#{}", g.node(i).name, c->name);
-        shadow.start = t_extra;
-        shadow.end = t_extra + 1;
-        double full = static_cast<double>(g.node(i).out().bytes());
-        for (const Strategy& s : strats) {
-          double local = static_cast<double>(s.outputs.at(0).local_bytes(mesh));
-          double amount = side == 0 ? local : full - local;
-          shadow.costs.push_back(0);
-          shadow.usages.push_back(static_cast<int64_t>(std::floor(amount * scale)));
-        }
-        PNodeIdx sp = prob.num_nodes();
-        prob.nodes.push_back(std::move(shadow));
-        bp.graph_node.push_back(i);
-        // `strats` refers into bp.strategies: take its size before push_back may reallocate.
-        const size_t k = strats.size();
-        StrategyList copy = strats;  // shared, not copied
-        bp.strategies.push_back(std::move(copy));
-        std::vector<Cost> tie(k * k, kInfCost);
-        for (size_t a = 0; a < k; ++a) tie[a * k + a] = 0;
-        bp.edges.push_back({p, sp, std::make_shared<const std::vector<Cost>>(std::move(tie))});
-        bp.edge_origin.push_back({i, kMemoryTieSlot, TensorRef{i, 0}});
-      }
-      ++t_extra;
-    }
-  }
+  for (const Constraint* c : b.param_memory) b.add_parameter_memory(*c, t_extra);
   return bp;
 }
 

@@ -74,6 +74,17 @@ class BranchAndBound {
   /// Each group's heaviest strategy: a feasible candidate when it fits.
   std::vector<int32_t> rounded_choice(const double* x) const;
   void offer(const std::vector<int32_t>& choice);
+  /// Builds the marginal LP without memory rows and loads it; false when it is too large.
+  bool load_lp();
+  /// Rows where the incumbent is fullest: the root LP needs them anyway.
+  void seed_rows(const std::vector<int32_t>& incumbent);
+  /// Best-first search until the open nodes are exhausted, the gap or cutoff is met, or time is up.
+  void search();
+  /// The node's LP with row generation; false when stopped by the deadline or failed.  `x` is
+  /// the last LP solution read, `choice` its group choice when integral.
+  bool solve_node(const double*& x, std::vector<int32_t>& choice);
+  /// Branch on the group whose mass is most spread; its heaviest strategy to 1 / to 0.
+  void branch(const Node& n, const double* x, double value);
 
   const GroupModel& m_;
   const GroupBnbOptions& opt_;
@@ -89,6 +100,9 @@ class BranchAndBound {
   std::shared_ptr<const std::vector<unsigned char>> held_basis_;
   GroupBnbResult res_;
   Cost inc_ = kInfCost;           ///< incumbent model cost, offset excluded
+  std::priority_queue<Node, std::vector<Node>, std::greater<Node>> open_;
+  double lb_ = -kInfCost;         ///< model cost, offset excluded
+  bool timed_out_ = false;
 };
 
 bool BranchAndBound::solve_lp() {
@@ -203,13 +217,13 @@ void BranchAndBound::offer(const std::vector<int32_t>& choice) {
   say(fmt::format("plan {:.0f} after {} nodes", c, res_.nodes));
 }
 
-GroupBnbResult BranchAndBound::run(const std::vector<int32_t>& incumbent) {
-  const int32_t ng = m_.num_groups(), nseg = m_.num_segments();
-  has_row_.assign(sz(nseg), 0);
+bool BranchAndBound::load_lp() {
+  const int32_t ng = m_.num_groups();
+  has_row_.assign(sz(m_.num_segments()), 0);
   std::vector<double> warm_cols;
   const MarginalLp lp = build_marginal_lp(pairwise_problem(m_), {}, false, {}, warm_cols);
   res_.columns = lp.ncols();
-  if (res_.columns > opt_.max_columns) return res_;
+  if (res_.columns > opt_.max_columns) return false;
   x_col_.assign(lp.node_col.begin(), lp.node_col.end());
   num_x_ = ng > 0 ? x_col_.back() + static_cast<int>(m_.unary.back().size()) : 0;
   x_ub_.assign(lp.colub.begin(), lp.colub.begin() + num_x_);
@@ -217,56 +231,75 @@ GroupBnbResult BranchAndBound::run(const std::vector<int32_t>& incumbent) {
                        lp.row_start.data(), nullptr);
   clp_.setLogLevel(0);
   clp_.loadProblem(mat, lp.collb.data(), lp.colub.data(), lp.obj.data(), lp.rlb.data(), lp.rub.data());
-  if (ng == 0) {  // every node was reduced away: the empty choice is the only plan
-    res_.ran = res_.proven = true;
-    offer({});
-    res_.lower_bound = res_.cost;
-    return res_;
-  }
-  if (incumbent.size() == sz(ng)) {
-    offer(incumbent);
-    // Seed rows where the incumbent is fullest: the root LP needs them anyway.
-    const auto usage = group_usage(m_, incumbent);
-    std::vector<std::pair<int64_t, int32_t>> full;
-    for (int32_t t = 0; t < nseg; ++t) full.emplace_back(-usage[sz(t)], t);
-    const size_t k = std::min(full.size(), sz(kSeedRows));
-    std::partial_sort(full.begin(), full.begin() + static_cast<std::ptrdiff_t>(k), full.end());
-    for (size_t i = 0; i < k; ++i)
-      if (m_.can_bind(full[i].second)) add_row(full[i].second);
-  }
-  say(fmt::format("LP built: {} columns, {} rows", lp.ncols(), clp_.numberRows()));
-  clp_.crash(1000.0, 2);  // Clp's dual crash, as in mip.cc: far fewer iterations than all-slack
+  return true;
+}
 
-  std::priority_queue<Node, std::vector<Node>, std::greater<Node>> open;
-  open.push(Node{-kInfCost, {}, nullptr});
-  double lb = -kInfCost;  // model cost, offset excluded
-  bool timed_out = false;
-  while (!open.empty()) {
-    Node n = open.top();
-    lb = std::max(lb, n.bound);  // best first: no open node is cheaper
+void BranchAndBound::seed_rows(const std::vector<int32_t>& incumbent) {
+  const auto usage = group_usage(m_, incumbent);
+  std::vector<std::pair<int64_t, int32_t>> full;
+  for (int32_t t = 0; t < m_.num_segments(); ++t) full.emplace_back(-usage[sz(t)], t);
+  const size_t k = std::min(full.size(), sz(kSeedRows));
+  std::partial_sort(full.begin(), full.begin() + static_cast<std::ptrdiff_t>(k), full.end());
+  for (size_t i = 0; i < k; ++i)
+    if (m_.can_bind(full[i].second)) add_row(full[i].second);
+}
+
+bool BranchAndBound::solve_node(const double*& x, std::vector<int32_t>& choice) {
+  bool solved = false;
+  for (int round = 0;; ++round) {
+    if (!(solved = solve_lp())) break;
+    if (clp_.status() == 1) break;
+    x = clp_.primalColumnSolution();
+    const bool integral = integral_choice(x, choice);
+    if (round >= kRoundsPerNode && !integral) break;
+    if (add_violated_rows(x, integral) == 0) break;
+  }
+  return solved;
+}
+
+void BranchAndBound::branch(const Node& n, const double* x, double value) {
+  int32_t best_g = -1, best_s = 0;
+  double spread = 0;
+  for (int32_t g = 0; g < m_.num_groups(); ++g) {
+    const double* xg = x + x_col_[sz(g)];
+    const auto s = std::max_element(xg, xg + m_.unary[sz(g)].size()) - xg;
+    if (1 - xg[s] > spread) {
+      spread = 1 - xg[s];
+      best_g = g;
+      best_s = static_cast<int32_t>(s);
+    }
+  }
+  const int32_t col = x_col_[sz(best_g)] + best_s;
+  const unsigned char* status = clp_.statusArray();
+  const auto basis = std::make_shared<const std::vector<unsigned char>>(
+      status, status + clp_.numberColumns() + clp_.numberRows());
+  for (bool one : {true, false}) {
+    Node child{value, n.fix, basis};
+    child.fix.emplace_back(col, one);
+    open_.push(std::move(child));
+  }
+  held_basis_ = basis;
+}
+
+void BranchAndBound::search() {
+  open_.push(Node{-kInfCost, {}, nullptr});
+  while (!open_.empty()) {
+    Node n = open_.top();
+    lb_ = std::max(lb_, n.bound);  // best first: no open node is cheaper
     if (n.bound >= inc_ - kBoundMargin * std::abs(inc_)) {
-      lb = inc_;
-      while (!open.empty()) open.pop();
+      lb_ = inc_;
+      while (!open_.empty()) open_.pop();
       break;
     }
-    if (inc_ < kInfCost && inc_ - lb <= opt_.gap * std::abs(inc_ + m_.offset)) break;
-    if (lb + m_.offset >= opt_.cutoff) break;  // nothing cheaper than the cutoff
-    open.pop();
+    if (inc_ < kInfCost && inc_ - lb_ <= opt_.gap * std::abs(inc_ + m_.offset)) break;
+    if (lb_ + m_.offset >= opt_.cutoff) break;  // nothing cheaper than the cutoff
+    open_.pop();
     apply(n);
-    bool solved = false;
     const double* x = nullptr;
     std::vector<int32_t> choice;
-    for (int round = 0;; ++round) {
-      if (!(solved = solve_lp())) break;
-      if (clp_.status() == 1) break;
-      x = clp_.primalColumnSolution();
-      const bool integral = integral_choice(x, choice);
-      if (round >= kRoundsPerNode && !integral) break;
-      if (add_violated_rows(x, integral) == 0) break;
-    }
-    if (!solved) {
-      open.push(n);  // its bound still stands
-      timed_out = true;
+    if (!solve_node(x, choice)) {
+      open_.push(n);  // its bound still stands
+      timed_out_ = true;
       break;
     }
     if (!res_.ran) {
@@ -283,35 +316,32 @@ GroupBnbResult BranchAndBound::run(const std::vector<int32_t>& incumbent) {
       continue;
     }
     offer(rounded_choice(x));
-    // Branch on the group whose mass is most spread; its heaviest strategy to 1 / to 0.
-    int32_t best_g = -1, best_s = 0;
-    double spread = 0;
-    for (int32_t g = 0; g < ng; ++g) {
-      const double* xg = x + x_col_[sz(g)];
-      const auto s = std::max_element(xg, xg + m_.unary[sz(g)].size()) - xg;
-      if (1 - xg[s] > spread) {
-        spread = 1 - xg[s];
-        best_g = g;
-        best_s = static_cast<int32_t>(s);
-      }
-    }
-    const int32_t col = x_col_[sz(best_g)] + best_s;
-    const unsigned char* status = clp_.statusArray();
-    const auto basis = std::make_shared<const std::vector<unsigned char>>(
-        status, status + clp_.numberColumns() + clp_.numberRows());
-    for (bool one : {true, false}) {
-      Node child{value, n.fix, basis};
-      child.fix.emplace_back(col, one);
-      open.push(std::move(child));
-    }
-    held_basis_ = basis;
+    branch(n, x, value);
   }
+}
+
+GroupBnbResult BranchAndBound::run(const std::vector<int32_t>& incumbent) {
+  if (!load_lp()) return res_;
+  if (m_.num_groups() == 0) {  // every node was reduced away: the empty choice is the only plan
+    res_.ran = res_.proven = true;
+    offer({});
+    res_.lower_bound = res_.cost;
+    return res_;
+  }
+  if (incumbent.size() == sz(m_.num_groups())) {
+    offer(incumbent);
+    seed_rows(incumbent);
+  }
+  say(fmt::format("LP built: {} columns, {} rows", res_.columns, clp_.numberRows()));
+  clp_.crash(1000.0, 2);  // Clp's dual crash, as in mip.cc: far fewer iterations than all-slack
+  search();
   if (!res_.ran) return res_;
   // Searched out: the incumbent is optimal (up to the pruning margin), or nothing fits.
-  res_.proven = open.empty() && !timed_out;
+  res_.proven = open_.empty() && !timed_out_;
   if (res_.proven) {
     res_.lower_bound = res_.cost;
   } else {
+    double lb = lb_;
     if (lb > -kInfCost) lb -= kBoundMargin * std::abs(lb);
     res_.lower_bound = std::min(lb + m_.offset, res_.cost);
   }

@@ -252,6 +252,101 @@ std::vector<StrategyIdx> decode(const Problem& p, const MarginalLp& lp, const do
   return choice;
 }
 
+/// The parent's side of the pipe: the child's length-prefixed messages read into a MipResult.
+struct ChildMessages {
+  const Problem& p;
+  const MarginalLp& lp;
+  const MipOptions& opt;
+  Clock::time_point t0;
+  MipResult& res;
+  std::string buf;
+  bool final_seen = false;
+
+  void report(const char* what) const {
+    if (!opt.progress) return;
+    double t = std::chrono::duration<double>(Clock::now() - t0).count();
+    opt.progress("mip " + std::string(what) + ": objective " + std::to_string(res.objective) +
+                 " bound " + std::to_string(res.bound) + " at " + std::to_string(t) + " s");
+  }
+
+  /// Consumes the complete messages at the front of buf.
+  void parse() {
+    size_t at = 0;
+    while (buf.size() - at >= 5) {
+      int32_t len;
+      std::memcpy(&len, buf.data() + at + 1, sizeof len);
+      if (buf.size() - at - 5 < sz(len)) break;
+      const char type = buf[at];
+      const char* d = buf.data() + at + 5;
+      int32_t status, n;
+      double a, b;
+      std::memcpy(&status, d, 4);
+      std::memcpy(&a, d + 4, 8);
+      std::memcpy(&b, d + 12, 8);
+      std::memcpy(&n, d + 20, 4);
+      std::vector<double> x(sz(n));
+      if (n > 0) std::memcpy(x.data(), d + 24, sz(n) * sizeof(double));
+      at += 5 + sz(len);
+      handle(type, status, n, a, b, x);
+    }
+    buf.erase(0, at);
+  }
+
+  void handle(char type, int32_t status, int32_t n, double a, double b, const std::vector<double>& x) {
+    if (type == kMsgBound) {
+      res.bound = std::max(res.bound, a);
+      report("bound");
+      return;
+    }
+    if (n == lp.ncols() && a < res.objective) {
+      res.objective = a;
+      res.choice = decode(p, lp, x.data());
+    }
+    if (type == kMsgSolution) {
+      res.bound = std::max(res.bound, b);
+      report("incumbent");
+    } else if (type == kMsgFinal) {
+      final_seen = true;
+      if (status == 0 || status == kFinalIntegralRoot) {
+        res.status = MipStatus::kOptimal;
+        res.root_integral = status == kFinalIntegralRoot;
+        res.bound = std::max(res.bound, std::min(b, res.objective));
+      } else if (status == 2) {
+        res.status = res.choice.empty() ? MipStatus::kInfeasible : MipStatus::kOptimal;
+      } else {
+        res.bound = std::max(res.bound, b);
+      }
+      report("final");
+    }
+  }
+};
+
+/// A steady-clock time in double nanoseconds (the start plus a time limit in seconds).
+using ChildDeadline = decltype(Clock::now() + std::chrono::duration<double>(0));
+
+/// Reads the child's pipe until EOF, or until the deadline, when it kills the child; returns
+/// whether it did.
+bool read_child(int fd, pid_t pid, ChildDeadline deadline, ChildMessages& msgs) {
+  char chunk[1 << 16];
+  for (;;) {
+    const auto now = Clock::now();
+    if (now >= deadline) {
+      ::kill(pid, SIGKILL);
+      return true;
+    }
+    const int ms = static_cast<int>(std::ceil(std::chrono::duration<double, std::milli>(deadline - now).count()));
+    pollfd pfd{fd, POLLIN, 0};
+    int r = ::poll(&pfd, 1, std::max(1, ms));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) continue;
+    ssize_t got = ::read(fd, chunk, sizeof chunk);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) return false;  // EOF: child finished (or died)
+    msgs.buf.append(chunk, sz(got));
+    msgs.parse();
+  }
+}
+
 MipResult run_forked(const Problem& p, const MarginalLp& lp, const std::vector<double>& warm_cols,
                      const MipOptions& opt) {
   const auto t0 = Clock::now();
@@ -276,84 +371,14 @@ MipResult run_forked(const Problem& p, const MarginalLp& lp, const std::vector<d
   }
   ::close(fds[1]);
   const int fd = fds[0];
-  std::string buf;
-  bool final_seen = false, killed = false;
-  char chunk[1 << 16];
-  auto report = [&](const char* what) {
-    if (!opt.progress) return;
-    double t = std::chrono::duration<double>(Clock::now() - t0).count();
-    opt.progress("mip " + std::string(what) + ": objective " + std::to_string(res.objective) +
-                 " bound " + std::to_string(res.bound) + " at " + std::to_string(t) + " s");
-  };
-  auto parse = [&]() {
-    size_t at = 0;
-    while (buf.size() - at >= 5) {
-      int32_t len;
-      std::memcpy(&len, buf.data() + at + 1, sizeof len);
-      if (buf.size() - at - 5 < sz(len)) break;
-      const char type = buf[at];
-      const char* d = buf.data() + at + 5;
-      int32_t status, n;
-      double a, b;
-      std::memcpy(&status, d, 4);
-      std::memcpy(&a, d + 4, 8);
-      std::memcpy(&b, d + 12, 8);
-      std::memcpy(&n, d + 20, 4);
-      std::vector<double> x(sz(n));
-      if (n > 0) std::memcpy(x.data(), d + 24, sz(n) * sizeof(double));
-      at += 5 + sz(len);
-      if (type == kMsgBound) {
-        res.bound = std::max(res.bound, a);
-        report("bound");
-        continue;
-      }
-      if (n == lp.ncols() && a < res.objective) {
-        res.objective = a;
-        res.choice = decode(p, lp, x.data());
-      }
-      if (type == kMsgSolution) {
-        res.bound = std::max(res.bound, b);
-        report("incumbent");
-      } else if (type == kMsgFinal) {
-        final_seen = true;
-        if (status == 0 || status == kFinalIntegralRoot) {
-          res.status = MipStatus::kOptimal;
-          res.root_integral = status == kFinalIntegralRoot;
-          res.bound = std::max(res.bound, std::min(b, res.objective));
-        } else if (status == 2) {
-          res.status = res.choice.empty() ? MipStatus::kInfeasible : MipStatus::kOptimal;
-        } else {
-          res.bound = std::max(res.bound, b);
-        }
-        report("final");
-      }
-    }
-    buf.erase(0, at);
-  };
-  for (;;) {
-    const auto now = Clock::now();
-    if (now >= deadline) {
-      ::kill(pid, SIGKILL);
-      killed = true;
-      break;
-    }
-    const int ms = static_cast<int>(std::ceil(std::chrono::duration<double, std::milli>(deadline - now).count()));
-    pollfd pfd{fd, POLLIN, 0};
-    int r = ::poll(&pfd, 1, std::max(1, ms));
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) continue;
-    ssize_t got = ::read(fd, chunk, sizeof chunk);
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) break;  // EOF: child finished (or died)
-    buf.append(chunk, sz(got));
-    parse();
-  }
+  ChildMessages msgs{p, lp, opt, t0, res, {}, false};
+  const bool killed = read_child(fd, pid, deadline, msgs);
   ::close(fd);
   int wstatus = 0;
   while (::waitpid(pid, &wstatus, 0) < 0 && errno == EINTR) {
   }
   if (killed && opt.progress) opt.progress("mip: killed CBC at the deadline");
-  if (!final_seen || res.status == MipStatus::kNoSolution)
+  if (!msgs.final_seen || res.status == MipStatus::kNoSolution)
     res.status = res.choice.empty() ? MipStatus::kNoSolution : MipStatus::kFeasible;
   if (res.status == MipStatus::kOptimal && res.bound > res.objective) res.bound = res.objective;
   return res;
