@@ -48,10 +48,9 @@ std::string status_of(const MeshSearchRow& r) {
   return "?";
 }
 
-int run_search(const SearchArgs& a) {
-  if (!a.out_dir.empty()) check_output_dir(a.out_dir);
-  Graph g = load_graph(a.src);
-  // The mesh options' hardware parsing, on a 1-D mesh of the right size.
+/// The mesh search's options from the command line, checked (the hardware parsed as the mesh
+/// options do, on a 1-D mesh of the right size).
+MeshSearchOptions search_options(const SearchArgs& a) {
   MeshSource ms;
   ms.shape = std::to_string(a.gpus);
   ms.dims = "dp";
@@ -76,114 +75,144 @@ int run_search(const SearchArgs& a) {
   o.planner.time_limit_s = a.time_limit;
   o.threads = a.threads;
   o.prune = !a.no_prune;
-  MeshSearchResult res = search_meshes(g, o);
-  std::vector<PipelineSearchRow> pipe;
-  if (!a.pp.empty()) {
-    std::vector<int32_t> sizes;
-    for (int64_t x : Mesh::parse_shape(a.pp)) sizes.push_back(static_cast<int32_t>(x));
-    if (a.microbatches < 0)
-      throw std::invalid_argument(fmt::format("--microbatches: expected >= 1, got {}", a.microbatches));
-    pipe = search_pipeline_meshes([&](int32_t M) { return microbatch_graph(a.src, M); }, a.gpus, a.max_dims,
-                                  o.hardware, o.backend, o.planner, sizes, a.microbatches);
-  }
+  return o;
+}
 
+/// --pp: the pipelined meshes, each planned with stages (empty without --pp).
+std::vector<PipelineSearchRow> pipelined_rows(const SearchArgs& a, const MeshSearchOptions& o) {
+  if (a.pp.empty()) return {};
+  std::vector<int32_t> sizes;
+  for (int64_t x : Mesh::parse_shape(a.pp)) sizes.push_back(static_cast<int32_t>(x));
+  if (a.microbatches < 0)
+    throw std::invalid_argument(fmt::format("--microbatches: expected >= 1, got {}", a.microbatches));
+  return search_pipeline_meshes([&](int32_t M) { return microbatch_graph(a.src, M); }, a.gpus, a.max_dims,
+                                o.hardware, o.backend, o.planner, sizes, a.microbatches);
+}
+
+int64_t rank_peak(const PipelineSearchRow& r) {
+  return *std::max_element(r.plan->rank_peak_bytes.begin(), r.plan->rank_peak_bytes.end());
+}
+
+nlohmann::ordered_json mesh_row_json(const MeshSearchRow& r) {
+  nlohmann::ordered_json x;
+  x["mesh"] = r.mesh.shape();
+  x["mesh_dims"] = r.mesh.names();
+  std::vector<bool> inter;
+  for (MeshDimIdx d = 0; d < r.mesh.ndim(); ++d) inter.push_back(r.mesh.dim(d).inter_node);
+  x["inter_node"] = inter;
+  x["outcome"] = std::string(outcome_name(r.outcome));
+  x["status"] = status_of(r);
+  x["lower_bound_us"] = r.bound_us;
+  if (r.outcome == MeshSearchRow::Outcome::kPlanned) {
+    x["step_us"] = r.plan->objective_us;
+    x["peak_memory_bytes"] = r.plan->peak_memory_bytes;
+    x["dim_use"] = r.dim_use;
+  }
+  if (!r.message.empty()) x["message"] = r.message;
+  x["seconds"] = r.seconds;
+  return x;
+}
+
+nlohmann::ordered_json pipeline_row_json(const PipelineSearchRow& r) {
+  nlohmann::ordered_json x;
+  x["mesh"] = r.mesh.shape();
+  x["mesh_dims"] = r.mesh.names();
+  if (r.plan) {
+    x["schedule"] = std::string(schedule_name(r.plan->schedule));
+    x["stages_per_rank"] = r.plan->v;
+    x["step_us"] = r.plan->step_us;
+    x["lower_bound_us"] = r.plan->lower_bound_us;
+    x["peak_memory_bytes"] = rank_peak(r);
+  } else {
+    x["error"] = r.error;
+  }
+  x["seconds"] = r.seconds;
+  return x;
+}
+
+void print_json(const SearchArgs& a, const Graph& g, const MeshSearchOptions& o, const MeshSearchResult& res,
+                const std::vector<PipelineSearchRow>& pipe) {
+  nlohmann::ordered_json j;
+  j["model"] = g.name;
+  j["gpus"] = a.gpus;
+  j["gpus_per_node"] = o.hardware.gpus_per_node;
+  j["hardware"] = o.hardware.name;
+  j["candidates"] = res.candidates;
+  j["seconds"] = res.seconds;
+  nlohmann::ordered_json arr = nlohmann::ordered_json::array();
+  for (const MeshSearchRow& r : res.rows) arr.push_back(mesh_row_json(r));
+  j["meshes"] = std::move(arr);
+  if (!a.pp.empty()) {
+    nlohmann::ordered_json parr = nlohmann::ordered_json::array();
+    for (const PipelineSearchRow& r : pipe) parr.push_back(pipeline_row_json(r));
+    j["pipelined_meshes"] = std::move(parr);
+  }
+  std::cout << j.dump(2) << "\n";
+}
+
+void print_mesh_table(const MeshSearchResult& res) {
+  fmt::print("{:>4}  {:<10} {:<36} {:<22} {:>11} {:>11}  {:<14} {:>8}\n", "rank", "mesh", "dims",
+             "use", "step time", "peak mem", "status", "time");
+  for (size_t k = 0; k < res.rows.size(); ++k) {
+    const MeshSearchRow& r = res.rows[k];
+    const bool ok = r.outcome == MeshSearchRow::Outcome::kPlanned;
+    fmt::print("{:>4}  {:<10} {:<36} {:<22} {:>11} {:>11}  {:<14} {:>7.2f}s\n",
+               ok ? std::to_string(k + 1) : std::string("-"), fmt::format("{}", fmt::join(r.mesh.shape(), "x")),
+               describe_topology(r.mesh), ok ? fmt::format("{}", fmt::join(r.dim_use, ", ")) : std::string("-"),
+               ok ? format_us(r.plan->objective_us)
+                  : r.outcome == MeshSearchRow::Outcome::kPruned ? ">= " + format_us(r.bound_us) : "-",
+               ok ? format_bytes(r.plan->peak_memory_bytes) : "-", status_of(r), r.seconds);
+  }
+}
+
+void print_pipeline_table(const std::vector<PipelineSearchRow>& pipe) {
+  fmt::print("pipelined meshes (pp outermost, planned with stages):\n");
+  fmt::print("{:>4}  {:<10} {:<36} {:<20} {:>11} {:>11} {:>11} {:>8}\n", "rank", "mesh", "dims", "schedule",
+             "step time", "bound", "peak mem", "time");
+  for (size_t k = 0; k < pipe.size(); ++k) {
+    const PipelineSearchRow& r = pipe[k];
+    if (!r.plan) {
+      fmt::print("{:>4}  {:<10} error: {}\n", "-", fmt::format("{}", fmt::join(r.mesh.shape(), "x")), one_line(r.error));
+      continue;
+    }
+    fmt::print("{:>4}  {:<10} {:<36} {:<20} {:>11} {:>11} {:>11} {:>7.2f}s\n", k + 1,
+               fmt::format("{}", fmt::join(r.mesh.shape(), "x")), describe_topology(r.mesh),
+               fmt::format("{}{}", schedule_name(r.plan->schedule), r.plan->v > 1 ? fmt::format(" v={}", r.plan->v) : ""),
+               format_us(r.plan->step_us), format_us(r.plan->lower_bound_us), format_bytes(rank_peak(r)), r.seconds);
+  }
+}
+
+void print_text(const SearchArgs& a, const Graph& g, const MeshSearchOptions& o, const MeshSearchResult& res,
+                const std::vector<PipelineSearchRow>& pipe) {
   int planned = 0, pruned = 0;
   for (const MeshSearchRow& r : res.rows) {
     planned += r.outcome == MeshSearchRow::Outcome::kPlanned;
     pruned += r.outcome == MeshSearchRow::Outcome::kPruned;
   }
-  if (a.json) {
-    nlohmann::ordered_json j;
-    j["model"] = g.name;
-    j["gpus"] = a.gpus;
-    j["gpus_per_node"] = o.hardware.gpus_per_node;
-    j["hardware"] = o.hardware.name;
-    j["candidates"] = res.candidates;
-    j["seconds"] = res.seconds;
-    nlohmann::ordered_json arr = nlohmann::ordered_json::array();
-    for (const MeshSearchRow& r : res.rows) {
-      nlohmann::ordered_json x;
-      x["mesh"] = r.mesh.shape();
-      x["mesh_dims"] = r.mesh.names();
-      std::vector<bool> inter;
-      for (MeshDimIdx d = 0; d < r.mesh.ndim(); ++d) inter.push_back(r.mesh.dim(d).inter_node);
-      x["inter_node"] = inter;
-      x["outcome"] = std::string(outcome_name(r.outcome));
-      x["status"] = status_of(r);
-      x["lower_bound_us"] = r.bound_us;
-      if (r.outcome == MeshSearchRow::Outcome::kPlanned) {
-        x["step_us"] = r.plan->objective_us;
-        x["peak_memory_bytes"] = r.plan->peak_memory_bytes;
-        x["dim_use"] = r.dim_use;
-      }
-      if (!r.message.empty()) x["message"] = r.message;
-      x["seconds"] = r.seconds;
-      arr.push_back(std::move(x));
-    }
-    j["meshes"] = std::move(arr);
-    if (!a.pp.empty()) {
-      nlohmann::ordered_json parr = nlohmann::ordered_json::array();
-      for (const PipelineSearchRow& r : pipe) {
-        nlohmann::ordered_json x;
-        x["mesh"] = r.mesh.shape();
-        x["mesh_dims"] = r.mesh.names();
-        if (r.plan) {
-          x["schedule"] = std::string(schedule_name(r.plan->schedule));
-          x["stages_per_rank"] = r.plan->v;
-          x["step_us"] = r.plan->step_us;
-          x["lower_bound_us"] = r.plan->lower_bound_us;
-          x["peak_memory_bytes"] = *std::max_element(r.plan->rank_peak_bytes.begin(), r.plan->rank_peak_bytes.end());
-        } else {
-          x["error"] = r.error;
-        }
-        x["seconds"] = r.seconds;
-        parr.push_back(std::move(x));
-      }
-      j["pipelined_meshes"] = std::move(parr);
-    }
-    std::cout << j.dump(2) << "\n";
-  } else {
-    fmt::print("autoshard search: {} on {} x {} ({} per node): {} meshes, {} planned, {} pruned, {:.1f} s\n",
-               g.name, a.gpus, o.hardware.name, o.hardware.gpus_per_node, res.candidates, planned,
-               pruned, res.seconds);
-    fmt::print("{:>4}  {:<10} {:<36} {:<22} {:>11} {:>11}  {:<14} {:>8}\n", "rank", "mesh", "dims",
-               "use", "step time", "peak mem", "status", "time");
-    for (size_t k = 0; k < res.rows.size(); ++k) {
-      const MeshSearchRow& r = res.rows[k];
-      const bool ok = r.outcome == MeshSearchRow::Outcome::kPlanned;
-      fmt::print("{:>4}  {:<10} {:<36} {:<22} {:>11} {:>11}  {:<14} {:>7.2f}s\n",
-                 ok ? std::to_string(k + 1) : std::string("-"), fmt::format("{}", fmt::join(r.mesh.shape(), "x")),
-                 describe_topology(r.mesh), ok ? fmt::format("{}", fmt::join(r.dim_use, ", ")) : std::string("-"),
-                 ok ? format_us(r.plan->objective_us)
-                    : r.outcome == MeshSearchRow::Outcome::kPruned ? ">= " + format_us(r.bound_us) : "-",
-                 ok ? format_bytes(r.plan->peak_memory_bytes) : "-", status_of(r), r.seconds);
-    }
-    if (!a.pp.empty()) {
-      fmt::print("pipelined meshes (pp outermost, planned with stages):\n");
-      fmt::print("{:>4}  {:<10} {:<36} {:<20} {:>11} {:>11} {:>11} {:>8}\n", "rank", "mesh", "dims", "schedule",
-                 "step time", "bound", "peak mem", "time");
-      for (size_t k = 0; k < pipe.size(); ++k) {
-        const PipelineSearchRow& r = pipe[k];
-        if (!r.plan) {
-          fmt::print("{:>4}  {:<10} error: {}\n", "-", fmt::format("{}", fmt::join(r.mesh.shape(), "x")), one_line(r.error));
-          continue;
-        }
-        fmt::print("{:>4}  {:<10} {:<36} {:<20} {:>11} {:>11} {:>11} {:>7.2f}s\n", k + 1,
-                   fmt::format("{}", fmt::join(r.mesh.shape(), "x")), describe_topology(r.mesh),
-                   fmt::format("{}{}", schedule_name(r.plan->schedule), r.plan->v > 1 ? fmt::format(" v={}", r.plan->v) : ""),
-                   format_us(r.plan->step_us), format_us(r.plan->lower_bound_us),
-                   format_bytes(*std::max_element(r.plan->rank_peak_bytes.begin(), r.plan->rank_peak_bytes.end())),
-                   r.seconds);
-      }
-    }
-    if (res.best >= 0) {
-      const MeshSearchRow& b = res.rows[static_cast<size_t>(res.best)];
-      fmt::print("best: mesh {} ({}); plan it with: autoshard plan --mesh {} --mesh-dims {}{}\n",
-                 fmt::join(b.mesh.shape(), "x"), describe_topology(b.mesh),
-                 fmt::join(b.mesh.shape(), "x"), fmt::join(b.mesh.names(), ","),
-                 a.gpus_per_node > 0 ? fmt::format(" --gpus-per-node {}", a.gpus_per_node) : "");
-    }
+  fmt::print("autoshard search: {} on {} x {} ({} per node): {} meshes, {} planned, {} pruned, {:.1f} s\n",
+             g.name, a.gpus, o.hardware.name, o.hardware.gpus_per_node, res.candidates, planned,
+             pruned, res.seconds);
+  print_mesh_table(res);
+  if (!a.pp.empty()) print_pipeline_table(pipe);
+  if (res.best >= 0) {
+    const MeshSearchRow& b = res.rows[static_cast<size_t>(res.best)];
+    fmt::print("best: mesh {} ({}); plan it with: autoshard plan --mesh {} --mesh-dims {}{}\n",
+               fmt::join(b.mesh.shape(), "x"), describe_topology(b.mesh),
+               fmt::join(b.mesh.shape(), "x"), fmt::join(b.mesh.names(), ","),
+               a.gpus_per_node > 0 ? fmt::format(" --gpus-per-node {}", a.gpus_per_node) : "");
   }
+}
+
+int run_search(const SearchArgs& a) {
+  if (!a.out_dir.empty()) check_output_dir(a.out_dir);
+  Graph g = load_graph(a.src);
+  const MeshSearchOptions o = search_options(a);
+  MeshSearchResult res = search_meshes(g, o);
+  const std::vector<PipelineSearchRow> pipe = pipelined_rows(a, o);
+  if (a.json)
+    print_json(a, g, o, res, pipe);
+  else
+    print_text(a, g, o, res, pipe);
   if (res.best < 0) throw std::runtime_error("no mesh has a plan that fits the memory limit");
   if (!a.out_dir.empty()) {
     const MeshSearchRow& b = res.rows[static_cast<size_t>(res.best)];
