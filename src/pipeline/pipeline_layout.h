@@ -22,7 +22,9 @@ struct Layout {
   PipelineSchedule schedule = PipelineSchedule::k1F1B;
   int32_t v = 1, n = 1, P = 1, L = 1;
   int64_t limit = 0;            ///< per device; 0: none
-  std::vector<double> inflight;  ///< per position: its rank's microbatches in flight
+  /// Per position: microbatches of its own activations its rank keeps at the rank's peak
+  /// (stage_inflight_microbatches).
+  std::vector<double> inflight;
   /// Per position, what its stage is planned for: the most in flight over the positions of
   /// its kind, so that one plan per (kind, layers) serves every rank (a plan that fits more in
   /// flight fits fewer).
