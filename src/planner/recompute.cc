@@ -450,6 +450,14 @@ std::vector<std::string> recomputed_nodes(const Graph& g, const BuiltProblem& bp
                                           const std::vector<StrategyIdx>& choice) {
   std::vector<NodeIdx> nodes;
   for (const auto& a : bp.recompute_aux) {
+    // A layer-level tensor whole-layer recomputation makes again (add_recomputation: its keep
+    // node renamed "#recomputed", live only at the recomputation): the runtime must re-execute
+    // it rather than save it (python/autoshard/partition.py saves what no listed node makes).
+    if (a.role == BuiltProblem::RecomputeAux::kKeep &&
+        bp.problem.nodes.at(static_cast<size_t>(a.node)).name.ends_with("#recomputed")) {
+      nodes.push_back(bp.graph_node.at(static_cast<size_t>(a.owner)));
+      continue;
+    }
     if (a.role != BuiltProblem::RecomputeAux::kGap) continue;
     const auto& r = bp.recompute_regions.at(static_cast<size_t>(a.region));
     const RecomputePolicy m = r.modes.at(static_cast<size_t>(choice.at(static_cast<size_t>(r.decision))));
