@@ -29,9 +29,11 @@
 /// independent of L and P (a stage problem grows with its k ~ L / S, but tied layers keep its
 /// solve near one layer's), and independent ones run on threads.
 ///
-/// Memory (pipeline/pipeline_solve.h, pipeline/stage_fit.cc, planner/inflight_memory.h).  A stage on pp rank r keeps
-/// f_r microbatches in flight (the schedule's count); its memory is its one-microbatch peak
-/// plus (f_r - 1) x what one microbatch keeps for its backward after recomputation.  Each
+/// Memory (pipeline/pipeline_solve.h, pipeline/stage_fit.cc, planner/inflight_memory.h).  A stage s keeps
+/// f_s of its microbatches in flight at its rank's peak (stage_inflight_microbatches: with one
+/// stage per rank the schedule's count f_r, with v per rank their share of v f_r on torch's op
+/// order); its memory is its one-microbatch peak plus (f_s - 1) x what one microbatch keeps
+/// for its backward after recomputation.  Each
 /// stage gets the device limit (with v stages per rank, its layers' share of it at L / P layers
 /// per rank; assemble re-plans the stages of a rank over the limit with their needs scaled to
 /// it).  A stage whose memory-free
@@ -199,7 +201,7 @@ struct PipelineStage {
   int32_t index = 0, pp_rank = 0;
   int32_t lo = 0, hi = 0;  ///< layers [lo, hi)
   bool first = false, last = false;
-  double inflight = 1;                ///< microbatches of activations the rank keeps
+  double inflight = 1;                ///< microbatches of this stage's activations its rank keeps (at its peak)
   double deferred = 0;                ///< of those, whose W has not run (zero-bubble schedules)
   std::shared_ptr<const StageSolve> solve;
   /// Per node of the solve's stage graph (solve->sg, the same structure as this stage's own),

@@ -16,7 +16,7 @@ Layout layout_of(PipelineSchedule sched, int32_t P, int32_t L, int32_t v, int32_
   Layout l{sched, v, P * v, P, L, limit, {}, {}};
   double most[4] = {0, 0, 0, 0};
   for (int32_t s = 0; s < l.n; ++s) {
-    l.inflight.push_back(inflight_microbatches(sched, P, v, M, stage_rank(sched, P, s)));
+    l.inflight.push_back(stage_inflight_microbatches(sched, P, v, M, s));
     most[kind_of(s, l.n)] = std::max(most[kind_of(s, l.n)], l.inflight.back());
   }
   for (int32_t s = 0; s < l.n; ++s) l.planned_inflight.push_back(most[kind_of(s, l.n)]);

@@ -22,7 +22,9 @@ struct Layout {
   PipelineSchedule schedule = PipelineSchedule::k1F1B;
   int32_t v = 1, n = 1, P = 1, L = 1;
   int64_t limit = 0;            ///< per device; 0: none
-  std::vector<double> inflight;  ///< per position: its rank's microbatches in flight
+  /// Per position: microbatches of its own activations its rank keeps at the rank's peak
+  /// (stage_inflight_microbatches).
+  std::vector<double> inflight;
   /// Per position, what its stage is planned for: the most in flight over the positions of
   /// its kind, so that one plan per (kind, layers) serves every rank (a plan that fits more in
   /// flight fits fewer).
@@ -90,9 +92,10 @@ Layout layout_of(PipelineSchedule sched, int32_t P, int32_t L, int32_t v, int32_
 /// were solved at.  lambda 0: none (no layout with v > 1 under a binding limit).
 struct RankPricing {
   double lambda = 0;  ///< us per byte at t*
-  /// In-flight counts sampled (ascending): the least and the most of all layouts, and the
-  /// least of those with v > 1 (so that one stage per rank, down to 1 in flight, does not
-  /// widen the interleaved layouts' chords).
+  /// In-flight counts sampled (ascending): every stage's where the layouts have at most four
+  /// distinct ones; else the least and the most of all layouts, and the least of those with
+  /// v > 1 (so that one stage per rank, down to 1 in flight, does not widen the interleaved
+  /// layouts' chords).
   std::vector<double> fs;
   double d_hi = 0;            ///< microbatches handed to W sampled besides none
   std::vector<int32_t> sizes;

@@ -42,6 +42,9 @@ namespace {
 /// The largest stage size sampled: above it a layer adds its memory-free floor only, so it is
 /// well above the stages of any split the DPs consider (llama3-405b on 8 ranks: 4-8 layers).
 constexpr int32_t kLargestSample = 32;
+/// The most distinct in-flight counts sampled one by one (each costs a priced solve per stage
+/// kind and size); with more, the least, the most and the least of v > 1 (chords between).
+constexpr size_t kMostCounts = 4;
 
 /// The chord of (x, y) samples (x ascending) at x0, or +inf outside them.
 double chord_at(const std::vector<std::pair<double, double>>& pts, double x0) {
@@ -67,9 +70,11 @@ RankPricing rank_pricing(Search& S, const std::vector<Layout>& layouts) {
   RankPricing rp;
   double lo = kPipeInf, hi = 0, lo_v = kPipeInf, d_hi = 0;
   int32_t n_most = 0;
+  std::vector<double> counts;  // every stage's in-flight count, for a few-count search
   for (const Layout& l : layouts) {
     if (l.limit <= 0 || l.n < 3) continue;
     for (double f : l.inflight) {
+      counts.push_back(f);
       lo = std::min(lo, f), hi = std::max(hi, f);
       if (l.v > 1) lo_v = std::min(lo_v, f);
     }
@@ -94,6 +99,12 @@ RankPricing rank_pricing(Search& S, const std::vector<Layout>& layouts) {
   rp.fs = {lo};
   if (lo_v > lo && lo_v < hi) rp.fs.push_back(lo_v);
   if (hi > lo) rp.fs.push_back(hi);
+  // The stages of a rank with v > 1 hold unequal counts (stage_inflight_microbatches: 3 and 2
+  // on the first rank of Interleaved1F1B at P = 2, M = 4, not 2.5 each); where the layouts
+  // have at most kMostCounts distinct counts each is sampled, so no stage's floor is a chord.
+  std::sort(counts.begin(), counts.end());
+  counts.erase(std::unique(counts.begin(), counts.end()), counts.end());
+  if (counts.size() <= kMostCounts) rp.fs = counts;
   rp.d_hi = d_hi;
   // Two sizes: the floors are concave in k, so their chord bounds every size between, and
   // a sample between would only lower it where its own proof is looser.

@@ -87,7 +87,11 @@ bool check_floors(PipelineSchedule sch, const std::vector<double>& shares, int& 
 // one-share case below covers the same code: whole runs in the Release pass only.
 TEST(PipelineRankBoundLarge, RanksThatFitWorkAtLeastTheirFloorsAndTheBoundRises) {
   int checked = 0;
-  EXPECT_TRUE(check_floors(PipelineSchedule::kInterleaved1F1B, {0.45, 0.35}, checked));  // memory binds and they see it
+  // Memory binds and they see it.  Each stage counts its own microbatches in flight (3 and 2
+  // on rank 0, 2 and 1 on rank 1, whose last stage holds the loss once, not 1.5 times), so the
+  // ranks need less than with their average counts: the floors lift the bound at 0.3 and 0.25
+  // of the memory-free peak (+2.2 %, +5.5 %), not yet at 0.35.
+  EXPECT_TRUE(check_floors(PipelineSchedule::kInterleaved1F1B, {0.3, 0.25}, checked));
   EXPECT_GE(checked, 8);
 }
 

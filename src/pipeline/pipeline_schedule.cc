@@ -155,6 +155,14 @@ double inflight_microbatches(PipelineSchedule s, int32_t P, int32_t v, int32_t M
   return M;
 }
 
+double stage_inflight_microbatches(PipelineSchedule s, int32_t P, int32_t v, int32_t M, int32_t stage) {
+  const int32_t rank = stage_rank(s, P, stage);
+  if (v == 1) return inflight_microbatches(s, P, v, M, rank);
+  const InflightPeak peak = order_inflight_peak(rank_op_order(s, P, v, M, rank), s);
+  const auto at = static_cast<size_t>(stage);
+  return std::max(1.0, at < peak.stage_live.size() ? static_cast<double>(peak.stage_live[at]) : 0.0);
+}
+
 double deferred_microbatches(PipelineSchedule s, int32_t P, int32_t v, int32_t M, int32_t rank) {
   if (!splits_backward(s)) return 0;
   return static_cast<double>(order_inflight_peak(rank_op_order(s, P, v, M, rank), s).deferred) / v;

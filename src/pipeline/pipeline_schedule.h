@@ -114,6 +114,14 @@ double bubble_us(PipelineSchedule s, const std::vector<double>& stage_us, int32_
 
 /// Microbatches of activations (of the whole rank's layers) rank `rank` keeps in flight.
 double inflight_microbatches(PipelineSchedule s, int32_t P, int32_t v, int32_t M, int32_t rank);
+/// Microbatches of stage `stage`'s own activations its rank keeps at the rank's in-flight peak
+/// (InflightPeak::stage_live, at least 1): with one stage per rank inflight_microbatches; with
+/// v stages per rank they add up to v x inflight_microbatches but are not equal (the last
+/// rank of Interleaved1F1B holds P microbatches of its first chunk and one of its last), so a
+/// stage whose kept activations differ from its rank's others (the first with the embedding,
+/// the last with the logits) is counted by its own.  A stage then needs its one-microbatch
+/// peak plus (this - 1) x its kept activations (pipeline.h, "Memory").
+double stage_inflight_microbatches(PipelineSchedule s, int32_t P, int32_t v, int32_t M, int32_t stage);
 /// Of those, the most whose B ran and W did not (their weight-gradient inputs kept alive), in
 /// the same units; 0 for the schedules that do not split the backward.
 double deferred_microbatches(PipelineSchedule s, int32_t P, int32_t v, int32_t M, int32_t rank);

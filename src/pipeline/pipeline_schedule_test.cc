@@ -42,6 +42,38 @@ TEST(PipelineSchedule, InflightActivations) {
   EXPECT_DOUBLE_EQ(inflight_microbatches(PipelineSchedule::kInterleaved1F1B, 4, 2, 4, 0), 4.0);
 }
 
+TEST(PipelineSchedule, InflightPerStageFollowsTorchsOrder) {
+  // One stage per rank: the rank's count.
+  EXPECT_DOUBLE_EQ(stage_inflight_microbatches(PipelineSchedule::k1F1B, 4, 1, 8, 1), 3);
+  // Interleaved1F1B, P = 2, v = 2, M = 2.  Rank 1 (stages 1 and 3) warms up with
+  // 2 (P - r - 1) + (v - 1) P = 2 forwards of stage 1, then F(3, 0) B(3, 0) F(3, 1) B(3, 1)
+  // and the backwards of stage 1: its peak of 3 holds two microbatches of stage 1 and one of
+  // stage 3 (1.5 each on average).  Rank 0 runs all four forwards first: two of each.
+  EXPECT_DOUBLE_EQ(inflight_microbatches(PipelineSchedule::kInterleaved1F1B, 2, 2, 2, 1), 1.5);
+  EXPECT_DOUBLE_EQ(stage_inflight_microbatches(PipelineSchedule::kInterleaved1F1B, 2, 2, 2, 1), 2);
+  EXPECT_DOUBLE_EQ(stage_inflight_microbatches(PipelineSchedule::kInterleaved1F1B, 2, 2, 2, 3), 1);
+  EXPECT_DOUBLE_EQ(stage_inflight_microbatches(PipelineSchedule::kInterleaved1F1B, 2, 2, 2, 0), 2);
+  EXPECT_DOUBLE_EQ(stage_inflight_microbatches(PipelineSchedule::kInterleaved1F1B, 2, 2, 2, 2), 2);
+  // P = 4, v = 2, M = 8, last rank (stages 3, 7): 4 warm-up forwards of stage 3, then stage 7
+  // runs F and B in turn: peak 5 = 4 of stage 3 + 1 of stage 7 (the later moment with 5 of
+  // stage 3 and none of stage 7 ties; the last stage's is kept).  Rank 0 (stages 0, 4): 10
+  // warm-up forwards (stage 0 m0-3, stage 4 m0-3, stage 0 m4-5), then F(0, 6): 7 + 4 = 11.
+  EXPECT_DOUBLE_EQ(stage_inflight_microbatches(PipelineSchedule::kInterleaved1F1B, 4, 2, 8, 3), 4);
+  EXPECT_DOUBLE_EQ(stage_inflight_microbatches(PipelineSchedule::kInterleaved1F1B, 4, 2, 8, 7), 1);
+  EXPECT_DOUBLE_EQ(stage_inflight_microbatches(PipelineSchedule::kInterleaved1F1B, 4, 2, 8, 0), 7);
+  EXPECT_DOUBLE_EQ(stage_inflight_microbatches(PipelineSchedule::kInterleaved1F1B, 4, 2, 8, 4), 4);
+  // Each rank's stages add up to v x its count, for every schedule with several per rank.
+  for (PipelineSchedule s : {PipelineSchedule::kInterleaved1F1B, PipelineSchedule::kInterleavedZeroBubble,
+                             PipelineSchedule::kZBVZeroBubble, PipelineSchedule::kDualPipeV})
+    for (int32_t r = 0; r < 4; ++r) {
+      double sum = 0;
+      for (int32_t st = 0; st < 8; ++st)
+        if (stage_rank(s, 4, st) == r) sum += stage_inflight_microbatches(s, 4, 2, 8, st);
+      EXPECT_GE(sum, 2 * inflight_microbatches(s, 4, 2, 8, r)) << schedule_name(s) << " rank " << r;
+      EXPECT_LE(sum, 2 * inflight_microbatches(s, 4, 2, 8, r) + 1) << schedule_name(s) << " rank " << r;
+    }
+}
+
 TEST(PipelineSchedule, NamesAndRequirements) {
   EXPECT_EQ(parse_schedule("1f1b"), PipelineSchedule::k1F1B);
   EXPECT_EQ(parse_schedule("Interleaved1F1B"), PipelineSchedule::kInterleaved1F1B);

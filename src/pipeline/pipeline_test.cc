@@ -9,6 +9,7 @@
 #include <set>
 
 #include "models/models.h"
+#include "pipeline/pipeline_layout.h"
 #include "pipeline/pipeline_solve.h"
 #include "planner/inflight_memory.h"
 #include "planner/recipes.h"
@@ -581,6 +582,40 @@ TEST(PipelineMemoryLarge, TheRankPatternRefitsRanksFromAShardingMadeForARank) {
     below = below || on.rank_peak_bytes[static_cast<size_t>(r)] < sum - 1;
   }
   EXPECT_TRUE(below);
+}
+
+TEST(PipelineMemory, InterleavedRankPeakCountsEachStagesOwnInFlight) {
+  // Golden, by hand.  Interleaved1F1B on P = 4, v = 2, M = 8; every stage keeps 60 B of state
+  // and 40 B per microbatch (boundary 100 = 60 + 40, 50 B of passing work on top), except the
+  // last (stage 7, on rank 3), which keeps the logits: 200 B per microbatch (boundary 260,
+  // peak 300).  Rank 3 warms up with 4 forwards of stage 3, then runs stage 7's F and B in
+  // turn: at its peak it holds 4 microbatches of stage 3 and one of stage 7:
+  //     60 + 60 + 4 x 40 + 1 x 200 + 50 (one stage's passing work) = 530 B,
+  // not 2.5 of each (the rank's average count): 120 + 2.5 x 240 + 50 = 770 B.  Rank 0 holds 7
+  // of stage 0 and 4 of stage 4 (11 = 2 x 5.5): 120 + 11 x 40 + 50 = 610 B.
+  using namespace pipeline_detail;
+  auto solve = [](int64_t state, int64_t kept, int64_t passing) {
+    auto s = std::make_shared<StageSolve>();
+    s->activation_bytes = kept;
+    s->boundary_bytes = state + kept;
+    s->microbatch_peak_bytes = state + kept + passing;
+    return std::shared_ptr<const StageSolve>(s);
+  };
+  const Layout l = layout_of(PipelineSchedule::kInterleaved1F1B, 4, 8, 2, 8, 0);
+  PipelinePlan pl;
+  pl.schedule = PipelineSchedule::kInterleaved1F1B;
+  pl.P = 4, pl.v = 2, pl.M = 8;
+  for (int32_t s = 0; s < 8; ++s) {
+    PipelineStage st;
+    st.index = s;
+    st.pp_rank = stage_rank(pl.schedule, 4, s);
+    st.inflight = l.inflight[psz(s)];
+    st.solve = s == 7 ? solve(60, 200, 40) : solve(60, 40, 50);
+    pl.stages.push_back(st);
+  }
+  rank_peaks(pl);
+  EXPECT_EQ(pl.rank_peak_bytes[3], 530);
+  EXPECT_EQ(pl.rank_peak_bytes[0], 610);
 }
 
 }  // namespace

@@ -288,12 +288,22 @@ InflightPeak order_inflight_peak(const std::vector<PipelineOp>& order, PipelineS
   const bool split = splits_backward(s);
   InflightPeak peak;
   int32_t live = 0, deferred = 0;
+  std::vector<int32_t> per_stage;
   for (const PipelineOp& o : order) {
-    if (o.kind == PipeOpKind::kF) ++live;
+    if (static_cast<size_t>(o.stage) >= per_stage.size()) per_stage.resize(static_cast<size_t>(o.stage) + 1, 0);
+    int32_t& mine = per_stage[static_cast<size_t>(o.stage)];
+    if (o.kind == PipeOpKind::kF) ++live, ++mine;
     if (o.kind == PipeOpKind::kB && split) ++deferred;
-    if (o.kind == PipeOpKind::kW || o.kind == PipeOpKind::kBW || (o.kind == PipeOpKind::kB && !split)) --live;
+    if (o.kind == PipeOpKind::kW || o.kind == PipeOpKind::kBW || (o.kind == PipeOpKind::kB && !split)) --live, --mine;
     if (o.kind == PipeOpKind::kW) --deferred;
-    peak.live = std::max(peak.live, live);
+    // Later stages first: the counts compared from the last stage down (per_stage only grows).
+    peak.stage_live.resize(per_stage.size(), 0);
+    const bool later_heavier = std::lexicographical_compare(peak.stage_live.rbegin(), peak.stage_live.rend(),
+                                                            per_stage.rbegin(), per_stage.rend());
+    if (live > peak.live || (live == peak.live && later_heavier)) {
+      peak.live = live;
+      peak.stage_live = per_stage;
+    }
     peak.deferred = std::max(peak.deferred, deferred);
   }
   return peak;

@@ -88,9 +88,18 @@ PipelineTimeline schedule_timeline(PipelineSchedule s, int32_t P, int32_t v, int
 /// each F, -1 at the op that ends the microbatch's use of them (W when the schedule splits
 /// the backward, else B).  `deferred`: the most whose B ran and W did not (their W inputs
 /// kept alive), 0 without a split.  Depends on the op order only.
+/// `stage_live`: per stage (pipeline index; stages of other ranks 0), how many of that stage's
+/// microbatches are live at the moment `live` peaks.  With several stages per rank the peak
+/// does not hold the same count of each: on the last rank of Interleaved1F1B the warm-up fills
+/// chunk 0 (P microbatches) while the last chunk runs each microbatch's F and B back to back
+/// (one at a time; Narayanan et al., SC'21, Fig. 4; torch's ScheduleInterleaved1F1B order), so
+/// a last stage holding the logits keeps one microbatch of them, not the rank's average.  Of
+/// several moments with the peak count, the one with the most live in the later stages (the
+/// last stage's loss activations are the largest a rank keeps).
 struct InflightPeak {
   int32_t live = 0;
   int32_t deferred = 0;
+  std::vector<int32_t> stage_live;
 };
 InflightPeak order_inflight_peak(const std::vector<PipelineOp>& order, PipelineSchedule s);
 

@@ -47,6 +47,25 @@ TEST(InflightMemory, TheMlpKeepsWhatItsBackwardReads) {
   }
 }
 
+TEST(InflightMemory, FullRecomputationKeepsTheLayerInputAlone) {
+  // Golden: torch's checkpoint of a whole transformer block (torchtitan's full AC) saves the
+  // block's input and nothing else of it, so with `full` one more llama layer keeps one more
+  // [batch, seq, dim] tensor across the boundary: 2 x 256 x 4096 x 2 B (bf16) = 4 MiB, not
+  // two (the residual between attention and MLP is recomputed with the block).
+  auto kept = [](int32_t layers) {
+    const Graph g = build_model("llama3-8b", ModelOptions{2, 256, layers, {}});
+    const Mesh mesh({1}, {"dp"}, testing::h100());
+    PlannerOptions o;
+    o.objective = Objective::kAdditive;
+    o.memory_limit_bytes = 0;
+    o.recompute = RecomputePolicy::kFull;
+    ShardingOptimizer so(g, mesh, o);
+    (void)so.get_solution();
+    return inflight_memory(g, *so.built_problem(), 1.0, so.solution_choice()).kept_bytes;
+  };
+  EXPECT_EQ(kept(3) - kept(2), int64_t{2} * 256 * 4096 * 2);
+}
+
 TEST(InflightMemory, PricedUsageCountsTheGradientsSummedOverTheStep) {
   // A memory price charges a plan lambda x (its usage at t* + the Partial gradients it sums
   // over the step): a later microbatch's t* holds those gradients too.  On two data-parallel

@@ -110,6 +110,40 @@ void pin_cp_attention(const Graph& g, const Mesh& mesh, const std::vector<MeshDi
   }
 }
 
+/// Whether `n` carries the residual stream: an add at a layer's own level (module path
+/// "layers.3": the residual adds of a block, recompute.h).  The embedding is left free: its
+/// vocab-parallel output is Partial over tp until the edge after it scatters it.
+bool residual_stream(const Node& n) {
+  if (n.kind != NodeKind::kOp || n.phase != Phase::kForward || n.outputs.empty() || n.out().rank() != 3) return false;
+  const std::string_view op = aten_packet(n.op);
+  const size_t dot = n.module_path.rfind('.');
+  const std::string_view last = dot == std::string::npos ? std::string_view(n.module_path)
+                                                         : std::string_view(n.module_path).substr(dot + 1);
+  return op == "add" && !last.empty() && std::all_of(last.begin(), last.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+/// CP x FSDP: the residual stream [b, s, h] split on its sequence over `cp` (and over tp with
+/// tensor parallelism: torchtitan's sequence parallelism between blocks), its batch over the
+/// data dims.  torchtitan's context parallelism shards the inputs' sequence before the model
+/// (torch's context_parallel(buffers=[inputs, labels, freqs_cis], buffer_seq_dims=[1, 1, 0]),
+/// torchtitan/train.py) and every op but attention runs on its rank's chunk, so the blocks'
+/// inputs, which full recomputation keeps for the backward, are split over cp: without the pin
+/// a plan without a memory limit may gather them over cp (cp times the kept activations).  Use
+/// constraints, dropped if the graph cannot take them.
+void pin_cp_residual(const Graph& g, const Mesh& mesh, const std::vector<MeshDimIdx>& data, MeshDimIdx cp,
+                     MeshDimIdx tp, bool require_divisible, RecipePins& out) {
+  for (const Node& n : g.nodes) {
+    if (!residual_stream(n)) continue;
+    std::vector<Placement> p = replicated(mesh);
+    for (MeshDimIdx d : data) p[static_cast<size_t>(d)] = Placement::shard(0);
+    p[static_cast<size_t>(cp)] = Placement::shard(1);
+    if (tp >= 0) p[static_cast<size_t>(tp)] = Placement::shard(1);
+    if (!valid(p, n.out(), mesh, require_divisible) && tp >= 0) p[static_cast<size_t>(tp)] = Placement::replicate();
+    if (!valid(p, n.out(), mesh, require_divisible)) continue;
+    out.use_constraints.push_back(recipe_pin("recipe-use:", n, std::move(p)));
+  }
+}
+
 }  // namespace
 
 std::string_view recipe_name(Recipe r) {
@@ -487,7 +521,10 @@ RecipePins recipe_pins(Recipe r, const Graph& g, const Mesh& mesh, bool require_
     if (!valid(p, n.out(), mesh, require_divisible)) continue;
     out.use_constraints.push_back(recipe_pin("recipe-use:", n, std::move(p)));
   }
-  if (r == Recipe::kCpFsdp) pin_cp_attention(g, mesh, data, cp, tp, out);
+  if (r == Recipe::kCpFsdp) {
+    pin_cp_attention(g, mesh, data, cp, tp, out);
+    pin_cp_residual(g, mesh, data, cp, tensor_parallel ? tp : -1, require_divisible, out);
+  }
   if (kept_whole > 0)
     out.notes.push_back(fmt::format("{} parameters too small to shard stay replicated on some dims",
                                     kept_whole));

@@ -344,15 +344,50 @@ void add_recomputation(const Graph& g, const PlannerOptions& opt, BuiltProblem& 
         if (exec(static_cast<size_t>(i), m)) outside[{r, in.node}] |= 1u << m;
     }
   }
+  // Whole-layer recomputation (the policy `full` for every region): torch's checkpoint of a
+  // whole transformer block (torchtitan's full AC wraps each TransformerBlock,
+  // torchtitan/models/llama3/infra/parallelize.py apply_ac, torch.utils.checkpoint) saves
+  // the block's input alone and re-runs the whole block forward at its backward, so a tensor
+  // made inside the layer outside any region (the residual h = x + attention(x) between the
+  // two regions) is recomputed, not kept: it is live only during the recomputation.  Its op
+  // (an elementwise add, ~0.1 % of a layer's recomputation) is not charged again, as the
+  // simulator replays the regions' ops only (simulate.cc recompute_schedule).  Its inputs
+  // must come back too: made by a region of the same layer, or an input that another region
+  // of the layer keeps for its own recomputation (the layer input).
+  const bool whole_layer = modes.size() == 1 && modes[0] == RecomputePolicy::kFull;
+  auto layer_of = [&](NodeIdx u, std::string& layer) {
+    std::string comp;
+    return g.node(u).kind == NodeKind::kOp && g.node(u).phase == Phase::kForward &&
+           split_layer(g.node(u).module_path, layer, comp) && classify(comp) == RegionKind::kNone;
+  };
+  auto recomputed_in_layer = [&](int32_t r, NodeIdx u) {
+    std::string layer;
+    if (!whole_layer || region_of[static_cast<size_t>(u)] >= 0 || !layer_of(u, layer) ||
+        layer != bp.recompute_regions[static_cast<size_t>(r)].layer)
+      return false;
+    for (const TensorRef& in : g.node(u).inputs) {
+      const size_t w = static_cast<size_t>(in.node);
+      const NodeKind k = g.node(in.node).kind;
+      if (k == NodeKind::kParameter || k == NodeKind::kBuffer) continue;
+      if (region_of[w] >= 0 && bp.recompute_regions[static_cast<size_t>(region_of[w])].layer == layer) continue;
+      bool kept = false;
+      for (const auto& [key2, mask2] : outside)
+        kept = kept || (key2.second == in.node && key2.first != r &&
+                        bp.recompute_regions[static_cast<size_t>(key2.first)].layer == layer);
+      if (!kept) return false;
+    }
+    return true;
+  };
   for (const auto& [key, mask] : outside) {
     const auto [r, u] = key;
     const PNodeIdx pu = bp.pnode[static_cast<size_t>(u)];
     const ProblemNode owner = prob.nodes[static_cast<size_t>(pu)];
     const int64_t back = region_back[static_cast<size_t>(r)];
     if (owner.end > back) continue;  // still live (e.g. read by the backward)
+    const bool again = recomputed_in_layer(r, u);
     ProblemNode keep;
-    keep.name = owner.name + "#kept";
-    keep.start = owner.end;
+    keep.name = owner.name + (again ? "#recomputed" : "#kept");
+    keep.start = again ? back : owner.end;
     keep.end = back + 1;
     const size_t S = owner.costs.size();
     for (size_t m = 0; m < R; ++m)
@@ -415,6 +450,14 @@ std::vector<std::string> recomputed_nodes(const Graph& g, const BuiltProblem& bp
                                           const std::vector<StrategyIdx>& choice) {
   std::vector<NodeIdx> nodes;
   for (const auto& a : bp.recompute_aux) {
+    // A layer-level tensor whole-layer recomputation makes again (add_recomputation: its keep
+    // node renamed "#recomputed", live only at the recomputation): the runtime must re-execute
+    // it rather than save it (python/autoshard/partition.py saves what no listed node makes).
+    if (a.role == BuiltProblem::RecomputeAux::kKeep &&
+        bp.problem.nodes.at(static_cast<size_t>(a.node)).name.ends_with("#recomputed")) {
+      nodes.push_back(bp.graph_node.at(static_cast<size_t>(a.owner)));
+      continue;
+    }
     if (a.role != BuiltProblem::RecomputeAux::kGap) continue;
     const auto& r = bp.recompute_regions.at(static_cast<size_t>(a.region));
     const RecomputePolicy m = r.modes.at(static_cast<size_t>(choice.at(static_cast<size_t>(r.decision))));

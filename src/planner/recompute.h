@@ -6,7 +6,9 @@
 /// Regions: the forward ops of a repeated layer ("layers.3" in the module path) split by
 /// activation class -- attention (attention / attn modules and the norm before them) and mlp
 /// (feed_forward / ffn / mlp modules and their norm).  Residual adds at the layer's own level
-/// belong to no region and are always kept.  Each region instance gets a decision node whose
+/// belong to no region and are kept, except under the policy `full` for every region, which
+/// is torch's checkpoint of the whole block: it recomputes them too and keeps the layer input
+/// alone (recompute.cc, "Whole-layer recomputation").  Each region instance gets a decision node whose
 /// strategies are the allowed modes: keep, selective (re-execute every op except matmuls and
 /// attention kernels, whose outputs stay saved -- the save list of torchtitan's op-level
 /// selective activation checkpointing, torchtitan/models/llama3/infra/parallelize.py

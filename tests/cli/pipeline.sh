@@ -101,7 +101,7 @@ I=(--model llama3-8b --layers 8 --seq 2048 --batch 8 --mesh 2x4 --mesh-dims pp,d
    --schedule Interleaved1F1B --stages-per-rank 2 --memory-limit 12GiB --json --param-gather per-use)
 "$AS" plan "${I[@]}" >"$TMP/rank.json"
 "$AS" plan "${I[@]}" --no-rank-bound >"$TMP/norank.json"
-# Below what the memory-free ranks need (9.73 GiB) no share of it fits, but the rank refit
+# Below what the memory-free ranks need (9.63 GiB) no share of it fits, but the rank refit
 # recomputes the memory-free split's rank 0 under 9.5 GiB (and 8 GiB); at 7 GiB nothing fits: the
 # same error as before the memory-free splits were candidates (not their plan over the limit).
 "$AS" plan "${I[@]/12GiB/9.5GiB}" >"$TMP/refit.json"
