@@ -11,9 +11,10 @@ the layer `prefetch_layers` before it, as FSDP does and as the simulator and the
 objective assume.  The lowered graph issues each collective where DTensor redistributed it, right
 before its use; this pass moves the collectives of each scheduled edge (and the local ops they
 read that depend on placeholders only, such as a weight's transpose) up to the planned issue
-point, and leaves the wait where the value is used.  It decides nothing: an entry whose issue
-point or collectives are not in this graph (a recomputed gather in the backward, an edge whose
-redistribution needs no collective) is left where it is.
+point, and leaves the wait at the use (apply_wait_points then puts it at the file's wait
+point).  It decides nothing: an entry whose issue point or collectives are not in this graph
+(a recomputed gather in the backward, an edge whose redistribution needs no collective) is
+left where it is.
 
 Activations (schedule version 4, "issue" entries): a redistribution of a computed tensor is
 issued as soon as its producer has run, so its collective overlaps the ops between the
