@@ -135,9 +135,20 @@ def eager_worker(rank: int, args, out_dir: str, ddp: bool = False) -> None:
         dist.destroy_process_group()
 
 
+def _gather_locally(x, group_size: int):
+    """A local stand-in for an all-gather: the shard repeated along dim 0."""
+    return x.repeat(group_size, *([1] * (x.dim() - 1)))
+
+
+def _scatter_locally(x, group_size: int):
+    """A local stand-in for a reduce-scatter: a copy of the first block of dim 0."""
+    return x[:x.shape[0] // group_size].clone()
+
+
 def _local_collectives(gm) -> int:
     """Replaces each functional collective of `gm` by a local op of the same output shape
-    (see the module docstring, "ceiling"); returns how many it replaced."""
+    (see the module docstring, "ceiling"); returns how many it replaced.  Shapes are read when
+    the step runs (some inputs, such as a bucket's flat buffer, carry no shape meta)."""
     import torch
 
     aten = torch.ops.aten
@@ -151,13 +162,11 @@ def _local_collectives(gm) -> int:
             if name == "wait_tensor":
                 node.replace_all_uses_with(x)
             elif name == "all_gather_into_tensor":
-                rank = x.meta["val"].dim()
-                node.replace_all_uses_with(gm.graph.call_function(
-                    aten.repeat.default, (x, [node.args[1]] + [1] * (rank - 1))))
+                node.replace_all_uses_with(gm.graph.call_function(_gather_locally,
+                                                                  (x, node.args[1])))
             elif name == "reduce_scatter_tensor":
-                rows = x.meta["val"].shape[0] // node.args[2]
-                piece = gm.graph.call_function(aten.slice.Tensor, (x, 0, 0, rows))
-                node.replace_all_uses_with(gm.graph.call_function(aten.clone.default, (piece,)))
+                node.replace_all_uses_with(gm.graph.call_function(_scatter_locally,
+                                                                  (x, node.args[2])))
             else:  # all_reduce, all_to_all_single, ...: a copy of the same shape
                 node.replace_all_uses_with(gm.graph.call_function(aten.clone.default, (x,)))
         gm.graph.erase_node(node)

@@ -241,19 +241,32 @@ def apply_issue_points(graph: torch.fx.Graph, schedule: Optional[Mapping[str, An
     return moved
 
 
-def _arrived_block(wait: torch.fx.Node, edge: str, limit: int, pos: dict) -> list:
-    """The wait and the edge's local ops after it, before position `limit`, that read only it
-    (and each other): what moves with a wait moved later."""
+def _arrived_block(wait: torch.fx.Node, nodes: list, limit: float, pos: dict) -> list:
+    """The wait and its edge's local ops (`nodes`) after it, before position `limit`, that read
+    only it (and each other): what moves with a wait moved later."""
     block = [wait]
     inside = {wait}
-    for n in wait.graph.nodes:
-        if pos[n] <= pos[wait] or pos[n] >= limit or _stamp(n, "edge") != edge:
+    for n in sorted(nodes, key=pos.get):
+        if pos[n] <= pos[wait] or pos[n] >= limit:
             continue
         if n.op == "call_function" and any(i in inside for i in n.all_input_nodes) and all(
                 i in inside or pos[i] < pos[wait] for i in n.all_input_nodes):
             block.append(n)
             inside.add(n)
     return block
+
+
+def _move_before(target: torch.fx.Node, block: list, pos: dict) -> None:
+    """Moves `block` (in order) to just before `target`, keeping `pos` (node -> a number in
+    graph order) right without renumbering the graph: one pass over it per move would make
+    the pass quadratic on a real step."""
+    prev = target.prev
+    while prev in block:  # (a block node right before the target is moved too)
+        prev = prev.prev
+    low = pos.get(prev, pos[target] - 1.0)
+    for k, n in enumerate(block):
+        target.prepend(n)
+        pos[n] = low + (pos[target] - low) * (k + 1) / (len(block) + 1)
 
 
 def apply_wait_points(graph: torch.fx.Graph, schedule: Optional[Mapping[str, Any]]) -> int:
@@ -263,7 +276,7 @@ def apply_wait_points(graph: torch.fx.Graph, schedule: Optional[Mapping[str, Any
     if not entries:
         return 0
     op_of: dict = {}    # planned node name -> its op's first lowered node ("<node>:op")
-    by_edge: dict = {}  # edge -> its lowered nodes, in graph order
+    by_edge: dict = {}  # edge -> its lowered nodes
     end = None
     for n in graph.nodes:
         if n.op == "output":
@@ -274,32 +287,30 @@ def apply_wait_points(graph: torch.fx.Graph, schedule: Optional[Mapping[str, Any
         by_edge.setdefault(edge, []).append(n)
         if edge.endswith(":op"):
             op_of.setdefault(edge[:-3], n)
+    pos = {n: float(k) for k, n in enumerate(graph.nodes)}
     moved = 0
     for edge, before, where in entries:
-        waits = [n for n in by_edge.get(edge, []) if is_wait(n)]
+        nodes = by_edge.get(edge, [])
+        waits = [n for n in nodes if is_wait(n)]
         target = end if before is None else op_of.get(before)
         if not waits or target is None:
             continue  # not in this graph (or nothing to wait for: a synchronous move)
-        wait = waits[-1]
-        pos = {n: k for k, n in enumerate(graph.nodes)}
-        issue = wait.args[0]
-        if pos[target] <= pos[issue]:
+        wait = max(waits, key=pos.get)
+        if pos[target] <= pos[wait.args[0]]:
             raise ScheduleError(f"{where}/wait_before: {before!r} runs before the edge's "
                                 f"collective is issued")
         if pos[target] < pos[wait]:
-            target.prepend(wait)
+            _move_before(target, [wait], pos)
             moved += 1
             continue
-        block = _arrived_block(wait, edge, pos[target], pos)
+        block = _arrived_block(wait, nodes, pos[target], pos)
         inside = set(block)
         # no later than the value's first reader outside what moves with the wait
         readers = [u for n in block for u in n.users if u not in inside]
-        first = min(readers, key=pos.get, default=target)
-        target = min(target, first, key=pos.get)
+        target = min([target, *readers], key=pos.get)
         if _follows(block[0], block[1:]) and block[-1].next is target:
             continue  # already there
-        for n in block:
-            target.prepend(n)
+        _move_before(target, block, pos)
         moved += 1
     return moved
 
