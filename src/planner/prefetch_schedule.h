@@ -100,7 +100,7 @@ NodeIdx first_backward_op(const Graph& g);
 /// Where a rank waits for the redistribution of tensor use (consumer, slot): before the op
 /// returned (kNoNode: at the step's end).  A use (slot >= 0) is waited before its consumer;
 /// a gradient reduction (slot -1, consumer = the parameter) at the step's end.  The schedule's
-/// entries carry it and the simulator's compute stream waits there (see the header).
+/// entries carry it and the simulator's compute stream waits there ("Wait points" above).
 NodeIdx wait_point(const Graph& g, NodeIdx consumer, int32_t slot);
 
 /// One prefetched redistribution: the tensor use (consumer, slot) and the op before which a
