@@ -5,6 +5,7 @@
         --mesh 2 --dims dp --algo ddp                     # data parallel, 2 gloo ranks
     ... --mesh 2x2 --dims dp,tp --algo fsdp+tp            # 4 ranks, weights sharded
     ... --compile                                         # also the torch.compile'd step
+    ... --prefetch-layers 0 --bucket none                 # without the plan's schedule
 
 Model: autoshard.tracer.examples.llama at llama_tiny's widths (dim 256, 4 heads, 2 KV heads,
 FFN 512, vocab 1024) with --layers (8), --seq (1024), global --batch (8), fp32, on CPU.
@@ -134,9 +135,20 @@ def eager_worker(rank: int, args, out_dir: str, ddp: bool = False) -> None:
         dist.destroy_process_group()
 
 
+def _gather_locally(x, group_size: int):
+    """A local stand-in for an all-gather: the shard repeated along dim 0."""
+    return x.repeat(group_size, *([1] * (x.dim() - 1)))
+
+
+def _scatter_locally(x, group_size: int):
+    """A local stand-in for a reduce-scatter: a copy of the first block of dim 0."""
+    return x[:x.shape[0] // group_size].clone()
+
+
 def _local_collectives(gm) -> int:
     """Replaces each functional collective of `gm` by a local op of the same output shape
-    (see the module docstring, "ceiling"); returns how many it replaced."""
+    (see the module docstring, "ceiling"); returns how many it replaced.  Shapes are read when
+    the step runs (some inputs, such as a bucket's flat buffer, carry no shape meta)."""
     import torch
 
     aten = torch.ops.aten
@@ -150,13 +162,11 @@ def _local_collectives(gm) -> int:
             if name == "wait_tensor":
                 node.replace_all_uses_with(x)
             elif name == "all_gather_into_tensor":
-                rank = x.meta["val"].dim()
-                node.replace_all_uses_with(gm.graph.call_function(
-                    aten.repeat.default, (x, [node.args[1]] + [1] * (rank - 1))))
+                node.replace_all_uses_with(gm.graph.call_function(_gather_locally,
+                                                                  (x, node.args[1])))
             elif name == "reduce_scatter_tensor":
-                rows = x.meta["val"].shape[0] // node.args[2]
-                piece = gm.graph.call_function(aten.slice.Tensor, (x, 0, 0, rows))
-                node.replace_all_uses_with(gm.graph.call_function(aten.clone.default, (piece,)))
+                node.replace_all_uses_with(gm.graph.call_function(_scatter_locally,
+                                                                  (x, node.args[2])))
             else:  # all_reduce, all_to_all_single, ...: a copy of the same shape
                 node.replace_all_uses_with(gm.graph.call_function(aten.clone.default, (x,)))
         gm.graph.erase_node(node)
@@ -247,7 +257,9 @@ def _plan(args) -> tuple[dict, dict]:
         write_graph_json(to_graph_dict(traced), gpath)
         cmd = [args.cli, "plan", "--graph", gpath, "--mesh", args.mesh, "--mesh-dims", args.dims,
                "--comm-model", "dtensor", "--require-divisible", "--algo", args.algo,
-               "--memory-limit", "0", "--recompute", args.recompute, "-o", d, "--json"]
+               "--memory-limit", "0", "--recompute", args.recompute,
+               "--prefetch-layers", str(args.prefetch_layers), "--bucket", args.bucket,
+               "-o", d, "--json"]
         out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
         with open(os.path.join(d, "placements.json")) as f:
             return json.load(f), json.loads(out)
@@ -267,6 +279,9 @@ def main() -> int:
     ap.add_argument("--ceiling", action="store_true",
                     help="also the step with its collectives replaced by local ops")
     ap.add_argument("--recompute", default="none", help="plan --recompute (none|selective|full)")
+    ap.add_argument("--prefetch-layers", type=int, default=1,
+                    help="plan --prefetch-layers (0: every gather issued at its use)")
+    ap.add_argument("--bucket", default="layer", help="plan --bucket (layer|none)")
     args = ap.parse_args()
     os.environ["MALLOC_MMAP_THRESHOLD_"] = str(64 * 1024)  # inherited by the spawned ranks
     os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -296,7 +311,8 @@ def _report(args, plan: dict, eager: list, phases: list) -> None:
     mib = 2.0 ** 20
     print(f"# llama {args.layers} layers, dim 256, seq {args.seq}, global batch {args.batch}, "
           f"fp32; mesh {args.mesh} ({args.dims}), plan --algo {args.algo} --recompute "
-          f"{args.recompute}; per rank, "
+          f"{args.recompute} --prefetch-layers {args.prefetch_layers} --bucket {args.bucket}; "
+          f"per rank, "
           f"median of {args.world} ranks")
     e_step = statistics.median(r["step_s"] for r in eager)
     e_grow = statistics.median(r["peak_growth"] for r in eager)

@@ -45,6 +45,7 @@ import torch.fx
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor, Replicate
 
+from .backward_split import split_backward
 from .context_parallel import permute_placeholder
 from .deferred_grads import DeferredReductions
 from .inflight import compile_in_order
@@ -171,8 +172,6 @@ class ShardedModule(torch.nn.Module):
                                     zip(self._input_shapes, self._input_placements)]
         self._unreduced: dict = {}  # param-gradient index -> sum over this step's microbatches
         self._parts = None  # BackwardParts when the schedule splits the backward
-        #: lowered nodes the B/W split put in the other part than the plan's "part" says
-        self.part_mismatches: list = []
         self._pending: list = []  # per B not yet followed by its W: (W's inputs, handoff)
         others = {n for n, k in zip(names, kinds) if k in ("parameter", "buffer")} - \
             {n for n, _, _ in self._slots}
@@ -348,14 +347,12 @@ class ShardedModule(torch.nn.Module):
         for k, red in zip(order, reduced):
             self._add_grad(names[k], red / scale if scale != 1 else red)
 
-    def split_backward(self, planned: Optional[Mapping[str, str]] = None) -> list:
+    def split_backward(self, parts: Mapping[str, str]) -> None:
         """Runs the backward as B (in autograd's backward: activation gradients) and W
-        (weight_runner(), when the zero-bubble schedule runs its W action).  Returns the nodes
-        split otherwise than `planned` (planned node -> its "part" in the plan) says."""
-        from .backward_split import part_mismatches, split_backward
-
-        self._parts = split_backward(self._split.backward, len(self._grad_param_slots))
-        return part_mismatches(self._parts, planned or {})
+        (weight_runner(), when the zero-bubble schedule runs its W action), each lowered node
+        in the part the plan gives its planned node (`parts`: planned node -> its "part",
+        autoshard.backward_split)."""
+        self._parts = split_backward(self._split.backward, len(self._grad_param_slots), parts)
 
     def weight_runner(self) -> Callable[[], None]:
         """The W of the backward that just ran (torch's PipelineStage dw_builder): computes

@@ -17,7 +17,8 @@ the backward graph re-executes its chain of recomputed producers (with their col
 just before its first backward use, from the saved values of non-recomputed ones.
 
 Overlap: each gradient's reduction is issued as soon as the gradient exists, and waited for
-only at the end (overlap_gradient_reductions).
+only at the end (overlap_gradient_reductions); then the schedule's issue and wait points
+(autoshard.schedule) and buckets (autoshard.buckets) apply to both graphs.
 
 Tangents: nodes of the joint graph whose value is the gradient flowing into a model output
 (the tracer marks them with `aten.alias`); in the backward graph they become placeholders, so
@@ -35,7 +36,7 @@ import torch.fx
 from .inflight import enforce_in_flight, is_wait
 from .lower import META_KEY, backward_nodes, collective_kind
 from .buckets import merge_buckets
-from .schedule import apply_issue_points, apply_prefetch
+from .schedule import apply_issue_points, apply_prefetch, apply_wait_points
 
 
 @dataclass
@@ -52,6 +53,7 @@ class SplitStep:
     prefetched: int = 0  # scheduled redistributions issued at their planned point (schedule)
     bucketed: int = 0  # collectives saved by running each planned bucket as one (buckets)
     issued: int = 0  # activation redistributions issued right after their producer (schedule)
+    waited: int = 0  # waits moved to the schedule's wait point (schedule.apply_wait_points)
 
 
 def partition(gm: torch.fx.GraphModule, outputs: Sequence[torch.fx.Node],
@@ -172,6 +174,7 @@ def partition(gm: torch.fx.GraphModule, outputs: Sequence[torch.fx.Node],
     # redistributions of its inputs that the issue points then move up to their producers.
     prefetched = apply_prefetch(fwd, schedule) + apply_prefetch(bwd, schedule)
     issued = apply_issue_points(fwd, schedule) + apply_issue_points(bwd, schedule)
+    waited = apply_wait_points(fwd, schedule) + apply_wait_points(bwd, schedule)
     bucketed = merge_buckets(fwd, schedule) + merge_buckets(bwd, schedule)
     fwd_gm = _module(gm, fwd)
     bwd_gm = _module(gm, bwd)
@@ -180,7 +183,7 @@ def partition(gm: torch.fx.GraphModule, outputs: Sequence[torch.fx.Node],
     return SplitStep(forward=fwd_gm, backward=bwd_gm, n_outputs=len(outputs),
                      n_saved=len(saved), saved_names=[x.name for x in saved],
                      recomputed=recomputed, overlapped=overlapped, prefetched=prefetched,
-                     bucketed=bucketed, issued=issued)
+                     bucketed=bucketed, issued=issued, waited=waited)
 
 
 def overlap_gradient_reductions(graph: torch.fx.Graph) -> int:

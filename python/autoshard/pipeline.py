@@ -59,6 +59,7 @@ import torch
 from torch.distributed.device_mesh import DeviceMesh
 
 from .apply import ALL_DEFERRABLE, StepRunner, build_stages, graph_names, trace_for_apply
+from .backward_split import BackwardSplitError, planned_parts
 from .context_parallel import ContextParallelError, planned_layout
 from .deferred_grads import check_once_per_step, once_per_step_params
 from .plan_file import (PlacementsArg, PlanError, load_placements, parse_placements,
@@ -291,7 +292,7 @@ def apply_pipeline(model: torch.nn.Module, placements: PlacementsArg, mesh: Devi
     ph_stage = [node_stage.get(n, SHARED) for n in traced.placeholder_names]
     device = torch.device(mesh.device_type)
     group = mesh.get_group(pp)
-    parts = {n: e["part"] for n, e in doc["placements"].items() if "part" in e}
+    parts = planned_parts(doc)
     pipe_stages = []
     for mod in modules:
         cut = mod._graph
@@ -300,7 +301,10 @@ def apply_pipeline(model: torch.nn.Module, placements: PlacementsArg, mesh: Devi
                                 once_per_step_params(doc.get("schedule"), origin), origin)
         dw = None
         if spec.schedule in _SPLIT_BACKWARD:
-            mod.part_mismatches = mod.split_backward(parts)
+            try:
+                mod.split_backward(parts)
+            except BackwardSplitError as e:
+                raise PlanError(f"{origin}/placements: stage {mod.index}: {e}") from None
             dw = mod.weight_runner
         first_in = tuple(_full_example(traced, k) for k in cut.placeholders
                          if kinds[k] == "input") if cut.index == 0 else \

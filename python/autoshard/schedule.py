@@ -11,9 +11,10 @@ the layer `prefetch_layers` before it, as FSDP does and as the simulator and the
 objective assume.  The lowered graph issues each collective where DTensor redistributed it, right
 before its use; this pass moves the collectives of each scheduled edge (and the local ops they
 read that depend on placeholders only, such as a weight's transpose) up to the planned issue
-point, and leaves the wait where the value is used.  It decides nothing: an entry whose issue
-point or collectives are not in this graph (a recomputed gather in the backward, an edge whose
-redistribution needs no collective) is left where it is.
+point, and leaves the wait at the use (apply_wait_points then puts it at the file's wait
+point).  It decides nothing: an entry whose issue point or collectives are not in this graph
+(a recomputed gather in the backward, an edge whose redistribution needs no collective) is
+left where it is.
 
 Activations (schedule version 4, "issue" entries): a redistribution of a computed tensor is
 issued as soon as its producer has run, so its collective overlaps the ops between the
@@ -28,8 +29,18 @@ The op order (version 5, "order"; run_order): the ops in the order the simulator
 which the lowering follows when it runs the traced graph (apply.StepRunner), instead of the
 order the graph happens to hold; the entries above then move collectives relative to it.
 
+Wait points (version 6, every entry's "wait_before"; apply_wait_points): each entry names the
+op before which a rank waits for its collectives -- the consumer for a tensor use, null (the
+step's end) for a gradient reduction -- the point where the simulator's compute stream waits.
+The pass moves the edge's last `wait_tensor` (with the local ops that only reshape the
+arrived value) to just before that op's own lowered node (or the graph's output), in both
+graphs.  A wait point before the collective is issued is refused (ScheduleError naming the
+entry); one after another reader of the value (a gather the backward's de-duplication shares
+between two uses) waits before that reader instead.  On gloo the in-flight limit
+(autoshard.inflight) may then move a wait earlier still, never later.
+
 Every rank moves the same nodes of the same graph, so the collectives stay matched across
-ranks; autoshard.inflight's rules still hold afterwards (only issues move, never waits).
+ranks; autoshard.inflight's rules still hold afterwards.
 """
 from __future__ import annotations
 
@@ -42,8 +53,9 @@ from .inflight import is_wait
 from .lower import META_KEY, collective_kind
 
 #: The schedule versions this runtime reads (2 added the prefetch entries' buckets, 3 the
-#: gradient reductions' buckets, 4 the activations' issue points, 5 the op order).
-SCHEDULE_VERSIONS = (1, 2, 3, 4, 5)
+#: gradient reductions' buckets, 4 the activations' issue points, 5 the op order, 6 every
+#: entry's wait point).
+SCHEDULE_VERSIONS = (1, 2, 3, 4, 5, 6)
 
 
 class ScheduleError(ValueError):
@@ -112,6 +124,26 @@ def op_order(schedule: Optional[Mapping[str, Any]]) -> Optional[list]:
     if not isinstance(order, list) or not all(isinstance(x, str) for x in order):
         raise ScheduleError("/schedule/order: expected [node name, ...]")
     return order
+
+
+def wait_entries(schedule: Optional[Mapping[str, Any]]) -> list:
+    """Every entry's wait point as (edge, wait_before or None: the step's end, JSON pointer of
+    the entry); [] without a schedule or before version 6."""
+    if not schedule or _version(schedule) < 6:
+        return []
+    out = []
+    for key in ("prefetch", "issue", "reduce"):
+        for k, e in enumerate(schedule.get(key, [])):
+            where = f"/schedule/{key}/{k}"
+            if not isinstance(e, Mapping) or not isinstance(e.get("edge"), str):
+                raise ScheduleError(f"{where}: expected {{\"edge\": ..., ...}}")
+            if "wait_before" not in e:
+                raise ScheduleError(f"{where}/wait_before: missing (a node name or null)")
+            before = e["wait_before"]
+            if before is not None and not isinstance(before, str):
+                raise ScheduleError(f"{where}/wait_before: a node name or null")
+            out.append((e["edge"], before, where))
+    return out
 
 
 def issue_entries(schedule: Optional[Mapping[str, Any]]) -> list:
@@ -206,6 +238,80 @@ def apply_issue_points(graph: torch.fx.Graph, schedule: Optional[Mapping[str, An
             anchor = n
         moved += 1
         pos = {n: k for k, n in enumerate(graph.nodes)}
+    return moved
+
+
+def _arrived_block(wait: torch.fx.Node, nodes: list, limit: float, pos: dict) -> list:
+    """The wait and its edge's local ops (`nodes`) after it, before position `limit`, that read
+    only it (and each other): what moves with a wait moved later."""
+    block = [wait]
+    inside = {wait}
+    for n in sorted(nodes, key=pos.get):
+        if pos[n] <= pos[wait] or pos[n] >= limit:
+            continue
+        if n.op == "call_function" and any(i in inside for i in n.all_input_nodes) and all(
+                i in inside or pos[i] < pos[wait] for i in n.all_input_nodes):
+            block.append(n)
+            inside.add(n)
+    return block
+
+
+def _move_before(target: torch.fx.Node, block: list, pos: dict) -> None:
+    """Moves `block` (in order) to just before `target`, keeping `pos` (node -> a number in
+    graph order) right without renumbering the graph: one pass over it per move would make
+    the pass quadratic on a real step."""
+    prev = target.prev
+    while prev in block:  # (a block node right before the target is moved too)
+        prev = prev.prev
+    low = pos.get(prev, pos[target] - 1.0)
+    for k, n in enumerate(block):
+        target.prepend(n)
+        pos[n] = low + (pos[target] - low) * (k + 1) / (len(block) + 1)
+
+
+def apply_wait_points(graph: torch.fx.Graph, schedule: Optional[Mapping[str, Any]]) -> int:
+    """Moves the last wait of every entry found in `graph` to just before its wait point
+    (module docstring); returns how many waits moved."""
+    entries = wait_entries(schedule)
+    if not entries:
+        return 0
+    op_of: dict = {}    # planned node name -> its op's first lowered node ("<node>:op")
+    by_edge: dict = {}  # edge -> its lowered nodes
+    end = None
+    for n in graph.nodes:
+        if n.op == "output":
+            end = n
+        edge = _stamp(n, "edge")
+        if edge is None:
+            continue
+        by_edge.setdefault(edge, []).append(n)
+        if edge.endswith(":op"):
+            op_of.setdefault(edge[:-3], n)
+    pos = {n: float(k) for k, n in enumerate(graph.nodes)}
+    moved = 0
+    for edge, before, where in entries:
+        nodes = by_edge.get(edge, [])
+        waits = [n for n in nodes if is_wait(n)]
+        target = end if before is None else op_of.get(before)
+        if not waits or target is None:
+            continue  # not in this graph (or nothing to wait for: a synchronous move)
+        wait = max(waits, key=pos.get)
+        if pos[target] <= pos[wait.args[0]]:
+            raise ScheduleError(f"{where}/wait_before: {before!r} runs before the edge's "
+                                f"collective is issued")
+        if pos[target] < pos[wait]:
+            _move_before(target, [wait], pos)
+            moved += 1
+            continue
+        block = _arrived_block(wait, nodes, pos[target], pos)
+        inside = set(block)
+        # no later than the value's first reader outside what moves with the wait
+        readers = [u for n in block for u in n.users if u not in inside]
+        target = min([target, *readers], key=pos.get)
+        if _follows(block[0], block[1:]) and block[-1].next is target:
+            continue  # already there
+        _move_before(target, block, pos)
+        moved += 1
     return moved
 
 

@@ -142,6 +142,24 @@ TEST(PlacementsJson, ScheduleNamesTwinViews) {
   EXPECT_EQ(j["placements"]["v1"], j["placements"]["v2"]);
 }
 
+// Every schedule entry names where a rank waits for it (version 6): a use before its consumer
+// (planner/prefetch_schedule.h wait_point, where the simulator's op waits), a gradient
+// reduction at the step's end (null).
+TEST(PlacementsJson, ScheduleEntriesNameTheirWaitPoints) {
+  Fixture& f = fx();
+  const nlohmann::json s = f.json()["schedule"];
+  EXPECT_EQ(s["version"], 6);
+  size_t uses = 0;
+  for (const char* key : {"prefetch", "issue"})
+    for (const auto& e : s[key]) {
+      const std::string edge = e["edge"];
+      EXPECT_EQ(e["wait_before"], edge.substr(0, edge.rfind(':'))) << edge;
+      ++uses;
+    }
+  EXPECT_GT(uses, 0u);
+  for (const auto& e : s["reduce"]) EXPECT_TRUE(e["wait_before"].is_null()) << e["edge"];
+}
+
 TEST(PlacementsJson, TupleOutputs) {
   Fixture& f = fx();
   std::string name = f.multi_output_node();

@@ -36,6 +36,7 @@ void append_stage(const PipelineStage& st, const PrefetchSchedule& s, std::set<s
   for (PrefetchEntry e : s.entries) {
     e.consumer = full_node(st, e.consumer);
     e.issue_before = full_node(st, e.issue_before);
+    e.wait_before = full_node(st, e.wait_before);
     if (e.consumer < 0 || (e.issue_before < 0 && e.issue_before != kNoNode)) continue;
     if (!seen.insert(fmt::format("p{}:{}", e.consumer, e.slot)).second) continue;
     e.bucket += buckets;
@@ -44,12 +45,14 @@ void append_stage(const PipelineStage& st, const PrefetchSchedule& s, std::set<s
   for (IssueEntry e : s.issues) {
     e.consumer = full_node(st, e.consumer);
     e.issue_after = full_node(st, e.issue_after);
+    e.wait_before = full_node(st, e.wait_before);
     if (e.consumer < 0 || e.issue_after < 0) continue;
     if (seen.insert(fmt::format("i{}:{}", e.consumer, e.slot)).second) out.issues.push_back(e);
   }
   for (ReductionEntry r : s.reductions) {
     r.param = full_node(st, r.param);
     r.producer = full_node(st, r.producer);
+    r.wait_before = full_node(st, r.wait_before);
     if (r.param >= 0 && seen.insert(fmt::format("r{}", r.param)).second) out.reductions.push_back(r);
   }
   out.num_buckets = buckets + s.num_buckets;

@@ -54,9 +54,19 @@ nlohmann::ordered_json placements_header(const Graph& g, const Mesh& mesh) {
 /// "bucket": 0}, ...]}: the ops in the order a rank runs them (run_order, the simulator's),
 /// edges in the runtime's stamp form (consumer:slot; grad:<param>:-1), null issue_before = at
 /// the start; entries of one bucket run merged.
+namespace {
+
+/// A node's name; null for kNoNode (an entry's "wait_before": the step's end).
+nlohmann::ordered_json node_name_or_null(const Graph& g, NodeIdx i) {
+  if (i == kNoNode) return nullptr;
+  return g.node(i).name;
+}
+
+}  // namespace
+
 nlohmann::ordered_json schedule_json(const PrefetchSchedule& s, const Graph& g) {
   nlohmann::ordered_json j;
-  j["version"] = 5;
+  j["version"] = 6;
   j["prefetch_layers"] = s.options.prefetch_layers;
   j["bucketing"] = std::string(bucketing_name(s.options.bucketing));
   nlohmann::ordered_json order = nlohmann::ordered_json::array();
@@ -72,17 +82,21 @@ nlohmann::ordered_json schedule_json(const PrefetchSchedule& s, const Graph& g) 
     else
       x["issue_before"] = g.node(e.issue_before).name;
     x["bucket"] = e.bucket;
+    x["wait_before"] = node_name_or_null(g, e.wait_before);
     list.push_back(std::move(x));
   }
   j["prefetch"] = std::move(list);
   nlohmann::ordered_json issue = nlohmann::ordered_json::array();
   for (const IssueEntry& e : s.issues)
     issue.push_back({{"edge", fmt::format("{}:{}", g.node(e.consumer).name, e.slot)},
-                     {"issue_after", g.node(e.issue_after).name}});
+                     {"issue_after", g.node(e.issue_after).name},
+                     {"wait_before", node_name_or_null(g, e.wait_before)}});
   j["issue"] = std::move(issue);
   nlohmann::ordered_json reduce = nlohmann::ordered_json::array();
   for (const ReductionEntry& r : s.reductions)
-    reduce.push_back({{"edge", fmt::format("grad:{}:-1", g.node(r.param).name)}, {"bucket", r.bucket}});
+    reduce.push_back({{"edge", fmt::format("grad:{}:-1", g.node(r.param).name)},
+                      {"bucket", r.bucket},
+                      {"wait_before", node_name_or_null(g, r.wait_before)}});
   j["reduce"] = std::move(reduce);
   return j;
 }

@@ -43,6 +43,11 @@ std::vector<NodeIdx> run_order(const Graph& g) {
   return order;
 }
 
+NodeIdx wait_point(const Graph& g, NodeIdx consumer, int32_t slot) {
+  if (slot < 0 || consumer < 0 || consumer >= g.size() || g.node(consumer).kind != NodeKind::kOp) return kNoNode;
+  return consumer;
+}
+
 NodeIdx first_backward_op(const Graph& g) {
   // The seed's ops (a tangent and what only feeds tangents) do not run: the runtime's
   // backward starts from the gradient its caller passes.
@@ -96,7 +101,7 @@ std::vector<ReductionEntry> reduction_buckets(const Graph& g, const Plan& plan, 
       bucket = bucket_of.try_emplace(bucket_key(segment[static_cast<size_t>(gp.grad.node)], from, to), count)
                    .first->second;
     if (bucket == count) ++count;
-    out.push_back({gp.param, gp.grad.node, bucket});
+    out.push_back({gp.param, gp.grad.node, bucket, wait_point(g, gp.param, -1)});
   }
   if (num_buckets) *num_buckets = count;
   return out;
@@ -168,7 +173,7 @@ PrefetchSchedule prefetch_schedule(const Graph& g, const Plan& plan, const Sched
       ShardingSpec to = consumer->chosen.inputs[slot];
       if (from.to_string() == to.to_string()) continue;  // no collective to issue
       if (g.node(r.node).kind == NodeKind::kOp && !view[static_cast<size_t>(r.node)]) {
-        s.issues.push_back({i, static_cast<int32_t>(slot), r.node});
+        s.issues.push_back({i, static_cast<int32_t>(slot), r.node, wait_point(g, i, static_cast<int32_t>(slot))});
         continue;
       }
       to.meta = g.meta(r);
@@ -180,7 +185,7 @@ PrefetchSchedule prefetch_schedule(const Graph& g, const Plan& plan, const Sched
       if (o.bucketing == Bucketing::kLayer)
         bucket = bucket_of.try_emplace(bucket_key(at, from, to), s.num_buckets).first->second;
       if (bucket == s.num_buckets) ++s.num_buckets;
-      s.entries.push_back({i, static_cast<int32_t>(slot), at, bucket});
+      s.entries.push_back({i, static_cast<int32_t>(slot), at, bucket, wait_point(g, i, static_cast<int32_t>(slot))});
     }
   }
   s.reductions = reduction_buckets(g, plan, o.bucketing, &s.num_reduction_buckets);

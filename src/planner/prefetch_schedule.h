@@ -23,6 +23,13 @@
 /// reductions are bucketed the same way by the layer segment of the op producing the gradient
 /// (FSDP2 reduce-scatters a layer's gradients together): a bucket is issued when its last
 /// gradient exists.
+///
+/// Wait points.  Every entry also says before which op a rank waits for its collectives
+/// (wait_point()): a tensor use's redistribution is waited right before its consumer, the
+/// first op that reads the value, and a gradient reduction at the step's end (the optimizer
+/// reads it).  The simulator blocks its compute stream there, the runtime places the use's
+/// `wait_tensor` there, so the time between issue and wait -- what overlaps -- is one schedule
+/// both read.
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -90,6 +97,12 @@ std::vector<NodeIdx> run_order(const Graph& g);
 /// (the loss and its gradient share one).
 NodeIdx first_backward_op(const Graph& g);
 
+/// Where a rank waits for the redistribution of tensor use (consumer, slot): before the op
+/// returned (kNoNode: at the step's end).  A use (slot >= 0) is waited before its consumer;
+/// a gradient reduction (slot -1, consumer = the parameter) at the step's end.  The schedule's
+/// entries carry it and the simulator's compute stream waits there ("Wait points" above).
+NodeIdx wait_point(const Graph& g, NodeIdx consumer, int32_t slot);
+
 /// One prefetched redistribution: the tensor use (consumer, slot) and the op before which a
 /// rank issues its collectives (kNoNode: before the step's first op).
 struct PrefetchEntry {
@@ -97,6 +110,7 @@ struct PrefetchEntry {
   int32_t slot = 0;
   NodeIdx issue_before = kNoNode;
   int32_t bucket = 0;  ///< entries with one bucket run their collectives merged
+  NodeIdx wait_before = kNoNode;  ///< wait_point(): the op before which a rank waits for it
 };
 
 /// One redistribution of a computed tensor: the tensor use (consumer, slot) and the op after
@@ -106,6 +120,7 @@ struct IssueEntry {
   NodeIdx consumer = kNoNode;
   int32_t slot = 0;
   NodeIdx issue_after = kNoNode;
+  NodeIdx wait_before = kNoNode;  ///< wait_point(): the op before which a rank waits for it
 };
 
 /// One gradient reduction: a grad pair (Graph::grad_pairs) whose gradient's spec differs
@@ -114,6 +129,7 @@ struct ReductionEntry {
   NodeIdx param = kNoNode;
   NodeIdx producer = kNoNode;  ///< the op computing the gradient
   int32_t bucket = 0;          ///< numbered apart from the prefetch buckets
+  NodeIdx wait_before = kNoNode;  ///< wait_point(): kNoNode, the step's end
 };
 
 /// A redistribution planned in two or more steps (cost/redistribute.h redistribute_path: local

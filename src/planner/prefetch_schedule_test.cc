@@ -91,6 +91,16 @@ TEST(PrefetchSchedule, ABucketPaysEachStepsLatencyOnce) {
   EXPECT_DOUBLE_EQ(bucket_latency_credit_us(Collective::kAllGather, 0, mesh, CommModel::kNccl, 1e-3), 1e-3);
 }
 
+TEST(PrefetchSchedule, EachUseIsWaitedBeforeItsConsumer) {
+  TwoLayers c;
+  const PrefetchSchedule s = prefetch_schedule(c.g, c.plan, {1});
+  ASSERT_EQ(s.entries.size(), 2u);
+  for (const PrefetchEntry& e : s.entries) EXPECT_EQ(e.wait_before, e.consumer) << c.name(e.consumer);
+  // A gradient reduction (slot -1) is waited at the step's end; so is anything not an op.
+  EXPECT_EQ(wait_point(c.g, s.entries[0].consumer, -1), kNoNode);
+  EXPECT_EQ(wait_point(c.g, 0, 0), kNoNode);  // the input x
+}
+
 TEST(PrefetchSchedule, TheSegmentRuleIsTheSimulators) {
   EXPECT_EQ(prefetch_segment(5, 1), 4);
   EXPECT_EQ(prefetch_segment(0, 1), 0);

@@ -247,6 +247,7 @@ StepSimulation simulate_step(ShardingOptimizer& opt, const Plan& plan, const Sim
   std::vector<std::vector<int32_t>> released_before(n);                  // prefetches by issue op
   std::vector<int32_t> released_first;                                    // before any op
   std::map<std::pair<NodeIdx, int32_t>, int32_t> job_of_slot;
+  std::vector<std::vector<int32_t>> waited_before(n);  // by the op a rank waits before (wait_point)
   std::set<std::string> buckets_seen;
   // Gradient reductions of one bucket are issued together once its last gradient exists.
   std::map<NodeIdx, std::pair<int32_t, NodeIdx>> reduction_of;  // param -> (bucket, issue after)
@@ -310,6 +311,8 @@ StepSimulation simulate_step(ShardingOptimizer& opt, const Plan& plan, const Sim
       continue;
     }
     if (origin.slot >= 0) job_of_slot[{origin.consumer, origin.slot}] = id;
+    if (const NodeIdx w = wait_point(g, origin.consumer, origin.slot); w != kNoNode)
+      waited_before[static_cast<size_t>(w)].push_back(id);  // the schedule's wait point
     const int32_t cl = layer[static_cast<size_t>(origin.consumer)];
     const NodeIdx redo_at = rs.point[static_cast<size_t>(pu)];
     const auto reduction = origin.slot == -1 ? reduction_of.find(origin.consumer) : reduction_of.end();
@@ -433,13 +436,13 @@ StepSimulation simulate_step(ShardingOptimizer& opt, const Plan& plan, const Sim
     for (int32_t id : released_before[iu])
       issue(id, cursor, layer[static_cast<size_t>(jobs[static_cast<size_t>(id)].consumer)] > layer[iu]);
     recompute_before(i);
+    // The op starts once its direct inputs exist and the redistributions the schedule waits
+    // for here have arrived (a redistributed input is waited at its wait point, not later).
     double ready = 0;
-    for (int32_t s = 0; s < static_cast<int32_t>(x.inputs.size()); ++s) {
-      auto it = job_of_slot.find({i, s});
-      double arrive = it != job_of_slot.end() ? streams.finish(it->second)
-                                              : node_end[static_cast<size_t>(x.inputs[static_cast<size_t>(s)].node)];
-      ready = std::max(ready, arrive);
-    }
+    for (int32_t id : waited_before[iu]) ready = std::max(ready, streams.finish(id));
+    for (int32_t s = 0; s < static_cast<int32_t>(x.inputs.size()); ++s)
+      if (!job_of_slot.count({i, s}))
+        ready = std::max(ready, node_end[static_cast<size_t>(x.inputs[static_cast<size_t>(s)].node)]);
     node_start[iu] = compute(i, ready, node_plan(i).compute_us, false);
     node_end[iu] = cursor;
     cp_transfers(i, node_start[iu]);

@@ -22,7 +22,9 @@
 ///   PlannerOptions::overlap) edge costs of the problem;
 /// - data dependencies: a redistribution is issued when its producer has finished; a stream
 ///   runs what was issued on it in the order it became ready (FIFO, as one NCCL communicator
-///   does); an op starts when the compute stream is free and all its inputs have arrived;
+///   does); an op starts when the compute stream is free, its direct inputs exist and every
+///   redistribution whose wait point (prefetch_schedule.h wait_point, the schedule's
+///   "wait_before") is this op has arrived -- a use's at its consumer;
 /// - prefetch: a redistribution whose producer is a placeholder (parameter, buffer, input), or a
 ///   view op of placeholders only (the `t` of a weight that a linear layer's matmul reads), has
 ///   no producer to wait for; it is issued when the compute stream reaches the layer

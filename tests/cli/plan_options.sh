@@ -157,7 +157,7 @@ python3 - "$TMP" <<'PY' || fail "--bucket: buckets missing or not cheaper"
 import json, sys
 t = sys.argv[1]
 layer, none = (json.load(open(f"{t}/{d}/placements.json"))["schedule"] for d in ("bl", "bn"))
-assert layer["version"] == 5 and layer["bucketing"] == "layer" and none["bucketing"] == "none"
+assert layer["version"] == 6 and layer["bucketing"] == "layer" and none["bucketing"] == "none"
 # the op order the runtime runs: every op planned, once, the same under either bucketing
 ops = json.load(open(f"{t}/bl/placements.json"))["placements"]
 assert len(layer["order"]) == len(set(layer["order"])) > 0 and set(layer["order"]) <= set(ops)
@@ -166,6 +166,9 @@ for key in ("prefetch", "reduce"):
     assert len(layer[key]) == len(none[key]) > 1, (key, len(layer[key]))
     assert len({e["bucket"] for e in none[key]}) == len(none[key]), key
     assert len({e["bucket"] for e in layer[key]}) < len(layer[key]), key
+# wait points: a use before its consumer, a gradient reduction at the step's end (null)
+assert all(e["wait_before"] == e["edge"].rsplit(":", 1)[0] for e in layer["prefetch"] + layer["issue"])
+assert all(e["wait_before"] is None for e in layer["reduce"])
 sl, sn = (json.load(open(f"{t}/{d}.json"))["simulation"] for d in ("bl", "bn"))
 assert sl["bucketing"] == "layer" and sn["bucketing"] == "none"
 assert sl["comm_us"] < sn["comm_us"], (sl["comm_us"], sn["comm_us"])

@@ -147,7 +147,10 @@ def run_pipeline(mesh, placements: dict, steps: int = 3, lr: float = 1e-2,
                  "scheduled": [[s._split.prefetched + s._split.issued, s._split.bucketed]
                                for s in pipe.stages]}
     res["deferred"] = sorted(n for s in pipe.stages for n in s.deferred_params)
-    res["part_mismatches"] = [m for s in pipe.stages for m in s.part_mismatches]
+    # zero bubble: per stage, its backward's ops placed by their planned node's "part" and
+    # those without one (placed by the rule: autoshard.backward_split)
+    res["parts"] = [[s._parts.planned, s._parts.unplanned] if s._parts else None
+                    for s in pipe.stages]
     res["off_plan"] = off_plan(pipe, placements)
     if count:
         res["collectives_half"] = half

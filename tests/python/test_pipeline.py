@@ -80,7 +80,7 @@ class BackwardSplit(unittest.TestCase):
             return (gw + 1.0, gx)
 
         gm = torch.fx.symbolic_trace(bwd)
-        parts = split_backward(gm, 1)
+        parts = split_backward(gm, 1, {})  # no stamps: every node by the rule
         calls = lambda g: [n.target for n in g.graph.nodes if n.op == "call_function"]
         self.assertEqual(calls(parts.input).count(torch.mm), 1)
         self.assertEqual(calls(parts.weight).count(torch.mm), 1)  # (t() is a method call)
@@ -94,8 +94,60 @@ class BackwardSplit(unittest.TestCase):
         want_gw, want_gx = bwd(x, w, gy)
         self.assertTrue(torch.equal(gx[0], want_gx) and torch.equal(gw, want_gw))
         # No input gradient (the first stage): everything is W, nothing handed over.
-        first = split_backward(torch.fx.symbolic_trace(lambda x, gy: (torch.mm(x.t(), gy),)), 1)
+        first = split_backward(torch.fx.symbolic_trace(lambda x, gy: (torch.mm(x.t(), gy),)),
+                               1, {})
         self.assertEqual((first.n_input_grads, first.n_handoff, first.weight_nodes), (0, 0, 1))
+
+    def test_each_node_runs_in_the_part_the_plan_gives_its_planned_node(self):
+        import torch.fx
+
+        from autoshard.backward_split import BackwardSplitError, split_backward
+        from autoshard.lower import META_KEY
+
+        def bwd(x, w, gy):
+            h = torch.mul(gy, 2.0)              # planned node "h": read by B and W
+            gx = torch.mm(h, torch.t(w))        # "gx" ("wt": no part in the plan)
+            s = torch.sum(gy, 0)                # "s": only W reads it (a bias gradient's sum)
+            gw = torch.add(torch.mm(torch.t(x), h), s)  # "gw", "gw_add" ("xt": no part)
+            return (gw, gx)
+
+        def stamped():
+            gm = torch.fx.symbolic_trace(bwd)
+            names = iter(["h", "wt", "gx", "s", "xt", "gw", "gw_add"])
+            for n in gm.graph.nodes:
+                if n.op == "call_function":
+                    n.meta[META_KEY] = {"node": next(names)}
+            return gm
+
+        g = torch.Generator().manual_seed(0)
+        x, w, gy = (torch.randn(4, 3, generator=g), torch.randn(3, 5, generator=g),
+                    torch.randn(4, 5, generator=g))
+        want_gw, want_gx = bwd(x, w, gy)
+        # The plan puts "s" in B (the rule alone would put it in W): B computes it and hands
+        # it to W; the numbers are the same.
+        plan = {"h": "input_grad", "gx": "input_grad", "s": "input_grad",
+                "gw": "weight_grad", "gw_add": "weight_grad"}
+        parts = split_backward(stamped(), 1, plan)
+        b_ops = [n.meta[META_KEY]["node"] for n in parts.input.graph.nodes
+                 if n.op == "call_function"]
+        self.assertIn("s", b_ops)
+        self.assertNotIn("gw", b_ops)
+        gx, handoff = parts.run_input(x, w, gy)
+        (gw,) = parts.run_weight(*parts.weight_args((x, w, gy)), *handoff)
+        self.assertTrue(torch.allclose(gx[0], want_gx) and torch.allclose(gw, want_gw))
+        self.assertEqual((parts.planned, parts.unplanned), (5, 2))  # wt (B), xt (W): the rule
+        # Without a part for "s", the rule places it: nothing in B reads it, so W.
+        ruled = split_backward(stamped(), 1, {k: v for k, v in plan.items() if k != "s"})
+        self.assertNotIn("s", [n.meta[META_KEY]["node"] for n in ruled.input.graph.nodes
+                               if n.op == "call_function"])
+        self.assertEqual((ruled.planned, ruled.unplanned), (4, 3))
+        # A node the input gradient reads, planned in W, cannot run after B: refused by name.
+        with self.assertRaisesRegex(BackwardSplitError, r"\(planned h\) is planned in the "
+                                    r"weight gradients, but node .* \(planned gx\) of the "
+                                    r"input gradients reads it"):
+            split_backward(stamped(), 1, {**plan, "h": "weight_grad"})
+        with self.assertRaisesRegex(BackwardSplitError, "part 'backward'"):
+            split_backward(stamped(), 1, {**plan, "gx": "backward"})
 
 
 @unittest.skipIf(torch is None, "PyTorch not installed")
@@ -227,8 +279,11 @@ class ApplyPipeline(unittest.TestCase):
                 if not zero_bubble:
                     self.assertIsNone(split, where)
                     continue
-                # B and W as the plan's "part" of each node says
-                self.assertEqual(res["part_mismatches"], [], where)
+                # B and W as the plan's "part" of each node says: most backward ops are
+                # placed by their planned node's part (those without one: recomputed
+                # forward ops, gradient reductions)
+                planned, unplanned = res["parts"][res["stages"].index(s)]
+                self.assertGreater(planned, unplanned, f"{where}: stage {s}")
                 # W really runs apart: weight-gradient ops deferred, and (but on the first
                 # stage, which sends no gradient back) output gradients handed from B to W
                 self.assertGreater(split[0], 0, f"{where}: stage {s}")

@@ -119,11 +119,25 @@ subprocess.run([os.environ["AUTOSHARD_BIN"], "plan", "--graph", f"{out}/g.json",
 doc = json.load(open(f"{out}/p/placements.json"))
 sim = read_simulation(f"{out}/p/trace.json")
 result = {"sim": sim.step_us}
-for label, d in (("schedule", doc), ("none", {k: v for k, v in doc.items() if k != "schedule"})):
+sched = doc["schedule"]
+uses = sched["prefetch"] + sched["issue"]
+result["wait_points"] = [sum(e["wait_before"] == e["edge"].rsplit(":", 1)[0] for e in uses),
+                         len(uses), sum(e["wait_before"] is None for e in sched["reduce"]),
+                         len(sched["reduce"])]
+variants = [("schedule", doc), ("none", {k: v for k, v in doc.items() if k != "schedule"})]
+if algo == "fsdp":
+    # every prefetched gather waited where it is issued (its wait point moved in the file)
+    moved = json.loads(json.dumps(doc))
+    for e in moved["schedule"]["prefetch"]:
+        if e["issue_before"] is not None:
+            e["wait_before"] = e["issue_before"]
+    variants.append(("moved", moved))
+for label, d in variants:
     with device_collectives():
         step = apply_placement(model, d, mesh, traced=traced)
     r = replay_step([step.split.forward.graph, step.split.backward.graph], mesh, sim)
     result[label] = r.step_us
+    result[label + "_waited"] = step.split.waited
 print(json.dumps(result))
 """
 
@@ -148,6 +162,14 @@ class ReplayOnAPlan(unittest.TestCase):
         res = self._replay([2], ["dp"], "fsdp")
         self.assertLess(abs(res["schedule"] / res["sim"] - 1), 0.03, res)
         self.assertGreater(res["none"], res["schedule"] * 1.01, res)
+        # The file's wait points moved to the issue points: the lowered graphs wait there,
+        # so the gathers no longer overlap the layer before (the replay sees them exposed).
+        self.assertGreater(res["moved_waited"], 0, res)
+        # as written: every use waited before its consumer, every reduction at the step's end
+        uses_at_consumer, uses, reductions_at_end, reductions = res["wait_points"]
+        self.assertEqual((uses_at_consumer, reductions_at_end), (uses, reductions), res)
+        self.assertGreater(reductions, 0, res)
+        self.assertGreater(res["moved"], res["schedule"] * 1.01, res)
 
     def test_the_default_plan_on_2x2(self):
         res = self._replay([2, 2], ["dp", "tp"], None)

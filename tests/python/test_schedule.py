@@ -128,6 +128,66 @@ class Prefetch(unittest.TestCase):
             {"edge": "a:0", "issue_before": None, "bucket": 3}]}), [("a:0", None, 3)])
 
 
+def _ops_stamped(g):
+    """Each op of a hand-made graph run under its own "<node>:op" edge, as the lowering stamps
+    it (the wait points name those)."""
+    for n in g.nodes:
+        stamp = n.meta.get("autoshard", {})
+        if n.op == "call_function" and "edge" not in stamp:
+            stamp["edge"] = f"{stamp['node']}:op"
+    return g
+
+
+@unittest.skipIf(torch is None, "PyTorch not installed")
+class WaitPoints(unittest.TestCase):
+    """Version 6: each entry names the op before which a rank waits for its collectives."""
+
+    @staticmethod
+    def schedule(wait_before):
+        return {"version": 6, "prefetch": [{"edge": "mm1:1", "issue_before": "relu0",
+                                            "bucket": 0, "wait_before": wait_before}]}
+
+    def test_the_wait_goes_where_the_file_says(self):
+        from autoshard.inflight import check_in_flight
+        from autoshard.schedule import apply_prefetch, apply_wait_points
+
+        g = _ops_stamped(_two_layers())
+        apply_prefetch(g, self.schedule("mm1"))
+        # the consumer (the planner's default): the wait and the view of the arrived value
+        # are already right before the matmul
+        self.assertEqual(apply_wait_points(g, self.schedule("mm1")), 0)
+        self.assertEqual(_order(g), ["t", "all_gather_into_tensor", "relu", "mul", "wait_tensor",
+                                     "view", "mm"])
+        # moved earlier in the file: the lowered graph waits before mul0 (the view stays)
+        self.assertEqual(apply_wait_points(g, self.schedule("mul0")), 1)
+        g.lint()
+        self.assertEqual(_order(g), ["t", "all_gather_into_tensor", "relu", "wait_tensor", "mul",
+                                     "view", "mm"])
+        self.assertEqual(check_in_flight(g), [])
+        # back to the consumer: the wait moves later, with the view that reads it
+        self.assertEqual(apply_wait_points(g, self.schedule("mm1")), 1)
+        self.assertEqual(_order(g), ["t", "all_gather_into_tensor", "relu", "mul", "wait_tensor",
+                                     "view", "mm"])
+        # the step's end (null): no later than the value's reader, the matmul
+        self.assertEqual(apply_wait_points(g, self.schedule(None)), 0)
+        # a point outside this graph leaves it; a file before version 6 has none
+        self.assertEqual(apply_wait_points(g, self.schedule("gone")), 0)
+        self.assertEqual(apply_wait_points(g, {"version": 5, "prefetch": []}), 0)
+
+    def test_a_wait_before_the_issue_or_without_a_point_is_refused(self):
+        from autoshard.schedule import ScheduleError, apply_wait_points, wait_entries
+
+        g = _ops_stamped(_two_layers())  # not prefetched: the gather is issued after mul0
+        with self.assertRaisesRegex(ScheduleError, r"^/schedule/prefetch/0/wait_before: "
+                                                   r"'relu0' runs before the edge's collective"):
+            apply_wait_points(g, self.schedule("relu0"))
+        with self.assertRaisesRegex(ScheduleError, "/schedule/reduce/0/wait_before: missing"):
+            wait_entries({"version": 6, "reduce": [{"edge": "grad:w:-1", "bucket": 0}]})
+        with self.assertRaisesRegex(ScheduleError, "/schedule/issue/0/wait_before: a node name"):
+            wait_entries({"version": 6, "issue": [{"edge": "a:0", "issue_after": "b",
+                                                   "wait_before": 3}]})
+
+
 def _bucket_graph(prefetched: bool = True):
     """Four weights gathered and used by one op each: w1 [4, 3], w2 [2, 3] and w3 [5] over
     group "1", w4 [2, 2] over group "2" (each 2 ranks); the result sums them.  prefetched:
