@@ -39,7 +39,8 @@ class FittedSearch : public StagePlanSource {
     const StageMemory mem = req.mem;
     const PipelineOptions& popt = cx.builder.pipeline_options();
     std::shared_ptr<StageSolve> best = at_hand(cx, req, *relaxed);
-    if (best && !popt.solve_fitted) {  // the plan at hand, no memory-aware solve
+    if (!popt.solve_fitted) {  // the plan at hand, no memory-aware solve
+      if (!best) return no_plan(*relaxed, mem);
       best->lower_bound_us = std::min(relaxed->lower_bound_us, best->microbatch_us);
       return best;
     }
@@ -65,6 +66,22 @@ class FittedSearch : public StagePlanSource {
   }
 
  private:
+  /// No plan of `relaxed`'s stage under `mem` (microbatch_us +inf), bounded by its memory-free
+  /// bound: what the search without memory-limited solves says where no plan at hand fits.
+  /// Such a solve runs to --time-limit on large stages (llama3-405b's last stage of 2 layers:
+  /// over 10 s to prove no plan), so the plan would depend on the machine's speed and load;
+  /// the stage is left to other sizes, and to the rank refit at assembly.
+  static std::shared_ptr<StageSolve> no_plan(const StageSolve& relaxed, StageMemory mem) {
+    auto s = std::make_shared<StageSolve>(relaxed);
+    s->plan = Plan{};
+    s->microbatch_us = kFitInf;
+    s->lower_bound_us = relaxed.lower_bound_us;
+    s->inflight = mem.inflight;
+    s->memory_budget = mem.budget;
+    s->interpolated = s->extended = false;
+    return s;
+  }
+
   /// The cheapest plan of the list's sources that fits, or nullptr.
   std::shared_ptr<StageSolve> at_hand(const StageSourceContext& cx, const StageRequest& req,
                                       const StageSolve& relaxed) const {
