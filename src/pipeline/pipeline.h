@@ -84,8 +84,8 @@ struct PipelineOptions {
   int32_t stage_threads = 0;
   /// Whether a stage whose memory-free plan does not fit its budget is also solved under the
   /// budget (the fitted search, pipeline/stage_fit.cc).  false: it takes the best plan at
-  /// hand (fully recomputed, torchtitan's layout, or least recomputation), and has no plan
-  /// when none fits.  The memory-limited solve may find a cheaper plan, but on large stages it
+  /// hand (fully recomputed, torchtitan's layout, or least recomputation), else the cheapest
+  /// priced plan that fits (StageBuilder::price_memory), else none.  The memory-limited solve may find a cheaper plan, but on large stages it
   /// runs into --time-limit, which makes the plan depend on the machine's speed and load;
   /// false keeps planning fast and machine-independent, bounded by the memory-free bound only.
   bool solve_fitted = true;
