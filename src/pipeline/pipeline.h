@@ -85,9 +85,9 @@ struct PipelineOptions {
   /// Whether a stage whose memory-free plan does not fit its budget is also solved under the
   /// budget (the fitted search, pipeline/stage_fit.cc).  false: it takes the best plan at
   /// hand (fully recomputed, torchtitan's layout, or least recomputation), else the cheapest
-  /// priced plan that fits (StageBuilder::price_memory), else none.  The memory-limited solve may find a cheaper plan, but on large stages it
-  /// runs into --time-limit, which makes the plan depend on the machine's speed and load;
-  /// false keeps planning fast and machine-independent, bounded by the memory-free bound only.
+  /// priced plan that fits (StageBuilder::price_plans), else none.  The memory-limited solve
+  /// may find a cheaper plan, but on large stages it runs into --time-limit, which makes the
+  /// plan depend on the machine's speed and load; false keeps planning machine-independent.
   bool solve_fitted = true;
   /// Price each memory-limited stage's memory (StageBuilder::price_memory, Kelley's cutting
   /// planes): with one stage per rank a proven bound above the memory-free one, and for every
