@@ -502,11 +502,12 @@ void register_plan(CLI::App& app) {
                 "(no sharding priced for half a rank's layers under its share of the limit: one Kelley pricing less)");
   sub->add_flag("--fitted-solves", a->pipeline.fitted_solves,
                 "with a pp mesh dim and a memory limit: solve a stage whose memory-free plan does not fit under its "
-                "budget even when a plan at hand fits (by default that plan is kept: its memory-free plan or torchtitan's "
-                "layout, with the least recomputation that fits); the solves run to --time-limit on large stages, so the "
-                "plan then depends on the machine's speed");
+                "budget (by default the plan at hand is kept: its memory-free plan or torchtitan's layout, with the least "
+                "recomputation that fits, and a stage none of them fits has no plan); the solves run to --time-limit on "
+                "large stages, so the plan then depends on the machine's speed and load");
   sub->add_option("--param-gather", a->pipeline.param_gather,
-                  "with a pp mesh dim: auto (plan both and keep the faster that fits), per-use (each microbatch "
+                  "with a pp mesh dim: auto (plan gathered once, and per use too where memory shaped that plan; keep "
+                  "the faster that fits), per-use (each microbatch "
                   "gathers its stage's parameters) or once (gathered at the first microbatch and kept over the "
                   "step, as FSDP2 under torchtitan's pipeline; the kept copies count in memory)")
       ->capture_default_str();

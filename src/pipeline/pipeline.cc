@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <exception>
 #include <limits>
 #include <functional>
 #include <map>
@@ -368,8 +367,10 @@ struct SearchResult {
 /// With v > 1 a stage's budget is a share of its rank's memory, which can force recomputation
 /// on a split whose ranks would fit the limit without it, or a dearer split whose stages fit
 /// theirs: the memory-free split is a candidate too, kept only where its assembled ranks fit
-/// (never re-planned).  Its bound is no bound under the limit: not counted.
-SearchResult search_layouts(Search& S, const std::vector<Layout>& layouts, PipelinePlan& pl) {
+/// (never re-planned).  Its bound is no bound under the limit: not counted.  `cutoff`: a step
+/// found elsewhere (the other parameter-gathering variant's): layouts whose bound reaches it
+/// are not searched, as those that reach the best step found here.
+SearchResult search_layouts(Search& S, const std::vector<Layout>& layouts, PipelinePlan& pl, double cutoff) {
   const PipelineOptions& popt = S.popt;
   PipelineProgressTracker& progress = S.solver.builder().progress();
   std::optional<RankPricing> pricing;
@@ -378,7 +379,7 @@ SearchResult search_layouts(Search& S, const std::vector<Layout>& layouts, Pipel
     return *pricing;
   };
   SearchResult r;
-  double best_step = kPipeInf;
+  double best_step = cutoff;
   for (const Layout& l : layouts) {
     progress.searching(fmt::format("{}{}", schedule_name(l.schedule), l.v > 1 ? fmt::format(" v={}", l.v) : ""));
     const Evaluated e = popt.fixed_layers.empty() ? search_split(S, l, best_step, priced) : fixed_split(S, l);
@@ -395,7 +396,7 @@ SearchResult search_layouts(Search& S, const std::vector<Layout>& layouts, Pipel
     if (l.v == 1) continue;
     Layout unlimited = l;
     unlimited.limit = 0;
-    const Evaluated e = search_split(S, unlimited, kPipeInf, priced);
+    const Evaluated e = search_split(S, unlimited, cutoff, priced);
     if (!e.layers.empty() && std::isfinite(e.step_us)) r.cands.push_back({e, unlimited, l.schedule, l.v});
   }
   return r;
@@ -427,9 +428,30 @@ PipelinePlan plan_head(const Search& S, const PlannerOptions& opt) {
   return pl;
 }
 
-/// plan_pipeline with the stages' parameters gathered as popt.params_gathered_once says.
-PipelinePlan plan_with_gather(const Graph& g, const Mesh& mesh, const PlannerOptions& opt,
-                              const PipelineOptions& popt) {
+/// One parameter-gathering variant's plan, and whether memory cost its search anything.
+struct VariantPlan {
+  PipelinePlan plan;
+  /// Memory shaped the plan or its bound: a stage plan was fitted to a budget, a rank's work was
+  /// priced (rank floors), the ranks do not fit, or a stage's plan costs more than its kind's
+  /// memory-free plan (a rank refit recomputes).  false: the plan and its bound are the
+  /// memory-free search's.
+  bool memory_bound = true;
+};
+
+/// Whether memory shaped `pl` or its bound (VariantPlan::memory_bound).
+bool memory_bound(Search& S, const PipelinePlan& pl) {
+  if (!S.solver.catalog().of(StagePlanUse::kFitted).empty() || S.solver.has_priced_floors() || !ranks_fit(pl))
+    return true;
+  const int32_t n = static_cast<int32_t>(pl.stages.size());
+  for (const PipelineStage& st : pl.stages)
+    if (st.solve->microbatch_us > S.solver.free(kind_of(st.index, n), st.hi - st.lo)->microbatch_us) return true;
+  return false;
+}
+
+/// plan_pipeline with the stages' parameters gathered as popt.params_gathered_once says;
+/// `cutoff`: search_layouts'.
+VariantPlan plan_with_gather(const Graph& g, const Mesh& mesh, const PlannerOptions& opt, const PipelineOptions& popt,
+                             double cutoff = kPipeInf) {
   const auto t0 = std::chrono::steady_clock::now();
   const int32_t pp = pp_dim_of(mesh);
   if (pp < 0) throw std::invalid_argument("pipeline: the mesh has no dim named pp");
@@ -446,7 +468,7 @@ PipelinePlan plan_with_gather(const Graph& g, const Mesh& mesh, const PlannerOpt
   std::vector<Layout> layouts;
   for (const auto& [s, v] : schedules_to_try(popt, S.P, S.L))
     layouts.push_back(layout_of(s, S.P, S.L, v, pl.M, pl.memory_limit_bytes));
-  const SearchResult found = search_layouts(S, layouts, pl);
+  const SearchResult found = search_layouts(S, layouts, pl, cutoff);
   if (found.cands.empty()) throw std::runtime_error(no_fit_message(S, pl));
   const std::string no_fit = found.planned ? std::string() : no_fit_message(S, pl);
   if (pl.memory_limit_bytes > 0 && popt.refit_ranks && popt.rank_pattern && !popt.stage_hook)
@@ -462,7 +484,8 @@ PipelinePlan plan_with_gather(const Graph& g, const Mesh& mesh, const PlannerOpt
   map_nodes(S, pl);
   pl.intra_op_solves = solver.builder().solves();
   pl.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return pl;
+  const bool bound = memory_bound(S, pl);
+  return {std::move(pl), bound};
 }
 
 /// a is preferred to b: it fits where b does not, else it is faster (ties: a).
@@ -472,39 +495,53 @@ bool preferred(const PipelinePlan& a, const PipelinePlan& b) {
   return a.step_us <= b.step_us;
 }
 
+/// popt with the parameters gathered once or per use, the planner's choice off.
+PipelineOptions gathered(const PipelineOptions& popt, bool once) {
+  PipelineOptions o = popt;
+  o.params_gathered_once = once;
+  o.choose_params_gathered_once = false;
+  return o;
+}
+
 }  // namespace
 
 PipelinePlan plan_pipeline(const Graph& g, const Mesh& mesh, const PlannerOptions& opt,
                            const PipelineOptions& popt) {
-  if (!popt.choose_params_gathered_once) return plan_with_gather(g, mesh, opt, popt);
-  // Both variants, one after the other (deterministic), each priced with its own memory: the
-  // gathered copies cost memory that recomputation or a larger split may have to pay for.
-  std::optional<PipelinePlan> best;
-  std::exception_ptr failed;
-  double lower = kPipeInf, seconds = 0;
-  int32_t solves = 0;
-  for (const bool once : {false, true}) {
-    PipelineOptions o = popt;
-    o.params_gathered_once = once;
-    o.choose_params_gathered_once = false;
-    try {
-      PipelinePlan p = plan_with_gather(g, mesh, opt, o);
-      // Each variant's bound holds for its plans: the lesser holds for both.  A variant with no
-      // plan (no split found to fit) adds none: the bound is then the other variant's alone.
-      lower = std::min(lower, p.lower_bound_us);
-      seconds += p.seconds;
-      solves += p.intra_op_solves;
-      if (!best || !preferred(*best, p)) best = std::move(p);
-    } catch (const std::runtime_error&) {
-      if (!failed) failed = std::current_exception();  // no plan of this variant: the other's
-    }
+  if (!popt.choose_params_gathered_once) return plan_with_gather(g, mesh, opt, popt).plan;
+  // Gathered once first.  Its costs are per use's with the parameter gathers weighted 1 / M
+  // (planner/problem_builder.cc scale_once_per_step), so for every stage its optimum is no
+  // above per use's and only memory (the gathered copies) can make per use faster.  Where
+  // memory cost its search nothing (VariantPlan::memory_bound), per use is not planned: its
+  // stages cannot beat these, and this bound, made of memory-free stage bounds only, holds for
+  // per use's plans too.  Else per use is planned, its layouts cut where their bound reaches
+  // this plan's step when that fits (they cannot win), and the one whose ranks fit is kept,
+  // the faster where both do (per use on a tie).  Deterministic: one variant after the other.
+  std::optional<VariantPlan> once;
+  try {
+    once = plan_with_gather(g, mesh, opt, gathered(popt, true));
+  } catch (const std::runtime_error&) {  // no plan of this variant: per use's
   }
-  if (!best) std::rethrow_exception(failed);
-  best->lower_bound_us = std::min(lower, best->step_us);
-  best->gap = best->step_us > 0 ? (best->step_us - best->lower_bound_us) / best->step_us : 0;
-  best->seconds = seconds;
-  best->intra_op_solves = solves;
-  return std::move(*best);
+  if (once && !once->memory_bound) return std::move(once->plan);
+  const double cutoff = once && ranks_fit(once->plan) ? std::nextafter(once->plan.step_us, kPipeInf) : kPipeInf;
+  std::optional<PipelinePlan> per_use;
+  try {
+    per_use = plan_with_gather(g, mesh, opt, gathered(popt, false), cutoff).plan;
+  } catch (const std::runtime_error&) {
+    if (!once) throw;  // neither variant has a plan: per use's reason, as before
+  }
+  if (!per_use) return std::move(once->plan);
+  if (!once) return std::move(*per_use);
+  // Each variant's bound holds for its plans (a pruned layout's bound reaches the other's
+  // step): the lesser holds for both.
+  const double lower = std::min(per_use->lower_bound_us, once->plan.lower_bound_us);
+  const double seconds = per_use->seconds + once->plan.seconds;
+  const int32_t solves = per_use->intra_op_solves + once->plan.intra_op_solves;
+  PipelinePlan best = preferred(*per_use, once->plan) ? std::move(*per_use) : std::move(once->plan);
+  best.lower_bound_us = std::min(lower, best.step_us);
+  best.gap = best.step_us > 0 ? (best.step_us - best.lower_bound_us) / best.step_us : 0;
+  best.seconds = seconds;
+  best.intra_op_solves = solves;
+  return best;
 }
 
 }  // namespace autoshard

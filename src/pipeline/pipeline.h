@@ -86,10 +86,10 @@ struct PipelineOptions {
   int32_t stage_threads = 0;
   /// Whether a stage whose memory-free plan does not fit its budget is also solved under the
   /// budget (the fitted search, pipeline/stage_fit.cc).  false: it takes the best plan at
-  /// hand (fully recomputed, torchtitan's layout, or least recomputation) when one fits.  The
-  /// memory-limited solve may find a cheaper plan, but on large stages it runs into
-  /// --time-limit, which makes the plan depend on the machine's speed; false keeps planning
-  /// fast and machine-independent, bounded by the memory-free bound only.
+  /// hand (fully recomputed, torchtitan's layout, or least recomputation), else the cheapest
+  /// priced plan that fits (StageBuilder::price_plans), else none.  The memory-limited solve
+  /// may find a cheaper plan, but on large stages it runs into --time-limit, which makes the
+  /// plan depend on the machine's speed and load; false keeps planning machine-independent.
   bool solve_fitted = true;
   /// Price each memory-limited stage's memory (StageBuilder::price_memory, Kelley's cutting
   /// planes): with one stage per rank a proven bound above the memory-free one, and for every
@@ -136,9 +136,10 @@ struct PipelineOptions {
   /// (PlannerOptions::params_gathered_once): FSDP2 inside torchtitan's pipeline stages.  The
   /// stages' memory holds the gathered copies (StageSolve::gathered_param_bytes).
   bool params_gathered_once = false;
-  /// Gathered once or per use is the planner's decision: plan_pipeline plans both variants
-  /// (params_gathered_once ignored) and keeps the one whose ranks fit, the faster where both
-  /// do (per use on a tie).  Twice the planning time.
+  /// Gathered once or per use is the planner's decision (params_gathered_once ignored):
+  /// plan_pipeline plans gathered once, and per use only where memory shaped that plan (per
+  /// use is never faster otherwise, pipeline.cc), its layouts cut at that plan's step; it keeps
+  /// the one whose ranks fit, the faster where both do (per use on a tie).
   bool choose_params_gathered_once = false;
   /// Progress reports (pipeline/pipeline_progress.h), from any thread, one at a time.
   PipelineProgressFn on_progress;

@@ -66,6 +66,12 @@ using RefitCache = std::map<std::tuple<const StageSolve*, double, double, int64_
 
 namespace {
 
+/// Whether `s`'s plan recomputes any layer region.
+bool recomputes(const StageSolve& s) {
+  return std::any_of(s.plan.layer_recompute.begin(), s.plan.layer_recompute.end(),
+                     [](const auto& lr) { return lr.second != "none"; });
+}
+
 /// The fastest of `st`'s sources refit to `budget`, `st`'s own plan where it fits as it is;
 /// nullptr when none fits.
 std::shared_ptr<const StageSolve> refit_stage(Search& S, const PipelineStage& st, int32_t n, int64_t budget,
@@ -76,6 +82,10 @@ std::shared_ptr<const StageSolve> refit_stage(Search& S, const PipelineStage& st
   std::shared_ptr<const StageSolve> best =
       StageBuilder::rank_need_bytes(*st.solve, st.inflight, st.deferred) <= static_cast<double>(budget) ? st.solve : nullptr;
   for (const auto& from : refit_sources(S, kind, k, st.solve, 3, rank_patterns)) {
+    // Its own plan fits as it is and recomputes nothing: a refit of it, with the least
+    // recomputation that fits, is the same plan (as fast: not taken), and costs a problem
+    // with recomputation nodes built for nothing.
+    if (from == st.solve && best && !recomputes(*from)) continue;
     const auto key = std::make_tuple(from.get(), st.inflight, st.deferred, budget);
     auto it = done.find(key);
     if (it == done.end()) it = done.emplace(key, S.solver.builder().refit(*from, *relaxed, st.inflight, st.deferred, budget)).first;

@@ -48,6 +48,9 @@ std::vector<PipelineSearchRow> search_pipeline_meshes(const std::function<Graph(
       try {
         PipelineOptions po;
         po.microbatches = M;
+        // As `plan` by default: no memory-limited stage solve, which runs to the time limit on
+        // large stages (minutes per mesh, and a ranking that depends on the machine's load).
+        po.solve_fitted = false;
         r.plan = plan_pipeline(g, r.mesh, opt, po);
       } catch (const std::exception& e) {
         r.error = e.what();

@@ -84,6 +84,8 @@ class StageSolver {
   /// the kind they were made on), each bounded by the memory-free bound; kept.
   std::vector<std::shared_ptr<const StageSolve>> rank_sources(StageKind kind, int32_t k);
   bool has_rank_patterns() const { return !rank_patterns_.empty(); }
+  /// Whether any priced floor was computed (memory priced for the ranks' bounds).
+  bool has_priced_floors() const { return !priced_.empty(); }
 
   const StageCatalog& catalog() const { return catalog_; }
   StageBuilder& builder() { return b_; }

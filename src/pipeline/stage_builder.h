@@ -95,6 +95,12 @@ class StageBuilder {
   };
   PricedBound price_memory(StageKind kind, int32_t k, StageMemory mem, const StageSolve& relaxed,
                            const StageSolve* at_hand);
+  /// A plan of (kind, k) under `mem` from priced solves only (no memory-limited solve, whose
+  /// time limit makes plans depend on the machine's load): with a recompute policy that
+  /// chooses per region, under a rank's own limit price_memory (both models: its bound is
+  /// the stage's), and on a share of a rank (its bound is none) the model with recomputation
+  /// alone, where memory is bought; with a fixed policy its own model.
+  PricedBound price_plans(StageKind kind, int32_t k, StageMemory mem, const StageSolve& relaxed);
   struct PricedFloor {
     /// A lower bound of min_x [T(x) + lambda (U(x) - live + deferred H(x))] over the plans of
     /// the canonical stage (kind, k) with `inflight` microbatches in flight, the least of the

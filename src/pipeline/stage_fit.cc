@@ -39,7 +39,8 @@ class FittedSearch : public StagePlanSource {
     const StageMemory mem = req.mem;
     const PipelineOptions& popt = cx.builder.pipeline_options();
     std::shared_ptr<StageSolve> best = at_hand(cx, req, *relaxed);
-    if (best && !popt.solve_fitted) {  // the plan at hand, no memory-aware solve
+    if (!popt.solve_fitted) {  // the plan at hand, no memory-limited solve
+      if (!best) return priced_or_none(cx, req, *relaxed);
       best->lower_bound_us = std::min(relaxed->lower_bound_us, best->microbatch_us);
       return best;
     }
@@ -65,6 +66,33 @@ class FittedSearch : public StagePlanSource {
   }
 
  private:
+  /// Where no plan at hand fits and the memory-limited solve is off: the cheapest priced plan
+  /// that fits (StageBuilder::price_plans: memory-free solves with the usage at t* priced,
+  /// which end on their own, not at a time limit), else no plan (microbatch_us +inf), bounded
+  /// as a plan would be.  The memory-limited solve runs to --time-limit on large stages
+  /// (llama3-405b's last stage of 2 layers: over 10 s to prove no plan), so the plan would
+  /// depend on the machine's speed and load.
+  static std::shared_ptr<StageSolve> priced_or_none(const StageSourceContext& cx, const StageRequest& req,
+                                                    const StageSolve& relaxed) {
+    const StageMemory mem = req.mem;
+    StageBuilder::PricedBound pb = cx.builder.price_plans(req.kind, req.k, mem, relaxed);
+    if (pb.plan && StageBuilder::fits(*pb.plan, mem)) {
+      // The priced bound is a bound of the stage only under a rank's own limit.
+      const double bound = mem.rank_limit ? pb.bound : relaxed.lower_bound_us;
+      pb.plan->lower_bound_us = std::min(std::max(bound, relaxed.lower_bound_us), pb.plan->microbatch_us);
+      return pb.plan;
+    }
+    auto s = std::make_shared<StageSolve>(relaxed);
+    s->plan = Plan{};
+    s->microbatch_us = kFitInf;
+    // +inf where pricing proves that no plan fits a rank's own limit.
+    s->lower_bound_us = mem.rank_limit ? std::max(pb.bound, relaxed.lower_bound_us) : relaxed.lower_bound_us;
+    s->inflight = mem.inflight;
+    s->memory_budget = mem.budget;
+    s->interpolated = s->extended = false;
+    return s;
+  }
+
   /// The cheapest plan of the list's sources that fits, or nullptr.
   std::shared_ptr<StageSolve> at_hand(const StageSourceContext& cx, const StageRequest& req,
                                       const StageSolve& relaxed) const {

@@ -112,6 +112,16 @@ StageBuilder::PricedBound StageBuilder::price_memory(StageKind kind, int32_t k, 
   return out;
 }
 
+StageBuilder::PricedBound StageBuilder::price_plans(StageKind kind, int32_t k, StageMemory mem,
+                                                  const StageSolve& relaxed) {
+  const bool mixes = opt_.recompute == RecomputePolicy::kAuto || opt_.recompute == RecomputePolicy::kIfNeeded;
+  if (mixes && mem.rank_limit) return price_memory(kind, k, mem, relaxed, nullptr);
+  PricedBound out;
+  out.bound = relaxed.lower_bound_us;
+  if (mem.budget <= 0 || !relaxed.plan.has_solution || popt_.stage_hook) return out;
+  return price_model(mixes ? RecomputePolicy::kAuto : opt_.recompute, mem, relaxed, nullptr);
+}
+
 StageBuilder::PricedBound StageBuilder::price_model(RecomputePolicy model, StageMemory mem, const StageSolve& relaxed,
                                                   const StageSolve* at_hand) {
   PricedBound out;

@@ -66,8 +66,8 @@ StageSources at_hand_sources(const PlannerOptions& opt);
 /// The fitted search (pipeline/stage_fit.cc): the cheapest plan at hand that fits, then, where
 /// PipelineOptions::solve_fitted and it is not within the target gap of the bound, the
 /// memory-limited solve with the plan at hand as its cutoff (its plan repaired or solved
-/// again under a lowered limit when over the exact in-flight peak).  Always gives a plan
-/// (microbatch_us +inf when none fits).
+/// again under a lowered limit when over the exact in-flight peak); without solve_fitted, no
+/// memory-limited solve: the cheapest priced plan that fits where nothing at hand does.  Always gives a plan (microbatch_us +inf when none fits).
 std::unique_ptr<StagePlanSource> fitted_search(StageSources at_hand);
 
 /// (kind, k) under `mem` as the sharding pattern of the nearest solved fitted plans of its
