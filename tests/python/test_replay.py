@@ -2,8 +2,6 @@
 (exact times) and on a planned LLaMA lowered with the fake process group (replay vs plan)."""
 import json
 import os
-import subprocess
-import sys
 import tempfile
 import unittest
 from types import SimpleNamespace
@@ -149,14 +147,7 @@ class ReplayOnAPlan(unittest.TestCase):
     the plan's schedule (an older file: every collective at its use) they do not."""
 
     def _replay(self, shape, names, algo):
-        binary = os.environ.get("AUTOSHARD_BIN")
-        if not binary or not os.path.exists(binary):
-            self.skipTest("autoshard binary not built (set AUTOSHARD_BIN)")
-        env = dict(os.environ, PYTHONPATH=_paths.PYTHON_DIR)
-        r = subprocess.run([sys.executable, "-c", REPLAY_SCRIPT, json.dumps([shape, names, algo])],
-                           env=env, capture_output=True, text=True, timeout=600)
-        self.assertEqual(r.returncode, 0, r.stderr[-3000:])
-        return json.loads(r.stdout.strip().splitlines()[-1])
+        return _paths.run_planned_script(self, REPLAY_SCRIPT, json.dumps([shape, names, algo]))
 
     def test_fsdp_on_two_ranks(self):
         res = self._replay([2], ["dp"], "fsdp")

@@ -4,10 +4,6 @@ of every live tensor the step made are counted.  The backward frees each saved a
 its last use, as the planner counts it (autoshard.module: the boxed backward call), so the
 measured activation peak is the planned one; holding every saved activation to the end of the
 backward, as autograd's saved tensors do, measured 42 % over on this model."""
-import json
-import os
-import subprocess
-import sys
 import unittest
 
 import _paths
@@ -90,14 +86,7 @@ print(json.dumps({"planned": plan["peak_memory_bytes"] - 16 * params,
 @unittest.skipIf(torch is None, "PyTorch not installed")
 class AppliedPeak(unittest.TestCase):
     def test_full_recomputation_peaks_where_the_plan_says(self):
-        binary = os.environ.get("AUTOSHARD_BIN")
-        if not binary or not os.path.exists(binary):
-            self.skipTest("autoshard binary not built (set AUTOSHARD_BIN)")
-        env = dict(os.environ, PYTHONPATH=_paths.PYTHON_DIR)
-        r = subprocess.run([sys.executable, "-c", PEAK_SCRIPT], env=env, capture_output=True,
-                           text=True, timeout=600)
-        self.assertEqual(r.returncode, 0, r.stderr[-3000:])
-        res = json.loads(r.stdout.strip().splitlines()[-1])
+        res = _paths.run_planned_script(self, PEAK_SCRIPT)
         self.assertLess(abs(res["measured"] / res["planned"] - 1), 0.05, res)
 
 

@@ -381,19 +381,7 @@ class PrefetchOnAPlan(unittest.TestCase):
     def test_an_fsdp_plan_gathers_its_weights_a_layer_ahead(self):
         """The fsdp recipe's placements.json schedules every weight gather one layer ahead;
         the lowered forward issues them there (without the schedule, none overlaps)."""
-        import json
-        import os
-        import subprocess
-        import sys
-
-        binary = os.environ.get("AUTOSHARD_BIN")
-        if not binary or not os.path.exists(binary):
-            self.skipTest("autoshard binary not built (set AUTOSHARD_BIN)")
-        env = dict(os.environ, PYTHONPATH=_paths.PYTHON_DIR)
-        r = subprocess.run([sys.executable, "-c", FSDP_SCRIPT], env=env, capture_output=True,
-                           text=True, timeout=600)
-        self.assertEqual(r.returncode, 0, r.stderr[-3000:])
-        res = json.loads(r.stdout.strip().splitlines()[-1])
+        res = _paths.run_planned_script(self, FSDP_SCRIPT)
         # One layer ahead, no buckets: one gather per weight, most of them overlapped.
         # (gathers: every collective of the forward and the backward; overlapped: the forward's
         # all-gathers.)
