@@ -245,6 +245,15 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def set_mesh_args(args) -> None:
+    """--mesh "2x2" and --dims "dp,tp" -> args.mesh_shape, args.dim_names and args.world."""
+    args.mesh_shape = [int(x) for x in args.mesh.split("x")]
+    args.dim_names = args.dims.split(",")
+    args.world = 1
+    for s in args.mesh_shape:
+        args.world *= s
+
+
 def _plan(args) -> tuple[dict, dict]:
     """Traces on meta and plans with the CLI -> (placements.json, plan JSON)."""
     from autoshard.apply import trace_for_apply
@@ -285,11 +294,7 @@ def main() -> int:
     args = ap.parse_args()
     os.environ["MALLOC_MMAP_THRESHOLD_"] = str(64 * 1024)  # inherited by the spawned ranks
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    args.mesh_shape = [int(x) for x in args.mesh.split("x")]
-    args.dim_names = args.dims.split(",")
-    args.world = 1
-    for s in args.mesh_shape:
-        args.world *= s
+    set_mesh_args(args)
     if args.batch % args.world:
         raise SystemExit(f"apply_bench: --batch {args.batch} is not divisible by {args.world} ranks")
     placements, plan = _plan(args)

@@ -116,11 +116,7 @@ def main() -> int:
     ap.add_argument("--bucket", default="layer")
     args = ap.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    args.mesh_shape = [int(x) for x in args.mesh.split("x")]
-    args.dim_names = args.dims.split(",")
-    args.world = 1
-    for s in args.mesh_shape:
-        args.world *= s
+    AB.set_mesh_args(args)
     placements, _ = AB._plan(args)
     import torch.multiprocessing as mp
 
