@@ -24,6 +24,7 @@ struct SearchArgs {
   int gpus_per_node = -1;
   std::string hardware = "h100";
   std::string backend = "nccl";
+  KernelOptions kernels;
   std::string comm_model = "nccl";
   std::string memory_limit;
   int max_dims = 3;
@@ -57,6 +58,7 @@ MeshSearchOptions search_options(const SearchArgs& a) {
   ms.hardware = a.hardware;
   ms.backend = a.backend;
   ms.gpus_per_node = a.gpus_per_node;
+  ms.kernels = a.kernels;
   if (a.gpus < 1) throw std::invalid_argument(fmt::format("--gpus: expected >= 1, got {}", a.gpus));
   if (a.max_dims < 1 || a.max_dims > 4)
     throw std::invalid_argument(fmt::format("--max-dims: expected 1 to 4, got {}", a.max_dims));
@@ -235,6 +237,7 @@ void register_search(CLI::App& app) {
   sub->add_option("--hardware", a->hardware, "hardware preset (a100, h100, h100-500w, h200, b200) or a hardware JSON file")
       ->capture_default_str();
   sub->add_option("--backend", a->backend, "communication backend: nccl or gloo")->capture_default_str();
+  add_kernel_options(sub, a->kernels);
   sub->add_option("--comm-model", a->comm_model, "nccl (measured bandwidths) or dtensor")->capture_default_str();
   sub->add_option("--memory-limit", a->memory_limit, "per-device memory budget (default: the hardware's; 0: none)");
   sub->add_option("--max-dims", a->max_dims, "largest number of mesh dims (1 to 4)")->capture_default_str();

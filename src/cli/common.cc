@@ -48,6 +48,16 @@ void add_mesh_options(CLI::App* app, MeshSource& src, const std::string& default
   app->add_option("--backend", src.backend, "communication backend: nccl or gloo")
       ->capture_default_str();
   app->add_option("--gpus-per-node", src.gpus_per_node, "GPUs per node (default: the hardware's)");
+  add_kernel_options(app, src.kernels);
+}
+
+void add_kernel_options(CLI::App* app, KernelOptions& k) {
+  app->add_flag("--float8", k.float8_linear,
+                "price the linear layers' matmuls (all but the output projection) at the FP8 "
+                "tensor-core peak, as torchao Float8Linear runs them");
+  app->add_flag("--compile", k.compiled,
+                "price memory-bound ops (pointwise, norms, reductions, copies) as torch.compile "
+                "fuses them: divided by the hardware's compile_memory_speedup");
 }
 
 Mesh make_mesh(const MeshSource& src) {
@@ -61,6 +71,10 @@ Mesh make_mesh(const MeshSource& src) {
                                             src.hardware, fmt::join(hardware_preset_names(), ", ")));
   }
   if (src.gpus_per_node > 0) hw.gpus_per_node = src.gpus_per_node;
+  if (src.kernels.float8_linear && hw.peak_fp8_tflops <= 0)
+    throw std::invalid_argument(fmt::format(
+        "--float8: hardware '{}' has no FP8 tensor cores (peak_fp8_tflops is 0)", hw.name));
+  hw.kernels = src.kernels;
   CommBackend backend;
   if (src.backend == "nccl") backend = CommBackend::kNccl;
   else if (src.backend == "gloo") backend = CommBackend::kGloo;

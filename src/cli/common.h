@@ -30,7 +30,10 @@ struct MeshSource {
   std::string hardware = "h100";
   std::string backend = "nccl";
   int gpus_per_node = -1;
+  KernelOptions kernels;  ///< --float8, --compile
 };
+/// --float8 and --compile (mesh/hardware.h KernelOptions), for commands that price compute.
+void add_kernel_options(CLI::App* app, KernelOptions& k);
 void add_mesh_options(CLI::App* app, MeshSource& src, const std::string& default_shape,
                       const std::string& default_dims);
 Mesh make_mesh(const MeshSource& src);

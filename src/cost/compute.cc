@@ -314,9 +314,49 @@ double compute_time_us(const Node& node, const std::vector<TensorMeta>& local_in
   const double flops = op_flops(node, local_inputs, local_outputs);
   const double bytes = op_memory_bytes(node, local_inputs, local_outputs);
   const double eta = hw.efficiency;
-  const double t_compute = safe_div(flops, eta * hw.peak_flops(dt)) * 1e6;
+  const double peak = hw.kernels.float8_linear && hw.peak_fp8_tflops > 0 &&
+                              is_float8_linear_matmul(node, local_inputs)
+                          ? hw.peak_fp8_tflops * 1e12
+                          : hw.peak_flops(dt);
+  const double t_compute = safe_div(flops, eta * peak) * 1e6;
   const double t_memory = safe_div(bytes, eta * hw.hbm_gbps * 1e9) * 1e6;
-  return std::max({t_compute, t_memory, hw.launch_floor_us});
+  double t = std::max(t_compute, t_memory);
+  if (hw.kernels.compiled && is_fusible_memory_bound(node)) t /= hw.compile_memory_speedup;
+  return std::max(t, hw.launch_floor_us);
+}
+
+bool is_float8_linear_matmul(const Node& node, const std::vector<TensorMeta>& inputs) {
+  if (node.kind != NodeKind::kOp) return false;
+  // torchtitan leaves the output projection in high precision (KernelOptions::float8_linear);
+  // "lm_head" is its name in Hugging Face models.
+  if (node.module_path == "output" || node.module_path == "lm_head") return false;
+  switch (classify(node.op)) {
+    case OpClass::kMm:
+    case OpClass::kAddmm:
+      return true;
+    case OpClass::kMatmul: {
+      // linear always; matmul only against a 2-D operand (a weight), not attention's
+      // batched q @ k^T.
+      if (aten_packet(node.op) == "linear") return true;
+      const TensorMeta* b = at(inputs, 1);
+      return b && b->rank() == 2;
+    }
+    default:
+      return false;
+  }
+}
+
+bool is_fusible_memory_bound(const Node& node) {
+  if (node.kind != NodeKind::kOp) return false;
+  switch (classify(node.op)) {
+    case OpClass::kPointwise:
+    case OpClass::kNorm:
+    case OpClass::kReduction:
+    case OpClass::kCopy:
+      return true;
+    default:
+      return false;
+  }
 }
 
 }  // namespace autoshard

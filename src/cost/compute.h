@@ -47,7 +47,21 @@ double op_flops(const Node& node, const std::vector<TensorMeta>& inputs,
 double op_memory_bytes(const Node& node, const std::vector<TensorMeta>& inputs,
                        const std::vector<TensorMeta>& outputs);
 
-/// Roofline time in microseconds of `node` on one device, given local metas.
+/// True for the matmuls that hw.kernels.float8_linear moves to the FP8 tensor cores: mm and
+/// addmm (a linear layer's forward and both gradients once decomposed), linear, and matmul
+/// against a 2-D operand; not under the output projection (module path "output" or
+/// "lm_head"), not bmm/attention.  A graph that carries no module paths converts them all.
+bool is_float8_linear_matmul(const Node& node, const std::vector<TensorMeta>& inputs);
+
+/// True for the memory-bound ops that torch.compile fuses (hw.kernels.compiled): pointwise,
+/// norms/softmax, reductions and copies.  Not matmuls, attention, convolutions or gathers.
+bool is_fusible_memory_bound(const Node& node);
+
+/// Roofline time in microseconds of `node` on one device, given local metas.  With
+/// hw.kernels.float8_linear, is_float8_linear_matmul ops use hw.peak_fp8_tflops for their
+/// FLOPs (bytes unchanged: the operands are read in their high precision by the casts that
+/// precede the FP8 GEMM); with hw.kernels.compiled, is_fusible_memory_bound ops' roofline time
+/// is divided by hw.compile_memory_speedup (the launch floor still applies).
 double compute_time_us(const Node& node, const std::vector<TensorMeta>& local_inputs,
                        const std::vector<TensorMeta>& local_outputs, const Hardware& hw);
 

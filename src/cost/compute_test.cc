@@ -169,6 +169,46 @@ TEST(ComputeTime, RooflineBranches) {
                    static_cast<double>(idx.bytes() + 2 * rows.bytes()));
 }
 
+// KernelOptions: --float8 prices a linear layer's matmul at the dense FP8 peak (NVIDIA H100
+// datasheet: 3,958 TFLOPS with sparsity, 1,979 dense) and leaves attention, bmm and the output
+// projection at BF16; --compile divides memory-bound ops by compile_memory_speedup only.
+TEST(ComputeTime, Float8AndCompile) {
+  const Hardware eager = *hardware_preset("h100");
+  Hardware fast = eager;
+  fast.kernels.float8_linear = true;
+  fast.kernels.compiled = true;
+  ASSERT_GT(fast.compile_memory_speedup, 1.0);
+  const TensorMeta a = t({4096, 4096});
+  Node wq = op("mm");
+  wq.module_path = "layers.0.attention.wq";
+  // 1.374e11 FLOPs / (0.7 * 1979e12) s.
+  EXPECT_NEAR(compute_time_us(wq, {a, a}, {a}, fast), 137438953472.0 / (0.7 * 1979e12) * 1e6, 1e-9);
+  EXPECT_NEAR(compute_time_us(wq, {a, a}, {a}, eager), 137438953472.0 / (0.7 * 989e12) * 1e6, 1e-9);
+  Node head = op("mm");
+  head.module_path = "output";
+  EXPECT_DOUBLE_EQ(compute_time_us(head, {a, a}, {a}, fast), compute_time_us(head, {a, a}, {a}, eager));
+  const TensorMeta q = t({1, 32, 8192, 128});
+  for (Node n : {op("_scaled_dot_product_flash_attention"), op("bmm"), op("matmul")}) {
+    n.module_path = "layers.0.attention";
+    const std::vector<TensorMeta> in = n.op == "bmm" ? std::vector{t({32, 512, 128}), t({32, 128, 512})}
+                                                     : std::vector{q, q, q};
+    const std::vector<TensorMeta> out = {n.op == "bmm" ? t({32, 512, 512}) : q};
+    EXPECT_DOUBLE_EQ(compute_time_us(n, in, out, fast), compute_time_us(n, in, out, eager)) << n.op;
+  }
+  EXPECT_TRUE(is_float8_linear_matmul(op("linear"), {t({2, 128, 512}), t({1024, 512})}));
+  EXPECT_TRUE(is_float8_linear_matmul(op("matmul"), {t({2, 128, 512}), t({512, 1024})}));
+  EXPECT_FALSE(is_float8_linear_matmul(op("matmul"), {q, q}));
+  // An FP8 dtype runs at the FP8 peak (a traced _scaled_mm), on a chip that has one.
+  EXPECT_DOUBLE_EQ(eager.peak_flops(DType::kF8), 1979e12);
+  EXPECT_DOUBLE_EQ(hardware_preset("a100")->peak_flops(DType::kF8), 312e12);
+  // Compile: a memory-bound add is divided by the speed-up, down to the launch floor.
+  EXPECT_NEAR(compute_time_us(op("add.Tensor"), {a, a}, {a}, fast),
+              compute_time_us(op("add.Tensor"), {a, a}, {a}, eager) / fast.compile_memory_speedup, 1e-9);
+  EXPECT_DOUBLE_EQ(compute_time_us(op("add.Tensor"), {t({4}), t({4})}, {t({4})}, fast), 7.0);
+  EXPECT_TRUE(is_fusible_memory_bound(op("_fused_rms_norm")));
+  EXPECT_FALSE(is_fusible_memory_bound(op("embedding")));
+}
+
 TEST(ComputeTime, ZeroCostOps) {
   const Hardware hw = *hardware_preset("h100");
   const TensorMeta a = t({4096, 4096});

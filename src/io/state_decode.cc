@@ -106,6 +106,10 @@ Mesh Decoder::mesh(const pb::Mesh& x) const {
   h.gpus_per_node = xh.gpus_per_node();
   h.efficiency = xh.efficiency();
   h.launch_floor_us = xh.launch_floor_us();
+  h.peak_fp8_tflops = xh.peak_fp8_tflops();
+  if (xh.compile_memory_speedup() > 0) h.compile_memory_speedup = xh.compile_memory_speedup();
+  h.kernels.float8_linear = xh.float8_linear();
+  h.kernels.compiled = xh.compiled();
   if (h.gpus_per_node < 1) fail("mesh.hardware.gpus_per_node", fmt::format("expected >= 1, got {}", h.gpus_per_node));
   if (h.memory_bytes < 0) fail("mesh.hardware.memory_bytes", "negative");
   if (x.backend() > static_cast<uint32_t>(CommBackend::kGloo)) fail("mesh.backend", fmt::format("unknown backend {}", x.backend()));

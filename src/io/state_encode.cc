@@ -112,6 +112,10 @@ void put_mesh(const Mesh& m, pb::Mesh* out) {
   x->set_gpus_per_node(h.gpus_per_node);
   x->set_efficiency(h.efficiency);
   x->set_launch_floor_us(h.launch_floor_us);
+  x->set_peak_fp8_tflops(h.peak_fp8_tflops);
+  x->set_compile_memory_speedup(h.compile_memory_speedup);
+  x->set_float8_linear(h.kernels.float8_linear);
+  x->set_compiled(h.kernels.compiled);
   out->set_backend(static_cast<uint32_t>(m.backend()));
 }
 

@@ -182,6 +182,25 @@ TEST(State, RoundTripKeepsEverything) {
   EXPECT_TRUE(same_bits(back.evaluate(back.solution_choice()).objective_us, so.solution()->objective_us));
 }
 
+/// A plan priced with Float8 linears and compiled memory-bound ops (KernelOptions) loads with
+/// them: the mesh's hardware keeps the options and figures, the fingerprint differs from eager.
+TEST(State, KernelOptionsRoundTrip) {
+  Hardware hw = *hardware_preset("h100");
+  hw.kernels.float8_linear = true;
+  hw.kernels.compiled = true;
+  ShardingOptimizer so(small_gpt2(), Mesh({2, 2}, {"dp", "tp"}, hw), no_limit());
+  so.get_solution();
+  ShardingOptimizer back = state_from_bytes(state_bytes(so), "plan.ap");
+  const Hardware& h = back.mesh().hardware();
+  EXPECT_TRUE(h.kernels.float8_linear && h.kernels.compiled);
+  EXPECT_EQ(h.peak_fp8_tflops, 1979);
+  EXPECT_EQ(h.compile_memory_speedup, kCompileMemorySpeedup);
+  EXPECT_TRUE(same_bits(back.evaluate(back.solution_choice()).objective_us, so.solution()->objective_us));
+  EXPECT_EQ(problem_fingerprint(back), problem_fingerprint(so));
+  ShardingOptimizer eager(small_gpt2(), mesh_2x2(), no_limit());
+  EXPECT_NE(problem_fingerprint(eager), problem_fingerprint(so));
+}
+
 /// A plan with strided shards (shard orders on, a weight pinned tp-first) saves and loads with
 /// its split factors and the option; placement codes of plain shards are as before.
 TEST(State, ShardOrdersRoundTrip) {

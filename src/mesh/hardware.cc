@@ -16,6 +16,7 @@ double Hardware::peak_flops(DType t) const {
   // Complex arithmetic runs on its real parts (f32 for c64) on CUDA cores: the FP32 peak, an
   // upper bound for c128 (whose f64 parts are slower still).
   const bool fp32 = t == DType::kF32 || is_complex(t);
+  if (t == DType::kF8 && peak_fp8_tflops > 0) return peak_fp8_tflops * 1e12;
   return (fp32 ? peak_fp32_tflops : peak_bf16_tflops) * 1e12;
 }
 
@@ -28,6 +29,12 @@ constexpr int64_t kGB = 1000LL * 1000 * 1000;
 /// 400 Gb/s IB 46-48 GB/s per NIC, issue #290).  H200 shares H100's NVLink4 fabric, so its ring
 /// AG/RS figure is taken as H100's; B200's NVLink5 doubles NVLink4, so twice H100's.  A100
 /// clusters typically run HDR 200 Gb/s per GPU: half the NDR figure.
+/// Dense FP8 tensor-core peaks (vendor sheets quote them with 2:4 sparsity, twice these):
+/// NVIDIA H100 Tensor Core GPU datasheet, FP8 Tensor Core 3,958 TFLOPS (SXM) and 3,341 (NVL)
+/// with sparsity, so 1,979 and 1,670.5 dense, twice the BF16 figures; H200 shares H100's
+/// tensor cores (NVIDIA H200 datasheet, 3,958 with sparsity); B200 (NVIDIA DGX B200 datasheet:
+/// 72 PFLOPS FP8 training for 8 GPUs, with sparsity) 4,500 dense, twice its BF16.  A100 has no
+/// FP8 tensor cores: 0.
 std::vector<Hardware> presets() {
   std::vector<Hardware> v;
   Hardware a100;
@@ -45,6 +52,7 @@ std::vector<Hardware> presets() {
   h100.name = "h100";
   h100.peak_bf16_tflops = 989;
   h100.peak_fp32_tflops = 67;
+  h100.peak_fp8_tflops = 1979;
   h100.hbm_gbps = 3350;
   h100.memory_bytes = 80 * kGB;
   h100.nvlink_gbps = 900;
@@ -60,12 +68,14 @@ std::vector<Hardware> presets() {
   // same file's footnote 2 bounds the real peak "between SXM and NVL" without knowing it: H100
   // SXM 989 and H100 NVL 835.5 dense BF16 TFLOPS (NVIDIA H100 datasheet, 1671 with sparsity),
   // FP32 67 and 60.  The preset takes the midpoint of each bound (912, 63.5); the fabric figures
-  // are H100's (NVLink4 switch, one 400 Gb/s NIC per GPU).  docs/benchmarks.md "Fidelity"
+  // are H100's (NVLink4 switch, one 400 Gb/s NIC per GPU).  FP8 likewise: the midpoint of SXM
+  // 1979 and NVL 1670.5 dense, 1824.75, twice the BF16 midpoint.  docs/benchmarks.md "Fidelity"
   // gives the simulated step at both bounds.
   Hardware h100_500w = h100;
   h100_500w.name = "h100-500w";
   h100_500w.peak_bf16_tflops = 912;
   h100_500w.peak_fp32_tflops = 63.5;
+  h100_500w.peak_fp8_tflops = 1824.75;
   h100_500w.hbm_gbps = 2400;
   h100_500w.memory_bytes = 96 * kGB;
   v.push_back(h100_500w);
@@ -80,6 +90,7 @@ std::vector<Hardware> presets() {
   b200.name = "b200";
   b200.peak_bf16_tflops = 2250;
   b200.peak_fp32_tflops = 75;
+  b200.peak_fp8_tflops = 4500;
   b200.hbm_gbps = 7700;
   b200.memory_bytes = 180 * kGB;
   b200.nvlink_gbps = 1800;
@@ -142,11 +153,11 @@ Hardware parse_hardware_json(std::string_view text, std::string_view origin) {
     field = j[key].get<double>();
   };
   for (auto it = j.begin(); it != j.end(); ++it) {
-    static const char* kKnown[] = {"base", "name", "peak_bf16_tflops", "peak_fp32_tflops",
+    static const char* kKnown[] = {"base", "name", "peak_bf16_tflops", "peak_fp32_tflops", "peak_fp8_tflops",
                                    "hbm_gbps", "memory_bytes", "memory_gb", "nvlink_gbps",
                                    "intra_busbw_gbps", "inter_busbw_gbps", "intra_latency_us",
                                    "inter_latency_us", "base_latency_us", "gpus_per_node",
-                                   "efficiency", "launch_floor_us"};
+                                   "efficiency", "launch_floor_us", "compile_memory_speedup"};
     if (std::find_if(std::begin(kKnown), std::end(kKnown),
                      [&](const char* k) { return it.key() == k; }) == std::end(kKnown))
       throw std::runtime_error(fmt::format("{}: /{}: unknown field", origin, one_line(it.key().substr(0, 80))));
@@ -160,6 +171,7 @@ Hardware parse_hardware_json(std::string_view text, std::string_view origin) {
   }
   num("peak_bf16_tflops", hw.peak_bf16_tflops);
   num("peak_fp32_tflops", hw.peak_fp32_tflops);
+  num("peak_fp8_tflops", hw.peak_fp8_tflops);
   num("hbm_gbps", hw.hbm_gbps);
   num("nvlink_gbps", hw.nvlink_gbps);
   num("intra_busbw_gbps", hw.intra_busbw_gbps);
@@ -169,6 +181,7 @@ Hardware parse_hardware_json(std::string_view text, std::string_view origin) {
   num("base_latency_us", hw.base_latency_us);
   num("efficiency", hw.efficiency);
   num("launch_floor_us", hw.launch_floor_us);
+  num("compile_memory_speedup", hw.compile_memory_speedup);
   if (j.contains("memory_bytes") && j.contains("memory_gb"))
     throw std::runtime_error(
         fmt::format("{}: /memory_gb: give either memory_bytes or memory_gb, not both", origin));
@@ -198,6 +211,9 @@ Hardware parse_hardware_json(std::string_view text, std::string_view origin) {
     throw std::runtime_error(fmt::format("{}: /memory_bytes: missing or zero", origin));
   if (hw.gpus_per_node < 1)
     throw std::runtime_error(fmt::format("{}: /gpus_per_node: must be at least 1", origin));
+  if (hw.compile_memory_speedup < 1)
+    throw std::runtime_error(
+        fmt::format("{}: /compile_memory_speedup: must be at least 1", origin));
   if (hw.efficiency <= 0 || hw.efficiency > 1)
     throw std::runtime_error(fmt::format("{}: /efficiency: must be in (0, 1]", origin));
   return hw;

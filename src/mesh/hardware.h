@@ -12,10 +12,33 @@
 
 namespace autoshard {
 
+/// How the step's kernels are produced, beyond the chip: training options that change what an
+/// op costs but not the graph.  Both off by default (eager, in the graph's dtypes).
+struct KernelOptions {
+  /// torchao's Float8Linear, as torchtitan converts every nn.Linear but the output projection
+  /// (torchtitan float8.py at 9dec370: `module_filter_fn=lambda mod, fqn: fqn != "output"`):
+  /// the three matmuls of each converted linear (forward, input and weight gradients) run on
+  /// the FP8 tensor cores, at Hardware::peak_fp8_tflops.  Attention (SDPA) stays in bf16.
+  bool float8_linear = false;
+  /// torch.compile: Inductor fuses chains of memory-bound ops (pointwise, norms, reductions,
+  /// copies), so they move fewer bytes; their time is divided by
+  /// Hardware::compile_memory_speedup.  Matmuls and attention keep their library kernels.
+  bool compiled = false;
+};
+
+/// Speed-up of memory-bound ops under torch.compile, derived from torchtitan's measured gain
+/// of compile on Llama 3.1 8B, FSDP on 8 H100s (pytorch/torchtitan
+/// benchmarks/llama3_h100_202412_torchtitan.md, Table 1: 5,762 -> 6,667 tok/s/GPU, x1.157):
+/// the factor that, applied to the memory-bound ops alone, gives that run's simulated step the
+/// same x1.157 (`python3 bench/fidelity.py --derive-compile` recomputes it; docs/cost-model.md
+/// "Compile and Float8").
+inline constexpr double kCompileMemorySpeedup = 1.574;
+
 struct Hardware {
   std::string name;
   double peak_bf16_tflops = 0;  ///< dense BF16/FP16 tensor-core peak
   double peak_fp32_tflops = 0;
+  double peak_fp8_tflops = 0;   ///< dense FP8 tensor-core peak; 0: no FP8 tensor cores
   double hbm_gbps = 0;          ///< HBM bandwidth, GB/s (1e9 bytes/s)
   int64_t memory_bytes = 0;     ///< device memory
   double nvlink_gbps = 0;       ///< vendor NVLink figure (both directions), informational
@@ -27,8 +50,11 @@ struct Hardware {
   int gpus_per_node = 8;
   double efficiency = 0.7;        ///< fraction of peak FLOPS/HBM reached (roofline eta)
   double launch_floor_us = 7.0;   ///< minimal kernel time
+  double compile_memory_speedup = kCompileMemorySpeedup;  ///< see kCompileMemorySpeedup
+  KernelOptions kernels;          ///< set per run (CLI --float8, --compile), not by presets
 
-  /// Peak FLOPS (per second) for arithmetic in this dtype.
+  /// Peak FLOPS (per second) for arithmetic in this dtype (f8: the FP8 peak where the chip
+  /// has one, else the BF16 peak).
   double peak_flops(DType t) const;
 };
 

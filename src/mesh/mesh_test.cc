@@ -231,6 +231,11 @@ TEST(Hardware, PeakFlops) {
   EXPECT_DOUBLE_EQ(h.peak_flops(DType::kF32), 67e12);
   EXPECT_DOUBLE_EQ(h.peak_flops(DType::kC64), 67e12);  // complex runs on its f32 parts
   EXPECT_DOUBLE_EQ(h.peak_flops(DType::kC128), 67e12);
+  // Dense FP8 is twice dense BF16 on Hopper and Blackwell (vendor datasheets); A100 has none.
+  EXPECT_DOUBLE_EQ(h.peak_fp8_tflops, 1979);
+  EXPECT_DOUBLE_EQ(hardware_preset("h100-500w")->peak_fp8_tflops, (1979 + 1670.5) / 2);
+  EXPECT_DOUBLE_EQ(hardware_preset("b200")->peak_fp8_tflops, 4500);
+  EXPECT_DOUBLE_EQ(hardware_preset("a100")->peak_fp8_tflops, 0);
 }
 
 TEST(HardwareJson, BasePreset) {
@@ -246,6 +251,15 @@ TEST(HardwareJson, BasePreset) {
   EXPECT_EQ(hw.memory_bytes, 94'000'000'000);
   Hardware plain = parse_hardware_json(R"({"base": "b200"})", "hw.json");
   EXPECT_EQ(plain.name, "b200");
+  // The compile speed-up is derived from torchtitan's Table 1 (bench/fidelity.py
+  // --derive-compile); a calibration file may replace it, and the FP8 peak.
+  EXPECT_DOUBLE_EQ(plain.compile_memory_speedup, kCompileMemorySpeedup);
+  EXPECT_GT(kCompileMemorySpeedup, 1.0);
+  Hardware cal = parse_hardware_json(
+      R"({"base": "h100", "compile_memory_speedup": 1.3, "peak_fp8_tflops": 1500})", "hw.json");
+  EXPECT_DOUBLE_EQ(cal.compile_memory_speedup, 1.3);
+  EXPECT_DOUBLE_EQ(cal.peak_fp8_tflops, 1500);
+  EXPECT_FALSE(cal.kernels.float8_linear || cal.kernels.compiled);  // per run, not per file
 }
 
 TEST(HardwareJson, FromScratch) {
@@ -284,6 +298,8 @@ TEST(HardwareJson, Errors) {
               HasSubstr("/gpus_per_node: expected a positive integer"));
   EXPECT_THAT(runtime_error_of([] { parse_hardware_json(R"({"base": "h100", "efficiency": 1.5})", "hw.json"); }),
               HasSubstr("/efficiency: must be in (0, 1]"));
+  EXPECT_THAT(runtime_error_of([] { parse_hardware_json(R"({"base": "h100", "compile_memory_speedup": 0.5})", "hw.json"); }),
+              HasSubstr("hw.json: /compile_memory_speedup: must be at least 1"));
   EXPECT_THAT(runtime_error_of([] { parse_hardware_json(R"({"base": "h100", "memory_gb": 1, "memory_bytes": 1})", "hw.json"); }),
               HasSubstr("not both"));
 }

@@ -139,6 +139,15 @@ std::string hash_hardware(const Hardware& x) {
     h.f64(v);
   h.i64(x.memory_bytes);
   h.i64(x.gpus_per_node);
+  // Only when they change costs, so fingerprints from before stay.
+  if (x.kernels.float8_linear) {
+    h.str("float8 linears");
+    h.f64(x.peak_fp8_tflops);
+  }
+  if (x.kernels.compiled) {
+    h.str("compiled");
+    h.f64(x.compile_memory_speedup);
+  }
   return h.hex();
 }
 

@@ -35,6 +35,7 @@ expect_error "--hardware: unknown preset 'tpu9'" -- "$AS" plan "${SMALL[@]}" --h
 expect_error "missing-hw.json: cannot open file" -- "$AS" plan "${SMALL[@]}" --hardware "$TMP/missing-hw.json"
 printf '{"name": ' >"$TMP/hw.json"
 expect_error "hw.json" -- "$AS" plan "${SMALL[@]}" --hardware "$TMP/hw.json"
+expect_error "--float8: hardware 'a100' has no FP8 tensor cores" -- "$AS" plan "${SMALL[@]}" --hardware a100 --float8
 expect_error "--comm-model" -- "$AS" plan "${SMALL[@]}" --comm-model magic
 expect_error "--memory-limit: '10XB'" -- "$AS" plan "${SMALL[@]}" --memory-limit 10XB
 expect_error "--memory-limit: 'lots'" -- "$AS" plan "${SMALL[@]}" --memory-limit lots

@@ -52,6 +52,17 @@ python3 -c "import sys; a,b=map(float,sys.argv[1:]); assert a != b, (a,b)" \
   "$(jget "$TMP/dt.json" objective_us)" "$base" || fail "--comm-model dtensor gave the nccl objective"
 ok "--comm-model dtensor"
 
+# --float8, --compile (mesh/hardware.h KernelOptions): the same job with its linear layers'
+# matmuls at the FP8 peak, then also its memory-bound ops fused, costs strictly less each time.
+K=(--model llama3-8b --layers 2 --seq 512 --batch 2 --mesh 2x2 --objective additive --json)
+"$AS" plan "${K[@]}" >"$TMP/k0.json"
+"$AS" plan "${K[@]}" --float8 >"$TMP/k8.json"
+"$AS" plan "${K[@]}" --float8 --compile >"$TMP/kc.json"
+python3 -c "import sys; a,b,c=map(float,sys.argv[1:]); assert c < b < a, (a,b,c)" \
+  "$(jget "$TMP/k0.json" objective_us)" "$(jget "$TMP/k8.json" objective_us)" \
+  "$(jget "$TMP/kc.json" objective_us)" || fail "--float8 / --compile did not lower the cost"
+ok "--float8, --compile"
+
 # --memory-limit: between the smallest achievable peak and the unconstrained one, the plan
 # must shard more, fit, and cost at least as much.
 S=(--model gpt2 --layers 2 --mesh 4)
