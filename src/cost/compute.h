@@ -58,10 +58,12 @@ bool is_float8_linear_matmul(const Node& node, const std::vector<TensorMeta>& in
 bool is_fusible_memory_bound(const Node& node);
 
 /// Roofline time in microseconds of `node` on one device, given local metas.  With
-/// hw.kernels.float8_linear, is_float8_linear_matmul ops use hw.peak_fp8_tflops for their
-/// FLOPs (bytes unchanged: the operands are read in their high precision by the casts that
-/// precede the FP8 GEMM); with hw.kernels.compiled, is_fusible_memory_bound ops' roofline time
-/// is divided by hw.compile_memory_speedup (the launch floor still applies).
+/// hw.kernels.float8_linear, an is_float8_linear_matmul op is two kernels, as torchao's
+/// tensorwise dynamic scaling runs it: the cast of its two operands to FP8 (memory-bound: each
+/// element read at its size, written in one byte; the amax taken as fused into it), then the
+/// GEMM at hw.peak_fp8_tflops on FP8 operands.  With hw.kernels.compiled, the roofline time of
+/// is_fusible_memory_bound ops and of those casts is divided by hw.compile_memory_speedup (the
+/// launch floor still applies).
 double compute_time_us(const Node& node, const std::vector<TensorMeta>& local_inputs,
                        const std::vector<TensorMeta>& local_outputs, const Hardware& hw);
 

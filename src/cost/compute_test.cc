@@ -170,8 +170,9 @@ TEST(ComputeTime, RooflineBranches) {
 }
 
 // KernelOptions: --float8 prices a linear layer's matmul at the dense FP8 peak (NVIDIA H100
-// datasheet: 3,958 TFLOPS with sparsity, 1,979 dense) and leaves attention, bmm and the output
-// projection at BF16; --compile divides memory-bound ops by compile_memory_speedup only.
+// datasheet: 3,958 TFLOPS with sparsity, 1,979 dense) after the cast of its operands, and
+// leaves attention, bmm and the output projection at BF16; --compile divides memory-bound ops
+// (the cast among them) by compile_memory_speedup only.
 TEST(ComputeTime, Float8AndCompile) {
   const Hardware eager = *hardware_preset("h100");
   Hardware fast = eager;
@@ -181,9 +182,22 @@ TEST(ComputeTime, Float8AndCompile) {
   const TensorMeta a = t({4096, 4096});
   Node wq = op("mm");
   wq.module_path = "layers.0.attention.wq";
-  // 1.374e11 FLOPs / (0.7 * 1979e12) s.
-  EXPECT_NEAR(compute_time_us(wq, {a, a}, {a}, fast), 137438953472.0 / (0.7 * 1979e12) * 1e6, 1e-9);
+  // The GEMM: 1.374e11 FLOPs / (0.7 * 1979e12) s (compute-bound: it reads 2 x 16.8 MB of FP8
+  // and writes 33.6 MB); the cast: 2 x 4096^2 elements read at 2 bytes and written at 1, at
+  // 0.7 x 3350 GB/s.
+  const double gemm_us = 137438953472.0 / (0.7 * 1979e12) * 1e6;
+  const double cast_us = 2.0 * 4096 * 4096 * 3 / (0.7 * 3350e9) * 1e6;
+  Hardware fp8_only = eager;
+  fp8_only.kernels.float8_linear = true;
+  EXPECT_NEAR(compute_time_us(wq, {a, a}, {a}, fp8_only), gemm_us + cast_us, 1e-9);
+  EXPECT_NEAR(compute_time_us(wq, {a, a}, {a}, fast), gemm_us + cast_us / fast.compile_memory_speedup, 1e-9);
   EXPECT_NEAR(compute_time_us(wq, {a, a}, {a}, eager), 137438953472.0 / (0.7 * 989e12) * 1e6, 1e-9);
+  // Operands already in FP8 (a traced _scaled_mm) need no cast; addmm's bias is not cast.
+  const TensorMeta a8 = t({4096, 4096}, DType::kF8);
+  EXPECT_NEAR(compute_time_us(wq, {a8, a8}, {a}, fp8_only), gemm_us, 1e-9);
+  Node fc = op("addmm");
+  fc.module_path = "layers.0.mlp.fc";
+  EXPECT_NEAR(compute_time_us(fc, {t({4096}), a, a}, {a}, fp8_only), gemm_us + cast_us, 1e-9);
   Node head = op("mm");
   head.module_path = "output";
   EXPECT_DOUBLE_EQ(compute_time_us(head, {a, a}, {a}, fast), compute_time_us(head, {a, a}, {a}, eager));

@@ -18,10 +18,11 @@ struct KernelOptions {
   /// torchao's Float8Linear, as torchtitan converts every nn.Linear but the output projection
   /// (torchtitan float8.py at 9dec370: `module_filter_fn=lambda mod, fqn: fqn != "output"`):
   /// the three matmuls of each converted linear (forward, input and weight gradients) run on
-  /// the FP8 tensor cores, at Hardware::peak_fp8_tflops.  Attention (SDPA) stays in bf16.
+  /// the FP8 tensor cores, at Hardware::peak_fp8_tflops, after casting their operands
+  /// (cost/compute.h compute_time_us).  Attention (SDPA) stays in bf16.
   bool float8_linear = false;
   /// torch.compile: Inductor fuses chains of memory-bound ops (pointwise, norms, reductions,
-  /// copies), so they move fewer bytes; their time is divided by
+  /// copies, Float8 casts), so they move fewer bytes; their time is divided by
   /// Hardware::compile_memory_speedup.  Matmuls and attention keep their library kernels.
   bool compiled = false;
 };
