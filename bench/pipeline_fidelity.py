@@ -21,7 +21,8 @@ default (--microbatches absent).  Interleaved 1F1B: 2 stages per rank
 The published runs are compiled, Float8 and AsyncTP.  The simulator prices the first two per op
 (`--compile --float8`, docs/cost-model.md "Compile and Float8"): the linear layers' matmuls (not
 the output projection, as torchtitan converts them) at the dense FP8 tensor-core peak, twice the
-BF16 one (NVIDIA H100 datasheet), attention left in BF16; memory-bound ops divided by the
+BF16 one (NVIDIA H100 datasheet), after the cast of their operands to FP8, attention left in
+BF16; memory-bound ops (the casts among them) divided by the
 compile speed-up derived from Table 1's compile-only row (`bench/fidelity.py --derive-compile`).
 Float8 thus gains most where the linear layers dominate the step and least where attention does
 (the long-sequence CP row), which a uniform factor cannot show.  AsyncTP is not modelled: it
