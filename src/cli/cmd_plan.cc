@@ -509,7 +509,8 @@ void register_plan(CLI::App& app) {
                   "with a pp mesh dim: auto (plan gathered once, and per use too where memory shaped that plan; keep "
                   "the faster that fits), per-use (each microbatch "
                   "gathers its stage's parameters) or once (gathered at the first microbatch and kept over the "
-                  "step, as FSDP2 under torchtitan's pipeline; the kept copies count in memory)")
+                  "step, as FSDP2 under torchtitan's pipeline; the kept copies count in memory); with --algo, once unless "
+                  "per-use is given")
       ->capture_default_str();
   sub->callback([a, sub] {
     a->pipeline_given = sub->count("--microbatches") + sub->count("--schedule") + sub->count("--stages-per-rank") +

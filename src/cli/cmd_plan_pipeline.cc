@@ -216,8 +216,12 @@ int run_pipeline_plan(const GraphSource& src, const Mesh& mesh, const PlannerOpt
   PipelineOptions po = pipeline_options(mesh, pa);
   const Graph g = microbatch_graph(src, po.microbatches);
   const Recipe recipe = parse_algo_option(pa.algo);
-  if (recipe != Recipe::kAlpa)
+  if (recipe != Recipe::kAlpa) {
     pin_recipe_layout(po, recipe, static_cast<int32_t>(mesh.size(pp_dim_of(mesh))), map_layers(g).num_layers());
+    // Asked for, per use is the recipe's other FSDP2 setting (reshard_after_forward=True,
+    // torchtitan's fsdp_reshard_after_forward "always"): a what-if of the gathered copies' memory.
+    if (pa.param_gather == "per-use") po.params_gathered_once = false;
+  }
   std::optional<ProgressLine> line;
   if (pa.progress_line) po.on_progress = line.emplace(stderr).callback();
   const PipelinePlan pl = plan_pipeline(g, mesh, opt, po);

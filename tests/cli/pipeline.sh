@@ -170,6 +170,26 @@ assert abs(tt['step_us'] - row['step_us']) <= 1e-6 * row['step_us'], (tt['step_u
 assert tt['params_gathered_once'] is True, tt['params_gathered_once']
 assert all(s['gathered_param_bytes'] > 0 for s in tt['stages']), [s['gathered_param_bytes'] for s in tt['stages']]
 assert not any('gathered' in w for w in tt.get('warnings', [])), tt.get('warnings')
+# The peak rank's memory by part (bench/pipeline_levers.py): the parts sum to the rank's peak.
+for r, peak in enumerate(tt['rank_peak_memory_bytes']):
+    st = [s for s in tt['stages'] if s['pp_rank'] == r]
+    held = sum(s['boundary_bytes'] + s['deferred_grad_bytes'] + (s['inflight_microbatches'] - 1) * s['activation_bytes']
+               + s['deferred_microbatches'] * s['kept_for_w_bytes'] for s in st)
+    passing = max(max(0, s['microbatch_peak_bytes'] - s['boundary_bytes']) for s in st)
+    assert abs(held + passing - peak) <= len(st) + 1, (r, held + passing, peak)
+    assert all(s['deferred_grad_bytes'] > 0 and s['boundary_bytes'] >= s['activation_bytes'] + s['gathered_param_bytes']
+               for s in st), st
+PY
+# Per use asked for, the recipe's parameters are gathered at each use (FSDP2's reshard after
+# forward): no kept copies, less memory than gathered once.
+"$AS" plan --model llama3-8b --layers 4 --seq 256 --batch 8 --mesh 2x2x2 --mesh-dims pp,dp,tp --microbatches 4 \
+  --objective additive --algo fsdp+tp --schedule Interleaved1F1B --param-gather per-use --json >"$TMP/tt_pu.json"
+python3 - "$TMP/tt.json" "$TMP/tt_pu.json" <<'PY'
+import json, sys
+once, pu = (json.load(open(f)) for f in sys.argv[1:])
+assert pu['params_gathered_once'] is False and all(s['gathered_param_bytes'] == 0 for s in pu['stages']), pu['stages']
+assert [s['layers'] for s in pu['stages']] == [s['layers'] for s in once['stages']]
+assert max(pu['rank_peak_memory_bytes']) < max(once['rank_peak_memory_bytes']), (pu['rank_peak_memory_bytes'], once['rank_peak_memory_bytes'])
 PY
 expect_error "--algo with --compare" -- "$AS" plan "${M[@]}" --algo fsdp --compare
 ok "--algo on a pp mesh"
