@@ -290,7 +290,7 @@ def _table(args, res: dict) -> None:
         for (row, planned, _, _), s in nodes["lowered"].values():
             if row == "op":
                 local[planned] += s
-        print(f"\nPlanned nodes whose local compute (lowered) exceeds eager's most (rank 0):\n")
+        print("\nPlanned nodes whose local compute (lowered) exceeds eager's most (rank 0):\n")
         print("| node | kind | eager ms | local ms | excess ms |")
         print("|---|---|---|---|---|")
         eager_s = {n: s for n, (_, s) in nodes["eager"].items()}
