@@ -116,12 +116,15 @@ def exchange_shards(local: torch.Tensor, gather_dim: int, shard_dim: int, n: int
                     group: Any) -> torch.Tensor:
     """This rank's piece after moving the split of `local` from `gather_dim` to `shard_dim`
     over a group of n ranks: chunk k of `shard_dim` goes to rank k, and the pieces received
-    are laid end to end along `gather_dim` in rank order (both dims split evenly)."""
+    are laid end to end along `gather_dim` in rank order (both dims split evenly).  The
+    chunks are stacked by a view where they are blocks of memory already (`shard_dim` the
+    outermost dim of a contiguous tensor), and laid end to end by one where `gather_dim` is
+    the outermost: no copy on that side."""
     from torch.distributed._functional_collectives import all_to_all_single
 
-    send = torch.stack(local.chunk(n, dim=shard_dim))
+    send = local.unflatten(shard_dim, (n, -1)).movedim(shard_dim, 0).contiguous()
     recv = all_to_all_single(send, None, None, group)
-    return torch.cat(list(recv.unbind(0)), dim=gather_dim)
+    return recv.movedim(0, gather_dim).flatten(gather_dim, gather_dim + 1)
 
 
 @contextlib.contextmanager
