@@ -18,7 +18,8 @@ just before its first backward use, from the saved values of non-recomputed ones
 
 Overlap: each gradient's reduction is issued as soon as the gradient exists, and waited for
 only at the end (overlap_gradient_reductions); then the schedule's issue and wait points
-(autoshard.schedule) and buckets (autoshard.buckets) apply to both graphs.
+(autoshard.schedule) and buckets (autoshard.buckets) apply to both graphs.  Last, the copies
+DTensor makes of a contiguous local chunk are dropped (drop_chunk_copies).
 
 Tangents: nodes of the joint graph whose value is the gradient flowing into a model output
 (the tracer marks them with `aten.alias`); in the backward graph they become placeholders, so
