@@ -102,14 +102,20 @@ def _moves_rank(rank: int, port: int, out_dir: str) -> None:
             if sum(p != q for p, q in zip(src, dst)) != 1:
                 continue
             x = L.local_slice(full, mesh, src)
-            res["all_to_all"] += L._all_to_all(x, mesh, dst) is not None
+            want = L.local_chunk(full, mesh, dst, mesh.get_coordinate())
+            moved = L._all_to_all(x, mesh, dst)  # read at once: every collective waited
+            if moved is not None:
+                res["all_to_all"] += 1
+                if not torch.equal(moved.to_local(), want):
+                    res["wrong"].append(f"{shape} {a} -> {b} (all-to-all)")
             with cpu_all_to_all():
                 got = L.redistribute(x, mesh, dst).to_local()
-            if not torch.equal(got, L.local_chunk(full, mesh, dst, mesh.get_coordinate())):
+            if not torch.equal(got, want):
                 res["wrong"].append(f"{shape} {a} -> {b}")
             res["checked"] += 1
     with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
         json.dump(res, f)
+    dist.barrier()  # no rank closes its connections while a peer still reads from them
     dist.destroy_process_group()
 
 
