@@ -145,6 +145,10 @@ def _scatter_locally(x, group_size: int):
     return x[:x.shape[0] // group_size].clone()
 
 
+#: meta flag of a ceiling's local stand-in for a collective (bench/apply_profile.py's rows)
+STAND_IN = "apply_bench_stand_in"
+
+
 def _local_collectives(gm) -> int:
     """Replaces each functional collective of `gm` by a local op of the same output shape
     (see the module docstring, "ceiling"); returns how many it replaced.  Shapes are read when
@@ -161,14 +165,15 @@ def _local_collectives(gm) -> int:
         with gm.graph.inserting_before(node):
             if name == "wait_tensor":
                 node.replace_all_uses_with(x)
-            elif name == "all_gather_into_tensor":
-                node.replace_all_uses_with(gm.graph.call_function(_gather_locally,
-                                                                  (x, node.args[1])))
-            elif name == "reduce_scatter_tensor":
-                node.replace_all_uses_with(gm.graph.call_function(_scatter_locally,
-                                                                  (x, node.args[2])))
-            else:  # all_reduce, all_to_all_single, ...: a copy of the same shape
-                node.replace_all_uses_with(gm.graph.call_function(aten.clone.default, (x,)))
+            else:
+                if name == "all_gather_into_tensor":
+                    local = gm.graph.call_function(_gather_locally, (x, node.args[1]))
+                elif name == "reduce_scatter_tensor":
+                    local = gm.graph.call_function(_scatter_locally, (x, node.args[2]))
+                else:  # all_reduce, all_to_all_single, ...: a copy of the same shape
+                    local = gm.graph.call_function(aten.clone.default, (x,))
+                local.meta[STAND_IN] = True
+                node.replace_all_uses_with(local)
         gm.graph.erase_node(node)
         n += 1
     gm.graph.eliminate_dead_code()

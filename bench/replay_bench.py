@@ -27,7 +27,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.testing._internal.distributed.fake_pg import FakeStore
 
 from autoshard.apply import apply_placement, trace_for_apply
-from autoshard.replay import device_collectives, read_simulation, replay_step
+from autoshard.replay import read_simulation, replay_step
 from autoshard.tracer.examples.llama import LlamaConfig, Transformer, cross_entropy_loss
 from autoshard.tracer.export import to_graph_dict
 
@@ -55,8 +55,7 @@ def run_case(cfg: LlamaConfig, mesh_shape, names, plan_args, batch, out: str) ->
     with open(f"{out}/p/placements.json") as f:
         doc = json.load(f)
     start = time.perf_counter()
-    with device_collectives():
-        step = apply_placement(model, doc, mesh, traced=traced)
+    step = apply_placement(model, doc, mesh, traced=traced)
     lowering = time.perf_counter() - start
     sim = read_simulation(f"{out}/p/trace.json")
     replay = replay_step([step.split.forward.graph, step.split.backward.graph], mesh, sim)

@@ -421,7 +421,7 @@ def train(a: argparse.Namespace) -> None:
         step.compile()
     opt = torch.optim.AdamW(step.parameters(), lr=a.lr)
     planned, _ = planned_collectives(binary, graph, plan.placements, shape,
-                                     cpu=device.type == "cpu", comm_model=a.comm_model)
+                                     comm_model=a.comm_model)
 
     # Memory baseline: the sharded parameters are resident, nothing of the step yet.
     sync(device)

@@ -329,7 +329,7 @@ def cp_collectives(graph: dict, placements: dict, mesh_shape: Sequence[int]) -> 
 
 
 def planned_collectives(binary: str, graph: dict, placements: dict, mesh_shape: Sequence[int],
-                        cpu: bool = False, comm_model: str = "dtensor") -> tuple[dict, dict]:
+                        comm_model: str = "dtensor") -> tuple[dict, dict]:
     """autoshard's schedule for every plan edge -> ((kind, mesh dim) -> [count, bytes],
     edge -> sorted list of (kind, mesh dim, bytes)).
 
@@ -339,10 +339,9 @@ def planned_collectives(binary: str, graph: dict, placements: dict, mesh_shape: 
     which can be cheaper than DTensor's greedy walk: e.g. P -> S under a nesting change is one
     reduce_scatter for autoshard, an all_reduce plus a local slice for DTensor.
 
-    cpu: the step runs on a CPU (gloo) mesh, where DTensor 2.13 has no all-to-all ("CPU process
-    group does not support alltoall yet, falling back with allgather + chunk"): a planned
-    all_to_all of b bytes per device is then expected as an all_gather of n * b bytes (the
-    whole tensor gathered, then chunked locally).  On NCCL it stays an all_to_all."""
+    A planned all_to_all is expected as one on every backend: on a CPU (gloo) mesh too, the
+    lowering runs DTensor's shard-to-shard move as an all-to-all (autoshard.lower
+    .cpu_all_to_all), not as DTensor 2.13's all-gather and chunk."""
     edges = plan_edges(graph, placements)
     cases = [{"mesh": list(mesh_shape), "shape": e["shape"], "dtype": e["dtype"],
               "from": e["from"], "to": e["to"]} for e in edges]
@@ -364,9 +363,6 @@ def planned_collectives(binary: str, graph: dict, placements: dict, mesh_shape: 
     merged: set = set()  # (bucket, k-th collective of its edges, kind, mesh dim, dtype): once
     for e, r in zip(edges, json.loads(res)):
         steps = [(s["collective"], int(s["mesh_dim"]), float(s["bytes"])) for s in r["steps"]]
-        if cpu:
-            steps = [("all_gather", d, b * mesh_shape[d]) if k == "all_to_all" else (k, d, b)
-                     for k, d, b in steps]
         per_edge[e["edge"]] = sorted(per_edge.get(e["edge"], []) + steps, key=str)
         position = 0
         for kind, dim, b in steps:

@@ -17,7 +17,7 @@ import torch
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor
 
-from .lower import contiguous_stride
+from .lower import contiguous_stride, exchange_shards
 
 
 def local_chunk(t: torch.Tensor, mesh: DeviceMesh, placements: list, coord) -> torch.Tensor:
@@ -112,46 +112,39 @@ def redistribute(t: DTensor, mesh: DeviceMesh, placements: Sequence) -> DTensor:
 
 def _all_to_all(t: DTensor, mesh: DeviceMesh, placements: Sequence) -> "DTensor | None":
     """Shard(i) -> Shard(j) on one mesh dim as one functional all-to-all, or None where DTensor
-    should do it (always with a `_StridedShard` on either side).  DTensor 2.13 runs this move
-    as a synchronous op (`shard_dim_alltoall`: the caller waits where it is issued), so no
-    compute overlaps it; as `all_to_all_single` its wait is a node of its own that the
-    schedule leaves at the use.  Only for the innermost split of both tensor dims (what a
-    local chunk of the shard is), even splits, and process groups with an all-to-all (not
-    gloo)."""
-    from torch.distributed import get_backend
-    from torch.distributed._functional_collectives import all_to_all_single
-    from torch.distributed.tensor import Shard
-
+    should do it.  DTensor 2.13 runs this move as a synchronous op (`shard_dim_alltoall`: the
+    caller waits where it is issued), and a move to or from a `_StridedShard` through a
+    whole-tensor all-gather; as `all_to_all_single` its wait is a node of its own that the
+    schedule leaves at the use.  Only where the mesh dim's split of both tensor dims is the
+    innermost one of the local tensor (`_innermost`) and every split is even."""
     src, dst = list(t.placements), list(placements)
-    if any(is_strided(p) for p in (*src, *dst)):
-        return None  # a strided shard's piece is not the innermost split: DTensor moves it
     changed = [m for m in range(mesh.ndim) if src[m] != dst[m]]
     if len(changed) != 1:
         return None
     m = changed[0]
-    a, b = src[m], dst[m]
-    if not (isinstance(a, Shard) and isinstance(b, Shard)) or type(a) is not Shard \
-            or type(b) is not Shard:
-        return None
     nd = t.ndim
-    i, j = a.dim % nd, b.dim % nd
-    later = [p for p in src[m + 1:] if isinstance(p, Shard)]
-    if i == j or any(p.dim % nd in (i, j) for p in later):
+    i, j = _innermost(src, m, nd, mesh), _innermost(dst, m, nd, mesh)
+    if i is None or j is None or i == j:
         return None
-    group = mesh.get_group(m)
-    if "gloo" in str(get_backend(group)).lower():
-        return None
+
     def splits(ps: list, d: int) -> int:
-        return math.prod(mesh.size(k) for k, p in enumerate(ps) if isinstance(p, Shard)
-                         and p.dim % nd == d)
+        return math.prod(mesh.size(k) for k, p in enumerate(ps)
+                         if (p.is_shard() or is_strided(p)) and p.dim % nd == d)
 
     if t.shape[i] % splits(src, i) or t.shape[j] % splits(dst, j):
         return None  # uneven shards: ranks hold different sizes
-    n = mesh.size(m)
-    send = torch.stack(t._local_tensor.chunk(n, dim=j)).contiguous()
-    recv = all_to_all_single(send, None, None, group)
-    local = torch.cat(list(recv.unbind(0)), dim=i)
+    group = mesh.get_group(m)
+    local = t._local_tensor
     meta = t._spec.tensor_meta
+    order = _dim_order(meta.stride) if meta is not None else list(range(nd))
+    if order != list(range(nd)) and local.permute(order).is_contiguous():
+        # laid out in the global memory order already: exchange in that order, so that the
+        # result is too (no copy into it afterwards)
+        inverse = [order.index(d) for d in range(nd)]
+        local = exchange_shards(local.permute(order), order.index(i), order.index(j),
+                                mesh.size(m), group).permute(inverse)
+    else:
+        local = exchange_shards(local, i, j, mesh.size(m), group)
     if meta is not None:
         local = memory_order(local, meta.stride)
     return DTensor.from_local(local, mesh, dst, run_check=False, shape=t.shape, stride=t.stride())
@@ -185,8 +178,35 @@ def memory_order(local: torch.Tensor, stride: Sequence[int]) -> torch.Tensor:
     [B, S, H, D], is not, and the traced graph's views after a transpose rely on it)."""
     if local.dim() != len(stride) or local.dim() < 2:
         return local
-    order = sorted(range(local.dim()), key=lambda d: (-stride[d], d))
+    order = _dim_order(stride)
     if order == list(range(local.dim())) or local.permute(order).is_contiguous():
         return local
     inverse = [order.index(d) for d in range(local.dim())]
     return local.permute(order).contiguous().permute(inverse)
+
+
+def _innermost(placements: Sequence, m: int, nd: int, mesh: DeviceMesh) -> "int | None":
+    """The tensor dim that mesh dim m shards, when its split is the innermost one of the local
+    tensor along that dim (its local pieces are chunks of the local tensor): a Shard(d) that
+    no later mesh dim splits further, or a `_StridedShard(d, sf)` whose split factor is the
+    later mesh dims' split of d (torch 2.13's layout: they cut d first, m within each of
+    their pieces).  None otherwise."""
+    from torch.distributed.tensor import Shard
+
+    p = placements[m]
+    if not (type(p) is Shard or is_strided(p)):
+        return None
+    d = p.dim % nd
+    later = [k for k in range(m + 1, mesh.ndim)
+             if (placements[k].is_shard() or is_strided(placements[k]))
+             and placements[k].dim % nd == d]
+    if any(is_strided(placements[k]) for k in later):
+        return None
+    if is_strided(p):
+        return d if int(p.split_factor) == math.prod(mesh.size(k) for k in later) else None
+    return None if later else d
+
+
+def _dim_order(stride: Sequence[int]) -> list:
+    """The dims of a tensor with `stride`, outermost in memory first."""
+    return sorted(range(len(stride)), key=lambda d: (-stride[d], d))

@@ -11,7 +11,8 @@ rank's shard (view and expand sizes are rewritten to local sizes, vocabulary-par
 embeddings get their rank's offset, uneven shards get this rank's extent), and each
 redistribution becomes the functional collectives DTensor issues for it
 (`_c10d_functional.all_gather_into_tensor`, `reduce_scatter_tensor`, `all_reduce`,
-`all_to_all_single`, each followed by `wait_tensor`) on the process group of its mesh dim.
+`all_to_all_single`, each followed by `wait_tensor`) on the process group of its mesh dim;
+a shard-to-shard move is an all-to-all on a CPU mesh too (cpu_all_to_all).
 No collective runs while tracing (fake tensors), so every rank lowers on its own.
 
 The result is an ordinary `torch.fx.GraphModule` over plain tensors: FX's code generator frees
@@ -109,6 +110,48 @@ class _Stamp:
     def __exit__(self, *exc: Any) -> bool:
         torch.fx.Graph.create_node = self._saved
         return False
+
+
+def exchange_shards(local: torch.Tensor, gather_dim: int, shard_dim: int, n: int,
+                    group: Any) -> torch.Tensor:
+    """This rank's piece after moving the split of `local` from `gather_dim` to `shard_dim`
+    over a group of n ranks: chunk k of `shard_dim` goes to rank k, and the pieces received
+    are laid end to end along `gather_dim` in rank order (both dims split evenly).  The
+    chunks are stacked by a view where they are blocks of memory already (`shard_dim` the
+    outermost dim of a contiguous tensor), and laid end to end by one where `gather_dim` is
+    the outermost: no copy on that side."""
+    from torch.distributed._functional_collectives import all_to_all_single
+
+    send = local.unflatten(shard_dim, (n, -1)).movedim(shard_dim, 0).contiguous()
+    recv = all_to_all_single(send, None, None, group)
+    return recv.movedim(0, gather_dim).flatten(gather_dim, gather_dim + 1)
+
+
+@contextlib.contextmanager
+def cpu_all_to_all() -> Iterator[None]:
+    """While active, DTensor's shard-to-shard move on a CPU mesh is one functional
+    `all_to_all_single`, as on a GPU.  DTensor 2.13 does it there as an all-gather of the
+    whole tensor and a local chunk ("CPU process group does not support alltoall yet"),
+    which on gloo runs as a sum of zero-padded buffers (autoshard.inflight): n times the
+    bytes on the wire, a zeroed buffer, a concatenation and a copy of the chunk, against the
+    all-to-all the plan priced.  gloo has an all-to-all (`ProcessGroupGloo::alltoall_base`).
+    DTensor pads an uneven split before the move (Shard._pad_for_new_shard_dim), so the
+    pieces are always even here."""
+    from torch.distributed.tensor import placement_types
+
+    original = placement_types.shard_dim_alltoall
+
+    def move(local, gather_dim, shard_dim, mesh, mesh_dim):
+        if mesh.device_type != "cpu":
+            return original(local, gather_dim, shard_dim, mesh, mesh_dim)
+        return exchange_shards(local, gather_dim, shard_dim, mesh.size(mesh_dim),
+                               mesh.get_group(mesh_dim))
+
+    placement_types.shard_dim_alltoall = move
+    try:
+        yield
+    finally:
+        placement_types.shard_dim_alltoall = original
 
 
 # --- lowering -------------------------------------------------------------------------------
@@ -212,7 +255,7 @@ def lower_step(runner: Any, traced: Any, mesh: DeviceMesh,
     saved_hook = runner.edge_hook
     runner.edge_hook = edge_hook
     try:
-        with stamp, torch.no_grad(), scoped_meta_kernels():
+        with stamp, torch.no_grad(), scoped_meta_kernels(), cpu_all_to_all():
             gm = make_fx(step, tracing_mode="fake")(*examples)
     finally:
         runner.edge_hook = saved_hook

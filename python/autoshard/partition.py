@@ -18,7 +18,8 @@ just before its first backward use, from the saved values of non-recomputed ones
 
 Overlap: each gradient's reduction is issued as soon as the gradient exists, and waited for
 only at the end (overlap_gradient_reductions); then the schedule's issue and wait points
-(autoshard.schedule) and buckets (autoshard.buckets) apply to both graphs.
+(autoshard.schedule) and buckets (autoshard.buckets) apply to both graphs.  Last, the copies
+DTensor makes of a contiguous local chunk are dropped (drop_chunk_copies).
 
 Tangents: nodes of the joint graph whose value is the gradient flowing into a model output
 (the tracer marks them with `aten.alias`); in the backward graph they become placeholders, so
@@ -176,6 +177,8 @@ def partition(gm: torch.fx.GraphModule, outputs: Sequence[torch.fx.Node],
     issued = apply_issue_points(fwd, schedule) + apply_issue_points(bwd, schedule)
     waited = apply_wait_points(fwd, schedule) + apply_wait_points(bwd, schedule)
     bucketed = merge_buckets(fwd, schedule) + merge_buckets(bwd, schedule)
+    drop_chunk_copies(fwd)
+    drop_chunk_copies(bwd)
     fwd_gm = _module(gm, fwd)
     bwd_gm = _module(gm, bwd)
     for part in (fwd_gm, bwd_gm):
@@ -214,6 +217,49 @@ def overlap_gradient_reductions(graph: torch.fx.Graph) -> int:
         if is_wait(node) and node.users:
             min(node.users, key=position.get).prepend(node)
     return moved
+
+
+_CHUNKS = {torch.ops.aten.split.Tensor, torch.ops.aten.split_with_sizes.default,
+           torch.ops.aten.chunk.default}
+
+
+def drop_chunk_copies(graph: torch.fx.Graph) -> int:
+    """Reads a redistribution's local chunk in place where DTensor copied it.  DTensor cuts
+    Replicate -> Shard by `split` and clones the rank's piece (so that the shard owns its
+    memory); in a lowered graph the piece is read by the next ops and freed with them, and a
+    piece that is contiguous needs no copy for them.  Kept: copies the graph returns (saved
+    for the backward or a gradient: a view would hold its whole base that long), copies of
+    non-contiguous pieces, and any copy where an op of the graph writes in place.  Returns the
+    number of copies dropped."""
+    if any(_mutates(n) for n in graph.nodes):
+        return 0
+    output = next(n for n in reversed(graph.nodes) if n.op == "output")
+    dropped = 0
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node.target is not torch.ops.aten.clone.default:
+            continue
+        edge = node.meta.get(META_KEY, {}).get("edge", "")
+        if not edge or edge.endswith(":op") or output in node.users:
+            continue
+        piece = node.args[0]
+        if not (isinstance(piece, torch.fx.Node) and piece.target is operator.getitem
+                and isinstance(piece.args[0], torch.fx.Node)
+                and piece.args[0].target in _CHUNKS):
+            continue
+        val = piece.meta.get("val")
+        fmt = node.kwargs.get("memory_format", torch.preserve_format)
+        if not isinstance(val, torch.Tensor) or not val.is_contiguous() or \
+                fmt not in (torch.preserve_format, torch.contiguous_format):
+            continue
+        node.replace_all_uses_with(piece)
+        graph.erase_node(node)
+        dropped += 1
+    return dropped
+
+
+def _mutates(node: torch.fx.Node) -> bool:
+    schema = getattr(node.target, "_schema", None)
+    return node.op == "call_function" and schema is not None and schema.is_mutable
 
 
 def _freeze(value):

@@ -24,12 +24,11 @@ process group, at real model sizes.
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Mapping, Optional, Sequence
+from typing import Callable, Mapping, Optional, Sequence
 
 import torch
 import torch.fx
@@ -102,26 +101,10 @@ def core_price(sim: Simulation) -> PriceFn:
                                                              sim.comm_model)
 
 
-@contextlib.contextmanager
-def device_collectives() -> Iterator[None]:
-    """Lowers shard-to-shard moves on a CPU mesh as a GPU mesh does: one all-to-all
-    (`_dtensor.shard_dim_alltoall`).  DTensor 2.13 falls back to an all-gather plus a chunk
-    whenever the mesh is on CPU (gloo has no all-to-all), which gathers the whole tensor; a
-    replay of a GPU plan lowered on the fake process group wants the GPU's collective.  The
-    switch is DTensor's own (the fallback is skipped under a local-tensor mode); nothing
-    else reads it there."""
-    from torch.distributed.tensor import _collective_utils as cu
-
-    saved = cu.local_tensor_mode
-    cu.local_tensor_mode = lambda: True
-    try:
-        yield
-    finally:
-        cu.local_tensor_mode = saved
-
-
 def _is_device_alltoall(node: torch.fx.Node) -> bool:
-    """DTensor's synchronous shard-dim all-to-all (its result is ready when the op returns)."""
+    """DTensor's synchronous shard-dim all-to-all (its result is ready when the op returns): a
+    graph lowered on a GPU mesh has it; on a CPU mesh the lowering issues a functional
+    all-to-all instead (autoshard.lower.cpu_all_to_all)."""
     return node.op == "call_function" and str(node.target).startswith(
         "_dtensor.shard_dim_alltoall")
 

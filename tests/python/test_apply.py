@@ -292,7 +292,7 @@ class ApplyPlacement(unittest.TestCase):
             model = STRIDED_COMM_MODEL if job["name"].startswith("llama/fsdp+tp-strided") \
                 else "dtensor"
             planned, planned_edges = planned_collectives(
-                self.binary, self.graphs[job["model"]], job["placements"], mesh, cpu=True,
+                self.binary, self.graphs[job["model"]], job["placements"], mesh,
                 comm_model=model)
             planned = {f"{k[0]}|{k[1]}": v for k, v in planned.items()}
             for rank, results in enumerate(per_rank):

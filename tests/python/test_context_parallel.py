@@ -181,7 +181,7 @@ class ContextParallelRuns(unittest.TestCase):
                 # edges' schedule plus the CP lowering's own exchange (audit.cp_collectives)
                 job = next(j for j in jobs if j["name"] == res["name"])
                 planned, planned_edges = planned_collectives(self.binary, graph,
-                                                             job["placements"], [2], cpu=True)
+                                                             job["placements"], [2])
                 issued_e = {k: [tuple(x) for x in v] for k, v in edges.items()
                             if v and not k.startswith("loss")}
                 self.assertEqual(issued_e, {k: v for k, v in planned_edges.items() if v},

@@ -139,7 +139,7 @@ def _check_job(job, per_rank, graph, cli_bin, mesh):
     from autoshard.audit import planned_collectives
 
     placements = job["placements"]
-    planned, planned_edges = planned_collectives(cli_bin, graph, placements, mesh, cpu=True)
+    planned, planned_edges = planned_collectives(cli_bin, graph, placements, mesh)
     planned = {f"{k[0]}|{k[1]}": v for k, v in planned.items()}
     pl = placements["placements"]
     for rank, results in enumerate(per_rank):

@@ -93,7 +93,7 @@ import torch, torch.distributed as dist
 from torch.testing._internal.distributed.fake_pg import FakeStore
 from torch.distributed.device_mesh import init_device_mesh
 from autoshard.apply import apply_placement, trace_for_apply
-from autoshard.replay import device_collectives, read_simulation, replay_step
+from autoshard.replay import read_simulation, replay_step
 from autoshard.tracer.examples.llama import LlamaConfig, Transformer, cross_entropy_loss
 from autoshard.tracer.export import to_graph_dict
 
@@ -131,8 +131,7 @@ if algo == "fsdp":
             e["wait_before"] = e["issue_before"]
     variants.append(("moved", moved))
 for label, d in variants:
-    with device_collectives():
-        step = apply_placement(model, d, mesh, traced=traced)
+    step = apply_placement(model, d, mesh, traced=traced)
     r = replay_step([step.split.forward.graph, step.split.backward.graph], mesh, sim)
     result[label] = r.step_us
     result[label + "_waited"] = step.split.waited
