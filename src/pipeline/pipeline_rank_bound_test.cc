@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "models/models.h"
+#include "pipeline/backward_split.h"
 #include "pipeline/pipeline.h"
 #include "pipeline/pipeline_layout.h"
 #include "planner/test_util.h"
@@ -116,6 +117,40 @@ TEST(PipelineRankBoundLarge, ZeroBubbleFloorsAtOneShare) {
   int checked = 0;
   EXPECT_TRUE(check_floors(PipelineSchedule::kInterleavedZeroBubble, {0.35}, checked));
   EXPECT_GE(checked, 2);
+}
+
+TEST(PipelineRankBound, AFloorWithNothingHandedToWIsSolvedOnce) {
+  // A stage whose B hands nothing to its W has one floor with and without microbatches
+  // handed over (the same priced problem): StageSolver::priced_floors solves it once.  A
+  // stage that hands gradients over is priced apart.
+  const Graph g = testing::small_llama(4);
+  const LayerMap m = map_layers(g);
+  const Mesh mesh({2, 2}, {"pp", "dp"}, h100());
+  PlannerOptions o;
+  o.objective = Objective::kAdditive;
+  PipelineOptions po;
+  po.microbatches = 4;
+  StageSolver solver(g, mesh, o, po, m, 0);
+  int tried = 0;
+  for (StageKind kind : {kStageFirst, kStageMid, kStageLast}) {
+    const bool hands = !handed_to_weight_grads(solver.free(kind, 1)->sg, step_parts(solver.free(kind, 1)->sg)).empty();
+    const double price = 1e-6;  // us per byte at t*
+    const int32_t before = solver.builder().solves();
+    const auto floors = solver.priced_floors({StageKey::priced_floor(kind, 1, 2, 0, price),
+                                              StageKey::priced_floor(kind, 1, 2, 3, price)});
+    const int32_t solves = solver.builder().solves() - before;  // two memory models per floor
+    ASSERT_EQ(floors.size(), 2u);
+    if (hands) {
+      EXPECT_EQ(solves, 4) << kind;
+      EXPECT_GE(floors[1].floor, floors[0].floor) << kind;  // the hand-over costs memory
+    } else {
+      EXPECT_EQ(solves, 2) << kind;
+      EXPECT_EQ(floors[1].floor, floors[0].floor) << kind;
+      EXPECT_EQ(floors[1].live, floors[0].live) << kind;
+      ++tried;
+    }
+  }
+  EXPECT_GE(tried, 1);  // the first stage hands nothing over (its input needs no gradient)
 }
 
 }  // namespace

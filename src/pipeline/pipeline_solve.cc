@@ -7,6 +7,7 @@
 #include <cmath>
 #include <utility>
 
+#include "pipeline/backward_split.h"
 #include "planner/sharding_optimizer.h"
 
 namespace autoshard {
@@ -163,9 +164,25 @@ std::vector<StageBuilder::PricedFloor> StageSolver::priced_floors(const std::vec
   prefetch(sizes);  // their memory-free plans (the stage graphs), on threads
   std::vector<std::shared_ptr<const StageSolve>> relaxed;
   for (const StageKey& key : todo) relaxed.push_back(free(key.kind, key.k));
+  // A stage whose B hands nothing to its W prices no hand-over: its floor with microbatches
+  // handed over is the one without, the same problem, solved once (the first stage of
+  // llama3-405b's layouts: a quarter of the rank pricing's floors).
+  std::vector<size_t> same_as(todo.size());
+  for (size_t i = 0; i < todo.size(); ++i) {
+    same_as[i] = i;
+    if (todo[i].deferred <= 0 || !handed_to_weight_grads(relaxed[i]->sg, step_parts(relaxed[i]->sg)).empty()) continue;
+    StageKey none = todo[i];
+    none.deferred = 0;
+    for (size_t j = 0; j < todo.size(); ++j)
+      if (todo[j] == none) same_as[i] = j;
+  }
+  std::vector<size_t> solved;
+  for (size_t i = 0; i < todo.size(); ++i)
+    if (same_as[i] == i) solved.push_back(i);
   std::vector<StageBuilder::PricedFloor> out(todo.size());
-  b_.run_parallel(todo.size(), [&](size_t i) {
+  b_.run_parallel(solved.size(), [&](size_t t) {
     const auto t0 = std::chrono::steady_clock::now();
+    const size_t i = solved[t];
     const StageKey& key = todo[i];
     out[i] = b_.priced_floor(*relaxed[i], key.inflight, key.deferred, key.price);
     b_.say(fmt::format("  stage kind {} with {} layers, {} in flight, {} handed to W, memory at t* priced at {:.3g} "
@@ -173,7 +190,7 @@ std::vector<StageBuilder::PricedFloor> StageSolver::priced_floors(const std::vec
                        static_cast<int>(key.kind), key.k, key.inflight, key.deferred, key.price * 1e9, out[i].floor,
                        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()));
   });
-  for (size_t i = 0; i < todo.size(); ++i) priced_[todo[i]] = out[i];
+  for (size_t i = 0; i < todo.size(); ++i) priced_[todo[i]] = out[same_as[i]];
   std::vector<StageBuilder::PricedFloor> r;
   for (const StageKey& key : keys) r.push_back(priced_.at(key));
   return r;

@@ -214,11 +214,32 @@ std::shared_ptr<StageSolve> StageBuilder::evaluated(std::shared_ptr<ShardingOpti
   return s;
 }
 
-StageBuilder::Carried StageBuilder::carried(const StageSolve& from, RecomputePolicy model) const {
-  PlannerOptions o = stage_options(from.sg, 1.0, 0);
+std::shared_ptr<ShardingOptimizer> StageBuilder::carried_optimizer(const StageGraph& sg, RecomputePolicy model) const {
+  PlannerOptions o = stage_options(sg, 1.0, 0);
   o.recompute = model;
-  Carried c{std::make_shared<ShardingOptimizer>(from.sg.graph, sub_, o), {}};
-  if (popt_.stage_hook) popt_.stage_hook(*c.so);
+  if (popt_.stage_hook) {  // a recipe's pins: their constraints are part of the problem
+    auto so = std::make_shared<ShardingOptimizer>(sg.graph, sub_, o);
+    popt_.stage_hook(*so);
+    return so;
+  }
+  auto key = std::make_pair(sg.origin, model);
+  std::shared_ptr<const BuiltProblem> built;
+  {
+    const std::lock_guard<std::mutex> lock(carried_mu_);
+    if (const auto it = carried_problems_.find(key); it != carried_problems_.end()) built = it->second;
+  }
+  if (!built) {  // built outside the lock; a problem another thread built meanwhile is the same
+    ShardingOptimizer first(sg.graph, sub_, o);
+    auto made = std::make_shared<const BuiltProblem>(first.problem());
+    const std::lock_guard<std::mutex> lock(carried_mu_);
+    built = carried_problems_.emplace(std::move(key), std::move(made)).first->second;
+  }
+  return std::make_shared<ShardingOptimizer>(
+      ShardingOptimizer::from_parts(sg.graph, sub_, o, {}, *built, std::nullopt, {}));
+}
+
+StageBuilder::Carried StageBuilder::carried(const StageSolve& from, RecomputePolicy model) const {
+  Carried c{carried_optimizer(from.sg, model), {}};
   std::vector<std::optional<Strategy>> wanted(from.plan.nodes.size());
   for (size_t i = 0; i < wanted.size(); ++i)
     if (from.plan.nodes[i]) wanted[i] = from.plan.nodes[i]->chosen;

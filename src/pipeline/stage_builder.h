@@ -15,7 +15,9 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -25,6 +27,8 @@
 #include "pipeline/stage_pattern.h"
 
 namespace autoshard {
+
+struct BuiltProblem;
 
 /// The sum over a stage optimizer's problem nodes of their cheapest strategy's compute: a lower
 /// bound of any plan's objective (edges cost >= 0; the overlap model hides communication only,
@@ -145,6 +149,13 @@ class StageBuilder {
     std::vector<StrategyIdx> choice;
   };
   Carried carried(const StageSolve& from, RecomputePolicy model) const;
+  /// A fresh optimizer of `sg`'s memory-free problem in recomputation model `model`, its
+  /// problem copied from the one built for that stage and model the first time (kept in
+  /// carried_problems_).  Why: the rank refit and the fitted sources carry many plans of one
+  /// canonical stage into the same model, and building its problem (strategies, costs,
+  /// recomputation nodes) each time cost as much as the evaluations themselves.  The copy is
+  /// the problem a build gives (build_problem is a function of graph, mesh and options).
+  std::shared_ptr<ShardingOptimizer> carried_optimizer(const StageGraph& sg, RecomputePolicy model) const;
   /// `choice` (a full assignment of `so`'s problem) as a plan of `relaxed`'s stage, with its
   /// figures, no bound; `so` is kept as its optimizer.  nullptr when a node is unmatched (-1)
   /// or the plan's cost is not finite.
@@ -159,6 +170,10 @@ class StageBuilder {
   int32_t pp_ = 0, L_ = 0;
   Mesh sub_;
   mutable std::atomic<int32_t> solves_{0};
+  /// carried_optimizer's built problems, by the stage's origin nodes (a canonical stage's
+  /// identity) and the model; read and written from the stage threads under the mutex.
+  mutable std::mutex carried_mu_;
+  mutable std::map<std::pair<std::vector<NodeIdx>, RecomputePolicy>, std::shared_ptr<const BuiltProblem>> carried_problems_;
   mutable PipelineProgressTracker progress_;
 };
 
