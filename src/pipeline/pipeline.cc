@@ -294,7 +294,8 @@ Evaluated fixed_split(Search& S, const Layout& l) {
 }
 
 /// Why no split fits the memory, and what would: the smallest stage planned under its budget
-/// that found no plan, its proven floor and what one microbatch keeps.
+/// that found no plan, its proven floor, and what its memory-free plan needs with as many in
+/// flight, part by part (StageBuilder::need_bytes: the parts add up to that need).
 std::string no_fit_message(const Search& S, const PipelinePlan& pl) {
   std::shared_ptr<const StageSolve> worst;
   StageKey at;
@@ -310,15 +311,21 @@ std::string no_fit_message(const Search& S, const PipelinePlan& pl) {
   const StageSolve& relaxed = *S.solver.catalog().find(StageKey::memory_free(at.kind, at.k));
   const int64_t floor = worst->plan.min_peak_lower_bound_bytes;
   const bool none = S.solver.builder().options().recompute == RecomputePolicy::kNone;
+  const int64_t state = relaxed.microbatch_peak_bytes - relaxed.activation_bytes;
   return fmt::format(
       "pipeline: no stage split fits {} per device: a stage of {} layers with {} microbatches in flight on its "
-      "budget of {} has no plan{}{}; without recomputation one microbatch keeps {} of activations over {} of "
-      "parameter state and working memory.  It would fit with {}fewer layers or more devices per stage (a larger pp "
-      "or stage mesh), or smaller microbatches (more --microbatches for the same batch: in-flight activations "
-      "shrink with the microbatch)",
+      "budget of {} has no plan{}{}; its memory-free plan needs {}: {} of parameter state and working memory{}, "
+      "{}{} of activations kept by each microbatch in flight.  It would "
+      "fit with {}fewer layers or more devices per stage (a larger pp or stage mesh), or smaller microbatches "
+      "(more --microbatches for the same batch: in-flight activations shrink with the microbatch)",
       bytes_ceil(pl.memory_limit_bytes), k, f, bytes_ceil(budget), none ? " without recomputation" : " even with recomputation",
       floor > 0 ? fmt::format(" (it needs at least {})", bytes_ceil(floor)) : "",
-      bytes_ceil(relaxed.activation_bytes), bytes_ceil(relaxed.microbatch_peak_bytes - relaxed.activation_bytes),
+      bytes_ceil(static_cast<int64_t>(std::ceil(StageBuilder::need_bytes(relaxed, f, at.grads)))), bytes_ceil(state),
+      relaxed.gathered_param_bytes > 0
+          ? fmt::format(" ({} of it parameters kept gathered over the microbatches)", bytes_ceil(relaxed.gathered_param_bytes))
+          : "",
+      at.grads ? fmt::format("{} of gradients summed over the step, and ", bytes_ceil(relaxed.deferred_grad_bytes)) : "and ",
+      bytes_ceil(relaxed.activation_bytes),
       none ? "recomputation (--recompute auto), " : "");
 }
 

@@ -77,7 +77,7 @@ StageBuilder::PricedBound StageBuilder::price_memory(StageKind kind, int32_t k, 
                                                    const StageSolve& relaxed, const StageSolve* at_hand) {
   PricedBound out;
   out.bound = relaxed.lower_bound_us;
-  if (mem.budget <= 0 || !relaxed.plan.has_solution || popt_.stage_hook) return out;
+  if (mem.budget <= 0 || !relaxed.plan.has_solution) return out;
   const auto t0 = std::chrono::steady_clock::now();
   // The stage's plans come from two memory models that count views differently
   // (problem_builder.h view_aliases): with recomputation (auto, full, the escalated if-needed)
@@ -118,7 +118,7 @@ StageBuilder::PricedBound StageBuilder::price_plans(StageKind kind, int32_t k, S
   if (mixes && mem.rank_limit) return price_memory(kind, k, mem, relaxed, nullptr);
   PricedBound out;
   out.bound = relaxed.lower_bound_us;
-  if (mem.budget <= 0 || !relaxed.plan.has_solution || popt_.stage_hook) return out;
+  if (mem.budget <= 0 || !relaxed.plan.has_solution) return out;
   return price_model(mixes ? RecomputePolicy::kAuto : opt_.recompute, mem, relaxed, nullptr);
 }
 
@@ -128,7 +128,14 @@ StageBuilder::PricedBound StageBuilder::price_model(RecomputePolicy model, Stage
   const StageGraph& sg = relaxed.sg;
   PlannerOptions eo = stage_options(sg, mem.inflight, mem.budget);
   eo.recompute = model;
+  // Every optimizer here takes the stage's pins (PipelineOptions::stage_hook): a pinned
+  // recipe's priced plans are its plans, and a choice indexes the pinned problem's strategies.
+  auto pinned = [&](ShardingOptimizer& so) -> ShardingOptimizer& {
+    if (popt_.stage_hook) popt_.stage_hook(so);
+    return so;
+  };
   ShardingOptimizer ev(sg.graph, sub_, eo);  // unpriced: the plans' own figures
+  pinned(ev);
   const BuiltProblem& ebp = ev.problem();
   const std::vector<PNodeIdx> live = live_at_boundary(sg.graph, ebp);
   // Rounding of the scaled usages: at most a byte per node live at t*.
@@ -145,6 +152,7 @@ StageBuilder::PricedBound StageBuilder::price_model(RecomputePolicy model, Stage
   }
   out.bound = relaxed.lower_bound_us;
   std::vector<Plane> planes;
+  double free_need = 0;  // the memory-free priced plan's need (need_bytes)
   auto priced_solve = [&](double lambda) -> bool {
     PlannerOptions po = stage_options(sg, mem.inflight, 0);
     po.recompute = model;
@@ -153,7 +161,7 @@ StageBuilder::PricedBound StageBuilder::price_model(RecomputePolicy model, Stage
     // own models), so the priced objective is the solver's alone: its bound is what is used.
     po.run_checks = false;
     ShardingOptimizer so(sg.graph, sub_, po);
-    const Plan priced = so.get_solution();
+    const Plan priced = pinned(so).get_solution();
     ++out.solves;
     ++solves_;
     if (!priced.has_solution) return false;
@@ -162,29 +170,40 @@ StageBuilder::PricedBound StageBuilder::price_model(RecomputePolicy model, Stage
       out.bound = priced.lower_bound_us - lambda * B;
       out.lambda = lambda;
     }
-    auto s = evaluated(std::make_shared<ShardingOptimizer>(sg.graph, sub_, eo), relaxed, x, mem.inflight, mem.budget);
+    auto e = std::make_shared<ShardingOptimizer>(sg.graph, sub_, eo);
+    pinned(*e);
+    auto s = evaluated(std::move(e), relaxed, x, mem.inflight, mem.budget);
     if (!s) return false;
     // The priced usage: at t*, and the gradients summed over the step (price_boundary_usage).
     planes.push_back({s->microbatch_us,
                       static_cast<double>(boundary_usage(sg.graph, ebp, x) + s->deferred_grad_bytes)});
+    if (planes.size() == 1) free_need = need_bytes(*s, mem);
     if (fits(*s, mem) && (!out.plan || s->microbatch_us < out.plan->microbatch_us)) out.plan = s;
     return true;
   };
   if (!priced_solve(0)) return out;
   // The first price: the one at which the plan at hand (or, without one, a plan a tenth
-  // dearer) would cost as much as the memory-free plan does over the budget.
+  // dearer) would cost as much as the memory-free plan does over the budget at t*.  A pinned
+  // recipe's stage (no memory-limited solve, no rank refit) also where its usage at t* is
+  // within the budget and it still does not fit (its peak lies past t*: llama3-405b's last
+  // stage pinned to fsdp+tp under --float8), over the budget by its need: the priced plans
+  // are its only shardings that save memory.  Unpinned stages have other sources for those
+  // (the memory-limited solve, the rank refit's patterns) and keep their plans as they were.
+  const bool pinned_stage = static_cast<bool>(popt_.stage_hook);
   const Plane& free_plane = planes.front();
+  const double over =
+      std::max(free_plane.u - B, out.plan || !pinned_stage ? 0.0 : free_need - static_cast<double>(mem.budget));
   double lambda = 0;
-  if (free_plane.u > B) {
+  if (over > 0) {
     const double dearer = at_hand ? std::max(at_hand->microbatch_us - free_plane.t, 0.01 * free_plane.t) : 0.1 * free_plane.t;
-    lambda = dearer / (free_plane.u - B);
+    lambda = dearer / over;
   }
   const double tol = std::max(popt_.target_gap / 4, 1e-6);
   for (int i = 0; i < kMaxPricedSolves && lambda > 0; ++i) {
     if (!priced_solve(lambda)) break;
     const auto [next, peak] = peak_of(planes, B);
-    if (next < 0) {
-      lambda *= 4;  // nothing fits at t* yet: price memory higher
+    if (next < 0 || (pinned_stage && next == 0 && !out.plan)) {
+      lambda *= 4;  // nothing fits yet (at t*, or at its peak): price memory higher
       continue;
     }
     const double best = out.plan ? std::min(out.plan->microbatch_us, peak) : peak;

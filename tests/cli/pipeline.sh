@@ -194,6 +194,41 @@ PY
 expect_error "--algo with --compare" -- "$AS" plan "${M[@]}" --algo fsdp --compare
 ok "--algo on a pp mesh"
 
+# --algo under a memory limit its memory-free stage plans exceed: the recipe leaves the
+# gradients' and optimizer state's placements to the solver, which under --float8 (cheap
+# matmuls) picks memory-hungry ones; the fitted search must find the placements that save
+# memory (priced solves with the recipe's pins), not only recompute.  Below every plan's need,
+# the error's parts add up to what the memory-free plan needs.
+F=(--model llama3-8b --layers 4 --seq 2048 --batch 8 --mesh 2x2x2 --mesh-dims pp,dp,tp --microbatches 4
+   --algo fsdp+tp --schedule 1F1B --recompute full --float8 --compile --json -q)
+"$AS" plan "${F[@]}" --memory-limit 0 >"$TMP/f8free.json"
+"$AS" plan "${F[@]}" --memory-limit 6.5GiB >"$TMP/f8fit.json"
+pycheck "$TMP/f8fit.json" "
+free = json.load(open('$TMP/f8free.json'))
+assert max(free['rank_peak_memory_bytes']) > 6.5 * 2**30, free['rank_peak_memory_bytes']
+assert max(j['rank_peak_memory_bytes']) <= 6.5 * 2**30, j['rank_peak_memory_bytes']
+# The last stage fits by its sharding: less memory with no more recomputation.
+a, b = free['stages'][-1], j['stages'][-1]
+assert b['peak_memory_bytes'] < a['peak_memory_bytes'], (a['peak_memory_bytes'], b['peak_memory_bytes'])
+assert b['recompute_us'] <= a['recompute_us'], (a['recompute_us'], b['recompute_us'])
+"
+"$AS" plan "${F[@]}" --memory-limit 6GiB >"$TMP/f8no.txt" 2>&1 && fail "--float8 --algo fsdp+tp planned at 6 GiB"
+python3 - "$TMP/f8no.txt" <<'PY'
+import re, sys
+msg = open(sys.argv[1]).read()
+unit = {'B': 1, 'KiB': 2**10, 'MiB': 2**20, 'GiB': 2**30}
+size = r'([0-9.]+) (B|KiB|MiB|GiB)'
+m = re.search(r'with (\d+) microbatches in flight.*memory-free plan needs ' + size + ': ' + size +
+              r' of parameter state.*?, ' + size + r' of gradients summed over the step, and ' + size +
+              r' of activations kept by each microbatch in flight', msg)
+assert m, msg
+f = int(m.group(1))
+need, state, grads, act = (float(m.group(i)) * unit[m.group(i + 1)] for i in (2, 4, 6, 8))
+assert need > 6 * 2**30, msg
+assert abs(state + grads + f * act - need) <= 0.02 * 2**30, (need, state, grads, f, act)
+PY
+ok "--algo under a memory limit: sharding that saves memory"
+
 # Progress: on a terminal (script(1) gives the command one) a status line on stderr, erased
 # before the summary; none with --quiet, none when stderr is not a terminal.
 if command -v script >/dev/null; then
