@@ -147,8 +147,10 @@ void pin_recipe_layout(PipelineOptions& po, Recipe recipe, int32_t P, int32_t L)
   po.stage_hook = [recipe](ShardingOptimizer& so) { apply_recipe(so, recipe); };
   po.params_gathered_once = true;  // FSDP2 under torchtitan's PP: gathered at the first microbatch
   po.choose_params_gathered_once = false;
-  // Over a stage's budget, the recipe with the least recomputation that fits is torchtitan's
-  // layout: no memory-limited solve, which runs to --time-limit and so depends on the machine.
+  // Over a stage's budget: the recipe with the least recomputation that fits, or with its
+  // memory priced (the placements the recipe leaves free, such as gradient state, chosen to
+  // save memory; pipeline/stage_lagrange.cc).  No memory-limited solve, which runs to
+  // --time-limit and so depends on the machine.
   po.solve_fitted = false;
 }
 
