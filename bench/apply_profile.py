@@ -32,10 +32,8 @@ between kinds is what this is for.  Rank 0's figures are printed (the ranks are 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
-import tempfile
 import time
 from collections import defaultdict
 
@@ -222,26 +220,8 @@ def worker(rank: int, args, out_dir: str, placements: dict) -> None:
         timed_run("eager interpreted", interp)
         for phase in graphs:
             timed_run(f"{phase} interpreted", plan_step(phase, True))
-    _write(out_dir, rank, {"walls": {k: min(v) for k, v in walls.items()}, "nodes": nodes})
+    AB._write(out_dir, rank, {"walls": {k: min(v) for k, v in walls.items()}, "nodes": nodes})
     dist.destroy_process_group()
-
-
-def _write(out_dir: str, rank: int, res: dict) -> None:
-    with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
-        json.dump(res, f)
-
-
-def _spawn(target, args, extra=()) -> list:
-    import torch.multiprocessing as mp
-
-    with tempfile.TemporaryDirectory() as out:
-        args.port = AB._free_port()
-        mp.spawn(target, args=(args, out, *extra), nprocs=args.world, join=True)
-        res = []
-        for r in range(args.world):
-            with open(os.path.join(out, f"rank{r}.json")) as f:
-                res.append(json.load(f))
-        return res
 
 
 def _rows(table: dict, kind_of: dict) -> dict:
@@ -338,7 +318,7 @@ def main() -> int:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     AB.set_mesh_args(args)
     placements, _ = AB._plan(args)
-    res = _spawn(worker, args, (placements,))[0]
+    res = AB._phase(worker, args, (placements,))[0]
     print(f"# {args.algo} on {args.mesh} ({args.dims}), llama {args.layers} layers seq "
           f"{args.seq}, global batch {args.batch}; eager: the traced step on batch "
           f"{args.batch // args.world}; {args.world} processes, each running every phase in "
