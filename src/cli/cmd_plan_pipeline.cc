@@ -48,6 +48,10 @@ void print_pipeline(const PipelinePlan& pl, const Graph& g, const Mesh& mesh) {
              pl.memory_limit_bytes > 0 ? fmt::format(" of {}", format_bytes(pl.memory_limit_bytes)) : std::string());
   fmt::print("stage parameters gathered: {}\n", pl.params_gathered_once ? "once per step (kept over the microbatches)" : "at each use");
   fmt::print("intra-op solves: {} in {:.3f}s\n", pl.intra_op_solves, pl.seconds);
+  if (pl.clock_stopped_solves > 0)
+    fmt::print("warning: {} of them stopped at --time-limit, not on their work limits: the plan may differ on a "
+               "faster or less loaded machine (a larger --time-limit avoids it)\n",
+               pl.clock_stopped_solves);
   std::string tried;
   for (const auto& c : pl.candidates)
     tried += fmt::format("{}{}{} {} (bound {})", tried.empty() ? "" : ", ", schedule_name(c.schedule),

@@ -173,6 +173,7 @@ nlohmann::ordered_json pipeline_summary_json(const PipelinePlan& pl, const Graph
   j["lower_bound_us"] = pl.lower_bound_us;
   j["gap"] = pl.gap;
   j["intra_op_solves"] = pl.intra_op_solves;
+  j["clock_stopped_solves"] = pl.clock_stopped_solves;
   j["memory_limit_bytes"] = pl.memory_limit_bytes;
   j["rank_peak_memory_bytes"] = pl.rank_peak_bytes;
   j["params_gathered_once"] = pl.params_gathered_once;

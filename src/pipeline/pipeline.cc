@@ -490,6 +490,7 @@ VariantPlan plan_with_gather(const Graph& g, const Mesh& mesh, const PlannerOpti
   pl.gap = pl.step_us > 0 ? (pl.step_us - pl.lower_bound_us) / pl.step_us : 0;
   map_nodes(S, pl);
   pl.intra_op_solves = solver.builder().solves();
+  pl.clock_stopped_solves = solver.builder().clock_stopped_solves();
   pl.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const bool bound = memory_bound(S, pl);
   return {std::move(pl), bound};
@@ -543,11 +544,13 @@ PipelinePlan plan_pipeline(const Graph& g, const Mesh& mesh, const PlannerOption
   const double lower = std::min(per_use->lower_bound_us, once->plan.lower_bound_us);
   const double seconds = per_use->seconds + once->plan.seconds;
   const int32_t solves = per_use->intra_op_solves + once->plan.intra_op_solves;
+  const int32_t stopped = per_use->clock_stopped_solves + once->plan.clock_stopped_solves;
   PipelinePlan best = preferred(*per_use, once->plan) ? std::move(*per_use) : std::move(once->plan);
   best.lower_bound_us = std::min(lower, best.step_us);
   best.gap = best.step_us > 0 ? (best.step_us - best.lower_bound_us) / best.step_us : 0;
   best.seconds = seconds;
   best.intra_op_solves = solves;
+  best.clock_stopped_solves = stopped;
   return best;
 }
 

@@ -229,6 +229,10 @@ struct PipelinePlan {
   /// (PipelineOptions::params_gathered_once), not gathered at each use.
   bool params_gathered_once = false;
   int32_t intra_op_solves = 0;
+  /// Of those, the solves that stopped at the time limit (--time-limit, a safety net: the
+  /// stage solves stop on their work limits, PlannerOptions::work_limited).  0: the plan
+  /// depends on the inputs alone; else it may depend on the machine's speed and load.
+  int32_t clock_stopped_solves = 0;
   double seconds = 0;
   std::vector<std::string> warnings;
   /// Per full-graph node: its stage, -1 for nodes every stage copies.

@@ -137,6 +137,33 @@ TEST(PipelinePlan, OneF1BOnTwoStages) {
   EXPECT_EQ(stage("layers.3.attention.wq.weight"), 1);
 }
 
+TEST(PipelinePlan, StageSolvesStopOnWorkNotOnTheClock) {
+  // The stage solves are work-limited (PlannerOptions::work_limited): the time limit is a
+  // safety net, so the plan is the same under any limit they finish within, and a limit too
+  // short for them is reported (clock_stopped_solves) rather than silently changing the plan.
+  const Graph g = pp_llama();
+  const Mesh mesh({2, 2}, {"pp", "dp"}, h100());
+  PipelineOptions po;
+  po.microbatches = 4;
+  auto planned = [&](double seconds) {
+    PlannerOptions o;  // the overlap objective: its dual solves are the ones with shares of time
+    o.time_limit_s = seconds;
+    return plan_pipeline(g, mesh, o, po);
+  };
+  const PipelinePlan a = planned(20), b = planned(400);
+  EXPECT_EQ(a.clock_stopped_solves, 0);
+  EXPECT_EQ(b.clock_stopped_solves, 0);
+  EXPECT_EQ(a.step_us, b.step_us);
+  EXPECT_EQ(a.lower_bound_us, b.lower_bound_us);
+  ASSERT_EQ(a.stages.size(), b.stages.size());
+  for (size_t s = 0; s < a.stages.size(); ++s) {
+    EXPECT_EQ(a.stages[s].hi, b.stages[s].hi);
+    EXPECT_EQ(a.stages[s].solve->optimizer->solution_choice(), b.stages[s].solve->optimizer->solution_choice());
+  }
+  const PipelinePlan c = planned(1e-9);
+  EXPECT_GT(c.clock_stopped_solves, 0);
+}
+
 /// 4 microbatches, `s` pinned with 2 stages per rank.
 PipelineOptions two_per_rank(PipelineSchedule s) {
   PipelineOptions po;

@@ -144,6 +144,8 @@ bool StageBuilder::fits(const StageSolve& s, StageMemory mem) {
 
 PlannerOptions StageBuilder::stage_options(const StageGraph& sg, double inflight, int64_t limit) const {
   PlannerOptions o = opt_;
+  // The same plan whatever the machine's load: the solves stop on their work limits.
+  o.work_limited = true;
   o.memory_limit_bytes = limit;
   o.inflight_microbatches = inflight;
   o.optimizer_cost_scale = 1.0 / popt_.microbatches;
@@ -178,11 +180,11 @@ std::shared_ptr<StageSolve> StageBuilder::solve(StageKind kind, int32_t k, Stage
   ShardingOptimizer& so = *s->optimizer;
   if (popt_.stage_hook) popt_.stage_hook(so);
   s->plan = so.get_solution();
+  counted_solve(s->plan);
   s->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   s->layer_floor_us = layer_floor(so, s->sg, lo, m_);
   s->forward_floor_us = forward_floor(so, s->sg, -1, m_);
   s->layer_forward_floor_us = forward_floor(so, s->sg, lo, m_);
-  ++solves_;
   if (counted) progress_.finished();
   s->lower_bound_us = proven_bound(s->plan, node_floor(so));
   if (s->plan.has_solution) stage_figures(mesh_, pp_, sub_, popt_.microbatches, *s);
@@ -290,7 +292,7 @@ std::shared_ptr<StageSolve> StageBuilder::recipe(StageKind kind, int32_t k, Stag
   } catch (const std::runtime_error&) {
     return nullptr;  // the stage cannot take the recipe's pins
   }
-  ++solves_;
+  counted_solve(s->plan);
   if (!s->plan.has_solution) return nullptr;
   s->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   s->plan.lower_bound_us = 0;  // a bound of the pinned problem only

@@ -133,6 +133,8 @@ class StageBuilder {
   const PlannerOptions& options() const { return opt_; }
   const PipelineOptions& pipeline_options() const { return popt_; }
   int32_t solves() const { return solves_.load(); }
+  /// Of those, the solves that stopped at the time limit (Plan::clock_stopped).
+  int32_t clock_stopped_solves() const { return clock_stopped_.load(); }
   /// Where the search reports its progress (PipelineOptions::on_progress).
   PipelineProgressTracker& progress() const { return progress_; }
 
@@ -170,6 +172,12 @@ class StageBuilder {
   int32_t pp_ = 0, L_ = 0;
   Mesh sub_;
   mutable std::atomic<int32_t> solves_{0};
+  mutable std::atomic<int32_t> clock_stopped_{0};
+  /// Counts a finished intra-op solve (and whether the clock stopped it).
+  void counted_solve(const Plan& p) const {
+    ++solves_;
+    if (p.clock_stopped) ++clock_stopped_;
+  }
   /// carried_optimizer's built problems, by the stage's origin nodes (a canonical stage's
   /// identity) and the model; read and written from the stage threads under the mutex.
   mutable std::mutex carried_mu_;

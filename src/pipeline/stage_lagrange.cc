@@ -163,7 +163,7 @@ StageBuilder::PricedBound StageBuilder::price_model(RecomputePolicy model, Stage
     ShardingOptimizer so(sg.graph, sub_, po);
     const Plan priced = pinned(so).get_solution();
     ++out.solves;
-    ++solves_;
+    counted_solve(priced);
     if (!priced.has_solution) return false;
     const std::vector<StrategyIdx> x = so.solution_choice();
     if (std::isfinite(priced.lower_bound_us) && priced.lower_bound_us - lambda * B > out.bound) {
@@ -232,7 +232,7 @@ StageBuilder::PricedFloor StageBuilder::priced_floor(const StageSolve& relaxed, 
     po.mip_gap = kPricedFloorGap;  // its proven bound is what counts
     ShardingOptimizer so(sg.graph, sub_, po);
     const Plan priced = so.get_solution();
-    ++solves_;
+    counted_solve(priced);
     const int64_t live = static_cast<int64_t>(live_at_boundary(sg.graph, *so.built_problem()).size());
     out.live = std::max(out.live, live);
     out.floor = std::min(out.floor, proven_bound(priced, node_floor(so)) - lambda * static_cast<double>(live));

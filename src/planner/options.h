@@ -34,6 +34,10 @@ struct PlannerOptions {
   /// Per-device memory budget in bytes; -1 means the hardware's memory, 0 means no limit.
   int64_t memory_limit_bytes = -1;
   double time_limit_s = 60;
+  /// Solves stop on their own work limits, time_limit_s being a safety net only
+  /// (SolverOptions::work_limited; the overlap dual's solves by count): the plan then depends
+  /// on the inputs alone unless Plan::clock_stopped.  The pipeline's stage solves set it.
+  bool work_limited = false;
   double mip_gap = 0;
   /// Only a plan faster than this step time is wanted (the mesh search passes the best mesh's):
   /// the solver stops once it proves none exists, leaving lower_bound_us >= cutoff_us and, if

@@ -83,6 +83,7 @@ OverlapSolve solve_overlap(const TiedSolveInput& in, const OverlapModel& m) {
     first.quick_relaxed = true;
     out.last = solve_tied(first);
   }
+  out.clock_stopped = out.last.clock_stopped;
   out.solves = 1;
   add_phases(out.phase_seconds, out.last.r.phase_seconds);
   if (out.last.r.choice.empty()) {
@@ -115,8 +116,14 @@ OverlapSolve solve_overlap(const TiedSolveInput& in, const OverlapModel& m) {
   int stalled = 0;  // dual solves in a row that did not raise the bound
   // The first dual solve runs even past the deadline (its message passing is bounded by
   // iterations, at least half a second of solver time): without it the plan has no bound at
-  // all, and every plan states one.
-  while (out.solves < kMaxOverlapSolves && (out.solves == 1 || std::chrono::steady_clock::now() < in.deadline)) {
+  // all, and every plan states one.  Under work_limited the solves' count alone ends the loop
+  // (the deadline, a safety net, then stops the solves themselves).
+  auto in_time = [&] {
+    if (out.solves == 1 || std::chrono::steady_clock::now() < in.deadline) return true;
+    out.clock_stopped = true;
+    return false;
+  };
+  while (out.solves < kMaxOverlapSolves && (in.options.work_limited || in_time())) {
     scale_overlap_costs(m, bp, mu, scaled);
     TiedSolveInput dual{in.graph, scaled, in.options, in.has_shadows, tie_ptr, warm, in.deadline,
                         /*relaxed_only=*/true};
@@ -124,6 +131,7 @@ OverlapSolve solve_overlap(const TiedSolveInput& in, const OverlapModel& m) {
     dual.messages = &messages;
     dual.known_peak_floor = floor;
     out.last = solve_tied(dual);
+    out.clock_stopped = out.clock_stopped || out.last.clock_stopped;
     ++out.solves;
     add_phases(out.phase_seconds, out.last.r.phase_seconds);
     const SolveResult& r = out.last.r;

@@ -51,6 +51,8 @@ struct OverlapSolve {
   int solves = 0;
   std::vector<double> mu;            ///< the multipliers of the best bound
   std::vector<std::pair<std::string, double>> phase_seconds;  ///< summed over the solves
+  /// A solve stopped at the deadline, or the dual loop did (TiedSolve::clock_stopped).
+  bool clock_stopped = false;
 };
 
 /// `in.bp` is the built problem with its true costs; `in.warm_start` may be empty.

@@ -36,6 +36,10 @@ struct Plan {
   /// Solves the overlap-aware objective's dual took (planner/overlap_solve.h); 0: one solve of
   /// the additive objective.
   int32_t objective_solves = 0;
+  /// A solve stopped at the time limit (or a phase at its share of it) rather than on its own
+  /// limits: the plan may depend on the machine's speed and load (SolveResult::clock_stopped).
+  /// Not saved with a plan.
+  bool clock_stopped = false;
   /// objective_us is the overlap-aware step time (the options' objective when evaluated).
   bool overlap_aware = false;
   double lower_bound_us = 0;

@@ -328,12 +328,14 @@ Plan ShardingOptimizer::get_solution() {
   std::vector<std::pair<std::string, double>> first_phases;
   bool keep_may_fit = false;
   std::optional<TiedSolve> probed;  // the probe's solve, when memory does not bind
+  bool probe_stopped = false;
   if (if_needed && !has_shadows) {
     // Does memory bind without recomputation?  The memory-free solve says (its plan fits, or
     // the floor proves that nothing does).
     TiedSolveInput probe{graph_, problem(), options_, has_shadows, nullptr, warm_start_, deadline};
     probe.relaxed_only = true;
     TiedSolve t = solve_tied(probe);
+    probe_stopped = t.clock_stopped;
     const int64_t limit = problem().problem.usage_limit;
     const bool floor_fails = limit >= 0 && t.peak_floor > limit;
     if (floor_fails || !t.fits) {
@@ -365,6 +367,7 @@ Plan ShardingOptimizer::get_solution() {
   if (probed && !keep_may_fit) in.first_solve = &*probed;
   Solved s = solve_objective(in);
   if (keep_may_fit) keep_everything_if_better(s, has_shadows, deadline);
+  s.clock_stopped = s.clock_stopped || probe_stopped;
   s.phase_seconds.insert(s.phase_seconds.begin(), first_phases.begin(), first_phases.end());
   spare_built_.reset();  // the plan's problem stays; the other policy's is not needed again
   const BuiltProblem& bp = problem();
@@ -399,6 +402,7 @@ void ShardingOptimizer::keep_everything_if_better(Solved& s, bool has_shadows,
     o.cutoff_us = std::min(o.cutoff_us, s.objective_us);
   TiedSolveInput in{graph_, problem(), o, has_shadows, nullptr, warm_start_, deadline};
   Solved k = solve_objective(in);
+  const bool stopped = s.clock_stopped || k.clock_stopped;
   const double bound = std::min(s.lower_bound_us, k.status == SolveStatus::kInfeasible ? kInfCost : k.lower_bound_us);
   if (!k.choice.empty() && k.objective_us < s.objective_us) {
     if (options_.progress)
@@ -409,6 +413,7 @@ void ShardingOptimizer::keep_everything_if_better(Solved& s, bool has_shadows,
     for (const auto& ph : k.phase_seconds) s.phase_seconds.push_back({"keep " + ph.first, ph.second});
     set_recompute_escalated(true);
   }
+  s.clock_stopped = stopped;
   if (s.choice.empty()) return;
   s.lower_bound_us = std::min(bound, s.objective_us);
   s.gap = (s.objective_us - s.lower_bound_us) / std::max(std::abs(s.objective_us), 1e-9);
@@ -425,6 +430,7 @@ ShardingOptimizer::Solved ShardingOptimizer::solve_additive(const TiedSolveInput
   s.lower_bound_us = r.lower_bound;
   s.gap = r.gap;
   s.phase_seconds = r.phase_seconds;
+  s.clock_stopped = s.tied.clock_stopped;
   return s;
 }
 
@@ -441,6 +447,7 @@ ShardingOptimizer::Solved ShardingOptimizer::solve_overlap_objective(const TiedS
                            : (o.objective_us - o.lower_bound_us) / std::max(std::abs(o.objective_us), 1e-9);
   s.phase_seconds = std::move(o.phase_seconds);
   s.objective_solves = o.solves;
+  s.clock_stopped = o.clock_stopped;
   return s;
 }
 
@@ -464,6 +471,7 @@ Plan ShardingOptimizer::plan_of(const Solved& s, const BuiltProblem& bp) {
   plan.lower_bound_us = s.lower_bound_us;
   plan.gap = plan.has_solution ? s.gap : kInfCost;
   plan.objective_solves = s.objective_solves;
+  plan.clock_stopped = s.clock_stopped;
   plan.min_peak_memory_bytes = r.min_peak_usage;
   if (!plan.has_solution && r.status == SolveStatus::kInfeasible) {
     // Proven: the floor, or the solver's minimum when its memory model was exact (the tied

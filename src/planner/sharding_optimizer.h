@@ -123,6 +123,7 @@ class ShardingOptimizer {
     double gap = kInfCost;
     std::vector<std::pair<std::string, double>> phase_seconds;
     int32_t objective_solves = 0;         ///< solves of the overlap dual; 0: additive
+    bool clock_stopped = false;           ///< Plan::clock_stopped
   };
   Solved solve_additive(const TiedSolveInput& in);
   Solved solve_overlap_objective(const TiedSolveInput& in, const OverlapModel& model);

@@ -162,6 +162,7 @@ TiedSolve solve_tied(const TiedSolveInput& in) {
   so.threads = options_.threads;
   so.cutoff = options_.cutoff_us;
   so.bound_only = in.relaxed_only;  // a dual solve wants its bound, not the long search
+  so.work_limited = options_.work_limited;
   if (in.message_passing_iterations > 0) so.message_passing_iterations = in.message_passing_iterations;
 
   // Memory is handled by relaxation first: solve without the device's usage limit (every
@@ -233,7 +234,9 @@ TiedSolve solve_tied(const TiedSolveInput& in) {
     relaxed_so.messages = in.messages;  // the memory-free solve only: its problem is the same shape each time
     relaxed_so.bound_only = relaxed_so.bound_only || in.quick_relaxed;
     if (keep_all) lower_kept_choice(bp, cp.class_of, relaxed_so.warm_start);
+    if (in.quick_relaxed && options_.work_limited) relaxed_so.message_passing_iterations = kQuickRelaxedIterations;
     r = solve(relaxed_problem, relaxed_so);
+    out.clock_stopped = r.clock_stopped;
     if (keep_all) lift_kept_choice(bp, cp.class_of, cp.problem, r.choice);
     bool relaxed = memory_may_bind;
     if (relaxed && !r.choice.empty() &&
@@ -278,6 +281,7 @@ TiedSolve solve_tied(const TiedSolveInput& in) {
         r.phase_seconds.insert(r.phase_seconds.begin(), {"relaxed " + it->first, it->second});
     }
   }
+  out.clock_stopped = out.clock_stopped || r.clock_stopped || std::chrono::steady_clock::now() >= deadline;
   return out;
 }
 

@@ -58,12 +58,20 @@ struct TiedSolveInput {
   bool quick_relaxed = false;
 };
 
+/// Message-passing iterations of a quick_relaxed solve under PlannerOptions::work_limited:
+/// without a work limit it has a tenth of the time left, which on llama3-405b's pipeline
+/// stages (10 s each) was 590-740 iterations idle, fewer under load; this fixes it near that.
+inline constexpr int kQuickRelaxedIterations = 600;
+
 struct TiedSolve {
   SolveResult r;          ///< on cp.problem (choice is tied: cp.expand() gives the full one)
   ClusteredProblem cp;
   int64_t peak_floor = -1;  ///< peak of the least-memory layout when a limit applies, else -1
   double cluster_seconds = 0;
   bool fits = true;  ///< false: relaxed_only stopped with a plan over the memory limit
+  /// A solve stopped at the deadline rather than on its own limits, or the call ended past
+  /// it (SolveResult::clock_stopped): the answer may depend on the machine's load.
+  bool clock_stopped = false;
 };
 
 TiedSolve solve_tied(const TiedSolveInput& in);

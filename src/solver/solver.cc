@@ -40,6 +40,10 @@ constexpr double kMemoryBoundShare = 0.4;
 /// operations (~1 s) where message passing proves the same optimum in ~0.1 s, once per
 /// first-stage size (8 sizes: ~8 of the plan's 16 s).
 constexpr double kCheapEliminationWork = 5e7;
+/// The dear elimination's work under SolverOptions::work_limited: what a 10 s solve gets
+/// otherwise (about 4 s of table operations), fixed so that the answer does not depend on
+/// the clock.
+constexpr double kWorkLimitedElimination = 4e8;
 
 class PhaseTimer {
  public:
@@ -140,10 +144,13 @@ SolveResult solve(const Problem& p, const SolverOptions& opt) {
   };
   SolveResult res;
   PhaseTimer timer(res);
+  // The end of a phase's share of the time left (1 / n of it), or under work_limited the
+  // deadline itself: a phase then stops on its own limits.
+  auto share = [&](int n) { return opt.work_limited ? deadline : Clock::now() + (deadline - Clock::now()) / n; };
 
   // 1. Reductions.
   ReduceOptions ro;
-  ro.deadline = t0 + (deadline - t0) / 3;  // the search needs the rest
+  ro.deadline = share(3);  // the search needs the rest
   ReducedProblem rp = opt.skip_reductions ? identity_reduction(p) : reduce(p, ro);
   const Problem& r = rp.problem;
   res.reduced_nodes = r.num_nodes();
@@ -173,7 +180,8 @@ SolveResult solve(const Problem& p, const SolverOptions& opt) {
   // No memory row can bind: the pairwise problem alone decides; exact elimination, cheap ones
   // first (the dear ones after message passing, below).  Up to about a third of the time left
   // (~1e8 table operations per second).
-  const double elimination_work = std::clamp(seconds_left(deadline) * 0.33e8, 4e8, 1e10);
+  const double elimination_work =
+      opt.work_limited ? kWorkLimitedElimination : std::clamp(seconds_left(deadline) * 0.33e8, 4e8, 1e10);
   const bool try_elimination = r.num_nodes() > 0 && rows.empty();
   auto eliminate_within = [&](double work) {
     EliminationOptions eo;
@@ -195,7 +203,7 @@ SolveResult solve(const Problem& p, const SolverOptions& opt) {
   if (r.num_nodes() > 0 && !rows.empty()) {
     // Memory rows bind: price them (Lagrangian relaxation solved by elimination) for a feasible
     // start and a lower bound; half of the remaining time at most.
-    LagrangianResult lr = lagrangian_memory(r, rows, Clock::now() + (deadline - Clock::now()) / 2);
+    LagrangianResult lr = lagrangian_memory(r, rows, share(2));
     if (lr.applicable) {
       if (lr.exact) lagrangian_bound = lr.lower_bound;
       if (!lr.best_feasible.empty()) best = lr.best_feasible, best_obj = lr.best_cost;
@@ -211,7 +219,7 @@ SolveResult solve(const Problem& p, const SolverOptions& opt) {
     // The heuristic gets a quarter of the remaining time, or all of it when no MIP follows.
     const bool mip_follows = alpa_variable_count(r) <= kMaxMipVariables;
     const auto greedy_deadline =
-        mip_follows ? Clock::now() + (deadline - Clock::now()) / 4 : deadline - std::chrono::milliseconds(20);
+        mip_follows ? share(4) : deadline - std::chrono::milliseconds(20);
     if (opt.warm_start.size() == sz(p.num_nodes())) {
       std::vector<StrategyIdx> fwd = rp.map_forward(opt.warm_start);
       if (!fwd.empty()) consider(greedy_solve(r, rows, fwd, greedy_deadline));
@@ -233,8 +241,9 @@ SolveResult solve(const Problem& p, const SolverOptions& opt) {
     // No memory row can bind: message passing proves most such problems optimal at once; its
     // labeling and bound help the MIP where it cannot.  A tenth of the time at most.
     const MessagePassingResult mp =
-        solve_by_message_passing(r, Clock::now() + (deadline - Clock::now()) / 10, kProofTolerance,
-                                 opt.message_passing_iterations, /*stall=*/200, opt.messages, &rp);
+        solve_by_message_passing(r, share(10), kProofTolerance, opt.message_passing_iterations, /*stall=*/200,
+                                 opt.messages, &rp);
+    res.clock_stopped = res.clock_stopped || mp.clock_stopped;
     if (mp.cost < best_obj) best_obj = mp.cost, best = mp.choice;
     if (mp.lower_bound > lb && mp.lower_bound < kInfCost) lb = mp.lower_bound;
     by_message_passing = mp.proven;  // best is no dearer than its plan, so proven too
@@ -259,6 +268,7 @@ SolveResult solve(const Problem& p, const SolverOptions& opt) {
     if (!rows.empty()) ao.memory_bound_share = kMemoryBoundShare;
     if (opt.progress) ao.progress = [&](const std::string& m) { opt.progress(m); };
     AnytimeResult ar = solve_anytime(with_base, ao);
+    res.clock_stopped = true;  // it searches until its time is up
     if (ar.feasible) {
       std::vector<StrategyIdx> x(ar.choice.begin(), ar.choice.begin() + r.num_nodes());
       const Cost c = evaluate_cost(r, x);
@@ -320,6 +330,7 @@ SolveResult solve(const Problem& p, const SolverOptions& opt) {
     }
     if (m.bound > lb) lb = m.bound;
     if (m.status == MipStatus::kOptimal) proven = true;
+    if (m.status == MipStatus::kFeasible || m.status == MipStatus::kNoSolution) res.clock_stopped = true;
     if (m.root_integral) res.method = "mip (integral LP relaxation)";
   }
   timer.end("mip");
@@ -327,6 +338,7 @@ SolveResult solve(const Problem& p, const SolverOptions& opt) {
   // 4. Map back.
   if (best.empty() && r.num_nodes() > 0) {
     res.status = SolveStatus::kTimedOut;
+    res.clock_stopped = true;
     res.lower_bound = lb + rp.constant_cost;
     res.method = "none";
     timer.end("map back");
@@ -340,6 +352,7 @@ SolveResult solve(const Problem& p, const SolverOptions& opt) {
   if (res.gap <= std::max(opt.mip_gap, kProofTolerance)) proven = true;
   res.status = proven ? SolveStatus::kOptimal : SolveStatus::kFeasible;
   if (res.method == "mip" && !proven && !best.empty()) res.method = "mip (stopped)";
+  if (Clock::now() >= deadline) res.clock_stopped = true;  // some phase may have been cut
   timer.end("map back");
   return res;
 }

@@ -54,6 +54,13 @@ struct SolverOptions {
   MessageMemory* messages = nullptr;
   /// Receives one-line progress messages (phases, incumbents, bounds).
   std::function<void(std::string_view)> progress;
+  /// Every phase stops on its own limits -- proof, message_passing_iterations, a fixed
+  /// elimination work -- instead of its share of time_limit_s, which is then a safety net
+  /// only: the answer depends on the problem alone unless that net is reached
+  /// (SolveResult::clock_stopped).  The MIP and the anytime search have no work limit (CBC
+  /// runs to its proof or the deadline).  For callers whose plans must not depend on the
+  /// machine's load (the pipeline's stage solves, pipeline/stage_builder.h).
+  bool work_limited = false;
 };
 
 struct SolveResult {
@@ -74,6 +81,9 @@ struct SolveResult {
   int32_t reduced_edges = 0;
   int64_t mip_variables = 0;    ///< 0 when no MIP was needed
   std::string method;           ///< what proved the answer: "reductions", "mip", "greedy", ...
+  /// A phase stopped at the deadline rather than on its own limits (or the solve ended past
+  /// it): the answer may depend on the machine's speed and load.
+  bool clock_stopped = false;
 };
 
 /// Solves `p` (throws std::invalid_argument if p.validate() fails).

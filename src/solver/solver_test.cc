@@ -347,5 +347,28 @@ TEST(Solver, FewerMessagePassingIterationsStillGiveABoundAndAPlan) {
   EXPECT_GT(lower, 0);
 }
 
+TEST(Solver, WorkLimitedSolvesDoNotDependOnTheTimeLimit) {
+  // Under work_limited every phase stops on its own limits: the same answer under a limit of
+  // 5 s or 500 s, none stopped by the clock; a limit reached is reported.
+  for (uint32_t seed : {1u, 2u}) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    const Problem p = grid_problem(seed);
+    SolverOptions o;
+    o.bound_only = true;
+    o.work_limited = true;
+    o.message_passing_iterations = 300;
+    o.time_limit_s = 5;
+    const SolveResult a = solve(p, o);
+    o.time_limit_s = 500;
+    const SolveResult b = solve(p, o);
+    EXPECT_FALSE(a.clock_stopped);
+    EXPECT_FALSE(b.clock_stopped);
+    EXPECT_EQ(a.choice, b.choice);
+    EXPECT_EQ(a.lower_bound, b.lower_bound);
+    o.time_limit_s = 0;
+    EXPECT_TRUE(solve(p, o).clock_stopped);
+  }
+}
+
 }  // namespace
 }  // namespace autoshard

@@ -225,8 +225,11 @@ MessagePassingResult solve_by_message_passing(const Problem& p, std::chrono::ste
   const bool warm = memory && recall_messages(m, ids, *memory, trws);
   auto run = [&](int budget) {
     int since_rise = 0;
-    for (int done = 0; done < budget && since_rise < stall && std::chrono::steady_clock::now() < deadline;
-         done += kBlock) {
+    for (int done = 0; done < budget && since_rise < stall; done += kBlock) {
+      if (std::chrono::steady_clock::now() >= deadline) {
+        res.clock_stopped = true;
+        return;
+      }
       trws.iterate(kBlock, nullptr);
       res.iterations += kBlock;
       const Cost bound = trws.lower_bound(nullptr) + m.offset;

@@ -68,6 +68,9 @@ struct MessagePassingResult {
   Cost lower_bound = -kInfCost;     ///< the best bound seen (memory ignored)
   bool proven = false;              ///< cost - lower_bound within `tolerance` (relative)
   int iterations = 0;
+  /// Stopped at `deadline` rather than at the proof, the iteration cap or the stall: how far
+  /// it got depended on the machine's speed and load.
+  bool clock_stopped = false;
 };
 
 /// The bound is the dual of the local-polytope LP, the MIP's relaxation (mip.h), so where that
