@@ -36,8 +36,9 @@ namespace autoshard::cli {
 
 namespace {
 
-/// `plan`'s default --time-limit per stage solve when the mesh has a pp dim (seconds).
-constexpr double kStageTimeLimitS = 10;
+/// `plan`'s default --time-limit per stage solve with a pp dim and --fitted-solves (seconds):
+/// the memory-limited stage solves run to it.
+constexpr double kFittedStageTimeLimitS = 10;
 
 struct PlanArgs {
   GraphSource src;
@@ -248,11 +249,13 @@ int run_plan(const PlanArgs& a) {
   if (!(a.time_limit > 0)) throw std::invalid_argument(fmt::format("--time-limit: expected > 0, got {}", a.time_limit));
   if (!(a.mip_gap >= 0)) throw std::invalid_argument(fmt::format("--mip-gap: expected >= 0, got {}", a.mip_gap));
   opt.time_limit_s = a.time_limit;
-  // A pipeline solves one problem per stage size and memory budget (llama3-405b 8x16x8: about
-  // 180 memory-limited ones that run to their limit), so the limit is per stage solve and its
-  // default is kStageTimeLimitS: 1021 s for that plan, where 60 s each would be some 80
-  // minutes (estimated; docs/benchmarks.md: 2 s gave 421 s and a 1.9 % slower step).
-  if (pipelined && !a.time_limit_given) opt.time_limit_s = kStageTimeLimitS;
+  // A pipeline solves one problem per stage size and memory budget, so the limit is per stage
+  // solve.  Those stop on their work limits (PlannerOptions::work_limited) and the limit is a
+  // safety net, but --fitted-solves' memory-limited solves run to it (llama3-405b 8x16x8: about
+  // 180 of them): kFittedStageTimeLimitS by default there (1021 s for that plan, where 60 s
+  // each would be some 80 minutes, estimated; 2 s gave 421 s and a 1.9 % slower step).
+  const bool fitted = a.pipeline.fitted_solves || a.pipeline.price_memory;
+  if (pipelined && fitted && !a.time_limit_given) opt.time_limit_s = kFittedStageTimeLimitS;
   opt.mip_gap = a.mip_gap;
   opt.threads = a.threads;
   opt.skip_fully_replicated = a.skip_fully_replicated;
@@ -410,7 +413,9 @@ void register_plan(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--memory-limit", a->memory_limit, "per-device memory budget, e.g. 80GiB (default: the hardware's; 0: none)");
   sub->add_option("--time-limit", a->time_limit,
-                  fmt::format("solver time limit in seconds (with a pp dim: per stage solve, default {})", kStageTimeLimitS))
+                  fmt::format("solver time limit in seconds (with a pp dim: per stage solve, whose own work limits end it first "
+                              "unless --fitted-solves, where it is {} by default)",
+                              kFittedStageTimeLimitS))
       ->capture_default_str();
   sub->add_option("--mip-gap", a->mip_gap, "relative MIP gap at which to stop")->capture_default_str();
   sub->add_option("--threads", a->threads, "solver threads")->capture_default_str();

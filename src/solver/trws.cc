@@ -22,14 +22,16 @@ Trws::Trws(const GroupModel& m) : m_(m) {
     gamma_[static_cast<size_t>(g)] = 1.0 / std::max(1, std::max(before, after));
   }
   x_.assign(static_cast<size_t>(ng), 0);
-  transposed_.resize(m.edges.size());
+  classes_.resize(m.edges.size());
+  classes_t_.resize(m.edges.size());
   for (size_t e = 0; e < m.edges.size(); ++e) {
     const auto& ed = m.edges[e];
     const size_t na = m.unary[static_cast<size_t>(ed.a)].size(), nb = m.unary[static_cast<size_t>(ed.b)].size();
-    auto& mt = transposed_[e];
-    mt.resize(na * nb);
-    for (size_t s = 0; s < na; ++s)
-      for (size_t t = 0; t < nb; ++t) mt[t * na + s] = ed.m[s * nb + t];
+    const EdgeClasses& c = classes_[e] = edge_classes(ed.m, na, nb);
+    auto& ct = classes_t_[e];
+    ct.resize(c.costs.size());
+    for (size_t r = 0; r < sz(c.rows); ++r)
+      for (size_t k = 0; k < sz(c.cols); ++k) ct[k * sz(c.rows) + r] = c.costs[r * sz(c.cols) + k];
   }
   reset();
 }
@@ -86,19 +88,28 @@ void Trws::iterate(int iters, const std::vector<std::vector<double>>* pen) {
           auto& out = a ? to_b_[static_cast<size_t>(e)] : to_a_[static_cast<size_t>(e)];
           const auto& back = a ? to_a_[static_cast<size_t>(e)] : to_b_[static_cast<size_t>(e)];
           const size_t no = out.size();
-          std::fill(out.begin(), out.end(), kInf);
-          if (a) {
-            // out[t] = min_s gam*h[s] - back[s] + M[s][t]
-            for (size_t s = 0; s < ns; ++s)
-              min_plus_into(out.data(), &ed.m[s * no], gam * h[s] - back[s], static_cast<int32_t>(no));
-          } else {
-            // out[t] = min_s gam*h[s] - back[s] + M[t][s]
-            // read from the transposed matrix, row by row as above (the same minima, the same bits)
-            const auto& mt = transposed_[static_cast<size_t>(e)];
+          // out[t] = min_s gam*h[s] - back[s] + M[s][t] (a) or M[t][s] (b), over the classes:
+          // g's strategies by their class on this edge (the rows of M for a, its columns for
+          // b), out's likewise, and the class matrix (transposed for b, so that rows are read).
+          const EdgeClasses& c = classes_[static_cast<size_t>(e)];
+          const std::vector<int32_t>& in_class = a ? c.row_class : c.col_class;
+          const std::vector<int32_t>& out_class = a ? c.col_class : c.row_class;
+          const int32_t n_in = a ? c.rows : c.cols, n_out = a ? c.cols : c.rows;
+          const Cost* mc = a ? c.costs.data() : classes_t_[static_cast<size_t>(e)].data();
+          if (!a)
             for (size_t s = 0; s < ns; ++s) h[s] = gam * h[s] - back[s];
-            for (size_t s = 0; s < ns; ++s) min_plus_into(out.data(), &mt[s * no], h[s], static_cast<int32_t>(no));
-            for (size_t s = 0; s < ns; ++s) h[s] = (h[s] + back[s]) / gam;
+          by_class_.assign(sz(n_in), kInf);
+          for (size_t s = 0; s < ns; ++s) {
+            const double w = a ? gam * h[s] - back[s] : h[s];
+            double& least = by_class_[sz(in_class[s])];
+            if (w < least) least = w;  // a NaN term is skipped, as min_plus_into skips it
           }
+          out_class_.assign(sz(n_out), kInf);
+          for (int32_t r = 0; r < n_in; ++r)
+            min_plus_into(out_class_.data(), mc + sz(r) * sz(n_out), by_class_[sz(r)], n_out);
+          for (size_t t = 0; t < no; ++t) out[t] = out_class_[sz(out_class[t])];
+          if (!a)
+            for (size_t s = 0; s < ns; ++s) h[s] = (h[s] + back[s]) / gam;
           double mn = *std::min_element(out.begin(), out.end());
           if (std::isfinite(mn))
             for (double& v : out) v -= mn;
