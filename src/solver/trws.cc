@@ -24,10 +24,15 @@ Trws::Trws(const GroupModel& m) : m_(m) {
   x_.assign(static_cast<size_t>(ng), 0);
   classes_.resize(m.edges.size());
   classes_t_.resize(m.edges.size());
+  class_rows_.resize(m.edges.size());
   for (size_t e = 0; e < m.edges.size(); ++e) {
     const auto& ed = m.edges[e];
     const size_t na = m.unary[static_cast<size_t>(ed.a)].size(), nb = m.unary[static_cast<size_t>(ed.b)].size();
     const EdgeClasses& c = classes_[e] = edge_classes(ed.m, na, nb);
+    auto& rows = class_rows_[e];  // each row class's row of M, every column
+    rows.resize(sz(c.rows) * nb);
+    for (size_t r = 0; r < sz(c.rows); ++r)
+      for (size_t t = 0; t < nb; ++t) rows[r * nb + t] = c.costs[r * sz(c.cols) + sz(c.col_class[t])];
     auto& ct = classes_t_[e];
     ct.resize(c.costs.size());
     for (size_t r = 0; r < sz(c.rows); ++r)
@@ -69,11 +74,14 @@ void Trws::iterate(int iters, const std::vector<std::vector<double>>* pen) {
           if (fwd) {
             int32_t o = a ? ed.b : ed.a;
             if (o < g) {
-              // Earlier neighbour: use its chosen strategy instead of the message.
-              int32_t xo = x_[static_cast<size_t>(o)];
-              size_t nb = m_.unary[static_cast<size_t>(ed.b)].size();
-              for (size_t s = 0; s < ns; ++s)
-                lab[s] += a ? ed.m[s * nb + static_cast<size_t>(xo)] : ed.m[static_cast<size_t>(xo) * nb + s];
+              // Earlier neighbour: use its chosen strategy instead of the message; M[s][xo]
+              // (or M[xo][s]) read from the class matrix's row of xo's class (transposed for a).
+              const size_t xo = sz(x_[static_cast<size_t>(o)]);
+              const EdgeClasses& c = classes_[static_cast<size_t>(e)];
+              const std::vector<int32_t>& mine = a ? c.row_class : c.col_class;
+              const Cost* row = a ? classes_t_[static_cast<size_t>(e)].data() + sz(c.col_class[xo]) * sz(c.rows)
+                                  : c.costs.data() + sz(c.row_class[xo]) * sz(c.cols);
+              for (size_t s = 0; s < ns; ++s) lab[s] += row[sz(mine[s])];
             } else {
               for (size_t s = 0; s < ns; ++s) lab[s] += in[s];
             }
@@ -107,12 +115,14 @@ void Trws::iterate(int iters, const std::vector<std::vector<double>>* pen) {
           out_class_.assign(sz(n_out), kInf);
           for (int32_t r = 0; r < n_in; ++r)
             min_plus_into(out_class_.data(), mc + sz(r) * sz(n_out), by_class_[sz(r)], n_out);
+          // Normalised by its least entry, found and subtracted per class: the classes are
+          // numbered by first appearance, so the first least class holds the first least entry.
+          const double mn = *std::min_element(out_class_.begin(), out_class_.end());
+          if (std::isfinite(mn))
+            for (double& v : out_class_) v -= mn;
           for (size_t t = 0; t < no; ++t) out[t] = out_class_[sz(out_class[t])];
           if (!a)
             for (size_t s = 0; s < ns; ++s) h[s] = (h[s] + back[s]) / gam;
-          double mn = *std::min_element(out.begin(), out.end());
-          if (std::isfinite(mn))
-            for (double& v : out) v -= mn;
         }
       }
     }
@@ -125,6 +135,7 @@ double Trws::lower_bound(const std::vector<std::vector<double>>* pen) const {
   // Reparametrised unary, split evenly over each group's edges.
   std::vector<std::vector<double>> share(static_cast<size_t>(ng));
   double bound = 0;
+  std::vector<double> least;  // per row class of an edge: its least term
   for (int32_t g = 0; g < ng; ++g) {
     const auto& u = m_.unary[static_cast<size_t>(g)];
     auto& h = share[static_cast<size_t>(g)];
@@ -148,9 +159,19 @@ double Trws::lower_bound(const std::vector<std::vector<double>>* pen) const {
     const auto& hb = share[static_cast<size_t>(ed.b)];
     const auto& ma = to_a_[e];  // message b->a, indexed by a's strategy
     const auto& mb = to_b_[e];
+    // min over s, t of ((x_s + M[s][t]) + hb[t]) - mb[t], x_s = ha[s] - ma[s]: monotone in x_s,
+    // so per row class its least x_s alone (the same bits), against the class's row of M.
+    const EdgeClasses& c = classes_[e];
+    least.assign(sz(c.rows), kInf);
+    for (size_t s = 0; s < ha.size(); ++s) {
+      const double x = ha[s] - ma[s];
+      double& l = least[sz(c.row_class[s])];
+      if (x < l) l = x;  // a NaN term is skipped, as min_plus_dot3 skips it
+    }
+    const std::vector<Cost>& rows = class_rows_[e];
     double best = kInf;
-    for (size_t s = 0; s < ha.size(); ++s)
-      best = std::min(best, min_plus_dot3(ha[s] - ma[s], &ed.m[s * hb.size()], hb.data(), mb.data(),
+    for (size_t r = 0; r < least.size(); ++r)
+      best = std::min(best, min_plus_dot3(least[r], &rows[r * hb.size()], hb.data(), mb.data(),
                                           static_cast<int32_t>(hb.size())));
     bound += best;
   }

@@ -48,6 +48,8 @@ class Trws {
   /// Per edge, the class matrix transposed (column classes x row classes): the message b->a
   /// then reads rows, as a->b does, and vectorises.
   std::vector<std::vector<Cost>> classes_t_;
+  /// Per edge, each row class's row of the matrix over every column (lower_bound's).
+  std::vector<std::vector<Cost>> class_rows_;
   /// Scratch of iterate(): the least term per row class, the message per column class.
   std::vector<double> by_class_, out_class_;
   std::vector<double> gamma_;
