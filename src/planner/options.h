@@ -38,6 +38,8 @@ struct PlannerOptions {
   /// (SolverOptions::work_limited; the overlap dual's solves by count): the plan then depends
   /// on the inputs alone unless Plan::clock_stopped.  The pipeline's stage solves set it.
   bool work_limited = false;
+  /// Most solves of the overlap objective's dual (overlap_solve.h); 0: kMaxOverlapSolves.
+  int overlap_solves = 0;
   double mip_gap = 0;
   /// Only a plan faster than this step time is wanted (the mesh search passes the best mesh's):
   /// the solver stops once it proves none exists, leaving lower_bound_us >= cutoff_us and, if

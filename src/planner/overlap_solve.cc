@@ -123,7 +123,8 @@ OverlapSolve solve_overlap(const TiedSolveInput& in, const OverlapModel& m) {
     out.clock_stopped = true;
     return false;
   };
-  while (out.solves < kMaxOverlapSolves && (in.options.work_limited || in_time())) {
+  const int most = in.options.overlap_solves > 0 ? in.options.overlap_solves : kMaxOverlapSolves;
+  while (out.solves < most && (in.options.work_limited || in_time())) {
     scale_overlap_costs(m, bp, mu, scaled);
     TiedSolveInput dual{in.graph, scaled, in.options, in.has_shadows, tie_ptr, warm, in.deadline,
                         /*relaxed_only=*/true};
