@@ -311,6 +311,11 @@ std::string no_fit_message(const Search& S, const PipelinePlan& pl) {
   const StageSolve& relaxed = *S.solver.catalog().find(StageKey::memory_free(at.kind, at.k));
   const int64_t floor = worst->plan.min_peak_lower_bound_bytes;
   const bool none = S.solver.builder().options().recompute == RecomputePolicy::kNone;
+  if (!relaxed.plan.has_solution)  // its figures are unknown (stopped at --time-limit): none to break down
+    return fmt::format(
+        "pipeline: no stage split fits {} per device: a stage of {} layers has no plan, its memory-free solve none "
+        "either within --time-limit {} s (a larger one may find one)",
+        bytes_ceil(pl.memory_limit_bytes), k, S.solver.builder().options().time_limit_s);
   const int64_t state = relaxed.microbatch_peak_bytes - relaxed.activation_bytes;
   return fmt::format(
       "pipeline: no stage split fits {} per device: a stage of {} layers with {} microbatches in flight on its "

@@ -261,3 +261,11 @@ cp = [e['context_parallel'] for e in j['placements'].values() if 'context_parall
 assert cp and all(c['mesh_dim'] == 'cp' for c in cp), cp
 "
 ok "pp with cp"
+
+# The stage solves stop on their work limits; a --time-limit too short for them is said, with
+# the count of solves it stopped (the plan may then differ elsewhere), and the default is not.
+out=$("$AS" plan "${M[@]}" --microbatches 4 --schedule 1F1B)
+[[ "$out" != *"stopped at --time-limit"* ]] || fail "the default limit stopped a stage solve: $out"
+out=$("$AS" plan "${M[@]}" --microbatches 4 --schedule 1F1B --time-limit 0.000001)
+expect_contains "$out" "of them stopped at --time-limit, not on their work limits" "a limit too short"
+ok "stage solves stopped by the clock are reported"
