@@ -188,7 +188,7 @@ TEST(State, KernelOptionsRoundTrip) {
   Hardware hw = *hardware_preset("h100");
   hw.kernels.float8_linear = true;
   hw.kernels.compiled = true;
-  ShardingOptimizer so(small_gpt2(), Mesh({2, 2}, {"dp", "tp"}, hw), no_limit());
+  ShardingOptimizer so(small_gpt2(1), Mesh({2, 2}, {"dp", "tp"}, hw), no_limit());
   so.get_solution();
   ShardingOptimizer back = state_from_bytes(state_bytes(so), "plan.ap");
   const Hardware& h = back.mesh().hardware();
@@ -197,7 +197,7 @@ TEST(State, KernelOptionsRoundTrip) {
   EXPECT_EQ(h.compile_memory_speedup, kCompileMemorySpeedup);
   EXPECT_TRUE(same_bits(back.evaluate(back.solution_choice()).objective_us, so.solution()->objective_us));
   EXPECT_EQ(problem_fingerprint(back), problem_fingerprint(so));
-  ShardingOptimizer eager(small_gpt2(), mesh_2x2(), no_limit());
+  ShardingOptimizer eager(small_gpt2(1), mesh_2x2(), no_limit());
   EXPECT_NE(problem_fingerprint(eager), problem_fingerprint(so));
 }
 

@@ -137,7 +137,7 @@ TEST(PipelinePlan, OneF1BOnTwoStages) {
   EXPECT_EQ(stage("layers.3.attention.wq.weight"), 1);
 }
 
-TEST(PipelinePlan, StageSolvesStopOnWorkNotOnTheClock) {
+TEST(PipelinePlanLarge, StageSolvesStopOnWorkNotOnTheClock) {
   // The stage solves are work-limited (PlannerOptions::work_limited): the time limit is a
   // safety net, so the plan is the same under any limit they finish within, and a limit too
   // short for them is reported (clock_stopped_solves) rather than silently changing the plan.
@@ -325,7 +325,7 @@ TEST(PipelinePlan, ZeroBubbleSplitsTheBackwardAndShrinksTheBubble) {
   for (const PipelinePlan::Candidate& c : best.candidates) EXPECT_LE(best.step_us, c.step_us + 1e-9);
 }
 
-TEST(PipelinePlan, TheChosenSplitRunsNoLongerThanTheEqualSplit) {
+TEST(PipelinePlanLarge, TheChosenSplitRunsNoLongerThanTheEqualSplit) {
   // 8 layers on 2 ranks x 2 stages: the split is chosen on the timeline, whose makespan is
   // the plan's step, and beats or equals torchtitan's equal split of the same schedule.
   const Graph g = build_model("llama3-8b", ModelOptions{2, 256, 8, {}});

@@ -40,7 +40,7 @@ const NodePlan& cp_first_op(const Graph& g, const Plan& p, std::string_view op) 
 constexpr const char* kCpFwd = "_scaled_dot_product_efficient_attention";
 constexpr const char* kCpBwd = "_scaled_dot_product_efficient_attention_backward";
 
-TEST(ContextParallel, LongSequenceSplitsAttentionOverCp) {
+TEST(ContextParallelLarge, LongSequenceSplitsAttentionOverCp) {
   // 32k tokens of one sequence on cp x tp = 2 x 4: one sequence gives no batch to split, 32
   // heads over 4 leave attention (quadratic in the sequence: 4 x 32 x 32k^2 x 128 FLOPs per
   // layer) 4x too slow unless the sequence splits too.

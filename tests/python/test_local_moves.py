@@ -131,7 +131,10 @@ class ShardMoves(unittest.TestCase):
             port = s.getsockname()[1]
         out = tempfile.mkdtemp(prefix="autoshard-moves-")
         try:
-            mp.spawn(_moves_rank, args=(port, out), nprocs=4, join=True)
+            # forkserver: the ranks fork from a server that imported torch once (see
+            # _apply_worker._spawn_ranks), instead of each importing it again
+            mp.start_processes(_moves_rank, args=(port, out), nprocs=4, join=True,
+                               start_method="forkserver")
             for rank in range(4):
                 with open(os.path.join(out, f"rank{rank}.json")) as f:
                     res = json.load(f)
