@@ -61,24 +61,8 @@ void add_kernel_options(CLI::App* app, KernelOptions& k) {
 }
 
 Mesh make_mesh(const MeshSource& src) {
-  Hardware hw;
-  if (auto p = hardware_preset(src.hardware)) {
-    hw = *p;
-  } else if (src.hardware.find(".json") != std::string::npos) {
-    hw = load_hardware_json(src.hardware);
-  } else {
-    throw std::invalid_argument(fmt::format("--hardware: unknown preset '{}' (known: {})",
-                                            src.hardware, fmt::join(hardware_preset_names(), ", ")));
-  }
-  if (src.gpus_per_node > 0) hw.gpus_per_node = src.gpus_per_node;
-  if (src.kernels.float8_linear && hw.peak_fp8_tflops <= 0)
-    throw std::invalid_argument(fmt::format(
-        "--float8: hardware '{}' has no FP8 tensor cores (peak_fp8_tflops is 0)", hw.name));
-  hw.kernels = src.kernels;
-  CommBackend backend;
-  if (src.backend == "nccl") backend = CommBackend::kNccl;
-  else if (src.backend == "gloo") backend = CommBackend::kGloo;
-  else throw std::invalid_argument(fmt::format("--backend: expected nccl or gloo, got '{}'", src.backend));
+  const Hardware hw = resolve_hardware(src.hardware, src.gpus_per_node, src.kernels, "--");
+  const CommBackend backend = parse_backend(src.backend, "--backend");
   std::vector<int64_t> shape;
   try {
     shape = Mesh::parse_shape(src.shape);

@@ -223,4 +223,23 @@ Hardware load_hardware_json(const std::string& path) {
   return parse_hardware_json(read_text_file(path), path);
 }
 
+Hardware resolve_hardware(const std::string& name, int gpus_per_node, const KernelOptions& kernels,
+                          std::string_view prefix) {
+  Hardware hw;
+  if (auto p = hardware_preset(name)) {
+    hw = *p;
+  } else if (name.find(".json") != std::string::npos) {
+    hw = load_hardware_json(name);
+  } else {
+    throw std::invalid_argument(fmt::format("{}hardware: unknown preset '{}' (known: {})", prefix, name,
+                                            fmt::join(hardware_preset_names(), ", ")));
+  }
+  if (gpus_per_node > 0) hw.gpus_per_node = gpus_per_node;
+  if (kernels.float8_linear && hw.peak_fp8_tflops <= 0)
+    throw std::invalid_argument(
+        fmt::format("{}float8: hardware '{}' has no FP8 tensor cores (peak_fp8_tflops is 0)", prefix, hw.name));
+  hw.kernels = kernels;
+  return hw;
+}
+
 }  // namespace autoshard

@@ -71,4 +71,13 @@ Hardware load_hardware_json(const std::string& path);
 /// Parses hardware JSON text; `origin` names the source in error messages.
 Hardware parse_hardware_json(std::string_view text, std::string_view origin);
 
+/// The hardware a run names: a preset (hardware_preset) or a hardware JSON file (a name with
+/// ".json"), with `gpus_per_node` GPUs per node when > 0 and the run's kernel options.  The CLI
+/// (--hardware, --gpus-per-node, --float8, --compile) and the Python Mesh share it, so both price
+/// the same names alike.  Throws std::invalid_argument naming the option (`prefix` + "hardware"
+/// or + "float8": the CLI's "--", the keyword arguments' "") for an unknown name or Float8 on
+/// hardware without FP8 tensor cores.
+Hardware resolve_hardware(const std::string& name, int gpus_per_node, const KernelOptions& kernels,
+                          std::string_view prefix);
+
 }  // namespace autoshard

@@ -10,6 +10,12 @@
 
 namespace autoshard {
 
+CommBackend parse_backend(std::string_view s, std::string_view option) {
+  if (s == "nccl") return CommBackend::kNccl;
+  if (s == "gloo") return CommBackend::kGloo;
+  throw std::invalid_argument(fmt::format("{}: expected nccl or gloo, got '{}'", option, s));
+}
+
 Mesh::Mesh(std::vector<int64_t> shape, std::vector<std::string> names, const Hardware& hw,
            CommBackend backend)
     : hw_(hw), backend_(backend) {

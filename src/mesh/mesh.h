@@ -14,6 +14,9 @@ namespace autoshard {
 using MeshDimIdx = int32_t;
 
 enum class CommBackend : uint8_t { kNccl, kGloo };
+/// "nccl" or "gloo"; else std::invalid_argument "OPTION: expected nccl or gloo, got 'S'" (the
+/// CLI's --backend, the Python Mesh's backend).
+CommBackend parse_backend(std::string_view s, std::string_view option);
 
 struct MeshDim {
   std::string name;

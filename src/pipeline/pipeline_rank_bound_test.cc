@@ -84,8 +84,8 @@ bool check_floors(PipelineSchedule sch, const std::vector<double>& shares, int& 
   return rose;
 }
 
-// Two shares and three plans per share: 6-7 s each in Release, 140-180 s under ASan, where the
-// one-share case below covers the same code: whole runs in the Release pass only.
+// Two shares and three plans per share: 6-7 s each in Release, 140-180 s under ASan: whole runs
+// in the Release pass only.
 TEST(PipelineRankBoundLarge, RanksThatFitWorkAtLeastTheirFloorsAndTheBoundRises) {
   int checked = 0;
   // Memory binds and they see it.  Each stage counts its own microbatches in flight (3 and 2
@@ -97,9 +97,10 @@ TEST(PipelineRankBoundLarge, RanksThatFitWorkAtLeastTheirFloorsAndTheBoundRises)
 }
 
 TEST(PipelineRankBoundLarge, ZeroBubbleFloorsCountTheGradientsHandedToW) {
-  // A zero-bubble rank also keeps the gradients each waiting W reads: priced in its floors.
+  // A zero-bubble rank also keeps the gradients each waiting W reads: priced in its floors,
+  // which lift the bound at the tighter share (0.35).
   int checked = 0;
-  check_floors(PipelineSchedule::kInterleavedZeroBubble, {0.45, 0.35}, checked);
+  EXPECT_TRUE(check_floors(PipelineSchedule::kInterleavedZeroBubble, {0.45, 0.35}, checked));
   EXPECT_GE(checked, 4);
 }
 
@@ -109,14 +110,6 @@ TEST(PipelineRankBoundLarge, OneStagePerRankGetsItsFloorsToo) {
   int checked = 0;
   EXPECT_TRUE(check_floors(PipelineSchedule::k1F1B, {0.45, 0.35}, checked, 1, 4));
   EXPECT_GE(checked, 8);
-}
-
-TEST(PipelineRankBoundLarge, ZeroBubbleFloorsAtOneShare) {
-  // The sanitizer pass's case: the zero-bubble floors (the hand-over priced too) at the
-  // tighter share, where the bound must rise.
-  int checked = 0;
-  EXPECT_TRUE(check_floors(PipelineSchedule::kInterleavedZeroBubble, {0.35}, checked));
-  EXPECT_GE(checked, 2);
 }
 
 TEST(PipelineRankBound, AFloorWithNothingHandedToWIsSolvedOnce) {

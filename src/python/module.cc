@@ -33,22 +33,13 @@ namespace autoshard::python {
 namespace {
 
 Mesh make_mesh(const std::vector<int64_t>& shape, const std::vector<std::string>& names,
-               const std::string& hardware, const std::string& backend, int gpus_per_node) {
-  Hardware hw;
-  if (auto p = hardware_preset(hardware)) {
-    hw = *p;
-  } else if (hardware.find(".json") != std::string::npos) {
-    hw = load_hardware_json(hardware);
-  } else {
-    throw std::invalid_argument(fmt::format("hardware: unknown preset '{}' (known: {})", hardware,
-                                            fmt::join(hardware_preset_names(), ", ")));
-  }
-  if (gpus_per_node > 0) hw.gpus_per_node = gpus_per_node;
-  CommBackend b;
-  if (backend == "nccl") b = CommBackend::kNccl;
-  else if (backend == "gloo") b = CommBackend::kGloo;
-  else throw std::invalid_argument(fmt::format("backend: expected nccl or gloo, got '{}'", backend));
-  return Mesh(shape, names, hw, b);
+               const std::string& hardware, const std::string& backend, int gpus_per_node, bool float8,
+               bool compile) {
+  KernelOptions kernels;
+  kernels.float8_linear = float8;
+  kernels.compiled = compile;
+  const Hardware hw = resolve_hardware(hardware, gpus_per_node, kernels, "");
+  return Mesh(shape, names, hw, parse_backend(backend, "backend"));
 }
 
 void bind_graph(py::module_& m) {
@@ -108,12 +99,22 @@ void bind_graph(py::module_& m) {
 void bind_mesh(py::module_& m) {
   py::class_<Mesh>(m, "Mesh", "A device mesh with its hardware (links, bandwidths, memory).")
       .def(py::init(&make_mesh), py::arg("shape"), py::arg("dim_names") = std::vector<std::string>{},
-           py::arg("hardware") = "h100", py::arg("backend") = "nccl", py::arg("gpus_per_node") = -1)
+           py::arg("hardware") = "h100", py::arg("backend") = "nccl", py::arg("gpus_per_node") = -1,
+           py::arg("float8") = false, py::arg("compile") = false,
+           "shape: devices per dim; hardware: a preset or a hardware JSON file; float8 and compile "
+           "price the kernels as torchao's Float8Linear and torch.compile run them (the CLI's "
+           "--float8 and --compile, docs/cost-model.md)")
       .def_property_readonly("shape", &Mesh::shape, "Devices per mesh dim, e.g. [2, 8].")
       .def_property_readonly("dim_names", &Mesh::names, "The mesh dims' names, e.g. ['dp', 'tp'].")
       .def_property_readonly(
           "hardware", [](const Mesh& mesh) { return mesh.hardware().name; },
           "The hardware's name (a preset such as h100, or a hardware file's `name`).")
+      .def_property_readonly(
+          "float8", [](const Mesh& mesh) { return mesh.hardware().kernels.float8_linear; },
+          "Whether the linear layers' matmuls are priced as Float8 (the float8 argument).")
+      .def_property_readonly(
+          "compile", [](const Mesh& mesh) { return mesh.hardware().kernels.compiled; },
+          "Whether memory-bound ops are priced as torch.compile fuses them (the compile argument).")
       .def_property_readonly("num_devices", &Mesh::num_devices, "The number of devices (the product of the shape).")
       .def_property_readonly("ndim", &Mesh::ndim, "The number of mesh dims.")
       .def("describe", &Mesh::describe)

@@ -45,6 +45,26 @@ def test_python_plan_equals_cli(core, cli_bin, llama2l_graph):
     assert opt.solution.objective_us == pytest.approx(cli["objective_us"], rel=1e-12)
 
 
+def test_mesh_kernel_options_equal_the_clis(core, cli_bin, llama2l_graph):
+    """Mesh(float8=True, compile=True) prices the kernels as `--float8 --compile` do."""
+    out = subprocess.run([cli_bin, "plan", "--graph", llama2l_graph, "--mesh", "2x4",
+                          "--mesh-dims", "dp,tp", "--float8", "--compile", "--json"],
+                         check=True, capture_output=True, text=True).stdout
+    cli = json.loads(out)
+    mesh = core.Mesh(*MESH, float8=True, compile=True)
+    assert (mesh.float8, mesh.compile) == (True, True)
+    fast = json.loads(core.plan_graph(llama2l_graph, mesh).summary_json())
+    for key in ("objective_us", "lower_bound_us", "peak_memory_bytes"):
+        assert fast[key] == cli[key], key
+    # The options change the prices (on this small LLaMA the Float8 casts cost more than the
+    # FP8 matmuls save), and the plain Mesh keeps the eager ones.
+    eager = core.plan_graph(llama2l_graph, core.Mesh(*MESH))
+    assert (eager.mesh.float8, eager.mesh.compile) == (False, False)
+    assert fast["objective_us"] != eager.solution.objective_us
+    with pytest.raises(ValueError, match="float8: hardware 'a100' has no FP8 tensor cores"):
+        core.Mesh([2], ["dp"], "a100", float8=True)
+
+
 def test_graph_errors_name_the_file(core, tmp_path):
     bad = tmp_path / "bad.graph.json"
     bad.write_text('{"format": "autoshard-graph", "version": 1, "nodes": [')
