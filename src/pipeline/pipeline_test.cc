@@ -528,20 +528,39 @@ TEST(PipelineMemory, RefitFitsTheRanksOwnCountsAndPartOfItsLimit) {
 }
 
 // Large: whole llama3-8b stages, 7 s here and 109 s under ASan (the Release pass only).
+/// llama3-8b interleaved (v = 2) on 4 x 8 pp,dp at 9 GiB, the plans at hand under the shares
+/// (no memory-limited solves: seconds, not a minute): the case of the two tests below.
+struct Interleaved9GiB {
+  Graph g = build_model("llama3-8b", ModelOptions{2, 4096, 16, {}});
+  Mesh mesh{{4, 8}, {"pp", "dp"}, h100()};
+  PipelineOptions po = interleaved_two(8);
+  PlannerOptions o;
+  Interleaved9GiB() {
+    po.solve_fitted = false;
+    o.memory_limit_bytes = int64_t{9} << 30;
+  }
+  PipelinePlan plan(bool rank_pattern, int32_t balance_moves) const {
+    PipelineOptions p = po;
+    p.rank_pattern = rank_pattern;
+    p.balance_moves = balance_moves;
+    return plan_pipeline(g, mesh, o, p);
+  }
+  /// Without the rank pattern, balance moves at their default: planned once for both tests.
+  static const PipelinePlan& without_pattern() {
+    static const PipelinePlan p = Interleaved9GiB().plan(false, PipelineOptions{}.balance_moves);
+    return p;
+  }
+};
+
 TEST(PipelineMemoryLarge, RankBalanceMovesLayersOffTheBusiestRank) {
   // Interleaved at 9 GiB, the refit recomputes on the ranks that hold the most in flight and
-  // leaves rank 0 the busiest: layers moved off it to its neighbours' stages shorten the step.
-  const Graph g = build_model("llama3-8b", ModelOptions{2, 4096, 16, {}});
-  const Mesh mesh({4, 8}, {"pp", "dp"}, h100());
-  PipelineOptions po = interleaved_two(8);
-  po.solve_fitted = false;  // the plans at hand under the shares: seconds, not a minute
-  po.rank_pattern = false;  // (with it, rank 0 is no longer the busiest here)
-  PlannerOptions o;
-  o.memory_limit_bytes = int64_t{9} << 30;
-  po.balance_moves = 0;
-  const PipelinePlan kept = plan_pipeline(g, mesh, o, po);
-  po.balance_moves = 16;
-  const PipelinePlan moved = plan_pipeline(g, mesh, o, po);
+  // leaves rank 0 the busiest: layers moved off it to its neighbours' stages shorten the step
+  // (without the rank pattern: with it, rank 0 is no longer the busiest here).
+  const Interleaved9GiB c;
+  const PipelinePlan kept = c.plan(false, 0);
+  const PipelinePlan& moved = Interleaved9GiB::without_pattern();
+  ASSERT_GT(PipelineOptions{}.balance_moves, 0);
+  const PlannerOptions& o = c.o;
   EXPECT_LT(moved.step_us, kept.step_us * (1 - 1e-3));
   EXPECT_NEAR(moved.step_us, stage_timeline(moved).makespan_us, 1e-9 * moved.step_us);
   EXPECT_LE(moved.lower_bound_us, moved.step_us);
@@ -581,16 +600,10 @@ TEST(PipelineMemoryLarge, TheRankPatternRefitsRanksFromAShardingMadeForARank) {
   // (planner/twin_views.h) the stage plans fit the ranks as well as the pattern does: 245.5
   // against 245.3 ms here, equal at 7.5-11 GiB.  What still holds: the pattern's plans fit every
   // rank, at most a hair from the plans without it.
-  const Graph g = build_model("llama3-8b", ModelOptions{2, 4096, 16, {}});
-  const Mesh mesh({4, 8}, {"pp", "dp"}, h100());
-  PipelineOptions po = interleaved_two(8);
-  po.solve_fitted = false;
-  PlannerOptions o;
-  o.memory_limit_bytes = int64_t{9} << 30;
-  po.rank_pattern = false;
-  const PipelinePlan off = plan_pipeline(g, mesh, o, po);
-  po.rank_pattern = true;
-  const PipelinePlan on = plan_pipeline(g, mesh, o, po);
+  const Interleaved9GiB c;
+  const PipelinePlan& off = Interleaved9GiB::without_pattern();
+  const PipelinePlan on = c.plan(true, PipelineOptions{}.balance_moves);
+  const PlannerOptions& o = c.o;
   EXPECT_DOUBLE_EQ(on.lower_bound_us, off.lower_bound_us);  // plans only
   EXPECT_LT(on.step_us, off.step_us * (1 + 2e-3));
   // Every rank fits; a rank holds one stage's passing work at a time (RankNeed), below the
