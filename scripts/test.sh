@@ -1,11 +1,9 @@
 #!/usr/bin/env bash
 # Sets up (Debian packages when root), builds every target in Release (g++) and with
 # AddressSanitizer + UndefinedBehaviorSanitizer (clang), runs every test in both builds, and
-# fuzzes every file loader for 20 s.  What CI runs; 16 min 38 s on 2 cores from a clean clone
-# with ccache off and pip's cache off (2026-12-05, idle; Debian packages already installed):
-# venv 0.6 min, Release build 2.3, Release tests 5.8 (the Python apply and tracer suites side by
-# side), sanitizer build 2.7, sanitizer tests 4.1, fuzzing 1.1.  The unity builds compile fast;
-# the tests are most of it.
+# fuzzes every file loader for 20 s.  What CI runs; its time from a clean clone, stage by stage,
+# is in docs/benchmarks.md ("Test command").  The tests are most of it: whole-model work runs in
+# the Release pass only, and the Python suites' ranks fork from a server that imported torch once.
 #
 # One clang build serves the sanitizer tests and the libFuzzer harnesses (its objects carry
 # libFuzzer's coverage instrumentation, which costs the tests little), and `pip install .`
