@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Sets up (Debian packages when root), builds every target in Release (g++) and with
 # AddressSanitizer + UndefinedBehaviorSanitizer (clang), runs every test in both builds, and
-# fuzzes every file loader for 20 s.  What CI runs; its time from a clean clone, stage by stage,
+# fuzzes every file loader for 10 s (a smoke run: scripts/fuzz.sh SECONDS fuzzes longer).  What CI runs; its time from a clean clone, stage by stage,
 # is in docs/benchmarks.md ("Test command").  The tests are most of it: whole-model work runs in
 # the Release pass only, and the Python suites' ranks fork from a server that imported torch once.
 #
@@ -50,6 +50,6 @@ stage "ASan/UBSan tests"
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=print_suppressions=0 \
   UBSAN_OPTIONS=print_stacktrace=1 GTEST_FILTER="-*Large.*" \
   ctest --output-on-failure -j"$jobs" -LE "slow|python")
-stage "Fuzzing: every loader's libFuzzer harness for 20 s"
-FUZZ_BUILD=build-asan scripts/fuzz.sh 20
+stage "Fuzzing: every loader's libFuzzer harness for 10 s"
+FUZZ_BUILD=build-asan scripts/fuzz.sh 10
 stage "done"

@@ -46,9 +46,12 @@ PlannerOptions no_limit() {
 Mesh mesh_2x2() { return Mesh({2, 2}, {"dp", "tp"}, *hardware_preset("h100")); }
 
 /// A two-layer GPT-2 on 2x2 with a pin and a parameter-memory constraint (shadow nodes and tie
-/// matrices), solved.
+/// matrices), solved under the additive objective: one solve instead of the overlap
+/// objective's several (KernelOptionsRoundTrip keeps an overlap-objective state).
 ShardingOptimizer solved_optimizer() {
-  ShardingOptimizer so(small_gpt2(), mesh_2x2(), no_limit());
+  PlannerOptions o = no_limit();
+  o.objective = Objective::kAdditive;
+  ShardingOptimizer so(small_gpt2(), mesh_2x2(), o);
   so.pin("transformer.wte.weight", parse_placements("RS(0)"));
   so.add_parameter_memory_constraint(0, 0.6);
   so.get_solution();
@@ -552,6 +555,7 @@ TEST(SolutionFile, ReusedWhenTheProblemMatches) {
   std::string path = dir + "/sol.json";
   std::filesystem::remove(path);
   PlannerOptions o = no_limit();
+  o.objective = Objective::kAdditive;  // one solve per plan: the file's reuse is what is tested
   o.ilp_solution_file = path;
   o.preload_solution = true;
   ShardingOptimizer first(small_gpt2(1), mesh_2x2(), o);

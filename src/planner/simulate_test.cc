@@ -376,7 +376,7 @@ int check_built_in_model(RecomputePolicy recompute) {
 
 TEST(Simulate, BuiltInModelIsConsistent) { EXPECT_EQ(check_built_in_model(RecomputePolicy::kNone), 0); }
 
-TEST(Simulate, BuiltInModelWithRecomputationIsConsistent) {
+TEST(SimulateLarge, BuiltInModelWithRecomputationIsConsistent) {
   check_built_in_model(RecomputePolicy::kSelective);
   check_built_in_model(RecomputePolicy::kFull);
   // FSDP + TP with every layer recomputed (70B layers, 4x8) gathers recomputed activations for the backward

@@ -102,7 +102,7 @@ TEST(TracedGraphs, EveryBuiltinModelOpHasARule) {
   for (const std::string& op : model_op_names()) EXPECT_TRUE(has_rule(op)) << op;
 }
 
-TEST(TracedGraphs, FixturesPlanToACheckedOptimum) {
+TEST(TracedGraphsLarge, FixturesPlanToACheckedOptimum) {
   for (const std::string& name : kFixtures) {
     SCOPED_TRACE(name);
     Graph g = fixture(name);

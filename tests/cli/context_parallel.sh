@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# ctest-label: slow
 # Context parallelism from the command line (issue 25): on a long sequence `plan --mesh-dims
 # cp,tp` splits attention's sequence over cp (ring or all-gather attention), placements.json
 # carries the "context_parallel" key of docs/pipeline-format.md (read back by --placements and
