@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Sets up (Debian packages when root), builds every target in Release (g++) and with
 # AddressSanitizer + UndefinedBehaviorSanitizer (clang), runs every test in both builds, and
-# fuzzes every file loader for 10 s (a smoke run: scripts/fuzz.sh SECONDS fuzzes longer).  What CI runs; its time from a clean clone, stage by stage,
-# is in docs/benchmarks.md ("Test command").  The tests are most of it: whole-model work runs in
-# the Release pass only, and the Python suites' ranks fork from a server that imported torch once.
+# fuzzes every file loader for 10 s (a smoke run: scripts/fuzz.sh SECONDS fuzzes longer).  What
+# CI runs; its time from a clean clone, stage by stage, is in docs/benchmarks.md ("Test
+# command").  The tests are most of it: whole-model work runs in the Release pass only, and the
+# Python suites' ranks fork from a server that imported torch once.
 #
 # One clang build serves the sanitizer tests and the libFuzzer harnesses (its objects carry
 # libFuzzer's coverage instrumentation, which costs the tests little), and `pip install .`

@@ -14,6 +14,7 @@ import _paths  # noqa: F401
 try:
     import torch
     import torch.fx
+    import _apply_worker as W
 except ImportError:  # pragma: no cover
     torch = None
 
@@ -131,8 +132,7 @@ class ShardMoves(unittest.TestCase):
             port = s.getsockname()[1]
         out = tempfile.mkdtemp(prefix="autoshard-moves-")
         try:
-            # forkserver: the ranks fork from a server that imported torch once (see
-            # _apply_worker._spawn_ranks), instead of each importing it again
+            W.forkserver_context()  # the ranks fork from the session's preloaded server
             mp.start_processes(_moves_rank, args=(port, out), nprocs=4, join=True,
                                start_method="forkserver")
             for rank in range(4):
