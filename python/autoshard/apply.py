@@ -41,7 +41,7 @@ from torch.distributed.tensor import DTensor, Replicate
 from .context_parallel import ContextParallelError, check_uncovered, planned_layout, run_node
 from .deferred_grads import defer_reductions
 from .inflight import in_flight_limit
-from .local import local_slice, redistribute
+from .local import local_slice, nested_view, redistribute
 from .lower import META_KEY, lower_step
 from .module import ShardedModule
 from .partition import partition
@@ -286,7 +286,9 @@ class StepRunner:
                         res = run_node(node.target, args, kwargs, self.mesh,
                                        plan.context_parallel, plan.outputs, name, head_tail)
                     else:
-                        res = _call(node.target, args, kwargs, device)  # DTensor's collectives
+                        res = nested_view(node.target, args, plan.outputs[0], self.mesh)
+                        if res is None:
+                            res = _call(node.target, args, kwargs, device)  # DTensor's collectives
                 except (RuntimeError, NotImplementedError) as e:  # e.g. an uneven shard
                     first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
                     raise PlanError(f"node {name} ({node.target}): cannot run at the planned "

@@ -57,7 +57,9 @@ def bucket_piece(out: torch.Tensor, group_size: int, kind: str, offset: int,
     numel = math.prod(shape)
     if kind == "all_gather":
         blocks = out.view(group_size, -1)[:, offset:offset + numel]
-        return blocks.reshape(group_size * shape[0], *shape[1:])
+        # contiguous, as an unbucketed gather's output is: the graph's later views rely on it
+        # (a [r, n] column block reshaped can be a view whose dims do not merge)
+        return blocks.reshape(group_size * shape[0], *shape[1:]).contiguous()
     if kind == "reduce_scatter":
         piece = out[offset // group_size:(offset + numel) // group_size]
         return piece.view(shape[0] // group_size, *shape[1:])

@@ -11,7 +11,7 @@ imports another only for them.
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import Any, Sequence
 
 import torch
 from torch.distributed.device_mesh import DeviceMesh
@@ -148,6 +148,57 @@ def _all_to_all(t: DTensor, mesh: DeviceMesh, placements: Sequence) -> "DTensor 
     if meta is not None:
         local = memory_order(local, meta.stride)
     return DTensor.from_local(local, mesh, dst, run_check=False, shape=t.shape, stride=t.stride())
+
+
+#: the reshape-type views of a traced ATen graph (flatten and unflatten become these)
+_RESHAPES = frozenset({"view", "_unsafe_view", "reshape"})
+
+
+def nested_cuts(src: Sequence, dst: Sequence) -> bool:
+    """Do two mesh dims cut one tensor dim on one side of a view and two dims on the other?
+    The planner's nested view rows (strategy/view_rules.cc, "Nested cuts"): [b, s, h] cut
+    S(0) over dp and S(1) over cp flattened to [b * s, h] cut S(0)S(0), or the split back."""
+    cuts = [(p.dim, q.dim) for p, q in zip(src, dst)
+            if type(p).__name__ == "Shard" and type(q).__name__ == "Shard"]
+    return any((a[0] == b[0]) != (a[1] == b[1]) for i, a in enumerate(cuts) for b in cuts[i + 1:])
+
+
+def nested_view(op: Any, args: Sequence, placements: Sequence, mesh: DeviceMesh) -> "DTensor | None":
+    """A reshape-type view with nested cuts (`nested_cuts`), run on this rank's shard: the
+    planner accepts such a view only where every rank's piece is one block of the flattened
+    positions on both sides, so the local view of the local shard is the output's shard.
+    DTensor 2.13 runs the flatten (as S(0) then _StridedShard(0, sf=1), which would then be
+    gathered to reach the planned S(0)S(0)) but not the split; the local view communicates
+    nothing, as the planner priced it.  None for any other op (DTensor runs it)."""
+    name = getattr(getattr(op, "overloadpacket", None), "__name__", "")
+    x = args[0] if args else None
+    if name not in _RESHAPES or not isinstance(x, DTensor) or placements is None:
+        return None
+    if not nested_cuts(x.placements, placements):
+        return None
+    shape = op(torch.empty(x.shape, dtype=x.dtype, device="meta"), *args[1:]).shape
+    local_shape = _chunked_shape(shape, mesh, placements)
+    local = x._local_tensor
+    if math.prod(local_shape) != local.numel():
+        raise ValueError(f"a view of {tuple(x.shape)} cut {list(x.placements)} to {tuple(shape)} "
+                         f"cut {list(placements)}: the pieces do not coincide")
+    out = op(local, list(local_shape))
+    return DTensor.from_local(out, mesh, list(placements), run_check=False, shape=shape,
+                              stride=contiguous_stride(shape))
+
+
+def _chunked_shape(shape: Sequence[int], mesh: DeviceMesh, placements: Sequence) -> list:
+    """This rank's piece of a tensor of `shape` under plain Shard/Replicate/Partial placements
+    (torch.chunk sizes, mesh dims left to right), from the mesh coordinate alone (DTensor's
+    compute_local_shape_and_global_offset also derives offsets, which make_fx cannot trace)."""
+    local = [int(s) for s in shape]
+    coord = mesh.get_coordinate()
+    for m, p in enumerate(placements):
+        if type(p).__name__ == "Shard":
+            d = p.dim % len(local)
+            piece = -(-local[d] // mesh.size(m))
+            local[d] = max(0, min(piece, local[d] - coord[m] * piece))
+    return local
 
 
 def _unmask(t: DTensor, placements: Sequence) -> DTensor:

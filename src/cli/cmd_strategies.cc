@@ -7,6 +7,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "planner/recipes.h"
 #include "cli/common.h"
 #include "strategy/strategy.h"
 
@@ -38,9 +39,11 @@ void run_strategies(const StrategiesArgs& a) {
     }
   }
   nlohmann::ordered_json out = nlohmann::ordered_json::object();
+  StrategyOptions so;  // the planner's (planner/problem_builder.cc prepare_nodes)
+  if (const MeshDimIdx cp = context_parallel_dim(mesh); cp >= 0) so.nested_view_dims = {cp};
   for (NodeIdx i : which) {
     const Node& n = g.node(i);
-    NodeStrategies ns = enumerate_strategies(g, i, mesh);
+    NodeStrategies ns = enumerate_strategies(g, i, mesh, so);
     nlohmann::ordered_json list = nlohmann::ordered_json::array();
     for (const Strategy& s : ns.strategies) {
       nlohmann::ordered_json e;

@@ -89,6 +89,15 @@ struct StrategyOptions {
   /// the planner does not enable it yet (issue 39), so plans and their strategy lists stay as
   /// they were.
   bool shard_orders = false;
+  /// Mesh dims that may cut a later dim of a flattened (or split) group of dims, nested inside
+  /// the mesh dims that cut the earlier ones (view_rules.cc, "Nested cuts").  The planner gives
+  /// the context-parallel dim (planner/recipes.h context_parallel_dim): its linear layers then
+  /// keep the sequence split, as torchtitan's local tensors do, instead of gathering it after
+  /// every matmul.  On other dims such a cut is a token split of the linear layers
+  /// (DeepSpeed-Ulysses-like), which widens every search: the overlap-aware and pipeline
+  /// searches then found plans 3-6 % slower on llama3-8b 8x8 and the 405B pipeline job, so it
+  /// is offered on the cp dim only.
+  std::vector<MeshDimIdx> nested_view_dims;
 };
 
 struct NodeStrategies {

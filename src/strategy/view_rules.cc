@@ -9,11 +9,21 @@
 /// runs with equal products; a 1:1 group maps directly; in a flatten/split group only the
 /// leftmost (non-1) input dim may stay sharded, landing on the first (non-1) output dim, and
 /// only when both sizes divide evenly by its number of shards (so the chunks coincide).
+/// Nested cuts (DTensor 2.13 runs the flatten, as S(d) then _StridedShard(d, sf=1), but not the
+/// split; the step runner runs both on the local shards, autoshard/apply.py): in a group of
+/// several input dims flattened into one (or one split into several), mesh dims may cut later
+/// dims of the group too, when in mesh order they cut the group's dims left to right and every
+/// dim they leave for a later one is cut to size 1 -- then each cut, outer to inner, halves
+/// (thirds, ...) one contiguous block of the group's row-major positions on both sides, so the
+/// pieces coincide.  [b, s, h] with b / dp = 1 cut S(0) over dp and S(1) over cp flattens to
+/// [b * s, h] cut S(0)S(0): the tokens of a context-parallel linear layer.  Only the mesh dims
+/// of StrategyOptions::nested_view_dims may cut a later dim so.
 /// transpose/t/permute permute dims; expand/repeat cannot shard broadcast or repeated dims;
 /// slice/split/cat/select/unbind never shard the dim they cut or join (a slice covering the
 /// whole dim is a plain view).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <numeric>
 
 #include "strategy/rule.h"
@@ -27,6 +37,12 @@ namespace {
 struct DimMap {
   std::vector<int32_t> to_out;
   std::vector<std::pair<int32_t, int32_t>> even;
+  /// Flatten groups (several input dims -> one output dim) and split groups (one -> several):
+  /// the non-1 dims of each side, left to right; nested rows and checks (file comment).
+  struct Group {
+    std::vector<int32_t> in, out;
+  };
+  std::vector<Group> nested;
 };
 
 DimMap identity(int64_t rank) {
@@ -59,7 +75,14 @@ DimMap reshape_map(const OpContext& c, const TensorMeta& in, const TensorMeta& o
       }
     }
     m.to_out[i0] = static_cast<int32_t>(o0);
-    if (i - i0 != 1 || o - o0 != 1) m.even.emplace_back(static_cast<int32_t>(i0), static_cast<int32_t>(o0));
+    if (i - i0 == 1 && o - o0 == 1) continue;
+    DimMap::Group grp;
+    for (size_t k = i0; k < i; ++k)
+      if (a[k] != 1) grp.in.push_back(static_cast<int32_t>(k));
+    for (size_t k = o0; k < o; ++k)
+      if (b[k] != 1) grp.out.push_back(static_cast<int32_t>(k));
+    if (grp.in.size() == 1 || grp.out.size() == 1) m.nested.push_back(std::move(grp));
+    else m.even.emplace_back(static_cast<int32_t>(i0), static_cast<int32_t>(o0));
   }
   return m;
 }
@@ -144,32 +167,65 @@ DimMap view_map(const OpContext& c) {
   return reshape_map(c, in, out);  // view, reshape, flatten, squeeze, unsqueeze, ...
 }
 
+/// Whether the mesh dims that cut `dims` (of sizes `shape`, shards read from `p`, one
+/// placement per mesh dim) cut them as one contiguous nest of the group's row-major positions:
+/// in mesh order left to right over `dims`, each dim left for a later one cut to size 1, the
+/// last one cut evenly; a later dim cut only by mesh dims in `nested`.
+bool nests(const std::vector<Placement>& p, const std::vector<int32_t>& dims, const std::vector<int64_t>& shape,
+           const Mesh& mesh, const std::vector<MeshDimIdx>& nested) {
+  size_t at = 0;      // position in `dims` of the dim being cut
+  int64_t cuts = 1;   // its shards so far
+  for (size_t md = 0; md < p.size(); ++md) {
+    if (!p[md].is_shard()) continue;
+    auto it = std::find(dims.begin(), dims.end(), p[md].dim);
+    if (it == dims.end()) continue;
+    const size_t pos = static_cast<size_t>(it - dims.begin());
+    if (pos < at) return false;
+    if (pos > 0 && std::find(nested.begin(), nested.end(), static_cast<MeshDimIdx>(md)) == nested.end())
+      return false;
+    if (pos > at) {
+      // the dim left must be cut to size 1, and no uncut dim may lie between
+      if (pos != at + 1 || cuts != shape[static_cast<size_t>(dims[at])]) return false;
+      at = pos;
+      cuts = 1;
+    }
+    cuts *= mesh.size(static_cast<int32_t>(md));
+  }
+  return shape[static_cast<size_t>(dims[at])] % cuts == 0;
+}
+
 RuleResult view_rule(const OpContext& c) {
   if (c.n_in() != 1 || c.n_out() < 1) c.fail("view ops take one tensor");
   DimMap m = view_map(c);
   RuleResult r;
   r.rows.push_back(c.replicated());
   r.rows.push_back(Row(c.n_out() + 1, Placement::partial(ReduceOp::kSum)));
-  for (size_t d = 0; d < m.to_out.size(); ++d) {
-    if (m.to_out[d] < 0) continue;
-    Row row(c.n_out() + 1, Placement::shard(m.to_out[d]));
-    row[c.in_slot(0)] = Placement::shard(static_cast<int32_t>(d));
+  auto add = [&](int32_t out_dim, int32_t in_dim) {
+    Row row(c.n_out() + 1, Placement::shard(out_dim));
+    row[c.in_slot(0)] = Placement::shard(in_dim);
     r.rows.push_back(std::move(row));
+  };
+  for (size_t d = 0; d < m.to_out.size(); ++d)
+    if (m.to_out[d] >= 0) add(m.to_out[d], static_cast<int32_t>(d));
+  const std::vector<MeshDimIdx>& may_nest = c.opt.nested_view_dims;
+  for (const DimMap::Group& grp : may_nest.empty() ? std::vector<DimMap::Group>{} : m.nested) {
+    for (size_t k = 1; k < grp.in.size(); ++k) add(grp.out[0], grp.in[k]);  // later dims of a flatten
+    for (size_t k = 1; k < grp.out.size(); ++k) add(grp.out[k], grp.in[0]);  // of a split
   }
-  if (!m.even.empty()) {
-    const Mesh* mesh = &c.mesh;
-    std::vector<int64_t> a = c.in[0].shape, b = c.out(0).shape;
-    auto even = m.even;
-    size_t slot = c.in_slot(0);
-    r.accept = [mesh, a, b, even, slot](const Combo& combo) {
-      for (auto [i, o] : even) {
-        int64_t n = shards_of(combo[slot], i, *mesh);
-        if (n > 1 && (a[static_cast<size_t>(i)] % n != 0 || b[static_cast<size_t>(o)] % n != 0))
-          return false;
-      }
-      return true;
-    };
-  }
+  if (m.even.empty() && m.nested.empty()) return r;
+  const Mesh* mesh = &c.mesh;
+  std::vector<int64_t> a = c.in[0].shape, b = c.out(0).shape;
+  const size_t slot = c.in_slot(0);
+  r.accept = [mesh, a, b, even = m.even, nested = m.nested, slot, may_nest](const Combo& combo) {
+    for (auto [i, o] : even) {
+      int64_t n = shards_of(combo[slot], i, *mesh);
+      if (n > 1 && (a[static_cast<size_t>(i)] % n != 0 || b[static_cast<size_t>(o)] % n != 0)) return false;
+    }
+    for (const DimMap::Group& grp : nested)
+      if (!nests(combo[slot], grp.in, a, *mesh, may_nest) || !nests(combo[0], grp.out, b, *mesh, may_nest))
+        return false;
+    return true;
+  };
   return r;
 }
 

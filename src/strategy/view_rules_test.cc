@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <gtest/gtest.h>
 
 #include "strategy/test_util.h"
@@ -50,6 +51,56 @@ TEST(View, FlattenOnTwoDimMesh) {
   NodeIdx m = g2.add_op("v", "view", {b}, T({16, 16}));
   V got2 = names(g2, m, mesh2());
   EXPECT_EQ(got2.size(), 15u);  // S(0)S(0) needs 4 rows of dim 0, which has 2
+  StrategyOptions nest;
+  nest.nested_view_dims = {1};
+  V got3 = names(g2, m, mesh2(), nest);
+  EXPECT_EQ(got3.size(), 16u);  // ... or tp nested in dp
+  EXPECT_EQ(std::count(got3.begin(), got3.end(), "S(0)S(0) <- S(0)S(0)"), 0);
+  EXPECT_EQ(std::count(got3.begin(), got3.end(), "S(0)S(0) <- S(0)S(1)"), 1);
+}
+
+// One sequence per dp rank, its tokens cut over cp: the flatten of a context-parallel linear
+// layer keeps both cuts, and its split back restores them (view_rules.cc, "Nested cuts").
+TEST(View, NestedFlattenAndSplitKeepBothCuts) {
+  const Mesh dp_cp({2, 4}, {"dp", "cp"}, *hardware_preset("h100"));
+  StrategyOptions o;
+  o.nested_view_dims = {1};
+  auto names = [&](const Graph& gr, NodeIdx n, const Mesh& m) { return testing::names(gr, n, m, o); };
+  Graph g;
+  auto a = input(g, {2, 16, 8});
+  NodeIdx flat = g.add_op("f", "view", {a}, T({32, 8}));
+  auto f = names(g, flat, dp_cp);
+  EXPECT_EQ(std::count(f.begin(), f.end(), "S(0)S(0) <- S(0)S(1)"), 1);
+  EXPECT_EQ(std::count(f.begin(), f.end(), "S(0)S(0) <- S(1)S(0)"), 0);  // cp outside dp
+  EXPECT_EQ(std::count(f.begin(), f.end(), "S(0)S(0) <- S(0)S(0)"), 0);  // 2 rows, 8 cuts
+  Graph g2;
+  auto b = input(g2, {32, 8});
+  NodeIdx split = g2.add_op("s", "_unsafe_view", {b}, T({2, 16, 8}));
+  auto s = names(g2, split, dp_cp);
+  EXPECT_EQ(std::count(s.begin(), s.end(), "S(0)S(1) <- S(0)S(0)"), 1);
+  EXPECT_EQ(std::count(s.begin(), s.end(), "S(1)S(0) <- S(0)S(0)"), 0);
+  EXPECT_EQ(std::count(s.begin(), s.end(), "S(1)S(1) <- S(0)S(0)"), 0);  // 2 blocks a rank
+  // Two sequences per dp rank: a dp rank's 2 x 4 tokens are not one block of [b * s].
+  Graph g3;
+  auto c = input(g3, {4, 16, 8});
+  NodeIdx flat3 = g3.add_op("f", "view", {c}, T({64, 8}));
+  auto f3 = names(g3, flat3, dp_cp);
+  EXPECT_EQ(std::count(f3.begin(), f3.end(), "S(0)S(0) <- S(0)S(1)"), 0);
+  // A dim between the cut ones that nobody cuts breaks the block, size-1 dims do not.
+  Graph g4;
+  auto d = input(g4, {2, 3, 16, 8});
+  NodeIdx flat4 = g4.add_op("f", "view", {d}, T({96, 8}));
+  auto f4 = names(g4, flat4, dp_cp);
+  EXPECT_EQ(std::count(f4.begin(), f4.end(), "S(0)S(0) <- S(0)S(2)"), 0);
+  Graph g5;
+  auto e = input(g5, {2, 1, 16, 8});
+  NodeIdx flat5 = g5.add_op("f", "view", {e}, T({32, 8}));
+  auto f5 = names(g5, flat5, dp_cp);
+  EXPECT_EQ(std::count(f5.begin(), f5.end(), "S(0)S(0) <- S(0)S(2)"), 1);
+  // Only the listed mesh dims nest: cp here, not dp.
+  o.nested_view_dims = {0};
+  auto off = names(g, flat, dp_cp);
+  EXPECT_EQ(std::count(off.begin(), off.end(), "S(0)S(0) <- S(0)S(1)"), 0);
 }
 
 TEST(View, TransposePermuteT) {

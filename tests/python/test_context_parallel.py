@@ -18,6 +18,12 @@ attention nodes: ring -> one P2P exchange per forward and per backward node; all
 2 all-gathers per forward, 2 all-gathers + 2 reduce-scatters per backward, on the cp dim, and
 every collective of the step must match the plan's edges plus that exchange (count and bytes
 per edge and per type).
+
+Nested views (4 processes, mesh [2, 2] dims "dp", "cp"): the same LLaMA with one sequence per
+dp rank, its sequence cut over cp: the linear layers' flatten of [B, S, D] cut S(0)S(1) to
+[B * S, D] cut S(0)S(0), and the split back, keep both cuts (strategy/view_rules.cc, "Nested
+cuts") and run on the local shards (autoshard.local.nested_view): same numerics, no
+mismatch, and every collective the plan's.
 """
 import functools
 import os
@@ -188,6 +194,41 @@ class ContextParallelRuns(unittest.TestCase):
                                  f"{where}: per-edge collectives (issued vs planned)")
                 self.assertEqual(res["issued"], {f"{k[0]}|{k[1]}": v
                                                  for k, v in planned.items()}, where)
+
+    def test_nested_views_keep_the_sequence_cut(self):
+        from autoshard.local import nested_cuts
+        from autoshard.placements import to_dtensor
+
+        traced, graph = W.trace("llama_b2")
+        tmp = tempfile.mkdtemp(prefix="autoshard-cp-nested-")
+        try:
+            pins = ["tokens=S(0)S(1)", "target=S(0)S(1)", "rope_cos=RS(0)", "rope_sin=RS(0)"]
+            doc = W.plan(self.binary, graph, [2, 2], ["dp", "cp"], pins, tmp)
+            views = {n["name"] for n in graph["nodes"]
+                     if n.get("op", "").split(".")[0] in ("view", "_unsafe_view", "reshape")}
+            nested = []
+            for name in sorted(views):
+                e = doc["placements"][name]
+                src, dst = to_dtensor(e["inputs"][0]), to_dtensor(e["output"])
+                if nested_cuts(src, dst):
+                    nested.append(name)
+            self.assertGreaterEqual(len(nested), 4, "the linear layers' flattens and splits")
+            jobs = [{"name": "nested", "model": "llama_b2", "placements": doc}]
+            per_rank = W.launch(4, [2, 2], ["dp", "cp"], functools.partial(C.run_cp, jobs=jobs),
+                                tmp, TIMEOUT_S)
+            planned, planned_edges = planned_collectives(self.binary, graph, doc, [2, 2])
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        for rank, results in enumerate(per_rank):
+            res = results[0]
+            where = f"rank {rank}"
+            W.check_job(self, res, where, TOL)
+            self.assertEqual(res["mismatches"], [], where)
+            issued = {k: [tuple(x) for x in v] for k, v in res["issued_edges"].items()
+                      if v and not k.startswith("loss")}
+            self.assertEqual(issued, {k: v for k, v in planned_edges.items() if v}, where)
+            for name in nested:
+                self.assertNotIn(f"{name}:0", issued, f"{where}: {name} communicates")
 
 
 if __name__ == "__main__":

@@ -323,6 +323,19 @@ class Buckets(unittest.TestCase):
         self.assertEqual(merge_buckets(g, self._schedule([0, 0, 0, 0])), 0)
         self.assertEqual(_order(g).count("all_gather_into_tensor"), 4)
 
+    def test_a_gathered_piece_is_contiguous_as_an_unbucketed_gather(self):
+        from autoshard.buckets import bucket_flat, bucket_piece
+
+        # two members gathered over 2 ranks: rank r's block holds r's shard of each, end to end
+        a = [torch.arange(8.0).view(1, 4, 2) + 100 * r for r in range(2)]
+        b = [torch.arange(6.0).view(3, 2) + 1000 * r for r in range(2)]
+        out = torch.cat([bucket_flat(2, "all_gather", a[r], b[r]) for r in range(2)])
+        piece = bucket_piece(out, 2, "all_gather", 0, (1, 4, 2))
+        self.assertTrue(torch.equal(piece, torch.cat(a)))
+        self.assertTrue(piece.is_contiguous())
+        piece.view(8, 2)  # a view merging the gathered dim, as the graph's views do
+        self.assertTrue(torch.equal(bucket_piece(out, 2, "all_gather", 8, (3, 2)), torch.cat(b)))
+
 
 if __name__ == "__main__":
     unittest.main()
