@@ -95,6 +95,7 @@ def rows() -> list[Row]:
             ["--model", "llama3-70b", "--seq", "8192", "--mesh", "32x8", "--mesh-dims", "dp,tp",
              "--batch", "512", "--algo", "fsdp+tp", "--recompute", "full",
              "--hardware", "h100-500w", "--memory-limit", "0", "--compile", "--float8"], 71.9, True),
+    ] + table2_rows() + [
         Row("llama3-8b, 16x8, AutoParallel's plan", AP_481, "389.6 ms avg (379.3 min)", 389.6,
             ap + ["--algo", "alpa"], 8.06),
         Row("llama3-8b, 16x8, torchtitan FSDP+TP", AP_481, "414.1 ms avg (366.2 min)", 414.1,
@@ -108,6 +109,28 @@ def rows() -> list[Row]:
         Row("llama3-8b, 16x8, torchtitan FSDP+TP", AP_481, "414.1 ms avg (366.2 min)", 414.1,
             ap + ["--algo", "fsdp+tp", "--hardware", "h100-500w"], 9.43),
     ]
+
+
+def table2_rows() -> list[Row]:
+    """Table 2: llama3-8b on 8 GPUs, FSDP x CP with the sequence growing with CP (local batch 1,
+    full recomputation, compiled + Float8; tps counts the CP degree as non-data-parallel).  The
+    context-parallel rows of the 405B pipeline table (bench/pipeline_fidelity.py) without
+    pipeline or TP: how the simulator's CP attention compares with torch's at each degree."""
+    out = []
+    for fsdp, cp, seq, tps, mem in ((8, 1, 32768, 3890, 83.9), (4, 2, 65536, 2540, 84.2),
+                                    (2, 4, 131072, 1071, 84.0), (1, 8, 262144, 548, 84.5)):
+        if cp == 1:
+            mesh = ["--mesh", "8", "--mesh-dims", "dp", "--algo", "fsdp"]
+        elif fsdp == 1:
+            mesh = ["--mesh", "8", "--mesh-dims", "cp", "--algo", "cp+fsdp"]
+        else:
+            mesh = ["--mesh", f"{fsdp}x{cp}", "--mesh-dims", "dp,cp", "--algo", "cp+fsdp"]
+        out.append(Row(f"llama3-8b, 8 GPUs, FSDP {fsdp} x CP {cp}, seq {seq}, compiled + Float8",
+                       TT_2412 + " Table 2", f"{tps:,} tok/s/GPU", tt_step_ms(tps, 1, seq, cp),
+                       ["--model", "llama3-8b", "--seq", str(seq), "--batch", str(fsdp)] + mesh +
+                       ["--recompute", "full", "--hardware", "h100-500w", "--memory-limit", "0",
+                        "--compile", "--float8"], mem, True))
+    return out
 
 
 def simulate(binary: str, args: list[str]) -> dict:

@@ -17,7 +17,9 @@ An interpreter walks that graph: before each op it redistributes every tensor in
 spec the plan chose for that input (DTensor issues the collective), runs the op on DTensors
 (DTensor's sharding propagation then finds the planned strategy, whose inputs match exactly),
 and checks that the output came out at the planned placement (a mismatch is redistributed
-and counted in `StepRunner.mismatches`).  The graph's gradient outputs are redistributed to
+and counted in `StepRunner.mismatches`).  A view with nested cuts (a context-parallel linear
+layer's [b, s, h] <-> [b * s, h], strategy/view_rules.cc) runs on the local shard instead
+(`autoshard.local.nested_view`): DTensor would gather what the plan keeps split.  The graph's gradient outputs are redistributed to
 their parameter's placement (the plan's parameter <- gradient edge) and handed to autograd,
 so `loss.backward()` fills `p.grad` with DTensors laid out like `p`.
 
