@@ -85,14 +85,9 @@ def make_rotary(table: str = "buffer"):
                       max_seq_len=8)
     model = ComplexRotaryTransformer(cfg, table)
     g = torch.Generator().manual_seed(1)
-    tokens = torch.randint(0, 64, (batch, 8), generator=g)
-    labels = torch.randint(0, 64, (batch, 8), generator=g)
+    tokens = torch.randint(0, 64, (4, 8), generator=g)
+    labels = torch.randint(0, 64, (4, 8), generator=g)
     return model, (tokens,), (labels,), cross_entropy_loss
-
-
-def make_llama_b2():
-    """The LLaMA with one sequence per rank of a 2-way dp dim (context_parallel's nested views)."""
-    return make_llama(2)
 
 
 def make_rotary_polar():
@@ -156,7 +151,8 @@ def make_weight_norm_upsample():
     return model, (x,), (y,), squared_error
 
 
-#: Models of test_apply_conv_rnn.py, kept out of MODELS (test_apply.py plans every one there).
+#: Models of test_apply_conv_rnn.py and test_context_parallel.py, kept out of MODELS (test_apply.py
+#: plans every one there).
 EXTRA_MODELS = {"llama_b2": make_llama_b2, "group_norm": make_group_norm, "lstm": make_lstm,
                 "weight_norm_upsample": make_weight_norm_upsample}
 
