@@ -176,7 +176,7 @@ def nested_view(op: Any, args: Sequence, placements: Sequence, mesh: DeviceMesh)
         return None
     if not nested_cuts(x.placements, placements):
         return None
-    shape = op(torch.empty(x.shape, dtype=x.dtype, device="meta"), *args[1:]).shape
+    shape = _view_shape(x.numel(), args[1])
     local_shape = _chunked_shape(shape, mesh, placements)
     local = x._local_tensor
     if math.prod(local_shape) != local.numel():
@@ -185,6 +185,16 @@ def nested_view(op: Any, args: Sequence, placements: Sequence, mesh: DeviceMesh)
     out = op(local, list(local_shape))
     return DTensor.from_local(out, mesh, list(placements), run_check=False, shape=shape,
                               stride=contiguous_stride(shape))
+
+
+def _view_shape(numel: int, size: Sequence[int]) -> torch.Size:
+    """The global shape a view to `size` gives a tensor of `numel` elements (one -1 inferred);
+    computed, not run, so that nothing of it enters a graph being traced."""
+    size = [int(s) for s in size]
+    if -1 in size:
+        known = math.prod(s for s in size if s != -1)
+        size[size.index(-1)] = numel // known if known else 0
+    return torch.Size(size)
 
 
 def _chunked_shape(shape: Sequence[int], mesh: DeviceMesh, placements: Sequence) -> list:

@@ -208,9 +208,11 @@ RuleResult view_rule(const OpContext& c) {
   for (size_t d = 0; d < m.to_out.size(); ++d)
     if (m.to_out[d] >= 0) add(m.to_out[d], static_cast<int32_t>(d));
   const std::vector<MeshDimIdx>& may_nest = c.opt.nested_view_dims;
-  for (const DimMap::Group& grp : may_nest.empty() ? std::vector<DimMap::Group>{} : m.nested) {
-    for (size_t k = 1; k < grp.in.size(); ++k) add(grp.out[0], grp.in[k]);  // later dims of a flatten
-    for (size_t k = 1; k < grp.out.size(); ++k) add(grp.out[k], grp.in[0]);  // of a split
+  if (!may_nest.empty()) {
+    for (const DimMap::Group& grp : m.nested) {
+      for (size_t k = 1; k < grp.in.size(); ++k) add(grp.out[0], grp.in[k]);  // later dims of a flatten
+      for (size_t k = 1; k < grp.out.size(); ++k) add(grp.out[k], grp.in[0]);  // of a split
+    }
   }
   if (m.even.empty() && m.nested.empty()) return r;
   const Mesh* mesh = &c.mesh;
