@@ -19,9 +19,10 @@ spec the plan chose for that input (DTensor issues the collective), runs the op 
 and checks that the output came out at the planned placement (a mismatch is redistributed
 and counted in `StepRunner.mismatches`).  A view with nested cuts (a context-parallel linear
 layer's [b, s, h] <-> [b * s, h], strategy/view_rules.cc) runs on the local shard instead
-(`autoshard.local.nested_view`): DTensor would gather what the plan keeps split.  The graph's gradient outputs are redistributed to
-their parameter's placement (the plan's parameter <- gradient edge) and handed to autograd,
-so `loss.backward()` fills `p.grad` with DTensors laid out like `p`.
+(`autoshard.local.nested_view`): DTensor would gather what the plan keeps split.  The graph's
+gradient outputs are redistributed to their parameter's placement (the plan's parameter <-
+gradient edge) and handed to autograd, so `loss.backward()` fills `p.grad` with DTensors laid
+out like `p`.
 
 Inputs are each rank's local shards, as a per-rank data loader reads them (`input_slices()`
 says which part of the global batch; `shard_inputs(*full)` cuts them from full tensors).

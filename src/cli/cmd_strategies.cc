@@ -40,7 +40,7 @@ void run_strategies(const StrategiesArgs& a) {
   }
   nlohmann::ordered_json out = nlohmann::ordered_json::object();
   StrategyOptions so;  // the planner's (planner/problem_builder.cc prepare_nodes)
-  if (const MeshDimIdx cp = context_parallel_dim(mesh); cp >= 0) so.nested_view_dims = {cp};
+  so.nested_view_dims = nested_view_dims(mesh);
   for (NodeIdx i : which) {
     const Node& n = g.node(i);
     NodeStrategies ns = enumerate_strategies(g, i, mesh, so);

@@ -223,8 +223,7 @@ void ProblemBuild::prepare_nodes() {
   sopt.context_parallel = opt.context_parallel;
   sopt.shard_orders = opt.shard_orders;
   // The sequence split of context parallelism kept through the linear layers' views.
-  if (const MeshDimIdx cp = context_parallel_dim(mesh); cp >= 0 && opt.context_parallel)
-    sopt.nested_view_dims = {cp};
+  if (opt.context_parallel) sopt.nested_view_dims = nested_view_dims(mesh);
   // Ordered variants on the parameters' chains only (strategy/shard_orders.h).
   chain = opt.shard_orders ? parameter_chain_nodes(g) : std::vector<char>(static_cast<size_t>(g.size()), 0);
   sopt_plain = sopt;

@@ -187,6 +187,11 @@ MeshDimIdx context_parallel_dim(const Mesh& mesh) {
   return -1;
 }
 
+std::vector<MeshDimIdx> nested_view_dims(const Mesh& mesh) {
+  const MeshDimIdx cp = context_parallel_dim(mesh);
+  return cp >= 0 ? std::vector<MeshDimIdx>{cp} : std::vector<MeshDimIdx>{};
+}
+
 std::string recipe_help() {
   return "alpa (the optimum), ddp (parameters replicated, batch split on every dim), fsdp "
          "(ZeRO-3: parameters sharded on every dim, gathered for use), megatron (TP column/row "

@@ -56,6 +56,9 @@ std::vector<Recipe> recipes_for(const Graph& g, const Mesh& mesh);
 
 /// The mesh dim used for context parallelism: the one named cp/context; -1 when none.
 MeshDimIdx context_parallel_dim(const Mesh& mesh);
+/// StrategyOptions::nested_view_dims for `mesh`: its context-parallel dim, or none.  One place
+/// for the planner and `strategies`, so that both list the same strategies.
+std::vector<MeshDimIdx> nested_view_dims(const Mesh& mesh);
 /// One line per recipe for --help texts.
 std::string recipe_help();
 
