@@ -18,6 +18,7 @@
 #include "pipeline/pipeline_layout.h"
 #include "pipeline/pipeline_solve.h"
 #include "pipeline/pipeline_timeline.h"
+#include "pipeline/pipeline_variant.h"
 #include "planner/sharding_optimizer.h"
 
 namespace autoshard {
@@ -379,10 +380,8 @@ struct SearchResult {
 /// With v > 1 a stage's budget is a share of its rank's memory, which can force recomputation
 /// on a split whose ranks would fit the limit without it, or a dearer split whose stages fit
 /// theirs: the memory-free split is a candidate too, kept only where its assembled ranks fit
-/// (never re-planned).  Its bound is no bound under the limit: not counted.  `cutoff`: a step
-/// found elsewhere (the other parameter-gathering variant's): layouts whose bound reaches it
-/// are not searched, as those that reach the best step found here.
-SearchResult search_layouts(Search& S, const std::vector<Layout>& layouts, PipelinePlan& pl, double cutoff) {
+/// (never re-planned).  Its bound is no bound under the limit: not counted.
+SearchResult search_layouts(Search& S, const std::vector<Layout>& layouts, PipelinePlan& pl) {
   const PipelineOptions& popt = S.popt;
   PipelineProgressTracker& progress = S.solver.builder().progress();
   std::optional<RankPricing> pricing;
@@ -391,7 +390,7 @@ SearchResult search_layouts(Search& S, const std::vector<Layout>& layouts, Pipel
     return *pricing;
   };
   SearchResult r;
-  double best_step = cutoff;
+  double best_step = kPipeInf;
   for (const Layout& l : layouts) {
     progress.searching(fmt::format("{}{}", schedule_name(l.schedule), l.v > 1 ? fmt::format(" v={}", l.v) : ""));
     const Evaluated e = popt.fixed_layers.empty() ? search_split(S, l, best_step, priced) : fixed_split(S, l);
@@ -408,7 +407,7 @@ SearchResult search_layouts(Search& S, const std::vector<Layout>& layouts, Pipel
     if (l.v == 1) continue;
     Layout unlimited = l;
     unlimited.limit = 0;
-    const Evaluated e = search_split(S, unlimited, cutoff, priced);
+    const Evaluated e = search_split(S, unlimited, kPipeInf, priced);
     if (!e.layers.empty() && std::isfinite(e.step_us)) r.cands.push_back({e, unlimited, l.schedule, l.v});
   }
   return r;
@@ -440,16 +439,6 @@ PipelinePlan plan_head(const Search& S, const PlannerOptions& opt) {
   return pl;
 }
 
-/// One parameter-gathering variant's plan, and whether memory cost its search anything.
-struct VariantPlan {
-  PipelinePlan plan;
-  /// Memory shaped the plan or its bound: a stage plan was fitted to a budget, a rank's work was
-  /// priced (rank floors), the ranks do not fit, or a stage's plan costs more than its kind's
-  /// memory-free plan (a rank refit recomputes).  false: the plan and its bound are the
-  /// memory-free search's.
-  bool memory_bound = true;
-};
-
 /// Whether memory shaped `pl` or its bound (VariantPlan::memory_bound).
 bool memory_bound(Search& S, const PipelinePlan& pl) {
   if (!S.solver.catalog().of(StagePlanUse::kFitted).empty() || S.solver.has_priced_floors() || !ranks_fit(pl))
@@ -460,10 +449,10 @@ bool memory_bound(Search& S, const PipelinePlan& pl) {
   return false;
 }
 
-/// plan_pipeline with the stages' parameters gathered as popt.params_gathered_once says;
-/// `cutoff`: search_layouts'.
-VariantPlan plan_with_gather(const Graph& g, const Mesh& mesh, const PlannerOptions& opt, const PipelineOptions& popt,
-                             double cutoff = kPipeInf) {
+}  // namespace
+
+VariantPlan pipeline_detail::plan_with_gather(const Graph& g, const Mesh& mesh, const PlannerOptions& opt,
+                                             const PipelineOptions& popt) {
   const auto t0 = std::chrono::steady_clock::now();
   const int32_t pp = pp_dim_of(mesh);
   if (pp < 0) throw std::invalid_argument("pipeline: the mesh has no dim named pp");
@@ -480,7 +469,7 @@ VariantPlan plan_with_gather(const Graph& g, const Mesh& mesh, const PlannerOpti
   std::vector<Layout> layouts;
   for (const auto& [s, v] : schedules_to_try(popt, S.P, S.L))
     layouts.push_back(layout_of(s, S.P, S.L, v, pl.M, pl.memory_limit_bytes));
-  const SearchResult found = search_layouts(S, layouts, pl, cutoff);
+  const SearchResult found = search_layouts(S, layouts, pl);
   if (found.cands.empty()) throw std::runtime_error(no_fit_message(S, pl));
   const std::string no_fit = found.planned ? std::string() : no_fit_message(S, pl);
   if (pl.memory_limit_bytes > 0 && popt.refit_ranks && popt.rank_pattern && !popt.stage_hook)
@@ -499,64 +488,6 @@ VariantPlan plan_with_gather(const Graph& g, const Mesh& mesh, const PlannerOpti
   pl.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const bool bound = memory_bound(S, pl);
   return {std::move(pl), bound};
-}
-
-/// a is preferred to b: it fits where b does not, else it is faster (ties: a).
-bool preferred(const PipelinePlan& a, const PipelinePlan& b) {
-  const bool fa = pipeline_detail::ranks_fit(a), fb = pipeline_detail::ranks_fit(b);
-  if (fa != fb) return fa;
-  return a.step_us <= b.step_us;
-}
-
-/// popt with the parameters gathered once or per use, the planner's choice off.
-PipelineOptions gathered(const PipelineOptions& popt, bool once) {
-  PipelineOptions o = popt;
-  o.params_gathered_once = once;
-  o.choose_params_gathered_once = false;
-  return o;
-}
-
-}  // namespace
-
-PipelinePlan plan_pipeline(const Graph& g, const Mesh& mesh, const PlannerOptions& opt,
-                           const PipelineOptions& popt) {
-  if (!popt.choose_params_gathered_once) return plan_with_gather(g, mesh, opt, popt).plan;
-  // Gathered once first.  Its costs are per use's with the parameter gathers weighted 1 / M
-  // (planner/problem_builder.cc scale_once_per_step), so for every stage its optimum is no
-  // above per use's and only memory (the gathered copies) can make per use faster.  Where
-  // memory cost its search nothing (VariantPlan::memory_bound), per use is not planned: its
-  // stages cannot beat these, and this bound, made of memory-free stage bounds only, holds for
-  // per use's plans too.  Else per use is planned, its layouts cut where their bound reaches
-  // this plan's step when that fits (they cannot win), and the one whose ranks fit is kept,
-  // the faster where both do (per use on a tie).  Deterministic: one variant after the other.
-  std::optional<VariantPlan> once;
-  try {
-    once = plan_with_gather(g, mesh, opt, gathered(popt, true));
-  } catch (const std::runtime_error&) {  // no plan of this variant: per use's
-  }
-  if (once && !once->memory_bound) return std::move(once->plan);
-  const double cutoff = once && ranks_fit(once->plan) ? std::nextafter(once->plan.step_us, kPipeInf) : kPipeInf;
-  std::optional<PipelinePlan> per_use;
-  try {
-    per_use = plan_with_gather(g, mesh, opt, gathered(popt, false), cutoff).plan;
-  } catch (const std::runtime_error&) {
-    if (!once) throw;  // neither variant has a plan: per use's reason, as before
-  }
-  if (!per_use) return std::move(once->plan);
-  if (!once) return std::move(*per_use);
-  // Each variant's bound holds for its plans (a pruned layout's bound reaches the other's
-  // step): the lesser holds for both.
-  const double lower = std::min(per_use->lower_bound_us, once->plan.lower_bound_us);
-  const double seconds = per_use->seconds + once->plan.seconds;
-  const int32_t solves = per_use->intra_op_solves + once->plan.intra_op_solves;
-  const int32_t stopped = per_use->clock_stopped_solves + once->plan.clock_stopped_solves;
-  PipelinePlan best = preferred(*per_use, once->plan) ? std::move(*per_use) : std::move(once->plan);
-  best.lower_bound_us = std::min(lower, best.step_us);
-  best.gap = best.step_us > 0 ? (best.step_us - best.lower_bound_us) / best.step_us : 0;
-  best.seconds = seconds;
-  best.intra_op_solves = solves;
-  best.clock_stopped_solves = stopped;
-  return best;
 }
 
 }  // namespace autoshard

@@ -138,11 +138,16 @@ struct PipelineOptions {
   bool params_gathered_once = false;
   /// Gathered once or per use is the planner's decision (params_gathered_once ignored):
   /// plan_pipeline plans gathered once, and per use only where memory shaped that plan (per
-  /// use is never faster otherwise, pipeline.cc), its layouts cut at that plan's step; it keeps
-  /// the one whose ranks fit, the faster where both do (per use on a tie).
+  /// use is never faster otherwise, pipeline.cc), on a thread of its own from the moment the
+  /// once plan's search first prices memory; it keeps the one whose ranks fit, the faster
+  /// where both do (per use on a tie).
   bool choose_params_gathered_once = false;
   /// Progress reports (pipeline/pipeline_progress.h), from any thread, one at a time.
   PipelineProgressFn on_progress;
+  /// Called once, from any of the search's threads, when the search first prices memory (a
+  /// rank's priced floors, or a stage plan fitted to a budget): from then on memory shapes the
+  /// plan (plan_pipeline's other parameter-gathering variant starts then).
+  std::function<void()> on_memory_priced;
 };
 
 /// torchtitan's split: L / S layers per stage, the remainder spread over the middle stages

@@ -25,6 +25,11 @@ StageSolver::StageSolver(const Graph& g, const Mesh& mesh, const PlannerOptions&
                          const LayerMap& m, int32_t pp)
     : b_(g, mesh, opt, popt, m, pp), sources_(stage_source_lists(opt, popt)) {}
 
+void StageSolver::memory_priced() {
+  const auto& fn = b_.pipeline_options().on_memory_priced;
+  if (fn && !memory_priced_.exchange(true)) fn();
+}
+
 StageRequest StageSolver::canonical(StageKind kind, int32_t k, StageMemory mem) const {
   return {kind, kind == kStageBoth ? b_.num_layers() : k, mem};
 }
@@ -93,6 +98,7 @@ std::shared_ptr<const StageSolve> StageSolver::fitted(StageKind kind, int32_t k,
   if (mem.budget <= 0 || StageBuilder::fits(*relaxed, mem)) return relaxed;
   const StageKey key = StageKey::fitted(r.kind, r.k, mem);
   if (catalog_.has(key)) return catalog_.find(key);
+  memory_priced();
   resolve(sources_.fitted, {key}, {r}, {relaxed}, false);
   return catalog_.find(key);
 }
@@ -113,6 +119,7 @@ void StageSolver::prefetch_fitted(const std::vector<StageRequest>& reqs) {
     todo.push_back(r);
     relaxed.push_back(std::move(rx));
   }
+  if (!unknown.empty()) memory_priced();
   // Evaluated on threads, as prefetch's: each reads only the fitted plans solved so far.
   resolve(sources_.fitted, unknown, todo, relaxed, true);
 }
@@ -159,6 +166,7 @@ std::vector<StageBuilder::PricedFloor> StageSolver::priced_floors(const std::vec
   std::vector<StageKey> todo;
   for (const StageKey& key : keys)
     if (!priced_.count(key) && !contains(todo, key)) todo.push_back(key);
+  if (!todo.empty()) memory_priced();
   std::vector<std::pair<StageKind, int32_t>> sizes;
   for (const StageKey& key : todo) sizes.emplace_back(key.kind, key.k);
   prefetch(sizes);  // their memory-free plans (the stage graphs), on threads

@@ -19,6 +19,7 @@
 ///    + TP with full activation checkpointing, a small pinned solve) are plans at hand: the
 ///    solve only looks for a cheaper one (its cutoff), and a time-limited solve of a large
 ///    stage that finds none leaves the better of them.
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -105,8 +106,11 @@ class StageSolver {
   /// The fitted key and request of (kind, k) under `mem` (a stage holding every layer: k = L).
   StageRequest canonical(StageKind kind, int32_t k, StageMemory mem) const;
   StageSourceContext context() { return {b_, catalog_}; }
+  /// PipelineOptions::on_memory_priced, the first time only.
+  void memory_priced();
 
   StageBuilder b_;
+  std::atomic<bool> memory_priced_{false};
   StageSourceLists sources_;
   StageCatalog catalog_;
   std::map<StageKey, StageBuilder::PricedFloor> priced_;
