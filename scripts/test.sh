@@ -15,28 +15,12 @@ start=$SECONDS
 stage() { echo "== $1 (at $(((SECONDS - start) / 60)) min $(((SECONDS - start) % 60)) s)"; }
 scripts/deps.sh --test
 jobs=$(nproc)
+stage "Python venv (torch 2.13.0, pytest, pybind11, playwright, transformers)"
+py=$(scripts/venv.sh)
 if command -v ccache >/dev/null; then export CMAKE_CXX_COMPILER_LAUNCHER=ccache; fi
 # shellcheck source=scripts/generator.sh
 source scripts/generator.sh
 use_one_generator build build-asan
-
-# The sanitizer build needs no venv, so it starts now, in the background and at the lowest
-# priority: it takes the CPU the foreground leaves (the venv's downloads, the builds' serial
-# links, the wheel's packaging) and little from the Release tests, which fill both cores.
-stage "clang + ASan/UBSan build starts in the background (tests and libFuzzer harnesses; build-asan/build.log)"
-# Its own session (setsid), stopped whole if this script exits before it ends.  A new session
-# is a new scheduler autogroup where the kernel has them (sched_autogroup_enabled), and a nice
-# value counts only inside its autogroup: the group's own nice is set too, else the background
-# build takes half the cores from the Release build (measured: 6.3 min for it against 2.7).
-mkdir -p build-asan
-setsid bash -c '{ echo 19 >/proc/self/autogroup; } 2>/dev/null
-  scripts/sanitize-configure.sh build-asan && nice -n 19 cmake --build build-asan -j"$1"' \
-  _ "$jobs" >build-asan/build.log 2>&1 &
-asan_build=$!
-trap 'kill -- -"$asan_build" 2>/dev/null || true' EXIT
-
-stage "Python venv (torch 2.13.0, pytest, pybind11, playwright, transformers)"
-py=$(scripts/venv.sh)
 
 stage "Release build"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DAUTOSHARD_WERROR=ON \
@@ -57,10 +41,9 @@ build/venv-wheel/bin/autoshard plan --model mlp --mesh 2 --json >/dev/null
 # venv, autoshard from the wheel's site-packages only).
 PYTHONPATH="$(echo "$PWD"/build/venv-wheel/lib/python3*/site-packages)" "$py" scripts/check_wheel.py python/autoshard
 
-stage "clang + ASan/UBSan build: the rest of it"
-if ! wait "$asan_build"; then
-  tail -40 build-asan/build.log; echo "the ASan/UBSan build failed (build-asan/build.log)"; exit 1
-fi
+stage "clang + ASan/UBSan build (tests and libFuzzer harnesses)"
+scripts/sanitize-configure.sh build-asan
+cmake --build build-asan -j"$jobs"
 stage "ASan/UBSan tests"
 # Whole-model work runs in the Release pass only: the CLI scripts labelled slow and the test
 # suites named *Large.  Every other unit test, the error and bad-input scripts, the report,
