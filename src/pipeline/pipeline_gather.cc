@@ -11,6 +11,7 @@
 #include <string_view>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "pipeline/pipeline.h"
 #include "pipeline/pipeline_layout.h"
@@ -69,7 +70,7 @@ class PerUseVariant {
     if (say_)
       opt_.progress = [this](std::string_view line) {
         const std::lock_guard<std::mutex> lock(log_mu_);
-        (log_ += line) += '\n';
+        log_.emplace_back(line);
       };
   }
   PerUseVariant(const PerUseVariant&) = delete;
@@ -87,11 +88,7 @@ class PerUseVariant {
   std::optional<PipelinePlan> finish(std::exception_ptr& no_plan) {
     start();
     thread_.join();
-    if (say_)
-      for (size_t a = 0, b; a < log_.size(); a = b + 1) {
-        b = log_.find('\n', a);
-        say_(std::string_view(log_).substr(a, b - a));
-      }
+    for (const std::string& line : log_) say_(line);
     if (!error_) return std::move(plan_);
     try {
       std::rethrow_exception(error_);
@@ -118,7 +115,7 @@ class PerUseVariant {
   std::once_flag started_;
   std::thread thread_;
   std::mutex log_mu_;
-  std::string log_;
+  std::vector<std::string> log_;
   std::optional<PipelinePlan> plan_;
   std::exception_ptr error_;
 };
