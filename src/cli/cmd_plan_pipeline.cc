@@ -68,35 +68,6 @@ void print_pipeline(const PipelinePlan& pl, const Graph& g, const Mesh& mesh) {
   }
 }
 
-/// The pipeline options of the command line.
-PipelineOptions pipeline_options(const Mesh& mesh, const PipelineArgs& pa) {
-  PipelineOptions po;
-  po.microbatches = pa.microbatches > 0 ? pa.microbatches : static_cast<int32_t>(mesh.size(pp_dim_of(mesh)));
-  if (pa.microbatches < 0)
-    throw std::invalid_argument(fmt::format("--microbatches: expected >= 1, got {}", pa.microbatches));
-  if (pa.schedule != "auto") {
-    po.schedule = parse_schedule(pa.schedule);
-    if (!po.schedule)
-      throw std::invalid_argument(fmt::format(
-          "--schedule: unknown schedule '{}' (expected auto, GPipe, 1F1B, Interleaved1F1B, "
-          "InterleavedZeroBubble, ZBVZeroBubble or DualPipeV)", pa.schedule));
-  }
-  if (pa.stages_per_rank < 0)
-    throw std::invalid_argument(fmt::format("--stages-per-rank: expected >= 1, got {}", pa.stages_per_rank));
-  po.stages_per_rank = pa.stages_per_rank;
-  po.price_memory = pa.price_memory;
-  po.rank_memory_bound = !pa.no_rank_bound;
-  po.refit_ranks = !pa.no_refit;
-  po.rank_pattern = !pa.no_rank_pattern;
-  po.solve_fitted = pa.fitted_solves || pa.price_memory;  // pricing is the memory-aware solve's first step
-  if (pa.param_gather != "auto" && pa.param_gather != "per-use" && pa.param_gather != "once")
-    throw std::invalid_argument(
-        fmt::format("--param-gather: unknown value '{}' (expected auto, per-use or once)", pa.param_gather));
-  po.choose_params_gathered_once = pa.param_gather == "auto";
-  po.params_gathered_once = pa.param_gather == "once";
-  return po;
-}
-
 /// One row of the pipelined --compare: torchtitan's recipe (equal stages, FSDP + TP on each)
 /// or the optimum.
 struct CompareRow {
@@ -141,6 +112,34 @@ std::vector<CompareRow> compare_rows(const Graph& g, const Mesh& mesh, const Pla
 
 }  // namespace
 
+PipelineOptions pipeline_options(int32_t pp_size, const PipelineArgs& pa) {
+  PipelineOptions po;
+  po.microbatches = pa.microbatches > 0 ? pa.microbatches : pp_size;
+  if (pa.microbatches < 0)
+    throw std::invalid_argument(fmt::format("--microbatches: expected >= 1, got {}", pa.microbatches));
+  if (pa.schedule != "auto") {
+    po.schedule = parse_schedule(pa.schedule);
+    if (!po.schedule)
+      throw std::invalid_argument(fmt::format(
+          "--schedule: unknown schedule '{}' (expected auto, GPipe, 1F1B, Interleaved1F1B, "
+          "InterleavedZeroBubble, ZBVZeroBubble or DualPipeV)", pa.schedule));
+  }
+  if (pa.stages_per_rank < 0)
+    throw std::invalid_argument(fmt::format("--stages-per-rank: expected >= 1, got {}", pa.stages_per_rank));
+  po.stages_per_rank = pa.stages_per_rank;
+  po.price_memory = pa.price_memory;
+  po.rank_memory_bound = !pa.no_rank_bound;
+  po.refit_ranks = !pa.no_refit;
+  po.rank_pattern = !pa.no_rank_pattern;
+  po.solve_fitted = pa.fitted_solves || pa.price_memory;  // pricing is the memory-aware solve's first step
+  if (pa.param_gather != "auto" && pa.param_gather != "per-use" && pa.param_gather != "once")
+    throw std::invalid_argument(
+        fmt::format("--param-gather: unknown value '{}' (expected auto, per-use or once)", pa.param_gather));
+  po.choose_params_gathered_once = pa.param_gather == "auto";
+  po.params_gathered_once = pa.param_gather == "once";
+  return po;
+}
+
 void pin_recipe_layout(PipelineOptions& po, Recipe recipe, int32_t P, int32_t L) {
   if (!po.schedule) po.schedule = PipelineSchedule::k1F1B;
   const int32_t v = po.stages_per_rank > 0 ? po.stages_per_rank : is_interleaved(*po.schedule) ? 2 : 1;
@@ -176,7 +175,7 @@ Graph microbatch_graph(const GraphSource& src, int32_t M) {
 
 int run_pipeline_compare(const GraphSource& src, const Mesh& mesh, const PlannerOptions& opt,
                          const PipelineArgs& pa, bool json) {
-  PipelineOptions po = pipeline_options(mesh, pa);
+  PipelineOptions po = pipeline_options(static_cast<int32_t>(mesh.size(pp_dim_of(mesh))), pa);
   const Graph g = microbatch_graph(src, po.microbatches);
   std::optional<ProgressLine> line;
   if (pa.progress_line) po.on_progress = line.emplace(stderr).callback();
@@ -219,7 +218,7 @@ int run_pipeline_compare(const GraphSource& src, const Mesh& mesh, const Planner
 int run_pipeline_plan(const GraphSource& src, const Mesh& mesh, const PlannerOptions& opt,
                       const PipelineArgs& pa, bool json, const std::string& out_dir,
                       const ScheduleOptions& schedule) {
-  PipelineOptions po = pipeline_options(mesh, pa);
+  PipelineOptions po = pipeline_options(static_cast<int32_t>(mesh.size(pp_dim_of(mesh))), pa);
   const Graph g = microbatch_graph(src, po.microbatches);
   const Recipe recipe = parse_algo_option(pa.algo);
   if (recipe != Recipe::kAlpa) {

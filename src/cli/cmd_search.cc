@@ -3,10 +3,12 @@
 #include <fmt/format.h>
 
 #include <iostream>
+#include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
 
 #include "cli/common.h"
+#include "io/pipeline_json.h"
 #include "io/placements_json.h"
 #include "io/plan_json.h"
 #include "ir/file_util.h"
@@ -80,15 +82,24 @@ MeshSearchOptions search_options(const SearchArgs& a) {
   return o;
 }
 
-/// --pp: the pipelined meshes, each planned with stages (empty without --pp).
-std::vector<PipelineSearchRow> pipelined_rows(const SearchArgs& a, const MeshSearchOptions& o) {
+/// The best step that fits among the flat meshes (infinite: none fits).
+double flat_best_us(const MeshSearchResult& res) {
+  return res.best >= 0 ? res.rows[static_cast<size_t>(res.best)].plan->objective_us : std::numeric_limits<double>::infinity();
+}
+
+/// --pp: the pipelined meshes, each planned with stages as `plan` plans them, the best of the
+/// flat meshes as the first cutoff (none with --no-prune).
+std::vector<PipelineSearchRow> pipelined_rows(const SearchArgs& a, const MeshSearchOptions& o,
+                                              const MeshSearchResult& flat) {
   if (a.pp.empty()) return {};
   std::vector<int32_t> sizes;
   for (int64_t x : Mesh::parse_shape(a.pp)) sizes.push_back(static_cast<int32_t>(x));
-  if (a.microbatches < 0)
-    throw std::invalid_argument(fmt::format("--microbatches: expected >= 1, got {}", a.microbatches));
+  PipelineArgs pa;
+  pa.microbatches = a.microbatches;
+  const PipelineOptions po = pipeline_options(1, pa);  // microbatches set per pp size
   return search_pipeline_meshes([&](int32_t M) { return microbatch_graph(a.src, M); }, a.gpus, a.max_dims,
-                                o.hardware, o.backend, o.planner, sizes, a.microbatches);
+                                o.hardware, o.backend, o.planner, po, sizes, a.microbatches,
+                                o.prune ? flat_best_us(flat) : std::numeric_limits<double>::infinity());
 }
 
 int64_t rank_peak(const PipelineSearchRow& r) {
@@ -119,12 +130,15 @@ nlohmann::ordered_json pipeline_row_json(const PipelineSearchRow& r) {
   nlohmann::ordered_json x;
   x["mesh"] = r.mesh.shape();
   x["mesh_dims"] = r.mesh.names();
+  x["outcome"] = r.plan ? "planned" : r.pruned_bound_us ? "pruned" : "error";
   if (r.plan) {
     x["schedule"] = std::string(schedule_name(r.plan->schedule));
     x["stages_per_rank"] = r.plan->v;
     x["step_us"] = r.plan->step_us;
     x["lower_bound_us"] = r.plan->lower_bound_us;
     x["peak_memory_bytes"] = rank_peak(r);
+  } else if (r.pruned_bound_us) {
+    x["lower_bound_us"] = *r.pruned_bound_us;
   } else {
     x["error"] = r.error;
   }
@@ -162,7 +176,9 @@ void print_mesh_table(const MeshSearchResult& res) {
                ok ? std::to_string(k + 1) : std::string("-"), fmt::format("{}", fmt::join(r.mesh.shape(), "x")),
                describe_topology(r.mesh), ok ? fmt::format("{}", fmt::join(r.dim_use, ", ")) : std::string("-"),
                ok ? format_us(r.plan->objective_us)
-                  : r.outcome == MeshSearchRow::Outcome::kPruned ? ">= " + format_us(r.bound_us) : "-",
+                  : r.outcome == MeshSearchRow::Outcome::kPruned || r.outcome == MeshSearchRow::Outcome::kTimedOut
+                      ? ">= " + format_us(r.bound_us)
+                      : "-",
                ok ? format_bytes(r.plan->peak_memory_bytes) : "-", status_of(r), r.seconds);
   }
 }
@@ -173,6 +189,12 @@ void print_pipeline_table(const std::vector<PipelineSearchRow>& pipe) {
              "step time", "bound", "peak mem", "time");
   for (size_t k = 0; k < pipe.size(); ++k) {
     const PipelineSearchRow& r = pipe[k];
+    if (r.pruned_bound_us) {
+      fmt::print("{:>4}  {:<10} {:<36} {:<20} {:>11} {:>11} {:>11} {:>7.2f}s  pruned: cannot beat the best\n", "-",
+                 fmt::format("{}", fmt::join(r.mesh.shape(), "x")), describe_topology(r.mesh), "-", "-",
+                 ">= " + format_us(*r.pruned_bound_us), "-", r.seconds);
+      continue;
+    }
     if (!r.plan) {
       fmt::print("{:>4}  {:<10} error: {}\n", "-", fmt::format("{}", fmt::join(r.mesh.shape(), "x")), one_line(r.error));
       continue;
@@ -182,6 +204,15 @@ void print_pipeline_table(const std::vector<PipelineSearchRow>& pipe) {
                fmt::format("{}{}", schedule_name(r.plan->schedule), r.plan->v > 1 ? fmt::format(" v={}", r.plan->v) : ""),
                format_us(r.plan->step_us), format_us(r.plan->lower_bound_us), format_bytes(rank_peak(r)), r.seconds);
   }
+}
+
+/// The first pipelined row when it fits and beats the flat meshes' best; else null.
+const PipelineSearchRow* pipelined_best(const std::vector<PipelineSearchRow>& pipe, const MeshSearchResult& res) {
+  if (pipe.empty() || !pipe[0].plan) return nullptr;
+  const PipelineSearchRow& r = pipe[0];
+  const int64_t lim = r.plan->memory_limit_bytes;
+  if (lim > 0 && rank_peak(r) > lim) return nullptr;
+  return r.plan->step_us < flat_best_us(res) ? &r : nullptr;
 }
 
 void print_text(const SearchArgs& a, const Graph& g, const MeshSearchOptions& o, const MeshSearchResult& res,
@@ -196,12 +227,16 @@ void print_text(const SearchArgs& a, const Graph& g, const MeshSearchOptions& o,
              pruned, res.seconds);
   print_mesh_table(res);
   if (!a.pp.empty()) print_pipeline_table(pipe);
-  if (res.best >= 0) {
+  const std::string per_node = a.gpus_per_node > 0 ? fmt::format(" --gpus-per-node {}", a.gpus_per_node) : "";
+  if (const PipelineSearchRow* p = pipelined_best(pipe, res)) {
+    fmt::print("best: mesh {} ({}), pipelined; plan it with: autoshard plan --mesh {} --mesh-dims {} --microbatches {}{}\n",
+               fmt::join(p->mesh.shape(), "x"), describe_topology(p->mesh), fmt::join(p->mesh.shape(), "x"),
+               fmt::join(p->mesh.names(), ","), p->plan->M, per_node);
+  } else if (res.best >= 0) {
     const MeshSearchRow& b = res.rows[static_cast<size_t>(res.best)];
     fmt::print("best: mesh {} ({}); plan it with: autoshard plan --mesh {} --mesh-dims {}{}\n",
                fmt::join(b.mesh.shape(), "x"), describe_topology(b.mesh),
-               fmt::join(b.mesh.shape(), "x"), fmt::join(b.mesh.names(), ","),
-               a.gpus_per_node > 0 ? fmt::format(" --gpus-per-node {}", a.gpus_per_node) : "");
+               fmt::join(b.mesh.shape(), "x"), fmt::join(b.mesh.names(), ","), per_node);
   }
 }
 
@@ -210,13 +245,21 @@ int run_search(const SearchArgs& a) {
   Graph g = load_graph(a.src);
   const MeshSearchOptions o = search_options(a);
   MeshSearchResult res = search_meshes(g, o);
-  const std::vector<PipelineSearchRow> pipe = pipelined_rows(a, o);
+  const std::vector<PipelineSearchRow> pipe = pipelined_rows(a, o, res);
   if (a.json)
     print_json(a, g, o, res, pipe);
   else
     print_text(a, g, o, res, pipe);
-  if (res.best < 0) throw std::runtime_error("no mesh has a plan that fits the memory limit");
-  if (!a.out_dir.empty()) {
+  const PipelineSearchRow* pipelined = pipelined_best(pipe, res);
+  if (res.best < 0 && !pipelined) throw std::runtime_error("no mesh has a plan that fits the memory limit");
+  if (!a.out_dir.empty() && pipelined) {
+    const Graph mg = microbatch_graph(a.src, pipelined->plan->M);
+    create_output_dir(a.out_dir);
+    write_file_atomic(a.out_dir + "/placements.json",
+                      write_pipeline_placements_json(*pipelined->plan, mg, pipelined->mesh));
+    write_file_atomic(a.out_dir + "/plan.json",
+                      pipeline_summary_json(*pipelined->plan, mg, pipelined->mesh).dump(1) + "\n");
+  } else if (!a.out_dir.empty()) {
     const MeshSearchRow& b = res.rows[static_cast<size_t>(res.best)];
     create_output_dir(a.out_dir);
     write_file_atomic(a.out_dir + "/placements.json", write_placements_json(*b.plan, g, b.mesh));
@@ -244,7 +287,7 @@ void register_search(CLI::App& app) {
   sub->add_option("--time-limit", a->time_limit, "solver time limit per mesh, seconds")->capture_default_str();
   sub->add_option("--threads", a->threads, "meshes planned at once (0: one per core)")->capture_default_str();
   sub->add_flag("--no-prune", a->no_prune, "plan every mesh, even those whose lower bound cannot win");
-  sub->add_option("-o,--out", a->out_dir, "write the best plan: DIR/placements.json and DIR/plan.json");
+  sub->add_option("-o,--out", a->out_dir, "write the best plan, flat or pipelined: DIR/placements.json and DIR/plan.json");
   sub->add_flag("--json", a->json, "print the ranking as JSON");
   sub->add_option("--pp", a->pp,
                   "also rank meshes with a pipeline dim of these sizes, e.g. 2,4 (pp outermost, stages planned)");

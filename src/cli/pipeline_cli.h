@@ -28,6 +28,10 @@ struct PipelineArgs {
   bool progress_line = false;
 };
 
+/// The pipeline options of the command line (`plan` and `search --pp` plan alike);
+/// microbatches default to `pp_size`.  Throws std::invalid_argument for a bad value.
+PipelineOptions pipeline_options(int32_t pp_size, const PipelineArgs& pa);
+
 /// The graph of one microbatch of M: a built-in model's --batch (the global batch) split in M
 /// (must divide); a graph file is one microbatch already.
 Graph microbatch_graph(const GraphSource& src, int32_t M);

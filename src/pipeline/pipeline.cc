@@ -176,8 +176,8 @@ Evaluated best_on_timeline(Search& S, const Layout& l, Evaluated best) {
 }
 
 /// Solves stage sizes until the (schedule, v) gap is below the target, or its lower bound
-/// reaches `cutoff` (the best step of another schedule: this one cannot win; step_us stays
-/// infinite).
+/// reaches `cutoff` (the best step of another schedule or another mesh: this one cannot win;
+/// step_us stays infinite).
 Evaluated search_split(Search& S, const Layout& l, double cutoff, const std::function<const RankPricing&()>& pricing) {
   const int32_t P = S.P, L = S.L, M = S.popt.microbatches, n = l.n, v = l.v;
   const int32_t K = L - n + 1;
@@ -192,6 +192,18 @@ Evaluated search_split(Search& S, const Layout& l, double cutoff, const std::fun
         first.emplace_back(kind, k);
   }
   S.solver.prefetch(first);
+  if (std::isfinite(cutoff) && cutoff >= S.popt.cutoff_us) {
+    // Another mesh's step, which the memory-free bound alone may already reach: then the
+    // ranks' memory is never priced (the most expensive step of a layout's search under a
+    // limit).  Not against this mesh's own layouts: the floors priced here are also stage
+    // plans the later layouts and the assembly draw on.
+    const double free_bound = busiest_rank_bound(S.lower_table(l), S.forward_table(l), L, P, v, M, l.schedule, {});
+    if (free_bound >= cutoff) {
+      Evaluated cut;
+      cut.lower_bound_us = free_bound;
+      return cut;
+    }
+  }
   // Under a limit: the ranks' work under their memory (priced once per search, here so that
   // the sizes above are solved first, as without it).
   const RankFloors floors = l.limit > 0 ? rank_memory_floors(S, l, pricing()) : RankFloors{};
@@ -373,6 +385,8 @@ struct SearchResult {
   std::vector<ScheduleCandidate> cands;
   double lower = kPipeInf;
   bool planned = false;
+  /// The least bound of the layouts PipelineOptions::cutoff_us stopped (infinite: none was).
+  double cut_lower = kPipeInf;
 };
 
 /// The search: each layout's best split (search_split, or the fixed split), the steps found so
@@ -390,13 +404,15 @@ SearchResult search_layouts(Search& S, const std::vector<Layout>& layouts, Pipel
     return *pricing;
   };
   SearchResult r;
-  double best_step = kPipeInf;
+  // The best step so far: another mesh's (the cutoff), then this mesh's layouts'.
+  double best_step = popt.cutoff_us;
   for (const Layout& l : layouts) {
     progress.searching(fmt::format("{}{}", schedule_name(l.schedule), l.v > 1 ? fmt::format(" v={}", l.v) : ""));
     const Evaluated e = popt.fixed_layers.empty() ? search_split(S, l, best_step, priced) : fixed_split(S, l);
     progress.evaluated(e.step_us, e.lower_bound_us);
     pl.candidates.push_back({l.schedule, l.v, e.step_us, e.lower_bound_us});
     r.lower = std::min(r.lower, e.lower_bound_us);
+    if (!std::isfinite(e.step_us) && e.lower_bound_us >= popt.cutoff_us) r.cut_lower = std::min(r.cut_lower, e.lower_bound_us);
     best_step = std::min(best_step, e.step_us);
     if (!e.layers.empty() && std::isfinite(e.step_us)) r.cands.push_back({e, l, l.schedule, l.v});
   }
@@ -407,7 +423,7 @@ SearchResult search_layouts(Search& S, const std::vector<Layout>& layouts, Pipel
     if (l.v == 1) continue;
     Layout unlimited = l;
     unlimited.limit = 0;
-    const Evaluated e = search_split(S, unlimited, kPipeInf, priced);
+    const Evaluated e = search_split(S, unlimited, popt.cutoff_us, priced);
     if (!e.layers.empty() && std::isfinite(e.step_us)) r.cands.push_back({e, unlimited, l.schedule, l.v});
   }
   return r;
@@ -425,6 +441,14 @@ void price_rank_pattern(Search& S, const std::vector<Layout>& layouts, int64_t l
   const int32_t k = std::max(2, (S.L + S.P - 1) / S.P / 2);
   S.solver.price_rank_pattern(k, most, static_cast<int64_t>(static_cast<double>(limit) * k * S.P / S.L));
 }
+
+}  // namespace
+
+PipelineCutoff::PipelineCutoff(double lower_bound_us)
+    : std::runtime_error(fmt::format("no plan on this mesh beats the cutoff: lower bound {:.1f} us", lower_bound_us)),
+      lower_bound_us_(lower_bound_us) {}
+
+namespace {
 
 /// The plan's fixed fields before the search: sizes, meshes, layers and memory limit.
 PipelinePlan plan_head(const Search& S, const PlannerOptions& opt) {
@@ -470,6 +494,7 @@ VariantPlan pipeline_detail::plan_with_gather(const Graph& g, const Mesh& mesh, 
   for (const auto& [s, v] : schedules_to_try(popt, S.P, S.L))
     layouts.push_back(layout_of(s, S.P, S.L, v, pl.M, pl.memory_limit_bytes));
   const SearchResult found = search_layouts(S, layouts, pl);
+  if (found.cands.empty() && std::isfinite(found.cut_lower)) throw PipelineCutoff(found.cut_lower);
   if (found.cands.empty()) throw std::runtime_error(no_fit_message(S, pl));
   const std::string no_fit = found.planned ? std::string() : no_fit_message(S, pl);
   if (pl.memory_limit_bytes > 0 && popt.refit_ranks && popt.rank_pattern && !popt.stage_hook)

@@ -47,8 +47,10 @@
 /// (kind, layers) is made for the most in flight among the positions of that kind.
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -144,6 +146,12 @@ struct PipelineOptions {
   bool choose_params_gathered_once = false;
   /// Progress reports (pipeline/pipeline_progress.h), from any thread, one at a time.
   PipelineProgressFn on_progress;
+  /// A step the plan must beat (the best of the meshes a search planned before this one): a
+  /// (schedule, v) whose proven bound reaches it is searched no further, and when none can
+  /// beat it plan_pipeline throws PipelineCutoff with the least of their bounds rather than
+  /// planning on.  Why: a mesh search only needs the winner, and a losing mesh's bound is
+  /// usually known after its first stage solves, long before its plan.
+  double cutoff_us = std::numeric_limits<double>::infinity();
   /// Called once, from any of the search's threads, when the search first prices memory (a
   /// rank's priced floors, or a stage plan fitted to a budget): from then on memory shapes the
   /// plan (plan_pipeline's other parameter-gathering variant starts then).
@@ -263,9 +271,22 @@ StageTimes stage_times(const PipelinePlan& pl);
 /// The plan's schedule run on its stages (schedule_timeline): its makespan is PipelinePlan::step_us.
 PipelineTimeline stage_timeline(const PipelinePlan& pl);
 
+/// What plan_pipeline throws when no plan on the mesh can beat PipelineOptions::cutoff_us:
+/// every (schedule, v) has a proven bound at or above it.
+class PipelineCutoff : public std::runtime_error {
+ public:
+  explicit PipelineCutoff(double lower_bound_us);
+  /// A proven bound of every plan on the mesh (>= the cutoff).
+  double lower_bound_us() const { return lower_bound_us_; }
+
+ private:
+  double lower_bound_us_;
+};
+
 /// Plans `g` (one microbatch) on `mesh`, which must have a dim named "pp".  Throws
 /// std::invalid_argument for P > layers, graphs without identical repeated layers, and a
-/// pinned schedule the (P, v, M) cannot run; std::runtime_error when no stage plan exists.
+/// pinned schedule the (P, v, M) cannot run; PipelineCutoff when nothing can beat
+/// popt.cutoff_us; std::runtime_error when no stage plan exists.
 PipelinePlan plan_pipeline(const Graph& g, const Mesh& mesh, const PlannerOptions& opt,
                            const PipelineOptions& popt);
 

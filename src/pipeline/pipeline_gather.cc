@@ -1,5 +1,7 @@
 /// plan_pipeline: the pipelined plan of one parameter-gathering variant, or -- where the choice
 /// is the planner's (PipelineOptions::choose_params_gathered_once) -- of both, the better kept.
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <exception>
@@ -80,8 +82,13 @@ class PerUseVariant {
   }
 
   void start() {
-    std::call_once(started_, [this] { thread_ = std::thread([this] { run(); }); });
+    std::call_once(started_, [this] {
+      running_ = true;
+      thread_ = std::thread([this] { run(); });
+    });
   }
+  /// Whether start() was called: the once search priced memory.
+  bool started() const { return running_; }
 
   /// Its plan (started now if it was not), or nullopt with the reason in `no_plan` when it has
   /// none; errors other than "nothing fits" are rethrown.
@@ -113,6 +120,7 @@ class PerUseVariant {
   const PipelineOptions popt_;
   const std::function<void(std::string_view)> say_;
   std::once_flag started_;
+  std::atomic<bool> running_{false};
   std::thread thread_;
   std::mutex log_mu_;
   std::vector<std::string> log_;
@@ -145,16 +153,30 @@ PipelinePlan plan_pipeline(const Graph& g, const Mesh& mesh, const PlannerOption
   once_opt.on_progress = progress.labelled("");
   once_opt.on_memory_priced = [&per_use_run] { per_use_run.start(); };
   std::optional<VariantPlan> once;
+  std::optional<PipelineCutoff> once_cut;
   try {
     once = plan_with_gather(g, mesh, opt, once_opt);
+  } catch (const PipelineCutoff& c) {
+    once_cut = c;
   } catch (const std::runtime_error&) {  // no plan of this variant: per use's
   }
   if (once && !once->memory_bound) return std::move(once->plan);
+  // Cut off on memory-free bounds alone (memory was never priced): they hold for per use too.
+  if (once_cut && !per_use_run.started()) throw *once_cut;
   std::exception_ptr no_plan;
   std::optional<PipelinePlan> per_use = per_use_run.finish(no_plan);
   if (!per_use) {
-    if (!once) std::rethrow_exception(no_plan);  // neither variant has a plan: per use's reason
-    return std::move(once->plan);
+    if (once) return std::move(once->plan);
+    if (!once_cut) std::rethrow_exception(no_plan);  // neither variant has a plan: per use's reason
+    // Neither beats the cutoff (per use cut off too, or without a plan): the lesser bound.
+    double bound = once_cut->lower_bound_us();
+    try {
+      std::rethrow_exception(no_plan);
+    } catch (const PipelineCutoff& c) {
+      bound = std::min(bound, c.lower_bound_us());
+    } catch (const std::runtime_error&) {
+    }
+    throw PipelineCutoff(bound);
   }
   if (!once) return std::move(*per_use);
   // Each variant's bound holds for its plans: the lesser holds for both.

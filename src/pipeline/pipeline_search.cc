@@ -29,14 +29,22 @@ bool fits(const PipelineSearchRow& r) {
   return lim <= 0 || *std::max_element(r.plan->rank_peak_bytes.begin(), r.plan->rank_peak_bytes.end()) <= lim;
 }
 
+/// Plans that fit, plans over the limit, pruned rows, errors.
+int order_of(const PipelineSearchRow& r) {
+  if (r.plan) return fits(r) ? 0 : 1;
+  return r.pruned_bound_us ? 2 : 3;
+}
+
 }  // namespace
 
 std::vector<PipelineSearchRow> search_pipeline_meshes(const std::function<Graph(int32_t)>& graph_for,
                                                       int64_t gpus, int max_dims, const Hardware& hw,
                                                       CommBackend backend, const PlannerOptions& opt,
+                                                      const PipelineOptions& popt,
                                                       const std::vector<int32_t>& pp_sizes,
-                                                      int32_t microbatches) {
+                                                      int32_t microbatches, double cutoff_us) {
   std::vector<PipelineSearchRow> rows;
+  double best = cutoff_us;
   for (int32_t P : pp_sizes) {
     if (P < 2 || gpus % P != 0) continue;
     const int32_t M = microbatches > 0 ? microbatches : P;
@@ -46,12 +54,13 @@ std::vector<PipelineSearchRow> search_pipeline_meshes(const std::function<Graph(
       r.mesh = with_pp(P, stage, hw, backend);
       const auto t0 = std::chrono::steady_clock::now();
       try {
-        PipelineOptions po;
+        PipelineOptions po = popt;
         po.microbatches = M;
-        // As `plan` by default: no memory-limited stage solve, which runs to the time limit on
-        // large stages (minutes per mesh, and a ranking that depends on the machine's load).
-        po.solve_fitted = false;
+        po.cutoff_us = best;
         r.plan = plan_pipeline(g, r.mesh, opt, po);
+        if (fits(r)) best = std::min(best, r.plan->step_us);
+      } catch (const PipelineCutoff& c) {
+        r.pruned_bound_us = c.lower_bound_us();
       } catch (const std::exception& e) {
         r.error = e.what();
       }
@@ -60,9 +69,10 @@ std::vector<PipelineSearchRow> search_pipeline_meshes(const std::function<Graph(
     }
   }
   std::stable_sort(rows.begin(), rows.end(), [](const PipelineSearchRow& a, const PipelineSearchRow& b) {
-    if (fits(a) != fits(b)) return fits(a);
-    if (a.plan.has_value() != b.plan.has_value()) return a.plan.has_value();
-    return a.plan && b.plan && a.plan->step_us < b.plan->step_us;
+    if (order_of(a) != order_of(b)) return order_of(a) < order_of(b);
+    if (a.plan) return a.plan->step_us < b.plan->step_us;
+    if (a.pruned_bound_us) return *a.pruned_bound_us < *b.pruned_bound_us;
+    return false;
   });
   return rows;
 }

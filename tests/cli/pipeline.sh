@@ -119,12 +119,25 @@ fi
 [ ! -s "$TMP/pipe.err" ] || fail "progress on a stderr that is not a terminal: $(cat "$TMP/pipe.err")"
 ok "progress line"
 
-# search --pp: meshes with a pipeline dim ranked beside the others.
-"$AS" search --model llama3-8b --layers 4 --seq 256 --batch 8 --gpus 4 --max-dims 2 --pp 2 --json >"$TMP/search.json"
+# search --pp: meshes with a pipeline dim ranked beside the others, planned as `plan` plans
+# them; with pruning (the default), a pipelined mesh whose bound cannot beat the best flat
+# mesh is listed with that bound, and its bound is the one the full plan proves.
+S=(search --model llama3-8b --layers 4 --seq 256 --batch 8 --gpus 4 --max-dims 2 --pp 2 --json)
+"$AS" "${S[@]}" --no-prune >"$TMP/search.json"
+"$AS" "${S[@]}" >"$TMP/search-pruned.json"
+"$AS" plan --model llama3-8b --layers 4 --seq 256 --batch 8 --mesh 2x2 --mesh-dims pp,dp --microbatches 2 \
+  --json >"$TMP/search-plan.json"
 pycheck "$TMP/search.json" "
 p = j['pipelined_meshes']
-assert p and p[0]['mesh'] == [2, 2] and p[0]['mesh_dims'][0] == 'pp', p
+assert p and p[0]['mesh'] == [2, 2] and p[0]['mesh_dims'][0] == 'pp' and p[0]['outcome'] == 'planned', p
 assert p[0]['lower_bound_us'] <= p[0]['step_us'] * (1 + 1e-9), p[0]
+pl = json.load(open('$TMP/search-plan.json'))
+assert abs(pl['step_us'] - p[0]['step_us']) <= 1e-6 * p[0]['step_us'], (pl['step_us'], p[0])
+q = json.load(open('$TMP/search-pruned.json'))
+best = min(m['step_us'] for m in q['meshes'] if m['outcome'] == 'planned')
+assert best < p[0]['lower_bound_us'], (best, p[0])
+r = q['pipelined_meshes'][0]
+assert r['outcome'] == 'pruned' and 'step_us' not in r and best <= r['lower_bound_us'] <= p[0]['step_us'], r
 "
 ok "search --pp"
 
