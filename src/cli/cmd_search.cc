@@ -118,6 +118,7 @@ nlohmann::ordered_json mesh_row_json(const MeshSearchRow& r) {
   x["lower_bound_us"] = r.bound_us;
   if (r.outcome == MeshSearchRow::Outcome::kPlanned) {
     x["step_us"] = r.plan->objective_us;
+    x["step_lower_bound_us"] = r.plan->lower_bound_us;
     x["peak_memory_bytes"] = r.plan->peak_memory_bytes;
     x["dim_use"] = r.dim_use;
   }
@@ -166,19 +167,22 @@ void print_json(const SearchArgs& a, const Graph& g, const MeshSearchOptions& o,
   std::cout << j.dump(2) << "\n";
 }
 
+/// The bound a row proves: its plan's (the solver's, at most its step), else the search's.
+double row_bound(const MeshSearchRow& r) {
+  return r.plan && r.outcome == MeshSearchRow::Outcome::kPlanned ? r.plan->lower_bound_us : r.bound_us;
+}
+
 void print_mesh_table(const MeshSearchResult& res) {
-  fmt::print("{:>4}  {:<10} {:<36} {:<22} {:>11} {:>11}  {:<14} {:>8}\n", "rank", "mesh", "dims",
-             "use", "step time", "peak mem", "status", "time");
+  fmt::print("{:>4}  {:<10} {:<36} {:<22} {:>11} {:>11} {:>11}  {:<14} {:>8}\n", "rank", "mesh", "dims",
+             "use", "step time", "bound", "peak mem", "status", "time");
   for (size_t k = 0; k < res.rows.size(); ++k) {
     const MeshSearchRow& r = res.rows[k];
     const bool ok = r.outcome == MeshSearchRow::Outcome::kPlanned;
-    fmt::print("{:>4}  {:<10} {:<36} {:<22} {:>11} {:>11}  {:<14} {:>7.2f}s\n",
+    const bool bounded = ok || r.outcome == MeshSearchRow::Outcome::kPruned || r.outcome == MeshSearchRow::Outcome::kTimedOut;
+    fmt::print("{:>4}  {:<10} {:<36} {:<22} {:>11} {:>11} {:>11}  {:<14} {:>7.2f}s\n",
                ok ? std::to_string(k + 1) : std::string("-"), fmt::format("{}", fmt::join(r.mesh.shape(), "x")),
                describe_topology(r.mesh), ok ? fmt::format("{}", fmt::join(r.dim_use, ", ")) : std::string("-"),
-               ok ? format_us(r.plan->objective_us)
-                  : r.outcome == MeshSearchRow::Outcome::kPruned || r.outcome == MeshSearchRow::Outcome::kTimedOut
-                      ? ">= " + format_us(r.bound_us)
-                      : "-",
+               ok ? format_us(r.plan->objective_us) : "-", bounded ? format_us(row_bound(r)) : "-",
                ok ? format_bytes(r.plan->peak_memory_bytes) : "-", status_of(r), r.seconds);
   }
 }
@@ -192,7 +196,7 @@ void print_pipeline_table(const std::vector<PipelineSearchRow>& pipe) {
     if (r.pruned_bound_us) {
       fmt::print("{:>4}  {:<10} {:<36} {:<20} {:>11} {:>11} {:>11} {:>7.2f}s  pruned: cannot beat the best\n", "-",
                  fmt::format("{}", fmt::join(r.mesh.shape(), "x")), describe_topology(r.mesh), "-", "-",
-                 ">= " + format_us(*r.pruned_bound_us), "-", r.seconds);
+                 format_us(*r.pruned_bound_us), "-", r.seconds);
       continue;
     }
     if (!r.plan) {

@@ -16,9 +16,9 @@
 /// cutoff (PlannerOptions::cutoff_us): the solver stops as soon as its own, much stronger,
 /// lower bound proves the mesh cannot win, and the mesh is listed as pruned with that bound.
 /// A 3-D mesh whose solve the time limit stops is never reported worse than the Megatron
-/// recipe on it (solved exactly, pinned), which is one of its assignments.  A mesh whose solve
-/// the time limit stops with no plan better than the best so far is listed as timed out, with
-/// its bound: the plan it holds then is a first incumbent, not the mesh's answer.
+/// recipe on it (solved exactly, pinned), which is one of its assignments.  The table shows
+/// each plan's proven bound beside its step: a solve the time limit stopped early holds a first
+/// incumbent that can be far above what the mesh can do (its bound says how far at most).
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -76,11 +76,6 @@ struct MeshSearchResult {
   /// Index into rows of the best plan that fits; -1 when none does.
   int32_t best = -1;
 };
-
-/// Whether `plan`, solved with `cutoff_us` as the step to beat, is a solve the time limit
-/// stopped before it found anything better (not proven optimal, no faster than the cutoff):
-/// the search lists its mesh as timed out, with its bound.
-bool stopped_short(const Plan& plan, double cutoff_us);
 
 MeshSearchResult search_meshes(const Graph& g, const MeshSearchOptions& o);
 

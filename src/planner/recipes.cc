@@ -539,9 +539,13 @@ RecipePins recipe_pins(Recipe r, const Graph& g, const Mesh& mesh, bool require_
   return out;
 }
 
-RecipeResult plan_recipe_from(Recipe r, const Graph& g, const Mesh& mesh, const PlannerOptions& opt,
-                              const std::vector<Constraint>& constraints,
-                              const RecipeInspect& inspect, const Plan* start) {
+namespace {
+
+/// plan_recipe_from; `over_budget`: a recipe whose best realization does not fit is solved
+/// again without the limit (RecipeResult::fits).
+RecipeResult plan_recipe_impl(Recipe r, const Graph& g, const Mesh& mesh, const PlannerOptions& opt,
+                              const std::vector<Constraint>& constraints, const RecipeInspect& inspect,
+                              const Plan* start, bool over_budget) {
   RecipeResult res;
   res.recipe = r;
   const auto t0 = std::chrono::steady_clock::now();
@@ -581,7 +585,7 @@ RecipeResult plan_recipe_from(Recipe r, const Graph& g, const Mesh& mesh, const 
         plan = so.get_solution();
       }
       res.memory_limit_bytes = plan.memory_limit_bytes;
-      if (!plan.has_solution && plan.min_peak_memory_bytes >= 0) {
+      if (over_budget && !plan.has_solution && plan.min_peak_memory_bytes >= 0) {
         // Over budget: show what the recipe would need without the limit.
         so.mutable_options().memory_limit_bytes = 0;
         plan = so.get_solution();
@@ -603,9 +607,21 @@ RecipeResult plan_recipe_from(Recipe r, const Graph& g, const Mesh& mesh, const 
   return res;
 }
 
+}  // namespace
+
+RecipeResult plan_recipe_from(Recipe r, const Graph& g, const Mesh& mesh, const PlannerOptions& opt,
+                              const std::vector<Constraint>& constraints,
+                              const RecipeInspect& inspect, const Plan* start) {
+  return plan_recipe_impl(r, g, mesh, opt, constraints, inspect, start, true);
+}
+
 RecipeResult plan_recipe(Recipe r, const Graph& g, const Mesh& mesh, const PlannerOptions& opt,
                          const std::vector<Constraint>& constraints, const RecipeInspect& inspect) {
-  return plan_recipe_from(r, g, mesh, opt, constraints, inspect, nullptr);
+  return plan_recipe_impl(r, g, mesh, opt, constraints, inspect, nullptr, true);
+}
+
+RecipeResult plan_recipe_that_fits(Recipe r, const Graph& g, const Mesh& mesh, const PlannerOptions& opt) {
+  return plan_recipe_impl(r, g, mesh, opt, {}, {}, nullptr, false);
 }
 
 std::vector<RecipeResult> compare_recipes(const Graph& g, const Mesh& mesh,

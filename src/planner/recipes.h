@@ -160,6 +160,11 @@ RecipeResult plan_recipe(Recipe r, const Graph& g, const Mesh& mesh, const Plann
                          const std::vector<Constraint>& constraints = {},
                          const RecipeInspect& inspect = {});
 
+/// plan_recipe without the second solve of a recipe over the limit: no plan then (`error`
+/// says so).  For callers that want only a plan that fits, such as the mesh search's fallback
+/// for a solve its time limit stopped; the second solve costs as much as the first.
+RecipeResult plan_recipe_that_fits(Recipe r, const Graph& g, const Mesh& mesh, const PlannerOptions& opt);
+
 /// plan_recipe with the solver started from `start` (a plan of the same graph on the same mesh,
 /// e.g. a recipe's plan for the optimum; ignored when null or when it does not match).
 RecipeResult plan_recipe_from(Recipe r, const Graph& g, const Mesh& mesh, const PlannerOptions& opt,

@@ -265,12 +265,21 @@ TEST(RecipesLarge, OverBudgetRecipesStillShowTheirNeeds) {
   EXPECT_EQ(ddp2.memory_limit_bytes, po.memory_limit_bytes);
   EXPECT_GT(ddp2.plan->peak_memory_bytes, po.memory_limit_bytes);
   EXPECT_EQ(ddp2.plan->objective_us, ddp.plan->objective_us);
+  // Asked only for a plan that fits, the same recipe has none (and no second solve).
+  RecipeResult ddp3 = plan_recipe_that_fits(Recipe::kDdp, g, mesh, po);
+  EXPECT_FALSE(ddp3.plan);
+  EXPECT_FALSE(ddp3.fits);
+  EXPECT_FALSE(ddp3.error.empty());
   // FSDP at exactly its own peak fits.
   po.memory_limit_bytes = fsdp.plan->peak_memory_bytes;
   RecipeResult fsdp2 = plan_recipe(Recipe::kFsdp, g, mesh, po);
   ASSERT_TRUE(fsdp2.plan) << fsdp2.error;
   EXPECT_TRUE(fsdp2.fits);
   EXPECT_LE(fsdp2.plan->peak_memory_bytes, po.memory_limit_bytes);
+  RecipeResult fsdp3 = plan_recipe_that_fits(Recipe::kFsdp, g, mesh, po);
+  ASSERT_TRUE(fsdp3.plan) << fsdp3.error;
+  EXPECT_TRUE(fsdp3.fits);
+  EXPECT_EQ(fsdp3.plan->objective_us, fsdp2.plan->objective_us);
 }
 
 }  // namespace

@@ -65,6 +65,7 @@ shapes = [tuple(r["mesh"]) for r in rows]
 assert shapes[0] == (2, 8), shapes
 assert rows[0]["inter_node"] == [True, False]
 assert rows[0]["outcome"] == "planned"
+assert 0 < rows[0]["step_lower_bound_us"] <= rows[0]["step_us"] * (1 + 1e-9), rows[0]
 if rows[shapes.index((8, 2))]["outcome"] == "planned":
     assert rows[shapes.index((8, 2))]["step_us"] > rows[0]["step_us"]
 assert j["candidates"] == 4
@@ -73,6 +74,7 @@ pycheck "$TMP/search/placements.json" 'assert j["mesh_shape"] == [2, 8], j["mesh
 [[ -s "$TMP/search/plan.json" ]] || fail "search -o wrote no plan.json"
 out=$("$AS" search --model llama3-8b --layers 1 --batch 2 --seq 1024 --gpus 16 --max-dims 2 --memory-limit 0)
 expect_contains "$out" "best: mesh 2x8" "search"
+expect_contains "$out" "step time       bound" "search: each plan's bound beside its step"
 expect_error "--gpus: expected >= 1" -- "$AS" search --model gpt2 --gpus 0
 ok "search"
 
