@@ -2,10 +2,13 @@
 /// of its dims onto the machines) and ranks them (planner/mesh_search.h).
 #include <fmt/format.h>
 
+#include <cmath>
 #include <iostream>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
+#include <unistd.h>
 
 #include "cli/common.h"
 #include "io/pipeline_json.h"
@@ -13,6 +16,7 @@
 #include "io/plan_json.h"
 #include "ir/file_util.h"
 #include "cli/pipeline_cli.h"
+#include "cli/progress_line.h"
 #include "planner/mesh_search.h"
 #include "pipeline/pipeline_search.h"
 
@@ -37,6 +41,7 @@ struct SearchArgs {
   bool json = false;
   std::string pp;        ///< --pp: pipeline sizes to try ("2,4,8"); empty: none
   int microbatches = 0;  ///< with --pp: microbatches per step (0: the pp size)
+  bool quiet = false;    ///< --quiet: no progress line on stderr, even on a terminal
 };
 
 std::string status_of(const MeshSearchRow& r) {
@@ -90,13 +95,22 @@ double flat_best_us(const MeshSearchResult& res) {
 /// --pp: the pipelined meshes, each planned with stages as `plan` plans them, the best of the
 /// flat meshes as the first cutoff (none with --no-prune).
 std::vector<PipelineSearchRow> pipelined_rows(const SearchArgs& a, const MeshSearchOptions& o,
-                                              const MeshSearchResult& flat) {
+                                              const MeshSearchResult& flat, ProgressLine* line) {
   if (a.pp.empty()) return {};
   std::vector<int32_t> sizes;
   for (int64_t x : Mesh::parse_shape(a.pp)) sizes.push_back(static_cast<int32_t>(x));
   PipelineArgs pa;
   pa.microbatches = a.microbatches;
-  const PipelineOptions po = pipeline_options(1, pa);  // microbatches set per pp size
+  PipelineOptions po = pipeline_options(1, pa);  // microbatches set per pp size
+  if (line)  // timed from the search's start: after the flat meshes' time
+    po.on_progress = [line, before = flat.seconds, shown = std::string()](const PipelineProgress& p) mutable {
+      PipelineProgress q = p;
+      q.elapsed_s += before;
+      // A mesh's first report is drawn whatever the interval: a small mesh plans within it.
+      const std::string mesh = q.searching.substr(0, q.searching.find("): "));
+      line->draw(q.elapsed_s, progress_text(q), mesh != shown);
+      shown = mesh;
+    };
   return search_pipeline_meshes([&](int32_t M) { return microbatch_graph(a.src, M); }, a.gpus, a.max_dims,
                                 o.hardware, o.backend, o.planner, po, sizes, a.microbatches,
                                 o.prune ? flat_best_us(flat) : std::numeric_limits<double>::infinity());
@@ -247,9 +261,22 @@ void print_text(const SearchArgs& a, const Graph& g, const MeshSearchOptions& o,
 int run_search(const SearchArgs& a) {
   if (!a.out_dir.empty()) check_output_dir(a.out_dir);
   Graph g = load_graph(a.src);
-  const MeshSearchOptions o = search_options(a);
-  MeshSearchResult res = search_meshes(g, o);
-  const std::vector<PipelineSearchRow> pipe = pipelined_rows(a, o, res);
+  MeshSearchOptions o = search_options(a);
+  MeshSearchResult res;
+  std::vector<PipelineSearchRow> pipe;
+  {
+    // On a terminal, one status line while the search runs (erased before the tables).
+    std::optional<ProgressLine> line;
+    if (isatty(STDERR_FILENO) && !a.quiet) line.emplace(stderr);
+    if (line)
+      o.on_progress = [&line](const MeshSearchProgress& p) {
+        std::string t = fmt::format("[{:.0f} s] meshes {}/{}", p.elapsed_s, p.done, p.total);
+        if (std::isfinite(p.best_us)) t += fmt::format(", best step {}", format_us(p.best_us));
+        line->draw(p.elapsed_s, t, true);
+      };
+    res = search_meshes(g, o);
+    pipe = pipelined_rows(a, o, res, line ? &*line : nullptr);
+  }
   if (a.json)
     print_json(a, g, o, res, pipe);
   else
@@ -293,6 +320,7 @@ void register_search(CLI::App& app) {
   sub->add_flag("--no-prune", a->no_prune, "plan every mesh, even those whose lower bound cannot win");
   sub->add_option("-o,--out", a->out_dir, "write the best plan, flat or pipelined: DIR/placements.json and DIR/plan.json");
   sub->add_flag("--json", a->json, "print the ranking as JSON");
+  sub->add_flag("-q,--quiet", a->quiet, "no progress line on stderr (drawn only on a terminal)");
   sub->add_option("--pp", a->pp,
                   "also rank meshes with a pipeline dim of these sizes, e.g. 2,4 (pp outermost, stages planned)");
   sub->add_option("--microbatches", a->microbatches, "with --pp: microbatches per step (default: the pp size)");

@@ -24,14 +24,16 @@ ProgressLine::~ProgressLine() {
 }
 
 PipelineProgressFn ProgressLine::callback() {
-  return [this](const PipelineProgress& p) {
-    if (last_s_ >= 0 && p.elapsed_s - last_s_ < min_interval_s_) return;
-    last_s_ = p.elapsed_s;
-    drawn_ = true;
-    // \033[K: clear to the end of the line, so a shorter line leaves nothing of the last.
-    fmt::print(out_, "\r{}\033[K", progress_text(p));
-    std::fflush(out_);
-  };
+  return [this](const PipelineProgress& p) { draw(p.elapsed_s, progress_text(p)); };
+}
+
+void ProgressLine::draw(double elapsed_s, const std::string& text, bool force) {
+  if (!force && last_s_ >= 0 && elapsed_s - last_s_ < min_interval_s_) return;
+  last_s_ = elapsed_s;
+  drawn_ = true;
+  // \033[K: clear to the end of the line, so a shorter line leaves nothing of the last.
+  fmt::print(out_, "\r{}\033[K", text);
+  std::fflush(out_);
 }
 
 }  // namespace autoshard::cli

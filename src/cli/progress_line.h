@@ -1,7 +1,8 @@
 #pragma once
-/// A pipelined plan's progress as one status line on a terminal (issue 41 item 6): stage solves
-/// done of those started, the schedule being searched, the best step and bound so far, and the
-/// elapsed time, redrawn in place (carriage return) a few times a second.
+/// A long command's progress as one status line on a terminal (issue 41 item 6), redrawn in
+/// place (carriage return) a few times a second: for a pipelined plan, stage solves done of
+/// those started, the schedule being searched, the best step and bound so far, and the elapsed
+/// time; for the mesh search, meshes planned and the best so far.
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -23,6 +24,9 @@ class ProgressLine {
   ProgressLine& operator=(const ProgressLine&) = delete;
   /// The callback to hand to PipelineOptions::on_progress (valid while this object lives).
   PipelineProgressFn callback();
+  /// Draws `text` at `elapsed_s` (skipped within min_interval_s of the last line drawn, unless
+  /// `force`).  Calls must not overlap.
+  void draw(double elapsed_s, const std::string& text, bool force = false);
 
  private:
   std::FILE* out_;

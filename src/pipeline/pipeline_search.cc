@@ -1,9 +1,11 @@
 #include "pipeline/pipeline_search.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 
 #include "planner/mesh_search.h"
 
@@ -44,29 +46,43 @@ std::vector<PipelineSearchRow> search_pipeline_meshes(const std::function<Graph(
                                                       const std::vector<int32_t>& pp_sizes,
                                                       int32_t microbatches, double cutoff_us) {
   std::vector<PipelineSearchRow> rows;
-  double best = cutoff_us;
   for (int32_t P : pp_sizes) {
     if (P < 2 || gpus % P != 0) continue;
-    const int32_t M = microbatches > 0 ? microbatches : P;
-    const Graph g = graph_for(M);
     for (const Mesh& stage : enumerate_meshes(gpus / P, std::max(1, max_dims - 1), hw, backend)) {
       PipelineSearchRow r;
       r.mesh = with_pp(P, stage, hw, backend);
-      const auto t0 = std::chrono::steady_clock::now();
-      try {
-        PipelineOptions po = popt;
-        po.microbatches = M;
-        po.cutoff_us = best;
-        r.plan = plan_pipeline(g, r.mesh, opt, po);
-        if (fits(r)) best = std::min(best, r.plan->step_us);
-      } catch (const PipelineCutoff& c) {
-        r.pruned_bound_us = c.lower_bound_us();
-      } catch (const std::exception& e) {
-        r.error = e.what();
-      }
-      r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       rows.push_back(std::move(r));
     }
+  }
+  std::map<int32_t, Graph> graphs;  // by microbatch count: one per pp size at most
+  const auto t0 = std::chrono::steady_clock::now();
+  double best = cutoff_us;
+  for (size_t k = 0; k < rows.size(); ++k) {
+    PipelineSearchRow& r = rows[k];
+    const int32_t M = microbatches > 0 ? microbatches : static_cast<int32_t>(r.mesh.size(0));
+    auto g = graphs.find(M);
+    if (g == graphs.end()) g = graphs.emplace(M, graph_for(M)).first;  // a bad batch split throws
+    const auto t1 = std::chrono::steady_clock::now();
+    try {
+      PipelineOptions po = popt;
+      po.microbatches = M;
+      po.cutoff_us = best;
+      if (popt.on_progress)  // the mesh's own reports, saying which mesh, timed from the search's start
+        po.on_progress = [&popt, &t0, label = fmt::format("mesh {} ({}/{}): ", fmt::join(r.mesh.shape(), "x"), k + 1,
+                                                           rows.size())](const PipelineProgress& p) {
+          PipelineProgress q = p;
+          q.searching = label + q.searching;
+          q.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+          popt.on_progress(q);
+        };
+      r.plan = plan_pipeline(g->second, r.mesh, opt, po);
+      if (fits(r)) best = std::min(best, r.plan->step_us);
+    } catch (const PipelineCutoff& c) {
+      r.pruned_bound_us = c.lower_bound_us();
+    } catch (const std::exception& e) {
+      r.error = e.what();
+    }
+    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
   }
   std::stable_sort(rows.begin(), rows.end(), [](const PipelineSearchRow& a, const PipelineSearchRow& b) {
     if (order_of(a) != order_of(b)) return order_of(a) < order_of(b);

@@ -20,6 +20,8 @@
 /// each plan's proven bound beside its step: a solve the time limit stopped early holds a first
 /// incumbent that can be far above what the mesh can do (its bound says how far at most).
 #include <cstdint>
+#include <functional>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -30,6 +32,14 @@
 #include "planner/plan.h"
 
 namespace autoshard {
+
+/// How far a search is (reporting only: nothing the search decides reads it).
+struct MeshSearchProgress {
+  int32_t done = 0;   ///< meshes planned, pruned or failed
+  int32_t total = 0;  ///< candidate meshes
+  double best_us = std::numeric_limits<double>::infinity();  ///< the best step that fits so far
+  double elapsed_s = 0;
+};
 
 struct MeshSearchOptions {
   int64_t gpus = 8;
@@ -42,6 +52,8 @@ struct MeshSearchOptions {
   int threads = 0;
   /// Skip candidates whose lower bound cannot beat the best plan found.
   bool prune = true;
+  /// Called after each mesh, from the search's threads, one call at a time.
+  std::function<void(const MeshSearchProgress&)> on_progress;
 };
 
 /// The candidate meshes, one per symmetry class, in a deterministic order (fewer dims first).

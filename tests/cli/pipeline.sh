@@ -124,7 +124,17 @@ ok "progress line"
 # mesh is listed with that bound, and its bound is the one the full plan proves.
 S=(search --model llama3-8b --layers 4 --seq 256 --batch 8 --gpus 4 --max-dims 2 --pp 2 --json)
 "$AS" "${S[@]}" --no-prune >"$TMP/search.json"
-"$AS" "${S[@]}" >"$TMP/search-pruned.json"
+"$AS" "${S[@]}" >"$TMP/search-pruned.json" 2>"$TMP/search.err"
+[ ! -s "$TMP/search.err" ] || fail "search: progress on a stderr that is not a terminal: $(cat "$TMP/search.err")"
+if command -v script >/dev/null; then
+  # On a terminal: the flat meshes' count, then the pipelined mesh's stage solves.
+  script -qec "$AS ${S[*]} --no-prune >/dev/null" "$TMP/search-tty.log" >/dev/null
+  grep -q "meshes 2/2" "$TMP/search-tty.log" || fail "search: no mesh count on a terminal: $(cat "$TMP/search-tty.log")"
+  grep -q "stage solves [0-9]*/[0-9]*, mesh 2x2 (1/1)" "$TMP/search-tty.log" \
+    || fail "search: no pipelined progress on a terminal: $(cat "$TMP/search-tty.log")"
+  script -qec "$AS ${S[*]} --quiet >/dev/null" "$TMP/search-quiet.log" >/dev/null
+  ! grep -q "meshes" "$TMP/search-quiet.log" || fail "search --quiet drew progress: $(cat "$TMP/search-quiet.log")"
+fi
 "$AS" plan --model llama3-8b --layers 4 --seq 256 --batch 8 --mesh 2x2 --mesh-dims pp,dp --microbatches 2 \
   --json >"$TMP/search-plan.json"
 pycheck "$TMP/search.json" "
