@@ -161,6 +161,15 @@ nlohmann::ordered_json pipeline_row_json(const PipelineSearchRow& r) {
   return x;
 }
 
+/// The first pipelined row when it fits and beats the flat meshes' best; else null.
+const PipelineSearchRow* pipelined_best(const std::vector<PipelineSearchRow>& pipe, const MeshSearchResult& res) {
+  if (pipe.empty() || !pipe[0].plan) return nullptr;
+  const PipelineSearchRow& r = pipe[0];
+  const int64_t lim = r.plan->memory_limit_bytes;
+  if (lim > 0 && rank_peak(r) > lim) return nullptr;
+  return r.plan->step_us < flat_best_us(res) ? &r : nullptr;
+}
+
 void print_json(const SearchArgs& a, const Graph& g, const MeshSearchOptions& o, const MeshSearchResult& res,
                 const std::vector<PipelineSearchRow>& pipe) {
   nlohmann::ordered_json j;
@@ -178,6 +187,15 @@ void print_json(const SearchArgs& a, const Graph& g, const MeshSearchOptions& o,
     for (const PipelineSearchRow& r : pipe) parr.push_back(pipeline_row_json(r));
     j["pipelined_meshes"] = std::move(parr);
   }
+  // The winner: a mesh and whether it is pipelined (null when no plan fits).
+  nlohmann::ordered_json best;
+  if (const PipelineSearchRow* p = pipelined_best(pipe, res)) {
+    best = {{"mesh", p->mesh.shape()}, {"mesh_dims", p->mesh.names()}, {"pipelined", true}, {"step_us", p->plan->step_us}};
+  } else if (res.best >= 0) {
+    const MeshSearchRow& b = res.rows[static_cast<size_t>(res.best)];
+    best = {{"mesh", b.mesh.shape()}, {"mesh_dims", b.mesh.names()}, {"pipelined", false}, {"step_us", b.plan->objective_us}};
+  }
+  j["best"] = std::move(best);
   std::cout << j.dump(2) << "\n";
 }
 
@@ -222,15 +240,6 @@ void print_pipeline_table(const std::vector<PipelineSearchRow>& pipe) {
                fmt::format("{}{}", schedule_name(r.plan->schedule), r.plan->v > 1 ? fmt::format(" v={}", r.plan->v) : ""),
                format_us(r.plan->step_us), format_us(r.plan->lower_bound_us), format_bytes(rank_peak(r)), r.seconds);
   }
-}
-
-/// The first pipelined row when it fits and beats the flat meshes' best; else null.
-const PipelineSearchRow* pipelined_best(const std::vector<PipelineSearchRow>& pipe, const MeshSearchResult& res) {
-  if (pipe.empty() || !pipe[0].plan) return nullptr;
-  const PipelineSearchRow& r = pipe[0];
-  const int64_t lim = r.plan->memory_limit_bytes;
-  if (lim > 0 && rank_peak(r) > lim) return nullptr;
-  return r.plan->step_us < flat_best_us(res) ? &r : nullptr;
 }
 
 void print_text(const SearchArgs& a, const Graph& g, const MeshSearchOptions& o, const MeshSearchResult& res,

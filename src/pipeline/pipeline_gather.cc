@@ -6,6 +6,7 @@
 #include <cmath>
 #include <exception>
 #include <functional>
+#include <limits>
 #include <mutex>
 #include <optional>
 #include <stdexcept>
@@ -24,6 +25,8 @@ namespace autoshard {
 using namespace pipeline_detail;  // NOLINT(google-build-using-namespace): this layer's own detail
 
 namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
 
 /// a is preferred to b: it fits where b does not, else it is faster (ties: a).
 bool preferred(const PipelinePlan& a, const PipelinePlan& b) {
@@ -166,17 +169,22 @@ PipelinePlan plan_pipeline(const Graph& g, const Mesh& mesh, const PlannerOption
   std::exception_ptr no_plan;
   std::optional<PipelinePlan> per_use = per_use_run.finish(no_plan);
   if (!per_use) {
-    if (once) return std::move(once->plan);
-    if (!once_cut) std::rethrow_exception(no_plan);  // neither variant has a plan: per use's reason
-    // Neither beats the cutoff (per use cut off too, or without a plan): the lesser bound.
-    double bound = once_cut->lower_bound_us();
+    // Per use cut off: its plans are bounded by its bound, no plan of it: unbounded.
+    double per_use_bound = kInf;
     try {
       std::rethrow_exception(no_plan);
     } catch (const PipelineCutoff& c) {
-      bound = std::min(bound, c.lower_bound_us());
+      per_use_bound = c.lower_bound_us();
     } catch (const std::runtime_error&) {
     }
-    throw PipelineCutoff(bound);
+    if (once) {
+      PipelinePlan& pl = once->plan;
+      pl.lower_bound_us = std::min(pl.lower_bound_us, per_use_bound);
+      pl.gap = pl.step_us > 0 ? (pl.step_us - pl.lower_bound_us) / pl.step_us : 0;
+      return std::move(pl);
+    }
+    if (!once_cut) std::rethrow_exception(no_plan);  // neither variant has a plan: per use's reason
+    throw PipelineCutoff(std::min(once_cut->lower_bound_us(), per_use_bound));  // neither beats the cutoff
   }
   if (!once) return std::move(*per_use);
   // Each variant's bound holds for its plans: the lesser holds for both.

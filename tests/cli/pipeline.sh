@@ -149,6 +149,23 @@ assert best < p[0]['lower_bound_us'], (best, p[0])
 r = q['pipelined_meshes'][0]
 assert r['outcome'] == 'pruned' and 'step_us' not in r and best <= r['lower_bound_us'] <= p[0]['step_us'], r
 "
+# Over gloo the pipelined 2x2 wins: the best line, the JSON's best and -o name it, and -o
+# writes its pipelined plan, the one `plan` makes on that mesh.
+G=(search --model llama3-8b --layers 4 --seq 256 --batch 8 --gpus 4 --max-dims 2 --pp 2,4 --backend gloo)
+"$AS" "${G[@]}" --json -o "$TMP/search-pp" >"$TMP/search-gloo.json"
+"$AS" plan --model llama3-8b --layers 4 --seq 256 --batch 8 --mesh 2x2 --mesh-dims pp,dp --microbatches 2 \
+  --backend gloo --json >"$TMP/search-gloo-plan.json"
+pycheck "$TMP/search-gloo.json" "
+b = j['best']
+assert b['pipelined'] and b['mesh'] == [2, 2] and b['mesh_dims'] == ['pp', 'dp'], b
+assert b['step_us'] < min(m['step_us'] for m in j['meshes'] if m['outcome'] == 'planned'), j
+pl = json.load(open('$TMP/search-gloo-plan.json'))
+assert abs(pl['step_us'] - b['step_us']) <= 1e-6 * b['step_us'], (pl['step_us'], b)
+saved = json.load(open('$TMP/search-pp/placements.json'))
+assert saved['mesh_shape'] == [2, 2] and 'pipeline' in saved, sorted(saved)
+"
+out=$("$AS" "${G[@]}")
+expect_contains "$out" "best: mesh 2x2 (pp=2 within, dp=2 within), pipelined" "search --pp best line"
 ok "search --pp"
 
 # Pipeline stages with a cp dim: the stages' context-parallel attentions keep their
