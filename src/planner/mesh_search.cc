@@ -140,6 +140,76 @@ std::string_view outcome_name(MeshSearchRow::Outcome o) {
   return "?";
 }
 
+namespace {
+
+/// The best step that fits among the meshes planned so far, shared by the search's threads.
+struct SharedBest {
+  std::mutex mu;
+  double step_us = kInfCost;
+};
+
+/// Step 2 of the search for one mesh: pruned on its cheap bound, else solved with the best so
+/// far as the cutoff (pruned by the solver's bound, or planned, over budget, timed out).
+void plan_candidate(const Graph& g, const Mesh& mesh, const PlannerOptions& po, bool prune, SharedBest& best,
+                    MeshSearchRow& r) {
+  double cutoff = kInfCost;
+  {
+    // One look at the best so far: prune on the static bound, else solve with it as the
+    // cutoff.
+    std::lock_guard<std::mutex> lock(best.mu);
+    if (prune && r.bound_us >= best.step_us) {
+      r.outcome = MeshSearchRow::Outcome::kPruned;
+      r.message = fmt::format("lower bound {:.1f} us >= best {:.1f} us", r.bound_us, best.step_us);
+      return;
+    }
+    if (prune) cutoff = best.step_us;
+  }
+  auto t1 = std::chrono::steady_clock::now();
+  // The solver stops as soon as it proves that this mesh cannot beat the best so far.
+  PlannerOptions mo = po;
+  mo.cutoff_us = cutoff;
+  RecipeResult opt = plan_recipe(Recipe::kAlpa, g, mesh, mo);
+  // Pruned by the solver: its bound reaches the best so far (a proven optimum that fits
+  // is listed as planned, which costs nothing more).
+  if (opt.lower_bound_us >= cutoff &&
+      !(opt.plan && opt.plan->status == SolveStatus::kOptimal && opt.fits)) {
+    r.outcome = MeshSearchRow::Outcome::kPruned;
+    r.bound_us = opt.lower_bound_us;
+    r.message = fmt::format("the solver's lower bound {:.1f} us >= best {:.1f} us",
+                            r.bound_us, cutoff);
+    r.seconds += seconds_since(t1);
+    return;
+  }
+  if (mesh.ndim() >= 2 && !(opt.plan && opt.plan->status == SolveStatus::kOptimal)) {
+    // Stopped by the time limit: the Megatron recipe (pinned, so small and solved
+    // exactly) is one assignment of the same problem, and the mesh's answer is never
+    // worse than it.
+    RecipeResult seed = plan_recipe_that_fits(Recipe::kMegatron, g, mesh, po);
+    if (seed.plan && seed.fits &&
+        !(opt.plan && opt.fits && opt.plan->objective_us <= seed.plan->objective_us))
+      opt = std::move(seed);
+  }
+  if (opt.plan && opt.fits) {
+    r.outcome = MeshSearchRow::Outcome::kPlanned;
+    r.dim_use = dim_use(g, mesh, *opt.plan);
+    std::lock_guard<std::mutex> lock(best.mu);
+    best.step_us = std::min(best.step_us, opt.plan->objective_us);
+  } else if (opt.plan) {
+    r.outcome = MeshSearchRow::Outcome::kOverBudget;
+    opt.plan->min_peak_memory_bytes = opt.plan->peak_memory_bytes;
+  } else if (opt.error.find("timed-out") != std::string::npos) {
+    r.outcome = MeshSearchRow::Outcome::kTimedOut;
+    r.message = fmt::format("no plan within the time limit of {} s", po.time_limit_s);
+  } else {
+    r.outcome = MeshSearchRow::Outcome::kError;
+    r.message = opt.error;
+  }
+  r.plan = std::move(opt.plan);
+  r.seconds += seconds_since(t1);
+}
+
+}  // namespace
+
 MeshSearchResult search_meshes(const Graph& g, const MeshSearchOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<Mesh> meshes = enumerate_meshes(o.gpus, o.max_dims, o.hardware, o.backend);
@@ -182,74 +252,16 @@ MeshSearchResult search_meshes(const Graph& g, const MeshSearchOptions& o) {
     if (rows[k].message.empty()) order.push_back(k);
   std::stable_sort(order.begin(), order.end(),
                    [&](size_t a, size_t b) { return rows[a].bound_us < rows[b].bound_us; });
-  std::mutex mu;
-  double best = kInfCost;
-  auto plan_mesh = [&](size_t k) {
-    MeshSearchRow& r = rows[k];
-    double cutoff = kInfCost;
-    {
-      // One look at the best so far: prune on the static bound, else solve with it as the
-      // cutoff.
-      std::lock_guard<std::mutex> lock(mu);
-      if (o.prune && r.bound_us >= best) {
-        r.outcome = MeshSearchRow::Outcome::kPruned;
-        r.message = fmt::format("lower bound {:.1f} us >= best {:.1f} us", r.bound_us, best);
-        return;
-      }
-      if (o.prune) cutoff = best;
-    }
-    auto t1 = std::chrono::steady_clock::now();
-    // The solver stops as soon as it proves that this mesh cannot beat the best so far.
-    PlannerOptions mo = po;
-    mo.cutoff_us = cutoff;
-    RecipeResult opt = plan_recipe(Recipe::kAlpa, g, meshes[k], mo);
-    // Pruned by the solver: its bound reaches the best so far (a proven optimum that fits
-    // is listed as planned, which costs nothing more).
-    if (opt.lower_bound_us >= cutoff &&
-        !(opt.plan && opt.plan->status == SolveStatus::kOptimal && opt.fits)) {
-      r.outcome = MeshSearchRow::Outcome::kPruned;
-      r.bound_us = opt.lower_bound_us;
-      r.message = fmt::format("the solver's lower bound {:.1f} us >= best {:.1f} us",
-                              r.bound_us, cutoff);
-      r.seconds += seconds_since(t1);
-      return;
-    }
-    if (meshes[k].ndim() >= 2 && !(opt.plan && opt.plan->status == SolveStatus::kOptimal)) {
-      // Stopped by the time limit: the Megatron recipe (pinned, so small and solved
-      // exactly) is one assignment of the same problem, and the mesh's answer is never
-      // worse than it.
-      RecipeResult seed = plan_recipe_that_fits(Recipe::kMegatron, g, meshes[k], po);
-      if (seed.plan && seed.fits &&
-          !(opt.plan && opt.fits && opt.plan->objective_us <= seed.plan->objective_us))
-        opt = std::move(seed);
-    }
-    if (opt.plan && opt.fits) {
-      r.outcome = MeshSearchRow::Outcome::kPlanned;
-      r.dim_use = dim_use(g, meshes[k], *opt.plan);
-      std::lock_guard<std::mutex> lock(mu);
-      best = std::min(best, opt.plan->objective_us);
-    } else if (opt.plan) {
-      r.outcome = MeshSearchRow::Outcome::kOverBudget;
-      opt.plan->min_peak_memory_bytes = opt.plan->peak_memory_bytes;
-    } else if (opt.error.find("timed-out") != std::string::npos) {
-      r.outcome = MeshSearchRow::Outcome::kTimedOut;
-      r.message = fmt::format("no plan within the time limit of {} s", po.time_limit_s);
-    } else {
-      r.outcome = MeshSearchRow::Outcome::kError;
-      r.message = opt.error;
-    }
-    r.plan = std::move(opt.plan);
-    r.seconds += seconds_since(t1);
-  };
+  SharedBest best;
   MeshSearchProgress progress;
   progress.total = static_cast<int32_t>(meshes.size());
   progress.done = static_cast<int32_t>(meshes.size() - order.size());  // the errors of step 1
   run_pool(
       [&](size_t k) {
-        plan_mesh(k);
-        const std::lock_guard<std::mutex> lock(mu);
+        plan_candidate(g, meshes[k], po, o.prune, best, rows[k]);
+        const std::lock_guard<std::mutex> lock(best.mu);
         ++progress.done;
-        progress.best_us = best;
+        progress.best_us = best.step_us;
         progress.elapsed_s = seconds_since(t0);
         if (o.on_progress) o.on_progress(progress);
       },
