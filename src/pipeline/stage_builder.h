@@ -101,22 +101,22 @@ class StageBuilder {
                            const StageSolve* at_hand);
   /// A plan of (kind, k) under `mem` from priced solves only (no memory-limited solve, whose
   /// time limit makes plans depend on the machine's load): with a recompute policy that
-  /// chooses per region, under a rank's own limit price_memory (its bound is the stage's), and
-  /// on a share of a rank (its bound is none) the same model with recomputation, where memory
-  /// is bought; with a fixed policy its own model.
+  /// chooses per region, under a rank's own limit price_memory (both models: its bound is
+  /// the stage's), and on a share of a rank (its bound is none) the model with recomputation
+  /// alone, where memory is bought; with a fixed policy its own model.
   PricedBound price_plans(StageKind kind, int32_t k, StageMemory mem, const StageSolve& relaxed);
   struct PricedFloor {
     /// A lower bound of min_x [T(x) + lambda (U(x) - live + deferred H(x))] over the plans of
-    /// the canonical stage (kind, k) with `inflight` microbatches in flight, in the model with
-    /// recomputation (which holds the plans without it too): T its microbatch time, U its usage at t* with the kept usages scaled
+    /// the canonical stage (kind, k) with `inflight` microbatches in flight, the least of the
+    /// two memory models: T its microbatch time, U its usage at t* with the kept usages scaled
     /// (inflight_memory.h boundary_usage), live the nodes live at t* (U exceeds the true usage
     /// there by less than a byte a node: the rounding), H the bytes its B hands to its W
     /// (PartTimes::kept_for_w_bytes), which a zero-bubble rank keeps `deferred` times.
     double floor = 0;
-    int64_t live = 0;  ///< the nodes live at t*
+    int64_t live = 0;  ///< the most nodes live at t* of the two models
   };
   /// One priced floor: a memory-free solve of `relaxed`'s stage with the usage at t* priced
-  /// at `lambda` (no memory limit; its proven bound).
+  /// at `lambda` per model (no memory limit; its proven bound).
   PricedFloor priced_floor(const StageSolve& relaxed, double inflight, double deferred, double lambda);
 
   /// A progress line: to the options' callback, or on a worker thread to its task's buffer.

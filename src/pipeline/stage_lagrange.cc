@@ -12,23 +12,24 @@
 /// fit are plans too (Everett: each is optimal for its own usage at t*), so the dual also
 /// searches the primal, without the memory-limited solve's time limit.
 ///
-/// One memory model.  A stage's plan may come from the problem with recomputation nodes or
-/// from the one without (if-needed escalates to auto only where memory binds without
-/// recomputation); the second is the first with every region kept, views aliasing their base
-/// in both (problem_builder.cc), so the first's bound holds for both and it alone is priced.
-/// (When the recomputation model counted activation views apart, a bound in it was no bound
-/// of the other's plans -- llama3-405b's first 4-layer stage: 168.1 ms priced, above a
-/// 164.7 ms plan without recomputation that fit -- and both were priced, twice the solves.)
-/// A model whose least usages at t* exceed the budget has no plan that fits and bounds nothing.
+/// Two memory models.  The problem with recomputation nodes counts a view of an activation
+/// apart from its base, the one without aliases it (problem_builder.h view_aliases), and a
+/// stage's plan may come from either (if-needed escalates to auto only where memory binds
+/// without recomputation).  A bound in one is no bound of the other's plans (llama3-405b's
+/// first 4-layer stage: 168.1 ms priced with recomputation, above a 164.7 ms plan of the model
+/// without that fits), so each model is priced and the least of their bounds is kept; a model
+/// whose least usages at t* exceed the budget has no plan that fits and bounds nothing.
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <exception>
 #include <limits>
 
 #include "pipeline/backward_split.h"
 #include "planner/inflight_memory.h"
+#include "planner/parallel_for.h"
 #include "pipeline/stage_builder.h"
 #include "planner/sharding_optimizer.h"
 
@@ -85,15 +86,30 @@ StageBuilder::PricedBound StageBuilder::price_memory(StageKind kind, int32_t k, 
   out.bound = relaxed.lower_bound_us;
   if (mem.budget <= 0 || !relaxed.plan.has_solution) return out;
   const auto t0 = std::chrono::steady_clock::now();
-  // The stage's plans come from the model with recomputation (auto, full, the escalated
-  // if-needed) or without (if-needed, none).  The second is the first with every region kept
-  // (views alias their base in both, problem_builder.cc), so the first's bound holds for the
-  // plans of both: it alone is priced.
-  const PricedBound m = price_model(RecomputePolicy::kAuto, mem, relaxed, at_hand);
-  out.lambda = m.lambda;
-  out.solves = m.solves;
-  out.plan = m.plan;
-  const double least = m.bound;
+  // The stage's plans come from two memory models that count views differently
+  // (problem_builder.h view_aliases): with recomputation (auto, full, the escalated if-needed)
+  // and without (if-needed, none).  A bound in one does not hold for the other's plans, so
+  // each is priced and the least of the two is the bound.
+  // The two models on two threads (each is a chain of solves).
+  const RecomputePolicy models[2] = {RecomputePolicy::kAuto, RecomputePolicy::kNone};
+  PricedBound priced[2];
+  std::exception_ptr failed[2];
+  parallel_for(2, popt_.stage_threads, [&](size_t i) {
+    try {
+      priced[i] = price_model(models[i], mem, relaxed, at_hand);
+    } catch (...) {
+      failed[i] = std::current_exception();
+    }
+  });
+  for (const std::exception_ptr& e : failed)
+    if (e) std::rethrow_exception(e);
+  double least = kInf;
+  for (const PricedBound& m : priced) {
+    if (m.bound < least) out.lambda = m.lambda;  // the binding model's price
+    least = std::min(least, m.bound);
+    out.solves += m.solves;
+    if (m.plan && (!out.plan || m.plan->microbatch_us < out.plan->microbatch_us)) out.plan = m.plan;
+  }
   out.bound = std::max(out.bound, least);
   if (opt_.progress)
     say(fmt::format("  stage kind {} with {} layers, memory priced at t* ({} solves): bound {:.3f} us{}, in {:.3f}s",
@@ -215,18 +231,20 @@ StageBuilder::PricedFloor StageBuilder::priced_floor(const StageSolve& relaxed, 
   // objective may count it as compute to hide communication under: a lower floor, still one).
   std::vector<TensorRef> handed;
   if (deferred > 0) handed = handed_to_weight_grads(sg, step_parts(sg));
-  // The model with recomputation: its floor holds for the plans without it too (price_memory).
-  PlannerOptions po = stage_options(sg, inflight, 0);
-  for (const TensorRef& t : handed) po.output_costs.push_back({sg.graph.node(t.node).name, t.output, 0.0, lambda * deferred});
-  po.recompute = RecomputePolicy::kAuto;
-  po.boundary_memory_price = lambda;
-  po.run_checks = false;
-  po.mip_gap = kPricedFloorGap;  // its proven bound is what counts
-  ShardingOptimizer so(sg.graph, sub_, po);
-  const Plan priced = so.get_solution();
-  counted_solve(priced);
-  out.live = static_cast<int64_t>(live_at_boundary(sg.graph, *so.built_problem()).size());
-  out.floor = proven_bound(priced, node_floor(so)) - lambda * static_cast<double>(out.live);
+  for (RecomputePolicy model : {RecomputePolicy::kAuto, RecomputePolicy::kNone}) {
+    PlannerOptions po = stage_options(sg, inflight, 0);
+    for (const TensorRef& t : handed) po.output_costs.push_back({sg.graph.node(t.node).name, t.output, 0.0, lambda * deferred});
+    po.recompute = model;
+    po.boundary_memory_price = lambda;
+    po.run_checks = false;
+    po.mip_gap = kPricedFloorGap;  // its proven bound is what counts
+    ShardingOptimizer so(sg.graph, sub_, po);
+    const Plan priced = so.get_solution();
+    counted_solve(priced);
+    const int64_t live = static_cast<int64_t>(live_at_boundary(sg.graph, *so.built_problem()).size());
+    out.live = std::max(out.live, live);
+    out.floor = std::min(out.floor, proven_bound(priced, node_floor(so)) - lambda * static_cast<double>(live));
+  }
   return out;
 }
 

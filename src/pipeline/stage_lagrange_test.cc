@@ -56,20 +56,19 @@ TEST(StageLagrangeLarge, TheBoundLiesBetweenTheMemoryFreeBoundAndBothModelsOptim
   const double f = 4;
   StageSolver solver(g, mesh, o, popt, m, 0);
   const auto relaxed = solver.free(kStageMid, k);
-  // A budget an eighth of the way from what the stage needs with every layer recomputed to
-  // what its memory-free plan needs: memory binds at the forward/backward boundary (t*, where
-  // it is priced), and recomputation or sharding buys it.
+  // A budget halfway between what the memory-free plan needs and what it needs with every
+  // layer recomputed: memory binds, and recomputation or sharding buys it.
   PlannerOptions full = o;
   full.recompute = RecomputePolicy::kFull;
   StageSolver recomputed(g, mesh, full, popt, m, 0);
   const double hi = StageBuilder::need_bytes(*relaxed, f), lo = StageBuilder::need_bytes(*recomputed.free(kStageMid, k), f);
   ASSERT_LT(lo, hi);
-  const StageMemory mem{f, static_cast<int64_t>(lo + (hi - lo) / 8)};
+  const StageMemory mem{f, static_cast<int64_t>((lo + hi) / 2)};
   ASSERT_FALSE(StageBuilder::fits(*relaxed, mem));
 
   const StageBuilder::PricedBound pb = solver.builder().price_memory(kStageMid, k, mem, *relaxed, nullptr);
-  // Exact (MIP) optima under the budget, with and without recomputation nodes (3940.0 us;
-  // the bound 3926.8 us).
+  // Exact (MIP) optima under the budget: 3940.0 us without recomputation nodes, 4043.1 us with
+  // them (their model counts activation views apart); the bound, 3917.1 us, is below both.
   const double best = std::min(exact_optimum(g, m, mesh, k, 4, mem, RecomputePolicy::kAuto),
                                exact_optimum(g, m, mesh, k, 4, mem, RecomputePolicy::kNone));
   ASSERT_TRUE(std::isfinite(best));

@@ -21,15 +21,6 @@ std::vector<char> view_aliases(const Graph& g, bool views_alias) {
   return alias;
 }
 
-std::vector<NodeIdx> alias_bases(const Graph& g) {
-  const std::vector<char> alias = view_aliases(g, true);
-  std::vector<NodeIdx> base(static_cast<size_t>(g.size()));
-  for (NodeIdx i = 0; i < g.size(); ++i)
-    base[static_cast<size_t>(i)] =
-        alias[static_cast<size_t>(i)] ? base[static_cast<size_t>(g.node(i).inputs[0].node)] : i;
-  return base;
-}
-
 std::vector<std::pair<int64_t, int64_t>> live_intervals(const Graph& g, bool views_alias) {
   return live_intervals(g, view_aliases(g, views_alias));
 }

@@ -228,9 +228,10 @@ void ProblemBuild::prepare_nodes() {
   chain = opt.shard_orders ? parameter_chain_nodes(g) : std::vector<char>(static_cast<size_t>(g.size()), 0);
   sopt_plain = sopt;
   sopt_plain.shard_orders = false;
-  // A view holds no bytes: its base does, live through the view's uses (live_intervals.h);
-  // the recomputation regions read a view's uses as its base's (recompute.cc).
-  alias = view_aliases(g, true);
+  // Views alias their base only without recomputation (see live_intervals).
+  const bool views_alias =
+      opt.recompute == RecomputePolicy::kNone || opt.recompute == RecomputePolicy::kIfNeeded;
+  alias = view_aliases(g, views_alias);
   intervals = live_intervals(g, alias);
 }
 

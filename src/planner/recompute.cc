@@ -10,8 +10,6 @@
 #include <set>
 #include <stdexcept>
 
-#include "planner/live_intervals.h"
-
 namespace autoshard {
 
 std::string_view recompute_policy_name(RecomputePolicy p) {
@@ -155,26 +153,23 @@ void add_recomputation(const Graph& g, const PlannerOptions& opt, BuiltProblem& 
   }
 
   // Uses of every forward op: end of its forward uses, first backward use, read outside its
-  // region.  A view holds no bytes of its own (problem_builder.cc, live_intervals.h): a use
-  // of it is a use of the tensor it aliases too, which must then be live (kept or recomputed).
+  // region.
   constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
-  const std::vector<NodeIdx> base = alias_bases(g);
   std::vector<int64_t> fwd_end(n), bwd_first(n, kNever);
   std::vector<char> escapes(n, 0);
   for (NodeIdx i = 0; i < g.size(); ++i) fwd_end[static_cast<size_t>(i)] = i + 1;
   for (NodeIdx i = 0; i < g.size(); ++i) {
     const Node& x = g.node(i);
     for (const TensorRef& r : x.inputs) {
-      for (const size_t u : {static_cast<size_t>(r.node), static_cast<size_t>(base[static_cast<size_t>(r.node)])}) {
-        if (region_of[u] < 0) continue;
-        if (x.kind == NodeKind::kOutput || x.phase == Phase::kOptimizer) {
-          escapes[u] = 1;
-        } else if (x.phase == Phase::kForward) {
-          fwd_end[u] = std::max<int64_t>(fwd_end[u], i + 1);
-          if (region_of[static_cast<size_t>(i)] != region_of[u]) escapes[u] = 1;
-        } else {
-          bwd_first[u] = std::min<int64_t>(bwd_first[u], i);
-        }
+      const size_t u = static_cast<size_t>(r.node);
+      if (region_of[u] < 0) continue;
+      if (x.kind == NodeKind::kOutput || x.phase == Phase::kOptimizer) {
+        escapes[u] = 1;
+      } else if (x.phase == Phase::kForward) {
+        fwd_end[u] = std::max<int64_t>(fwd_end[u], i + 1);
+        if (region_of[static_cast<size_t>(i)] != region_of[u]) escapes[u] = 1;
+      } else {
+        bwd_first[u] = std::min<int64_t>(bwd_first[u], i);
       }
     }
   }
@@ -205,9 +200,10 @@ void add_recomputation(const Graph& g, const PlannerOptions& opt, BuiltProblem& 
     if (r < 0 || !active[static_cast<size_t>(r)]) continue;
     for (size_t m = 0; m < R; ++m) {
       if (!exec(static_cast<size_t>(i), m)) continue;
-      for (const TensorRef& in : g.node(i).inputs)
-        for (const size_t u : {static_cast<size_t>(in.node), static_cast<size_t>(base[static_cast<size_t>(in.node)])})
-          if (region_of[u] == r && !exec(u, m)) needed[u] |= 1u << m;
+      for (const TensorRef& in : g.node(i).inputs) {
+        const size_t u = static_cast<size_t>(in.node);
+        if (region_of[u] == r && !exec(u, m)) needed[u] |= 1u << m;
+      }
     }
   }
 

@@ -391,9 +391,9 @@ ShardingOptimizer::Solved ShardingOptimizer::solve_objective(const TiedSolveInpu
 
 void ShardingOptimizer::keep_everything_if_better(Solved& s, bool has_shadows,
                                                   std::chrono::steady_clock::time_point deadline) {
-  // Keeping every activation, judged on the problem without recomputation: the recomputation
-  // model holds these plans too (every region kept), but its search under a time limit may
-  // not reach them.
+  // Keeping every activation, judged on the problem without recomputation, whose views share
+  // their base's memory (the recomputation model counts them apart: problem_builder.cc
+  // views_alias), so that its keep-everything plans include the auto model's.
   set_recompute_escalated(false);
   PlannerOptions o = options_;
   o.recompute = RecomputePolicy::kNone;

