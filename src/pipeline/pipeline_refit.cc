@@ -66,9 +66,6 @@ using RefitCache = std::map<std::tuple<const StageSolve*, double, double, int64_
 
 namespace {
 
-/// Shares of a rank's limit tried before its refit gives up (refit_rank).
-constexpr int32_t kRoomTries = 8;
-
 /// Whether `s`'s plan recomputes any layer region.
 bool recomputes(const StageSolve& s) {
   return std::any_of(s.plan.layer_recompute.begin(), s.plan.layer_recompute.end(),
@@ -112,28 +109,20 @@ std::pair<std::vector<std::shared_ptr<const StageSolve>>, bool> refit_rank(Searc
     }
   if (above <= 0) return {};
   // The stages' needs may add up to more than the limit by the passing work the rank never
-  // holds at once (RankNeed), as its stages have it now.  The refit plans' passing work
-  // differs: where they then do not fit, the room shrinks by what they are over and the
-  // rank is shared again (a few times at most: each try is evaluations only).
-  const double limit = static_cast<double>(pl.memory_limit_bytes);
-  double room = limit + rank_need(pl, r).unheld();
+  // holds at once (RankNeed), as its stages have it now.
+  const double room = static_cast<double>(pl.memory_limit_bytes) + rank_need(pl, r).unheld();
+  const double scale = (room - bases) / above;
   std::vector<std::shared_ptr<const StageSolve>> plans;
-  for (int32_t attempt = 0; attempt < kRoomTries && room > bases; ++attempt) {
-    const double scale = (room - bases) / above;
-    plans.clear();
-    RankNeed need;
-    for (const PipelineStage& st : pl.stages) {
-      if (st.pp_rank != r) continue;
-      const double b = base[psz(st.index)];
-      const auto budget = static_cast<int64_t>(std::floor(b + (StageBuilder::rank_need_bytes(*st.solve, st.inflight, st.deferred) - b) * scale));
-      plans.push_back(refit_stage(S, st, n, budget, done, rank_patterns));
-      if (!plans.back()) plans.back() = st.solve;  // keeps its plan
-      need.add(*plans.back(), st.inflight, st.deferred);
-    }
-    if (need.total() <= limit) return {plans, true};
-    room -= need.total() - limit;
+  RankNeed need;
+  for (const PipelineStage& st : pl.stages) {
+    if (st.pp_rank != r) continue;
+    const double b = base[psz(st.index)];
+    const auto budget = static_cast<int64_t>(std::floor(b + (StageBuilder::rank_need_bytes(*st.solve, st.inflight, st.deferred) - b) * scale));
+    plans.push_back(refit_stage(S, st, n, budget, done, rank_patterns));
+    if (!plans.back()) plans.back() = st.solve;  // keeps its plan
+    need.add(*plans.back(), st.inflight, st.deferred);
   }
-  return {plans, false};
+  return {plans, need.total() <= static_cast<double>(pl.memory_limit_bytes)};
 }
 
 using StagePlans = std::vector<std::shared_ptr<const StageSolve>>;
