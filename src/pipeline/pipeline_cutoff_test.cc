@@ -64,7 +64,7 @@ TEST(PipelineCutoff, MemoryFree) {
   check_cutoffs(g, mesh, 0, cut_options(false));
 }
 
-TEST(PipelineCutoff, MemoryBindsAndTheGatherIsChosen) {
+TEST(PipelineCutoffLarge, MemoryBindsAndTheGatherIsChosen) {
   const Graph g = testing::small_llama(4);
   const Mesh mesh({2, 2}, {"pp", "dp"}, h100());
   const PipelinePlan free = plan_cut(g, mesh, 0, cut_options(false));
