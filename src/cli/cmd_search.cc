@@ -163,11 +163,8 @@ nlohmann::ordered_json pipeline_row_json(const PipelineSearchRow& r) {
 
 /// The first pipelined row when it fits and beats the flat meshes' best; else null.
 const PipelineSearchRow* pipelined_best(const std::vector<PipelineSearchRow>& pipe, const MeshSearchResult& res) {
-  if (pipe.empty() || !pipe[0].plan) return nullptr;
-  const PipelineSearchRow& r = pipe[0];
-  const int64_t lim = r.plan->memory_limit_bytes;
-  if (lim > 0 && rank_peak(r) > lim) return nullptr;
-  return r.plan->step_us < flat_best_us(res) ? &r : nullptr;
+  if (pipe.empty() || !pipe[0].fits()) return nullptr;
+  return pipe[0].plan->step_us < flat_best_us(res) ? &pipe[0] : nullptr;
 }
 
 void print_json(const SearchArgs& a, const Graph& g, const MeshSearchOptions& o, const MeshSearchResult& res,

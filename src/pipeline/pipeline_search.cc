@@ -7,6 +7,7 @@
 #include <chrono>
 #include <map>
 
+#include "pipeline/pipeline_layout.h"
 #include "planner/mesh_search.h"
 
 namespace autoshard {
@@ -25,19 +26,16 @@ Mesh with_pp(int32_t P, const Mesh& stage, const Hardware& hw, CommBackend backe
   return Mesh(shape, names, hw, backend);
 }
 
-bool fits(const PipelineSearchRow& r) {
-  if (!r.plan) return false;
-  const int64_t lim = r.plan->memory_limit_bytes;
-  return lim <= 0 || *std::max_element(r.plan->rank_peak_bytes.begin(), r.plan->rank_peak_bytes.end()) <= lim;
-}
 
 /// Plans that fit, plans over the limit, pruned rows, errors.
 int order_of(const PipelineSearchRow& r) {
-  if (r.plan) return fits(r) ? 0 : 1;
+  if (r.plan) return r.fits() ? 0 : 1;
   return r.pruned_bound_us ? 2 : 3;
 }
 
 }  // namespace
+
+bool PipelineSearchRow::fits() const { return plan && pipeline_detail::ranks_fit(*plan); }
 
 std::vector<PipelineSearchRow> search_pipeline_meshes(const std::function<Graph(int32_t)>& graph_for,
                                                       int64_t gpus, int max_dims, const Hardware& hw,
@@ -76,7 +74,7 @@ std::vector<PipelineSearchRow> search_pipeline_meshes(const std::function<Graph(
           popt.on_progress(q);
         };
       r.plan = plan_pipeline(g->second, r.mesh, opt, po);
-      if (fits(r)) best = std::min(best, r.plan->step_us);
+      if (r.fits()) best = std::min(best, r.plan->step_us);
     } catch (const PipelineCutoff& c) {
       r.pruned_bound_us = c.lower_bound_us();
     } catch (const std::exception& e) {

@@ -32,6 +32,8 @@ struct PipelineSearchRow {
   std::optional<double> pruned_bound_us;
   std::string error;
   double seconds = 0;
+  /// A plan every pp rank of which fits the memory limit (or there is none).
+  bool fits() const;
 };
 
 /// `graph_for(M)` gives the graph of one microbatch when the step has M microbatches; `popt`
