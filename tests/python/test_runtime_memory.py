@@ -15,7 +15,7 @@ except ImportError:  # pragma: no cover
 
 
 PEAK_SCRIPT = r"""
-import json, os, subprocess, sys, tempfile
+import gc, json, os, subprocess, sys, tempfile
 import torch, torch.distributed as dist
 from torch.testing._internal.distributed.fake_pg import FakeStore
 from torch.distributed.device_mesh import init_device_mesh
@@ -33,7 +33,16 @@ class LiveBytes(TorchDispatchMode):
         super().__init__()
         self.live, self.peak = {}, 0
 
+    def _sweep(self):
+        for k, (ref, _) in list(self.live.items()):
+            if torch.UntypedStorage._expired(ref):
+                torch.UntypedStorage._free_weak_ref(ref)
+                del self.live[k]
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        # Storages that died since the last op go first: the allocator may hand their address
+        # to this op's output, which a stale entry under that address would hide.
+        self._sweep()
         out = func(*args, **(kwargs or {}))
         for t in tree_leaves(out):
             if not isinstance(t, torch.Tensor):
@@ -45,10 +54,6 @@ class LiveBytes(TorchDispatchMode):
                 continue
             if s.nbytes() and key not in self.live:
                 self.live[key] = (s._weak_ref(), s.nbytes())
-        for k, (ref, _) in list(self.live.items()):
-            if torch.UntypedStorage._expired(ref):
-                torch.UntypedStorage._free_weak_ref(ref)
-                del self.live[k]
         self.peak = max(self.peak, sum(n for _, n in self.live.values()))
         return out
 
@@ -74,8 +79,12 @@ local = step.shard_inputs(tokens, tokens)
 params = sum(p.to_local().numel() for p in step.parameters())
 grads = params * 4  # fp32 gradients of replicated parameters
 mode = LiveBytes()
+# Reference cycles would free storages whenever the collector runs; none run during the step.
+gc.collect()
+gc.disable()
 with mode:
     step(*local).backward()
+gc.enable()
 # The planner charges 16 bytes per parameter (parameter, gradient, Adam's two moments) for the
 # whole step; the measured side is the step's own tensors less the gradients it returns.
 print(json.dumps({"planned": plan["peak_memory_bytes"] - 16 * params,
