@@ -125,6 +125,11 @@ struct PipelineOptions {
   /// (pipeline/pipeline_refit.cc).  Each move is evaluations only; the bound keeps the cost
   /// of a balance that does not converge small.
   int32_t balance_moves = 16;
+  /// With refit_ranks, on the kept plan: each rank's stages re-choose their recomputation
+  /// together under the rank's limit (pipeline/pipeline_refit.cc trade_ranks), kept where the
+  /// timeline shortens.  Why: the refit's shares recompute the same on a stage with 13
+  /// microbatches in flight as on one with 8, where the first frees more memory for the time.
+  bool trade_ranks = true;
   /// With refit_ranks, before assembly: a middle stage of half a rank's L / P layers priced
   /// under its share of the device limit at the layouts' most in flight
   /// (StageSolver::price_rank_pattern), its sharding a source of every rank's refit, kept per

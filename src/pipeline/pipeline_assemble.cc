@@ -116,6 +116,13 @@ void map_nodes(const Search& S, PipelinePlan& pl) {
 
 namespace {
 
+/// What the schedule's fill, drain and waits add to the busiest rank's own work.
+void set_bubble(PipelinePlan& pl) {
+  std::vector<double> costs;
+  for (const PipelineStage& st : pl.stages) costs.push_back(st.solve->microbatch_us);
+  pl.bubble_us = pl.step_us - pipelined_step_us(pl.schedule, costs, pl.P, pl.v, pl.M, 0.0);
+}
+
 /// `head` with candidate c's stages assembled (assemble may re-plan a rank for memory), its
 /// step the schedule's timeline and its bubble what that adds to the busiest rank's own work.
 PipelinePlan assembled(Search& S, const PipelinePlan& head, const ScheduleCandidate& c) {
@@ -132,9 +139,7 @@ PipelinePlan assembled(Search& S, const PipelinePlan& head, const ScheduleCandid
   // A fixed split (a recipe's) keeps its layers.
   if (S.popt.refit_ranks && S.popt.fixed_layers.empty() && pl.memory_limit_bytes > 0 && ranks_fit(pl))
     balance_ranks(S, pl, S.popt.balance_moves);
-  std::vector<double> costs;
-  for (const PipelineStage& st : pl.stages) costs.push_back(st.solve->microbatch_us);
-  pl.bubble_us = pl.step_us - pipelined_step_us(pl.schedule, costs, pl.P, pl.v, pl.M, 0.0);
+  set_bubble(pl);
   return pl;
 }
 
@@ -158,7 +163,13 @@ PipelinePlan fastest_that_fits(Search& S, const PipelinePlan& head, const std::v
     // A memory-free layout's plan counts only where its ranks fit (plan_pipeline).
     return AssembledFigures{cands[i].l.limit <= 0 && pl.memory_limit_bytes > 0 && !fit ? kPipeInf : pl.step_us, fit};
   });
-  return std::move(made.at(keep));
+  PipelinePlan pl = std::move(made.at(keep));
+  // The trade on the kept plan only: it costs a few refits per stage and round.
+  if (S.popt.refit_ranks && S.popt.trade_ranks && pl.memory_limit_bytes > 0) {
+    trade_ranks(S, pl);
+    set_bubble(pl);
+  }
+  return pl;
 }
 
 }  // namespace autoshard::pipeline_detail

@@ -209,6 +209,93 @@ void refit_ranks(Search& S, PipelinePlan& pl, const std::vector<int32_t>& ranks)
 
 namespace {
 
+/// Stage `st`'s sharding with the least recomputation that fits each budget of a ladder
+/// around what it could have now (its need plus the rank's `slack`), in steps of `unit` both
+/// ways: less gives memory to the rank's other stages, more takes theirs.  Its plan now first;
+/// repeated plans once.
+StagePlans stage_options(Search& S, const PipelineStage& st, int32_t n, double slack, double unit, RefitCache& done) {
+  constexpr int kSteps = 4;
+  StagePlans out{st.solve};
+  const auto relaxed = S.solver.free(kind_of(st.index, n), st.hi - st.lo);
+  const double now = StageBuilder::rank_need_bytes(*st.solve, st.inflight, st.deferred) + slack;
+  for (int i = -kSteps; i <= kSteps; ++i) {
+    const auto budget = static_cast<int64_t>(std::floor(now + i * unit));
+    if (budget <= 0) continue;
+    const auto key = std::make_tuple(st.solve.get(), st.inflight, st.deferred, budget);
+    auto it = done.find(key);
+    if (it == done.end())
+      it = done.emplace(key, S.solver.builder().refit(*st.solve, *relaxed, st.inflight, st.deferred, budget)).first;
+    const auto& p = it->second;
+    if (p && std::none_of(out.begin(), out.end(), [&](const auto& o) {
+          return o->microbatch_us == p->microbatch_us &&
+                 StageBuilder::rank_need_bytes(*o, st.inflight, st.deferred) ==
+                     StageBuilder::rank_need_bytes(*p, st.inflight, st.deferred);
+        }))
+      out.push_back(p);
+  }
+  return out;
+}
+
+/// Rank r's stages with their recomputation traded among them (stage_options): the options
+/// of least total work whose rank need fits the limit, where that is less work than now;
+/// empty otherwise.
+StagePlans traded_rank(Search& S, const PipelinePlan& pl, int32_t r, RefitCache& done) {
+  const int32_t n = static_cast<int32_t>(pl.stages.size());
+  const auto limit = static_cast<double>(pl.memory_limit_bytes);
+  const double slack = std::max(0.0, limit - rank_need(pl, r).total());
+  std::vector<const PipelineStage*> mine;
+  for (const PipelineStage& st : pl.stages)
+    if (st.pp_rank == r) mine.push_back(&st);
+  std::vector<StagePlans> options;
+  for (const PipelineStage* st : mine) options.push_back(stage_options(S, *st, n, slack, limit / 128, done));
+  // Every combination (a rank has a few stages, each a few options), in a fixed order.
+  double work_now = 0;
+  for (const PipelineStage* st : mine) work_now += st->solve->microbatch_us;
+  StagePlans best, pick(mine.size());
+  double best_work = work_now * (1 - 1e-9);
+  std::vector<size_t> at(mine.size(), 0);
+  while (true) {
+    RankNeed need;
+    double work = 0;
+    for (size_t i = 0; i < mine.size(); ++i) {
+      pick[i] = options[i][at[i]];
+      need.add(*pick[i], mine[i]->inflight, mine[i]->deferred);
+      work += pick[i]->microbatch_us;
+    }
+    if (work < best_work && need.total() <= limit) best_work = work, best = pick;
+    size_t i = 0;
+    while (i < at.size() && ++at[i] == options[i].size()) at[i++] = 0;
+    if (i == at.size()) break;
+  }
+  return best;
+}
+
+}  // namespace
+
+/// The rank trade: each rank's stages trade memory for recomputation among themselves
+/// (traded_rank), the traded plan kept where its timeline is shorter.  Why: the refit shares a
+/// rank's limit in proportion to its stages' needs, but a layer region recomputed on a stage
+/// with more microbatches in flight frees more memory for the same time (llama3-405b 8x8x8
+/// Interleaved1F1B v=4: rank 1's first stage keeps 13 microbatches, its others 8), and the
+/// room a refit leaves unused (a region's bytes do not divide a share) goes to no stage.  All
+/// ranks at once: the timeline is the busiest rank's, and a trade on one rank alone can
+/// lengthen it by moving work in time.  Evaluations only: a few refits per stage.
+void trade_ranks(Search& S, PipelinePlan& pl) {
+  if (pl.memory_limit_bytes <= 0 || !ranks_fit(pl)) return;
+  RefitCache done;
+  PipelinePlan t = pl;
+  for (int32_t r = 0; r < pl.P; ++r)
+    if (const StagePlans plans = traded_rank(S, pl, r, done); !plans.empty()) put_rank(t, r, plans);
+  rank_peaks(t);
+  const double ts = stage_timeline(t).makespan_us;
+  if (ranks_fit(t) && ts < stage_timeline(pl).makespan_us) {
+    pl = std::move(t);
+    pl.step_us = ts;
+  }
+}
+
+namespace {
+
 /// `pl` with one layer moved from stage `from` to its neighbour `to`, the two stages planned
 /// for their ranks (StageSolver::fit_for_rank under what the rank's other stages leave, else
 /// the receiving rank refit as a whole); nullopt when a rank does not fit.
