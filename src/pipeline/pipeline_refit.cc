@@ -248,7 +248,17 @@ StagePlans traded_rank(Search& S, const PipelinePlan& pl, int32_t r, RefitCache&
     if (st.pp_rank == r) mine.push_back(&st);
   std::vector<StagePlans> options;
   for (const PipelineStage* st : mine) options.push_back(stage_options(S, *st, n, slack, limit / 128, done));
-  // Every combination (a rank has a few stages, each a few options), in a fixed order.
+  // Every combination, in a fixed order: a rank has a few stages, each a few options; with
+  // many stages the ladders are cut from their ends (the plan now stays) to bound the count.
+  auto combinations = [&] {
+    double c = 1;
+    for (const auto& o : options) c *= static_cast<double>(o.size());
+    return c;
+  };
+  while (combinations() > 65536) {
+    auto most = std::max_element(options.begin(), options.end(), [](const auto& a, const auto& b) { return a.size() < b.size(); });
+    most->pop_back();
+  }
   double work_now = 0;
   for (const PipelineStage* st : mine) work_now += st->solve->microbatch_us;
   StagePlans best, pick(mine.size());
