@@ -134,9 +134,9 @@ void refit_ranks(Search& S, PipelinePlan& pl, const std::vector<int32_t>& ranks 
 /// from a stage of the busiest rank to a neighbouring stage of another rank, both planned for
 /// their ranks; at most `max_moves` moves tried.  Sets pl.step_us when it moves one.
 void balance_ranks(Search& S, PipelinePlan& pl, int32_t max_moves);
-/// The rank trade (pipeline/pipeline_refit.cc): the busiest rank's stages re-choose their
-/// recomputation together under the rank's limit while that shortens its work and not the
-/// timeline's.  Sets pl.step_us.
+/// The rank trade (pipeline/pipeline_refit.cc): each rank's stages re-choose their
+/// recomputation together, the least work whose rank need fits the limit; kept where the
+/// timeline shortens (then pl.step_us is set).
 void trade_ranks(Search& S, PipelinePlan& pl);
 
 /// Of `cands` (in the order their pre-assembly steps rank them, pipeline/pipeline_choice.h),
