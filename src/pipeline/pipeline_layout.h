@@ -118,6 +118,8 @@ struct RankNeed {
   double held = 0, passing = 0;
   double passing_sum = 0;  ///< every stage's passing work
   void add(const StageSolve& s, double inflight, double deferred);
+  /// A stage that needs `need` bytes of its rank, `transient` of them passing work.
+  void add(double need, double transient);
   double total() const { return held + passing; }
   /// How much more than total() the stages' needs add up to.
   double unheld() const { return passing_sum - passing; }

@@ -34,10 +34,13 @@ std::vector<std::shared_ptr<const StageSolve>> refit_sources(Search& S, StageKin
 }  // namespace
 
 void RankNeed::add(const StageSolve& s, double inflight, double deferred) {
-  const auto x = static_cast<double>(s.transient_bytes());
-  held += StageBuilder::rank_need_bytes(s, inflight, deferred) - x;
-  passing = std::max(passing, x);
-  passing_sum += x;
+  add(StageBuilder::rank_need_bytes(s, inflight, deferred), static_cast<double>(s.transient_bytes()));
+}
+
+void RankNeed::add(double need, double transient) {
+  held += need - transient;
+  passing = std::max(passing, transient);
+  passing_sum += transient;
 }
 
 RankNeed rank_need(const PipelinePlan& pl, int32_t r, int32_t skip) {
@@ -209,45 +212,49 @@ void refit_ranks(Search& S, PipelinePlan& pl, const std::vector<int32_t>& ranks)
 
 namespace {
 
+/// One way to plan a stage in the trade: its sharding refit to `budget` (-1: its plan now),
+/// with the figures the choice needs.  Only figures are kept: a refit plan holds its stage's
+/// optimizer, and a rank's ladders of long stages would hold gigabytes (llama3-405b at seq
+/// 131072: 16-layer 1F1B stages).
+struct TradeOption {
+  int64_t budget = -1;
+  double us = 0, need = 0, transient = 0;
+};
+
 /// Stage `st`'s sharding with the least recomputation that fits each budget of a ladder
 /// around what it could have now (its need plus the rank's `slack`), in steps of `unit` both
 /// ways: less gives memory to the rank's other stages, more takes theirs.  Its plan now first;
-/// repeated plans once.
-StagePlans stage_options(Search& S, const PipelineStage& st, int32_t n, double slack, double unit, RefitCache& done) {
+/// repeated figures once.
+std::vector<TradeOption> stage_options(Search& S, const PipelineStage& st, int32_t n, double slack, double unit) {
   constexpr int kSteps = 4;
-  StagePlans out{st.solve};
+  const auto figures = [&](const StageSolve& p, int64_t budget) {
+    return TradeOption{budget, p.microbatch_us, StageBuilder::rank_need_bytes(p, st.inflight, st.deferred),
+                       static_cast<double>(p.transient_bytes())};
+  };
+  std::vector<TradeOption> out{figures(*st.solve, -1)};
   const auto relaxed = S.solver.free(kind_of(st.index, n), st.hi - st.lo);
-  const double now = StageBuilder::rank_need_bytes(*st.solve, st.inflight, st.deferred) + slack;
+  const double now = out[0].need + slack;
   for (int i = -kSteps; i <= kSteps; ++i) {
     const auto budget = static_cast<int64_t>(std::floor(now + i * unit));
     if (budget <= 0) continue;
-    const auto key = std::make_tuple(st.solve.get(), st.inflight, st.deferred, budget);
-    auto it = done.find(key);
-    if (it == done.end())
-      it = done.emplace(key, S.solver.builder().refit(*st.solve, *relaxed, st.inflight, st.deferred, budget)).first;
-    const auto& p = it->second;
-    if (p && std::none_of(out.begin(), out.end(), [&](const auto& o) {
-          return o->microbatch_us == p->microbatch_us &&
-                 StageBuilder::rank_need_bytes(*o, st.inflight, st.deferred) ==
-                     StageBuilder::rank_need_bytes(*p, st.inflight, st.deferred);
+    const auto p = S.solver.builder().refit(*st.solve, *relaxed, st.inflight, st.deferred, budget);
+    if (p && std::none_of(out.begin(), out.end(), [&](const TradeOption& o) {
+          return o.us == p->microbatch_us && o.need == figures(*p, budget).need;
         }))
-      out.push_back(p);
+      out.push_back(figures(*p, budget));
   }
   return out;
 }
 
-/// Rank r's stages with their recomputation traded among them (stage_options): the options
-/// of least total work whose rank need fits the limit, where that is less work than now;
-/// empty otherwise.
-StagePlans traded_rank(Search& S, const PipelinePlan& pl, int32_t r, RefitCache& done) {
+/// Per stage of rank r (in order), the option of least total work whose rank need fits the
+/// limit, where that is less work than now; empty otherwise.
+std::vector<TradeOption> traded_rank(Search& S, const PipelinePlan& pl, int32_t r) {
   const int32_t n = static_cast<int32_t>(pl.stages.size());
   const auto limit = static_cast<double>(pl.memory_limit_bytes);
   const double slack = std::max(0.0, limit - rank_need(pl, r).total());
-  std::vector<const PipelineStage*> mine;
+  std::vector<std::vector<TradeOption>> options;
   for (const PipelineStage& st : pl.stages)
-    if (st.pp_rank == r) mine.push_back(&st);
-  std::vector<StagePlans> options;
-  for (const PipelineStage* st : mine) options.push_back(stage_options(S, *st, n, slack, limit / 128, done));
+    if (st.pp_rank == r) options.push_back(stage_options(S, st, n, slack, limit / 128));
   // Every combination, in a fixed order: a rank has a few stages, each a few options; with
   // many stages the ladders are cut from their ends (the plan now stays) to bound the count.
   auto combinations = [&] {
@@ -259,18 +266,18 @@ StagePlans traded_rank(Search& S, const PipelinePlan& pl, int32_t r, RefitCache&
     auto most = std::max_element(options.begin(), options.end(), [](const auto& a, const auto& b) { return a.size() < b.size(); });
     most->pop_back();
   }
-  double work_now = 0;
-  for (const PipelineStage* st : mine) work_now += st->solve->microbatch_us;
-  StagePlans best, pick(mine.size());
-  double best_work = work_now * (1 - 1e-9);
-  std::vector<size_t> at(mine.size(), 0);
+  double best_work = 0;
+  for (const auto& o : options) best_work += o[0].us;
+  best_work *= 1 - 1e-9;
+  std::vector<TradeOption> best, pick(options.size());
+  std::vector<size_t> at(options.size(), 0);
   while (true) {
     RankNeed need;
     double work = 0;
-    for (size_t i = 0; i < mine.size(); ++i) {
+    for (size_t i = 0; i < options.size(); ++i) {
       pick[i] = options[i][at[i]];
-      need.add(*pick[i], mine[i]->inflight, mine[i]->deferred);
-      work += pick[i]->microbatch_us;
+      need.add(pick[i].need, pick[i].transient);
+      work += pick[i].us;
     }
     if (work < best_work && need.total() <= limit) best_work = work, best = pick;
     size_t i = 0;
@@ -289,13 +296,25 @@ StagePlans traded_rank(Search& S, const PipelinePlan& pl, int32_t r, RefitCache&
 /// Interleaved1F1B v=4: rank 1's first stage keeps 13 microbatches, its others 8), and the
 /// room a refit leaves unused (a region's bytes do not divide a share) goes to no stage.  All
 /// ranks at once: the timeline is the busiest rank's, and a trade on one rank alone can
-/// lengthen it by moving work in time.  Evaluations only: a few refits per stage.
+/// lengthen it by moving work in time.  A rank of one stage has nothing to trade (its refit
+/// had the whole limit).  Evaluations only: a few refits per stage, the chosen ones made
+/// again (the same inputs give the same plan).
 void trade_ranks(Search& S, PipelinePlan& pl) {
-  if (pl.memory_limit_bytes <= 0 || !ranks_fit(pl)) return;
-  RefitCache done;
+  if (pl.memory_limit_bytes <= 0 || !ranks_fit(pl) || pl.v < 2) return;
+  const int32_t n = static_cast<int32_t>(pl.stages.size());
   PipelinePlan t = pl;
-  for (int32_t r = 0; r < pl.P; ++r)
-    if (const StagePlans plans = traded_rank(S, pl, r, done); !plans.empty()) put_rank(t, r, plans);
+  for (int32_t r = 0; r < pl.P; ++r) {
+    const std::vector<TradeOption> chosen = traded_rank(S, pl, r);
+    if (chosen.empty()) continue;
+    size_t i = 0;
+    for (PipelineStage& st : t.stages) {
+      if (st.pp_rank != r) continue;
+      const TradeOption& o = chosen[i++];
+      if (o.budget < 0) continue;
+      const auto relaxed = S.solver.free(kind_of(st.index, n), st.hi - st.lo);
+      if (auto p = S.solver.builder().refit(*st.solve, *relaxed, st.inflight, st.deferred, o.budget)) st.solve = std::move(p);
+    }
+  }
   rank_peaks(t);
   const double ts = stage_timeline(t).makespan_us;
   if (ranks_fit(t) && ts < stage_timeline(pl).makespan_us) {
