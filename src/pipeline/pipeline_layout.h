@@ -124,6 +124,21 @@ struct RankNeed {
   /// How much more than total() the stages' needs add up to.
   double unheld() const { return passing_sum - passing; }
 };
+/// One way to plan a stage in the rank trade: its sharding refit to `budget` (-1: its plan
+/// now), with the figures the choice needs.  Only figures are kept: a refit plan holds its
+/// stage's optimizer, and a rank's ladders of long stages would hold gigabytes (llama3-405b at
+/// seq 131072: 16-layer 1F1B stages).
+struct TradeOption {
+  int64_t budget = -1;
+  double us = 0;         ///< its microbatch time
+  double need = 0;       ///< what it needs of its rank (StageBuilder::rank_need_bytes)
+  double transient = 0;  ///< of which passing work (StageSolve::transient_bytes)
+};
+/// Per stage of a rank (options[i][0] its plan now), the option of least total work whose
+/// RankNeed fits `limit`, where that is less work than now; empty otherwise.  Every
+/// combination is tried, in a fixed order; above 65536 the longest ladders lose their last
+/// options first.
+std::vector<TradeOption> least_work_that_fits(std::vector<std::vector<TradeOption>> options, double limit);
 /// RankNeed of `pl`'s stages on rank `r`, stage `skip` left out.
 RankNeed rank_need(const PipelinePlan& pl, int32_t r, int32_t skip = -1);
 /// Per pp rank, the peak per device of `pl`'s stages (PipelinePlan::rank_peak_bytes): RankNeed.

@@ -43,6 +43,39 @@ void RankNeed::add(double need, double transient) {
   passing_sum += transient;
 }
 
+std::vector<TradeOption> least_work_that_fits(std::vector<std::vector<TradeOption>> options, double limit) {
+  // Every combination, in a fixed order: a rank has a few stages, each a few options; with
+  // many stages the ladders are cut from their ends (the plan now stays) to bound the count.
+  auto combinations = [&] {
+    double c = 1;
+    for (const auto& o : options) c *= static_cast<double>(o.size());
+    return c;
+  };
+  while (combinations() > 65536) {
+    auto most = std::max_element(options.begin(), options.end(), [](const auto& a, const auto& b) { return a.size() < b.size(); });
+    most->pop_back();
+  }
+  double best_work = 0;
+  for (const auto& o : options) best_work += o[0].us;
+  best_work *= 1 - 1e-9;
+  std::vector<TradeOption> best, pick(options.size());
+  std::vector<size_t> at(options.size(), 0);
+  while (true) {
+    RankNeed need;
+    double work = 0;
+    for (size_t i = 0; i < options.size(); ++i) {
+      pick[i] = options[i][at[i]];
+      need.add(pick[i].need, pick[i].transient);
+      work += pick[i].us;
+    }
+    if (work < best_work && need.total() <= limit) best_work = work, best = pick;
+    size_t i = 0;
+    while (i < at.size() && ++at[i] == options[i].size()) at[i++] = 0;
+    if (i == at.size()) break;
+  }
+  return best;
+}
+
 RankNeed rank_need(const PipelinePlan& pl, int32_t r, int32_t skip) {
   RankNeed n;
   for (const PipelineStage& st : pl.stages)
@@ -212,15 +245,6 @@ void refit_ranks(Search& S, PipelinePlan& pl, const std::vector<int32_t>& ranks)
 
 namespace {
 
-/// One way to plan a stage in the trade: its sharding refit to `budget` (-1: its plan now),
-/// with the figures the choice needs.  Only figures are kept: a refit plan holds its stage's
-/// optimizer, and a rank's ladders of long stages would hold gigabytes (llama3-405b at seq
-/// 131072: 16-layer 1F1B stages).
-struct TradeOption {
-  int64_t budget = -1;
-  double us = 0, need = 0, transient = 0;
-};
-
 /// Stage `st`'s sharding with the least recomputation that fits each budget of a ladder
 /// around what it could have now (its need plus the rank's `slack`), in steps of `unit` both
 /// ways: less gives memory to the rank's other stages, more takes theirs.  Its plan now first;
@@ -255,36 +279,7 @@ std::vector<TradeOption> traded_rank(Search& S, const PipelinePlan& pl, int32_t 
   std::vector<std::vector<TradeOption>> options;
   for (const PipelineStage& st : pl.stages)
     if (st.pp_rank == r) options.push_back(stage_options(S, st, n, slack, limit / 128));
-  // Every combination, in a fixed order: a rank has a few stages, each a few options; with
-  // many stages the ladders are cut from their ends (the plan now stays) to bound the count.
-  auto combinations = [&] {
-    double c = 1;
-    for (const auto& o : options) c *= static_cast<double>(o.size());
-    return c;
-  };
-  while (combinations() > 65536) {
-    auto most = std::max_element(options.begin(), options.end(), [](const auto& a, const auto& b) { return a.size() < b.size(); });
-    most->pop_back();
-  }
-  double best_work = 0;
-  for (const auto& o : options) best_work += o[0].us;
-  best_work *= 1 - 1e-9;
-  std::vector<TradeOption> best, pick(options.size());
-  std::vector<size_t> at(options.size(), 0);
-  while (true) {
-    RankNeed need;
-    double work = 0;
-    for (size_t i = 0; i < options.size(); ++i) {
-      pick[i] = options[i][at[i]];
-      need.add(pick[i].need, pick[i].transient);
-      work += pick[i].us;
-    }
-    if (work < best_work && need.total() <= limit) best_work = work, best = pick;
-    size_t i = 0;
-    while (i < at.size() && ++at[i] == options[i].size()) at[i++] = 0;
-    if (i == at.size()) break;
-  }
-  return best;
+  return least_work_that_fits(std::move(options), limit);
 }
 
 }  // namespace
