@@ -501,7 +501,8 @@ void register_plan(CLI::App& app) {
                 "(their memory-free stage bounds only): faster where memory binds, a weaker proven bound");
   sub->add_flag("--no-refit", a->pipeline.no_refit,
                 "with a pp mesh dim: keep the stage plans made for their kind's most in flight at assembly "
-                "(no rank refit: each rank's limit shared among its stages, recomputation re-chosen per rank)");
+                "(no rank refit: each rank's limit shared among its stages, recomputation re-chosen per rank; "
+                "nor its trade: a rank's stages re-choosing their recomputation together)");
   sub->add_flag("--no-rank-pattern", a->pipeline.no_rank_pattern,
                 "with a pp mesh dim and a memory limit: refit the ranks from their stages' own shardings only "
                 "(no sharding priced for half a rank's layers under its share of the limit: one Kelley pricing less)");
