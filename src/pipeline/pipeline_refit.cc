@@ -262,10 +262,10 @@ std::vector<TradeOption> stage_options(Search& S, const PipelineStage& st, int32
     const auto budget = static_cast<int64_t>(std::floor(now + i * unit));
     if (budget <= 0) continue;
     const auto p = S.solver.builder().refit(*st.solve, *relaxed, st.inflight, st.deferred, budget);
-    if (p && std::none_of(out.begin(), out.end(), [&](const TradeOption& o) {
-          return o.us == p->microbatch_us && o.need == figures(*p, budget).need;
-        }))
-      out.push_back(figures(*p, budget));
+    if (!p) continue;
+    const TradeOption o = figures(*p, budget);
+    if (std::none_of(out.begin(), out.end(), [&](const TradeOption& x) { return x.us == o.us && x.need == o.need; }))
+      out.push_back(o);
   }
   return out;
 }
@@ -301,14 +301,17 @@ void trade_ranks(Search& S, PipelinePlan& pl) {
   for (int32_t r = 0; r < pl.P; ++r) {
     const std::vector<TradeOption> chosen = traded_rank(S, pl, r);
     if (chosen.empty()) continue;
-    size_t i = 0;
-    for (PipelineStage& st : t.stages) {
+    StagePlans plans;
+    for (const PipelineStage& st : pl.stages) {
       if (st.pp_rank != r) continue;
-      const TradeOption& o = chosen[i++];
-      if (o.budget < 0) continue;
-      const auto relaxed = S.solver.free(kind_of(st.index, n), st.hi - st.lo);
-      if (auto p = S.solver.builder().refit(*st.solve, *relaxed, st.inflight, st.deferred, o.budget)) st.solve = std::move(p);
+      const TradeOption& o = chosen[plans.size()];
+      std::shared_ptr<const StageSolve> p;
+      if (o.budget >= 0)
+        p = S.solver.builder().refit(*st.solve, *S.solver.free(kind_of(st.index, n), st.hi - st.lo), st.inflight,
+                                     st.deferred, o.budget);
+      plans.push_back(p ? std::move(p) : st.solve);
     }
+    put_rank(t, r, plans);
   }
   rank_peaks(t);
   const double ts = stage_timeline(t).makespan_us;

@@ -26,7 +26,6 @@ Mesh with_pp(int32_t P, const Mesh& stage, const Hardware& hw, CommBackend backe
   return Mesh(shape, names, hw, backend);
 }
 
-
 /// Plans that fit, plans over the limit, pruned rows, errors.
 int order_of(const PipelineSearchRow& r) {
   if (r.plan) return r.fits() ? 0 : 1;
