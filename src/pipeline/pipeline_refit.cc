@@ -245,6 +245,13 @@ void refit_ranks(Search& S, PipelinePlan& pl, const std::vector<int32_t>& ranks)
 
 namespace {
 
+/// Stage `st`'s own sharding with the least recomputation that fits `budget` at its rank's
+/// in-flight and hand-over counts (StageBuilder::refit); nullptr when none fits.
+std::shared_ptr<const StageSolve> refit_own(Search& S, const PipelineStage& st, int32_t n, int64_t budget) {
+  return S.solver.builder().refit(*st.solve, *S.solver.free(kind_of(st.index, n), st.hi - st.lo), st.inflight,
+                                  st.deferred, budget);
+}
+
 /// Stage `st`'s sharding with the least recomputation that fits each budget of a ladder
 /// around what it could have now (its need plus the rank's `slack`), in steps of `unit` both
 /// ways: less gives memory to the rank's other stages, more takes theirs.  Its plan now first;
@@ -256,12 +263,11 @@ std::vector<TradeOption> stage_options(Search& S, const PipelineStage& st, int32
                        static_cast<double>(p.transient_bytes())};
   };
   std::vector<TradeOption> out{figures(*st.solve, -1)};
-  const auto relaxed = S.solver.free(kind_of(st.index, n), st.hi - st.lo);
   const double now = out[0].need + slack;
   for (int i = -kSteps; i <= kSteps; ++i) {
     const auto budget = static_cast<int64_t>(std::floor(now + i * unit));
     if (budget <= 0) continue;
-    const auto p = S.solver.builder().refit(*st.solve, *relaxed, st.inflight, st.deferred, budget);
+    const auto p = refit_own(S, st, n, budget);
     if (!p) continue;
     const TradeOption o = figures(*p, budget);
     if (std::none_of(out.begin(), out.end(), [&](const TradeOption& x) { return x.us == o.us && x.need == o.need; }))
@@ -311,10 +317,7 @@ void trade_ranks(Search& S, PipelinePlan& pl) {
     for (const PipelineStage& st : pl.stages) {
       if (st.pp_rank != r) continue;
       const TradeOption& o = chosen[plans.size()];
-      std::shared_ptr<const StageSolve> p;
-      if (o.budget >= 0)
-        p = S.solver.builder().refit(*st.solve, *S.solver.free(kind_of(st.index, n), st.hi - st.lo), st.inflight,
-                                     st.deferred, o.budget);
+      std::shared_ptr<const StageSolve> p = o.budget >= 0 ? refit_own(S, st, n, o.budget) : nullptr;
       plans.push_back(p ? std::move(p) : st.solve);
     }
     put_rank(t, r, plans);
