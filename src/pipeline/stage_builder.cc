@@ -372,11 +372,17 @@ std::shared_ptr<StageSolve> StageBuilder::least_recompute(const StageSolve& from
   const std::shared_ptr<ShardingOptimizer> so = carried_in.so;
   const std::vector<StrategyIdx>& base = carried_in.choice;
   if (std::find(base.begin(), base.end(), -1) != base.end()) return nullptr;
-  // Each evaluation leaves its solution in `so`; the winner is evaluated once more at the end.
+  // Each evaluation's figures only, its time and need_bytes (the same terms, so the same
+  // bits): a stage plan of its own would copy the stage graph and the plan, which cost more
+  // than the evaluation.  The winner is evaluated in full at the end.
   auto figures = [&](const std::vector<StrategyIdx>& choice) -> std::optional<RecomputeFigures> {
-    auto s = evaluated(so, from, choice, 1.0, mem.budget);
-    if (!s) return std::nullopt;
-    return RecomputeFigures{s->microbatch_us, need_bytes(*s, mem)};
+    if (std::find(choice.begin(), choice.end(), -1) != choice.end()) return std::nullopt;
+    const Plan p = so->evaluate(choice);
+    if (!std::isfinite(p.objective_us)) return std::nullopt;
+    const InflightMemory m = inflight_memory(from.sg.graph, *so->built_problem(), 1.0, choice);
+    const int64_t grads = mem.grads ? deferred_gradient_bytes(from.sg.graph, p, sub_) : 0;
+    const double need = static_cast<double>(m.microbatch_peak + grads) + (mem.inflight - 1) * static_cast<double>(m.kept_bytes);
+    return RecomputeFigures{p.objective_us, need};
   };
   const auto fit = least_recompute_that_fits(so->problem(), base, static_cast<double>(mem.budget), figures);
   if (!fit) return nullptr;
