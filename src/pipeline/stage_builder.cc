@@ -132,8 +132,11 @@ StageBuilder::StageBuilder(const Graph& g, const Mesh& mesh, const PlannerOption
       progress_(popt.on_progress) {}
 
 double StageBuilder::need_bytes(const StageSolve& s, double inflight, bool grads) {
-  return static_cast<double>(s.microbatch_peak_bytes + (grads ? s.deferred_grad_bytes : 0)) +
-         (inflight - 1) * static_cast<double>(s.activation_bytes);
+  return need_bytes(s.microbatch_peak_bytes, grads ? s.deferred_grad_bytes : 0, s.activation_bytes, inflight);
+}
+
+double StageBuilder::need_bytes(int64_t microbatch_peak, int64_t grads, int64_t kept, double inflight) {
+  return static_cast<double>(microbatch_peak + grads) + (inflight - 1) * static_cast<double>(kept);
 }
 
 bool StageBuilder::fits(const StageSolve& s, StageMemory mem) {
@@ -372,17 +375,16 @@ std::shared_ptr<StageSolve> StageBuilder::least_recompute(const StageSolve& from
   const std::shared_ptr<ShardingOptimizer> so = carried_in.so;
   const std::vector<StrategyIdx>& base = carried_in.choice;
   if (std::find(base.begin(), base.end(), -1) != base.end()) return nullptr;
-  // Each evaluation's figures only, its time and need_bytes (the same terms, so the same
-  // bits): a stage plan of its own would copy the stage graph and the plan, which cost more
-  // than the evaluation.  The winner is evaluated in full at the end.
+  // Each evaluation's figures only, its time and need_bytes from the terms stage_figures
+  // would give it: a stage plan of its own would copy the stage graph and the plan, which cost
+  // more than the evaluation.  The winner is evaluated in full at the end.
   auto figures = [&](const std::vector<StrategyIdx>& choice) -> std::optional<RecomputeFigures> {
     if (std::find(choice.begin(), choice.end(), -1) != choice.end()) return std::nullopt;
     const Plan p = so->evaluate(choice);
     if (!std::isfinite(p.objective_us)) return std::nullopt;
     const InflightMemory m = inflight_memory(from.sg.graph, *so->built_problem(), 1.0, choice);
     const int64_t grads = mem.grads ? deferred_gradient_bytes(from.sg.graph, p, sub_) : 0;
-    const double need = static_cast<double>(m.microbatch_peak + grads) + (mem.inflight - 1) * static_cast<double>(m.kept_bytes);
-    return RecomputeFigures{p.objective_us, need};
+    return RecomputeFigures{p.objective_us, need_bytes(m.microbatch_peak, grads, m.kept_bytes, mem.inflight)};
   };
   const auto fit = least_recompute_that_fits(so->problem(), base, static_cast<double>(mem.budget), figures);
   if (!fit) return nullptr;

@@ -52,6 +52,9 @@ class StageBuilder {
   /// peak, the gradients summed over the step, and the other microbatches' kept activations.
   static double need_bytes(const StageSolve& s, double inflight, bool grads = true);
   static double need_bytes(const StageSolve& s, StageMemory mem) { return need_bytes(s, mem.inflight, mem.grads); }
+  /// The same from its terms: the one-microbatch peak, the summed gradients it counts and one
+  /// microbatch's kept activations.
+  static double need_bytes(int64_t microbatch_peak, int64_t grads, int64_t kept, double inflight);
   /// `s`'s plan fits `mem` (need_bytes <= budget).
   static bool fits(const StageSolve& s, StageMemory mem);
   /// What a stage with plan `s` adds to its pp rank's peak: need_bytes with the step's summed
