@@ -348,9 +348,23 @@ ClusteredProblem cluster_problem(const BuiltProblem& bp,
     if (!same) cp.memory_exact = false;
   }
   // Edges: summed per class pair from the shared matrices; an edge within a class adds its
-  // diagonal to the class's cost.
+  // diagonal to the class's cost.  The matrices are summed in the order of their first edge,
+  // not by address: floating-point sums depend on their order, and addresses on the heap's
+  // history (another thread's allocations), so an address order made equal inputs give costs
+  // that differ in the last bits, and message passing then broke ties the other way.
+  struct Use {
+    const std::vector<Cost>* mat;
+    bool flip;
+    int64_t count;
+  };
   struct Agg {
-    std::map<std::pair<const std::vector<Cost>*, bool>, int64_t> uses;
+    std::map<std::pair<const std::vector<Cost>*, bool>, size_t> at;  ///< lookup only
+    std::vector<Use> uses;                                           ///< by first edge
+    void add(const std::vector<Cost>* m, bool flip) {
+      auto [it, fresh] = at.try_emplace({m, flip}, uses.size());
+      if (fresh) uses.push_back({m, flip, 0});
+      ++uses[it->second].count;
+    }
   };
   std::map<std::pair<PNodeIdx, PNodeIdx>, Agg> agg;
   for (const BuiltProblem::Edge& e : bp.edges) {
@@ -364,7 +378,7 @@ ClusteredProblem cluster_problem(const BuiltProblem& bp,
     }
     bool flip = cu > cv;
     auto key = flip ? std::make_pair(cv, cu) : std::make_pair(cu, cv);
-    ++agg[key].uses[{e.costs.get(), flip}];
+    agg[key].add(e.costs.get(), flip);
   }
   cp.problem.edges.reserve(agg.size());
   for (const auto& [key, a] : agg) {
@@ -374,12 +388,12 @@ ClusteredProblem cluster_problem(const BuiltProblem& bp,
     ne.u = key.first;
     ne.v = key.second;
     ne.costs.assign(nu * nv, 0);
-    for (const auto& [m, count] : a.uses) {
-      const std::vector<Cost>& mat = *m.first;
-      const double k = static_cast<double>(count);
+    for (const Use& u : a.uses) {
+      const std::vector<Cost>& mat = *u.mat;
+      const double k = static_cast<double>(u.count);
       for (size_t x = 0; x < nu; ++x)
         for (size_t y = 0; y < nv; ++y) {
-          Cost c = m.second ? mat[y * nu + x] : mat[x * nv + y];
+          Cost c = u.flip ? mat[y * nu + x] : mat[x * nv + y];
           if (c != 0) ne.costs[x * nv + y] += k * c;
         }
     }
