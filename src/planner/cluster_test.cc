@@ -28,7 +28,10 @@ BuiltProblem three_layers(const std::array<int, 3>& order) {
   // order it is 1.
   const std::array<Cost, 3> value = {1.0, 1e16, -1e16};
   std::array<std::shared_ptr<const std::vector<Cost>>, 3> mats;
-  for (int k : order) mats[static_cast<size_t>(k)] = std::make_shared<const std::vector<Cost>>(4, value[static_cast<size_t>(k)]);
+  for (int k : order) {
+    const auto i = static_cast<size_t>(k);
+    mats[i] = std::make_shared<const std::vector<Cost>>(4, value[i]);
+  }
   for (int k = 0; k < 3; ++k) bp.edges.push_back({2 * k, 2 * k + 1, mats[static_cast<size_t>(k)]});
   return bp;
 }
@@ -41,7 +44,8 @@ TEST(ClusterProblem, EdgeSumsDoNotDependOnMatrixAddresses) {
     const ClusteredProblem cp = cluster_problem(three_layers(order), ties);
     ASSERT_EQ(cp.problem.num_nodes(), 2);
     ASSERT_EQ(cp.problem.edges.size(), 1u);
-    for (Cost c : cp.problem.edges[0].costs) EXPECT_EQ(c, 0.0) << "allocation order " << order[0] << order[1] << order[2];
+    for (Cost c : cp.problem.edges[0].costs)
+      EXPECT_EQ(c, 0.0) << "allocation order " << order[0] << order[1] << order[2];
     ++tried;
   } while (std::next_permutation(order.begin(), order.end()));
   EXPECT_EQ(tried, 6);
