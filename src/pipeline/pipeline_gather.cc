@@ -146,10 +146,13 @@ PipelinePlan plan_pipeline(const Graph& g, const Mesh& mesh, const PlannerOption
   // memory (which makes the once plan memory-bound): the two searches overlap, each filling
   // the cores the other leaves idle between its parallel rounds (llama3-405b 8x8x8: each alone
   // keeps 1.4 of 2 cores busy).  Deterministic: per use reads nothing of the once search, and
-  // whether it is planned follows from that search alone.
+  // whether it is planned follows from that search alone.  Per use bounds its ranks without
+  // pricing their memory: its floors would only tighten the shared bound (the lesser of the
+  // two), at the cost of a second set of priced solves as large as the once search's.
   const auto t0 = std::chrono::steady_clock::now();
   SharedProgress progress(popt.on_progress);
   PipelineOptions per_use_opt = gathered(popt, false);
+  per_use_opt.rank_memory_bound = false;
   per_use_opt.on_progress = progress.labelled("per use: ");
   PerUseVariant per_use_run(g, mesh, opt, std::move(per_use_opt));
   PipelineOptions once_opt = gathered(popt, true);

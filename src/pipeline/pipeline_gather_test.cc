@@ -50,6 +50,7 @@ TEST(PipelineGather, PerUseRunsBesideTheOnceSearchWhenMemoryBindsAndTheBetterIsK
   const PipelinePlan a = planned(g, mesh, limit, once, &once_log);
   EXPECT_EQ(priced.load(), 1);  // called once, however often memory is priced after
   PipelineOptions per_use = one_f_one_b();
+  per_use.rank_memory_bound = false;  // as the planner's choice plans it
   const PipelinePlan b = planned(g, mesh, limit, per_use, &per_use_log);
 
   PipelineOptions choose = one_f_one_b();
@@ -75,6 +76,40 @@ TEST(PipelineGather, PerUseRunsBesideTheOnceSearchWhenMemoryBindsAndTheBetterIsK
   const PipelinePlan d = planned(g, mesh, limit, choose);
   EXPECT_EQ(d.step_us, c.step_us);
   EXPECT_EQ(d.lower_bound_us, c.lower_bound_us);
+}
+
+/// How many of `log`'s lines from `from` on are a rank floor's priced solve.
+size_t priced_floor_lines(const std::vector<std::string>& log, size_t from = 0) {
+  return static_cast<size_t>(std::count_if(log.begin() + static_cast<std::ptrdiff_t>(from), log.end(),
+                                           [](const std::string& l) { return l.find("handed to W") != std::string::npos; }));
+}
+
+// Four plans with priced solves: 3 s in Release, the Release pass only.
+TEST(PipelineGatherLarge, OnlyTheOnceSearchPricesItsRanksMemory) {
+  // Interleaved 1F1B, two stages on each of two ranks, under a limit that binds: the once
+  // search bounds its ranks by their priced floors; per use, planned beside it, by its
+  // memory-free floors, and the bound kept is the lesser of the two searches'.
+  const Graph g = testing::small_llama(4);
+  const Mesh mesh({2, 2}, {"pp", "dp"}, h100());
+  PipelineOptions po = one_f_one_b();
+  po.schedule = PipelineSchedule::kInterleaved1F1B;
+  po.stages_per_rank = 2;
+  PipelineOptions once = po;
+  once.params_gathered_once = true;
+  const PipelinePlan free = planned(g, mesh, 0, once);
+  const int64_t limit = *std::max_element(free.rank_peak_bytes.begin(), free.rank_peak_bytes.end()) * 3 / 10;
+  std::vector<std::string> once_log, chosen_log;
+  const PipelinePlan a = planned(g, mesh, limit, once, &once_log);
+  ASSERT_GT(priced_floor_lines(once_log), 0U);  // the once search priced its ranks' memory
+  PipelineOptions per_use = po;
+  per_use.rank_memory_bound = false;
+  const PipelinePlan b = planned(g, mesh, limit, per_use);
+  PipelineOptions choose = po;
+  choose.choose_params_gathered_once = true;
+  const PipelinePlan c = planned(g, mesh, limit, choose, &chosen_log);
+  ASSERT_GT(chosen_log.size(), once_log.size());  // per use was planned too
+  EXPECT_EQ(priced_floor_lines(chosen_log, once_log.size()), 0U);
+  EXPECT_DOUBLE_EQ(c.lower_bound_us, std::min({a.lower_bound_us, b.lower_bound_us, c.step_us}));
 }
 
 TEST(PipelineGather, WithoutAMemoryLimitOnlyTheOnceSearchRuns) {
