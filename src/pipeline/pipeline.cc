@@ -442,6 +442,32 @@ void price_rank_pattern(Search& S, const std::vector<Layout>& layouts, int64_t l
   S.solver.price_rank_pattern(k, most, static_cast<int64_t>(static_cast<double>(limit) * k * S.P / S.L));
 }
 
+/// The search's least bound with each searched layout's ranks raised to their priced floors
+/// (PipelineOptions::price_ranks_after), on the search's final stage tables: each layout's
+/// bound is the larger of its search's and this one (both hold), at most its step.  Updates
+/// pl.candidates' bounds, one per layout in `layouts`' order.
+double priced_after(const Search& S, const std::vector<Layout>& layouts, PipelinePlan& pl) {
+  PipelineOptions on = S.popt;
+  on.rank_memory_bound = true;
+  Search T{S.g, S.mesh, on, S.m, S.solver, S.pp, S.P, S.L};
+  const RankPricing rp = rank_pricing(T, layouts);
+  double lower = kPipeInf;
+  for (size_t i = 0; i < layouts.size(); ++i) {
+    const Layout& l = layouts[i];
+    PipelinePlan::Candidate& c = pl.candidates[i];
+    if (l.limit > 0 && std::isfinite(c.step_us)) {
+      const RankFloors floors = rank_memory_floors(T, l, rp);
+      if (!floors.empty()) {
+        const double b = busiest_rank_bound(T.lower_table(l), T.forward_table(l), T.L, T.P, l.v, on.microbatches,
+                                            l.schedule, floors);
+        c.lower_bound_us = std::max(c.lower_bound_us, std::min(b, c.step_us));
+      }
+    }
+    lower = std::min(lower, c.lower_bound_us);
+  }
+  return lower;
+}
+
 }  // namespace
 
 PipelineCutoff::PipelineCutoff(double lower_bound_us)
@@ -505,7 +531,11 @@ VariantPlan pipeline_detail::plan_with_gather(const Graph& g, const Mesh& mesh, 
   if (!found.planned && pl.memory_limit_bytes > 0 &&
       *std::max_element(pl.rank_peak_bytes.begin(), pl.rank_peak_bytes.end()) > pl.memory_limit_bytes)
     throw std::runtime_error(no_fit);
-  pl.lower_bound_us = std::min(found.lower, pl.step_us);
+  double lower = found.lower;
+  if (!popt.rank_memory_bound && popt.price_ranks_after && popt.fixed_layers.empty() && pl.memory_limit_bytes > 0 &&
+      pl.candidates.size() == layouts.size() && popt.price_ranks_after(pl))
+    lower = priced_after(S, layouts, pl);
+  pl.lower_bound_us = std::min(lower, pl.step_us);
   pl.gap = pl.step_us > 0 ? (pl.step_us - pl.lower_bound_us) / pl.step_us : 0;
   map_nodes(S, pl);
   pl.intra_op_solves = solver.builder().solves();

@@ -69,6 +69,8 @@ namespace autoshard {
 
 class ShardingOptimizer;
 
+struct PipelinePlan;
+
 /// How plan_pipeline searches.  The defaults plan well on every model we test; the switches
 /// exist to trade planning time against plan quality, and for recipes that fix part of the
 /// answer.
@@ -147,11 +149,12 @@ struct PipelineOptions {
   /// plan_pipeline plans gathered once, and per use only where memory shaped that plan (per
   /// use is never faster otherwise, pipeline.cc), on a thread of its own from the moment the
   /// once plan's search first prices memory; it keeps the one whose ranks fit, the faster
-  /// where both do (per use on a tie).  The per-use search runs without rank_memory_bound:
-  /// its priced floors and their price cost as much again as the once search's (llama3-405b
-  /// 8x8x8: 40 priced floors for ~28 s of the 96 s of CPU, two Kelley chains), and they only
-  /// tighten the bound, which the two searches share as the lesser of theirs (there 23.218 s
-  /// with them, 22.375 s without, the same plan in 45 s wall rather than 57).
+  /// where both do (per use on a tie).  The per-use search runs on memory-free rank floors
+  /// and prices its ranks' memory only where its plan is kept (price_ranks_after): those
+  /// priced solves cost as much again as the once search's (llama3-405b 8x8x8: 40 priced
+  /// floors for ~28 s of the 96 s of CPU), and where once wins they would only tighten the
+  /// bound the two share as the lesser of theirs (there 22.375 s instead of 23.218 s, the
+  /// same plan in 45 s wall rather than 57).
   bool choose_params_gathered_once = false;
   /// Progress reports (pipeline/pipeline_progress.h), from any thread, one at a time.
   PipelineProgressFn on_progress;
@@ -165,6 +168,13 @@ struct PipelineOptions {
   /// rank's priced floors, or a stage plan fitted to a budget): from then on memory shapes the
   /// plan (plan_pipeline's other parameter-gathering variant starts then).
   std::function<void()> on_memory_priced;
+  /// With rank_memory_bound off: called with the assembled plan, before its bound; where it
+  /// returns true, the ranks' priced floors are computed then (pipeline_rank_bound.cc, on the
+  /// search's final stage tables) and raise each layout's bound.  Why: plan_pipeline's per-use
+  /// search prices its ranks only where its plan is the one kept (pipeline_gather.cc); the
+  /// search itself, on memory-free floors, is the same either way.  May block (it waits for
+  /// the other variant's plan).
+  std::function<bool(const PipelinePlan&)> price_ranks_after;
 };
 
 /// torchtitan's split: L / S layers per stage, the remainder spread over the middle stages

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <exception>
 #include <functional>
 #include <limits>
@@ -66,8 +67,10 @@ class SharedProgress {
 
 /// The per-use variant, planned on a thread of its own from start() (the first call; from any
 /// thread) to finish().  Its -v lines are kept and replayed by finish(), after the once
-/// variant's, so the log reads as if the two ran one after the other.  Its plan does not
-/// depend on when it starts: it reads nothing of the other variant.
+/// variant's, so the log reads as if the two ran one after the other.  Its search does not
+/// depend on when it starts: it reads nothing of the other variant but, once its plan is
+/// assembled, the once plan (set_rival), to price its ranks' memory only where its own plan
+/// is the one kept (PipelineOptions::price_ranks_after).
 class PerUseVariant {
  public:
   PerUseVariant(const Graph& g, const Mesh& mesh, const PlannerOptions& opt, PipelineOptions popt)
@@ -77,11 +80,23 @@ class PerUseVariant {
         const std::lock_guard<std::mutex> lock(log_mu_);
         log_.emplace_back(line);
       };
+    popt_.rank_memory_bound = false;
+    popt_.price_ranks_after = [this](const PipelinePlan& mine) { return kept(mine); };
   }
   PerUseVariant(const PerUseVariant&) = delete;
   PerUseVariant& operator=(const PerUseVariant&) = delete;
   ~PerUseVariant() {
+    abandon();  // its plan is not wanted: it need not wait for the once plan
     if (thread_.joinable()) thread_.join();
+  }
+
+  /// The once variant's plan (nullptr: it has none), once it is known.
+  void set_rival(const PipelinePlan* once) {
+    const std::lock_guard<std::mutex> lock(rival_mu_);
+    if (rival_known_) return;
+    rival_known_ = true;
+    if (once) rival_ = *once;
+    rival_cv_.notify_all();
   }
 
   void start() {
@@ -109,6 +124,19 @@ class PerUseVariant {
   }
 
  private:
+  /// Whether `mine` would be kept against the once plan (waits for set_rival).
+  bool kept(const PipelinePlan& mine) {
+    std::unique_lock<std::mutex> lock(rival_mu_);
+    rival_cv_.wait(lock, [this] { return rival_known_; });
+    return !abandoned_ && (!rival_ || preferred(mine, *rival_));
+  }
+  void abandon() {
+    const std::lock_guard<std::mutex> lock(rival_mu_);
+    if (!rival_known_) abandoned_ = true;
+    rival_known_ = true;
+    rival_cv_.notify_all();
+  }
+
   void run() {
     try {
       plan_ = plan_with_gather(g_, mesh_, opt_, popt_).plan;
@@ -120,7 +148,7 @@ class PerUseVariant {
   const Graph& g_;
   const Mesh& mesh_;
   PlannerOptions opt_;
-  const PipelineOptions popt_;
+  PipelineOptions popt_;
   const std::function<void(std::string_view)> say_;
   std::once_flag started_;
   std::atomic<bool> running_{false};
@@ -129,6 +157,10 @@ class PerUseVariant {
   std::vector<std::string> log_;
   std::optional<PipelinePlan> plan_;
   std::exception_ptr error_;
+  std::mutex rival_mu_;
+  std::condition_variable rival_cv_;
+  bool rival_known_ = false, abandoned_ = false;
+  std::optional<PipelinePlan> rival_;
 };
 
 }  // namespace
@@ -146,13 +178,13 @@ PipelinePlan plan_pipeline(const Graph& g, const Mesh& mesh, const PlannerOption
   // memory (which makes the once plan memory-bound): the two searches overlap, each filling
   // the cores the other leaves idle between its parallel rounds (llama3-405b 8x8x8: each alone
   // keeps 1.4 of 2 cores busy).  Deterministic: per use reads nothing of the once search, and
-  // whether it is planned follows from that search alone.  Per use bounds its ranks without
-  // pricing their memory: its floors would only tighten the shared bound (the lesser of the
-  // two), at the cost of a second set of priced solves as large as the once search's.
+  // whether it is planned follows from that search alone.  Per use searches on its ranks'
+  // memory-free floors and prices their memory after, only where its plan is kept: where the
+  // once plan is, those priced solves (as many as the once search's) would only tighten the
+  // bound the two share (the lesser of theirs).  Its plan is the same either way.
   const auto t0 = std::chrono::steady_clock::now();
   SharedProgress progress(popt.on_progress);
   PipelineOptions per_use_opt = gathered(popt, false);
-  per_use_opt.rank_memory_bound = false;
   per_use_opt.on_progress = progress.labelled("per use: ");
   PerUseVariant per_use_run(g, mesh, opt, std::move(per_use_opt));
   PipelineOptions once_opt = gathered(popt, true);
@@ -166,6 +198,7 @@ PipelinePlan plan_pipeline(const Graph& g, const Mesh& mesh, const PlannerOption
     once_cut = c;
   } catch (const std::runtime_error&) {  // no plan of this variant: per use's
   }
+  per_use_run.set_rival(once ? &once->plan : nullptr);
   if (once && !once->memory_bound) return std::move(once->plan);
   // Cut off on memory-free bounds alone (memory was never priced): they hold for per use too.
   if (once_cut && !per_use_run.started()) throw *once_cut;

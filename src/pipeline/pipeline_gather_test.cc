@@ -85,10 +85,10 @@ size_t priced_floor_lines(const std::vector<std::string>& log, size_t from = 0) 
 }
 
 // Four plans with priced solves: 3 s in Release, the Release pass only.
-TEST(PipelineGatherLarge, OnlyTheOnceSearchPricesItsRanksMemory) {
+TEST(PipelineGatherLarge, WhereTheOncePlanIsKeptOnlyItsSearchPricesRanks) {
   // Interleaved 1F1B, two stages on each of two ranks, under a limit that binds: the once
-  // search bounds its ranks by their priced floors; per use, planned beside it, by its
-  // memory-free floors, and the bound kept is the lesser of the two searches'.
+  // search bounds its ranks by their priced floors; per use, planned beside it and not kept
+  // here, by its memory-free floors, and the bound kept is the lesser of the two searches'.
   const Graph g = testing::small_llama(4);
   const Mesh mesh({2, 2}, {"pp", "dp"}, h100());
   PipelineOptions po = one_f_one_b();
@@ -108,8 +108,42 @@ TEST(PipelineGatherLarge, OnlyTheOnceSearchPricesItsRanksMemory) {
   choose.choose_params_gathered_once = true;
   const PipelinePlan c = planned(g, mesh, limit, choose, &chosen_log);
   ASSERT_GT(chosen_log.size(), once_log.size());  // per use was planned too
+  ASSERT_TRUE(c.params_gathered_once);
   EXPECT_EQ(priced_floor_lines(chosen_log, once_log.size()), 0U);
   EXPECT_DOUBLE_EQ(c.lower_bound_us, std::min({a.lower_bound_us, b.lower_bound_us, c.step_us}));
+}
+
+// Two plans with priced solves: 2 s in Release, the Release pass only.
+TEST(PipelineGatherLarge, RanksPricedAfterTheSearchRaiseItsBoundAndKeepItsPlan) {
+  // The per-use search's pricing where its plan is kept (PipelineOptions::price_ranks_after):
+  // the same search on memory-free floors, then each layout's ranks priced: the same plan,
+  // a higher bound, still below the step.
+  const Graph g = testing::small_llama(4);
+  const Mesh mesh({2, 2}, {"pp", "dp"}, h100());
+  PipelineOptions po = one_f_one_b();
+  po.schedule = PipelineSchedule::kInterleaved1F1B;
+  po.stages_per_rank = 2;
+  po.params_gathered_once = true;
+  const PipelinePlan free = planned(g, mesh, 0, po);
+  const int64_t limit = *std::max_element(free.rank_peak_bytes.begin(), free.rank_peak_bytes.end()) * 3 / 10;
+  po.rank_memory_bound = false;
+  int asked = 0;
+  std::vector<std::string> off_log, on_log;
+  po.price_ranks_after = [&asked](const PipelinePlan&) { return ++asked, false; };
+  const PipelinePlan off = planned(g, mesh, limit, po, &off_log);
+  po.price_ranks_after = [&asked](const PipelinePlan&) { return ++asked, true; };
+  const PipelinePlan on = planned(g, mesh, limit, po, &on_log);
+  EXPECT_EQ(asked, 2);
+  EXPECT_EQ(priced_floor_lines(off_log), 0U);
+  EXPECT_GT(priced_floor_lines(on_log), 0U);
+  EXPECT_EQ(on.step_us, off.step_us);
+  ASSERT_EQ(on.stages.size(), off.stages.size());
+  for (size_t s = 0; s < on.stages.size(); ++s) EXPECT_EQ(on.stages[s].hi, off.stages[s].hi) << s;
+  EXPECT_GT(on.lower_bound_us, off.lower_bound_us * (1 + 1e-6));
+  EXPECT_LE(on.lower_bound_us, on.step_us);
+  ASSERT_EQ(on.candidates.size(), off.candidates.size());
+  for (size_t i = 0; i < on.candidates.size(); ++i)
+    EXPECT_GE(on.candidates[i].lower_bound_us, off.candidates[i].lower_bound_us) << i;
 }
 
 TEST(PipelineGather, WithoutAMemoryLimitOnlyTheOnceSearchRuns) {
