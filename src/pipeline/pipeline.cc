@@ -444,8 +444,9 @@ void price_rank_pattern(Search& S, const std::vector<Layout>& layouts, int64_t l
 
 /// The search's least bound with each searched layout's ranks raised to their priced floors
 /// (PipelineOptions::price_ranks_after), on the search's final stage tables: each layout's
-/// bound is the larger of its search's and this one (both hold), at most its step.  Updates
-/// pl.candidates' bounds, one per layout in `layouts`' order.
+/// bound is the larger of its search's and this one (both hold), at most its step (a layout
+/// with no plan that fits, or cut off, has an infinite step: its priced bound counts whole).
+/// Updates pl.candidates' bounds, one per layout in `layouts`' order.
 double priced_after(const Search& S, const std::vector<Layout>& layouts, PipelinePlan& pl) {
   PipelineOptions on = S.popt;
   on.rank_memory_bound = true;
@@ -455,7 +456,7 @@ double priced_after(const Search& S, const std::vector<Layout>& layouts, Pipelin
   for (size_t i = 0; i < layouts.size(); ++i) {
     const Layout& l = layouts[i];
     PipelinePlan::Candidate& c = pl.candidates[i];
-    if (l.limit > 0 && std::isfinite(c.step_us)) {
+    if (l.limit > 0) {
       const RankFloors floors = rank_memory_floors(T, l, rp);
       if (!floors.empty()) {
         const double b = busiest_rank_bound(T.lower_table(l), T.forward_table(l), T.L, T.P, l.v, on.microbatches,

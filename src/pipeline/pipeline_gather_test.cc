@@ -80,8 +80,8 @@ TEST(PipelineGather, PerUseRunsBesideTheOnceSearchWhenMemoryBindsAndTheBetterIsK
 
 /// How many of `log`'s lines from `from` on are a rank floor's priced solve.
 size_t priced_floor_lines(const std::vector<std::string>& log, size_t from = 0) {
-  return static_cast<size_t>(std::count_if(log.begin() + static_cast<std::ptrdiff_t>(from), log.end(),
-                                           [](const std::string& l) { return l.find("handed to W") != std::string::npos; }));
+  const auto priced = [](const std::string& l) { return l.find("handed to W") != std::string::npos; };
+  return static_cast<size_t>(std::count_if(log.begin() + static_cast<std::ptrdiff_t>(from), log.end(), priced));
 }
 
 // Four plans with priced solves: 3 s in Release, the Release pass only.
