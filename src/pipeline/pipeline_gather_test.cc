@@ -84,20 +84,40 @@ size_t priced_floor_lines(const std::vector<std::string>& log, size_t from = 0) 
   return static_cast<size_t>(std::count_if(log.begin() + static_cast<std::ptrdiff_t>(from), log.end(), priced));
 }
 
+/// Interleaved 1F1B, two stages on each of two ranks of a 4-layer LLaMA, and a limit at which
+/// memory binds (3/10 of the memory-free once plan's busiest rank): the ranks' floors are priced.
+struct BindingCase {
+  Graph g = testing::small_llama(4);
+  Mesh mesh{{2, 2}, {"pp", "dp"}, h100()};
+  PipelineOptions po = interleaved();
+  int64_t limit = 0;
+
+  BindingCase() {
+    PipelineOptions once = po;
+    once.params_gathered_once = true;
+    const PipelinePlan free = planned(g, mesh, 0, once);
+    limit = *std::max_element(free.rank_peak_bytes.begin(), free.rank_peak_bytes.end()) * 3 / 10;
+  }
+  static PipelineOptions interleaved() {
+    PipelineOptions po = one_f_one_b();
+    po.schedule = PipelineSchedule::kInterleaved1F1B;
+    po.stages_per_rank = 2;
+    return po;
+  }
+};
+
 // Four plans with priced solves: 3 s in Release, the Release pass only.
 TEST(PipelineGatherLarge, WhereTheOncePlanIsKeptOnlyItsSearchPricesRanks) {
   // Interleaved 1F1B, two stages on each of two ranks, under a limit that binds: the once
   // search bounds its ranks by their priced floors; per use, planned beside it and not kept
   // here, by its memory-free floors, and the bound kept is the lesser of the two searches'.
-  const Graph g = testing::small_llama(4);
-  const Mesh mesh({2, 2}, {"pp", "dp"}, h100());
-  PipelineOptions po = one_f_one_b();
-  po.schedule = PipelineSchedule::kInterleaved1F1B;
-  po.stages_per_rank = 2;
+  const BindingCase t;
+  const Graph& g = t.g;
+  const Mesh& mesh = t.mesh;
+  const PipelineOptions& po = t.po;
+  const int64_t limit = t.limit;
   PipelineOptions once = po;
   once.params_gathered_once = true;
-  const PipelinePlan free = planned(g, mesh, 0, once);
-  const int64_t limit = *std::max_element(free.rank_peak_bytes.begin(), free.rank_peak_bytes.end()) * 3 / 10;
   std::vector<std::string> once_log, chosen_log;
   const PipelinePlan a = planned(g, mesh, limit, once, &once_log);
   ASSERT_GT(priced_floor_lines(once_log), 0U);  // the once search priced its ranks' memory
@@ -118,14 +138,12 @@ TEST(PipelineGatherLarge, RanksPricedAfterTheSearchRaiseItsBoundAndKeepItsPlan) 
   // The per-use search's pricing where its plan is kept (PipelineOptions::price_ranks_after):
   // the same search on memory-free floors, then each layout's ranks priced: the same plan,
   // a higher bound, still below the step.
-  const Graph g = testing::small_llama(4);
-  const Mesh mesh({2, 2}, {"pp", "dp"}, h100());
-  PipelineOptions po = one_f_one_b();
-  po.schedule = PipelineSchedule::kInterleaved1F1B;
-  po.stages_per_rank = 2;
+  const BindingCase t;
+  const Graph& g = t.g;
+  const Mesh& mesh = t.mesh;
+  const int64_t limit = t.limit;
+  PipelineOptions po = t.po;
   po.params_gathered_once = true;
-  const PipelinePlan free = planned(g, mesh, 0, po);
-  const int64_t limit = *std::max_element(free.rank_peak_bytes.begin(), free.rank_peak_bytes.end()) * 3 / 10;
   po.rank_memory_bound = false;
   int asked = 0;
   std::vector<std::string> off_log, on_log;
