@@ -534,7 +534,7 @@ VariantPlan pipeline_detail::plan_with_gather(const Graph& g, const Mesh& mesh, 
     throw std::runtime_error(no_fit);
   double lower = found.lower;
   if (!popt.rank_memory_bound && popt.price_ranks_after && popt.fixed_layers.empty() && pl.memory_limit_bytes > 0 &&
-      pl.candidates.size() == layouts.size() && popt.price_ranks_after(pl))
+      popt.price_ranks_after(pl))
     lower = priced_after(S, layouts, pl);
   pl.lower_bound_us = std::min(lower, pl.step_us);
   pl.gap = pl.step_us > 0 ? (pl.step_us - pl.lower_bound_us) / pl.step_us : 0;
