@@ -18,6 +18,14 @@ function(autoshard_module name)
   endif()
   if(tests)
     add_executable(${name}_test ${tests})
+    if(NOT AUTOSHARD_SANITIZE AND NOT AUTOSHARD_FUZZ)
+      # The optimized build compiles test drivers at -O1: their code is setup and assertions
+      # around calls into the libraries, which keep -O3, and a clean build compiles them about
+      # twice as fast (planner_test's batch: 22 s at -O3, 12 s at -O1; its run 21 s either way).
+      # Not under the sanitizers, whose -O1 is already the least that keeps the tests' own
+      # loops fast (-O0 there: solver_test 27 -> 43 s of CPU).
+      target_compile_options(${name}_test PRIVATE -O1)
+    endif()
     target_link_libraries(${name}_test PRIVATE autoshard_${name} GTest::gtest GTest::gtest_main GTest::gmock)
     target_compile_definitions(${name}_test PRIVATE
       AUTOSHARD_SOURCE_DIR="${CMAKE_SOURCE_DIR}"
