@@ -4,8 +4,8 @@
 graphs (autoshard.lower, split by autoshard.partition), a 3-layer MLP and a 2-layer LLaMA-style
 model (hidden 16, 4 heads, 2 KV heads) under autoshard's optimum and under hand-pinned DP, FSDP
 and (on 2x2) Megatron-TP plans (`autoshard plan --pin`; on 2x2 the LLaMA's DP and FSDP pins are
-left to the 2-rank mesh), all planned with `--comm-model dtensor` (the walk DTensor executes).  On 2x2 also the LLaMA with Meta's complex rotary (complex64 tensors:
-torch.polar, view_as_complex, complex mul, view_as_real), its table a buffer under Megatron and
+left to the 2-rank mesh), all planned with `--comm-model dtensor` (the walk DTensor executes).
+On 2x2 also the LLaMA with Meta's complex rotary (complex64 tensors: torch.polar, view_as_complex, complex mul, view_as_real), its table a buffer under Megatron and
 built by polar in the step under the optimum, and the LLaMA under FSDP2 over TP with strided
 weights (`--algo fsdp+tp --shard-orders` on an H100, autoshard's comm model: parameters held as
 _StridedShard DTensors, planned "via" paths to and from them).  Besides: one plan per mesh
@@ -101,9 +101,9 @@ def _plans(binary, graphs, mesh, dims, tmp):
                     binary, graph, mesh, dims, W.MESH_2X2_ONLY[key], dp_in, tmp, key))
             continue
         specs = {"optimum": []}
-        if not (tp and key == "llama"):  # the LLaMA's DP and FSDP pins run on the 2-rank mesh;
-            # on 2x2 the MLPs' pins check the same walks with a replicated tp dim, and each
-            # LLaMA plan costs ~25 s of CPU on 4 ranks (lowered per rank)
+        # The LLaMA's DP and FSDP pins run on the 2-rank mesh only: on 2x2 the MLPs' pins check
+        # the same walks with a replicated tp dim, and every LLaMA plan there is lowered on 4 ranks.
+        if not (tp and key == "llama"):
             specs["dp"] = W.input_pins(graph, dp_in) + W.param_pins(graph, lambda n, s: rep)
             specs["fsdp"] = W.input_pins(graph, dp_in) + W.param_pins(
                 graph, lambda n, s: ("S(0)R" if tp else "S(0)") if s[0] % 2 == 0 else rep)
