@@ -5,7 +5,8 @@ graphs (autoshard.lower, split by autoshard.partition), a 3-layer MLP and a 2-la
 model (hidden 16, 4 heads, 2 KV heads) under autoshard's optimum and under hand-pinned DP, FSDP
 and (on 2x2) Megatron-TP plans (`autoshard plan --pin`; on 2x2 the LLaMA's DP and FSDP pins are
 left to the 2-rank mesh), all planned with `--comm-model dtensor` (the walk DTensor executes).
-On 2x2 also the LLaMA with Meta's complex rotary (complex64 tensors: torch.polar, view_as_complex, complex mul, view_as_real), its table a buffer under Megatron and
+On 2x2 also the LLaMA with Meta's complex rotary (complex64 tensors: torch.polar,
+view_as_complex, complex mul, view_as_real), its table a buffer under Megatron and
 built by polar in the step under the optimum, and the LLaMA under FSDP2 over TP with strided
 weights (`--algo fsdp+tp --shard-orders` on an H100, autoshard's comm model: parameters held as
 _StridedShard DTensors, planned "via" paths to and from them).  Besides: one plan per mesh
