@@ -11,8 +11,8 @@ built by polar in the step under the optimum, and the LLaMA under FSDP2 over TP 
 weights (`--algo fsdp+tp --shard-orders` on an H100, autoshard's comm model: parameters held as
 _StridedShard DTensors, planned "via" paths to and from them).  Besides: one plan per mesh
 compiled (torch.compile, inductor); on 2 ranks the DP plan with every layer recomputed
-(`--recompute full`), an MLP with uneven shards (15 features over 2 ranks), and the MLP traced without a loss (AutoParallel's way: the module returns its
-outputs as DTensors and the test's own loss of them back-propagates).  Each rank compares with
+(`--recompute full`), an MLP with uneven shards (15 features over 2 ranks), and the MLP traced
+without a loss (AutoParallel's way: the module returns its outputs as DTensors and the test's own loss of them back-propagates).  Each rank compares with
 the single-process eager step: loss and every gradient within 1e-5 relative (max |diff| / max
 |ref|, fp32), and the parameters after three AdamW steps.  The audit of the first step (eager)
 must match autoshard's schedule for the plan's edges exactly (count and bytes per collective
