@@ -7,7 +7,8 @@
 # Python suites' ranks fork from a server that imported torch once.
 #
 # One clang build serves the sanitizer tests and the libFuzzer harnesses (its objects carry
-# libFuzzer's coverage instrumentation, which costs the tests little), and `pip install .`
+# libFuzzer's edge coverage, and only the parsing libraries its comparison tracing, which would
+# double the tests' time in the solver's loops: fuzz/fuzz.cmake), and `pip install .`
 # reuses the Release build directory: a clean run compiles the sources twice, not four times.
 set -euo pipefail
 cd "$(dirname "$0")/.."
