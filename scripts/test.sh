@@ -16,12 +16,23 @@ start=$SECONDS
 stage() { echo "== $1 (at $(((SECONDS - start) / 60)) min $(((SECONDS - start) % 60)) s)"; }
 scripts/deps.sh --test
 jobs=$(nproc)
-stage "Python venv (torch 2.13.0, pytest, pybind11, playwright, transformers)"
-py=$(scripts/venv.sh)
 if command -v ccache >/dev/null; then export CMAKE_CXX_COMPILER_LAUNCHER=ccache; fi
 # shellcheck source=scripts/generator.sh
 source scripts/generator.sh
 use_one_generator build build-asan
+
+# The sanitizer build needs neither the venv nor the Release build: it runs from the start at
+# the lowest priority, in its own process group, on what the foreground leaves of the cores
+# (the venv's download and install use one, the Python suites' ranks wait on each other), and
+# is waited for before its tests.
+stage "clang + ASan/UBSan build (tests and libFuzzer harnesses), in the background at nice 19"
+scripts/sanitize-configure.sh build-asan
+setsid nice -n 19 cmake --build build-asan -j"$jobs" >build-asan/build.log 2>&1 &
+asan_build=$!
+trap 'kill -- -"$asan_build" 2>/dev/null || true' EXIT
+
+stage "Python venv (torch 2.13.0, pytest, pybind11, playwright, transformers)"
+py=$(scripts/venv.sh)
 
 stage "Release build"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DAUTOSHARD_WERROR=ON \
@@ -42,9 +53,11 @@ build/venv-wheel/bin/autoshard plan --model mlp --mesh 2 --json >/dev/null
 # venv, autoshard from the wheel's site-packages only).
 PYTHONPATH="$(echo "$PWD"/build/venv-wheel/lib/python3*/site-packages)" "$py" scripts/check_wheel.py python/autoshard
 
-stage "clang + ASan/UBSan build (tests and libFuzzer harnesses)"
-scripts/sanitize-configure.sh build-asan
-cmake --build build-asan -j"$jobs"
+stage "waiting for the ASan/UBSan build"
+if ! wait "$asan_build"; then
+  tail -40 build-asan/build.log; echo "the ASan/UBSan build failed (build-asan/build.log)"; exit 1
+fi
+trap - EXIT
 stage "ASan/UBSan tests"
 # Whole-model work runs in the Release pass only: the CLI scripts labelled slow and the test
 # suites named *Large.  Every other unit test, the error and bad-input scripts, the report,
