@@ -22,13 +22,16 @@ source scripts/generator.sh
 use_one_generator build build-asan
 
 # The sanitizer build needs neither the venv nor the Release build: it runs from the start at
-# the lowest priority, in its own process group, on what the foreground leaves of the cores
-# (the venv's download and install use one, the Python suites' ranks wait on each other), and
-# is waited for before its tests.
+# the lowest priority on what the foreground leaves of the cores (the venv's download and
+# install use one, the Python suites' ranks wait on each other), and is waited for before its
+# tests.  Job control gives it a process group to stop on failure; not setsid: a new session
+# is a scheduler autogroup of its own, which gets half the CPU whatever its nice value.
 stage "clang + ASan/UBSan build (tests and libFuzzer harnesses), in the background at nice 19"
 scripts/sanitize-configure.sh build-asan
-setsid nice -n 19 cmake --build build-asan -j"$jobs" >build-asan/build.log 2>&1 &
+set -m
+nice -n 19 cmake --build build-asan -j"$jobs" >build-asan/build.log 2>&1 &
 asan_build=$!
+set +m
 trap 'kill -- -"$asan_build" 2>/dev/null || true' EXIT
 
 stage "Python venv (torch 2.13.0, pytest, pybind11, playwright, transformers)"
