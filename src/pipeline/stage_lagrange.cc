@@ -85,6 +85,31 @@ std::pair<double, double> peak_of(const std::vector<Plane>& planes, double B) {
   return {best_l, best};
 }
 
+/// The least usage the nodes live at t* can have together: above the budget, nothing fits.
+double least_usage(const Problem& p, const std::vector<PNodeIdx>& live) {
+  double floor = 0;
+  for (PNodeIdx v : live) {
+    const auto& u = p.nodes[static_cast<size_t>(v)].usages;
+    floor += static_cast<double>(*std::min_element(u.begin(), u.end()));
+  }
+  return floor;
+}
+
+/// The first price of a Kelley chain: the one at which the plan at hand (or, without one, a
+/// plan a tenth dearer) would cost as much as the memory-free plan (`free_plane`) does `over`
+/// the budget; 0 where it is not over.  The caller counts a pinned recipe's stage (no
+/// memory-limited solve, no rank refit) over the budget by its need where its usage at t* is
+/// within the budget and it still does not fit (its peak lies past t*: llama3-405b's last
+/// stage pinned to fsdp+tp under --float8): the priced plans are its only shardings that save
+/// memory.  Unpinned stages have other sources for those (the memory-limited solve, the rank
+/// refit's patterns) and keep their plans as they were.
+double first_price(const Plane& free_plane, const StageSolve* at_hand, double over) {
+  if (over <= 0) return 0;
+  const double dearer = at_hand ? std::max(at_hand->microbatch_us - free_plane.t, 0.01 * free_plane.t)
+                                : 0.1 * free_plane.t;
+  return dearer / over;
+}
+
 }  // namespace
 
 StageBuilder::PricedBound StageBuilder::price_memory(StageKind kind, int32_t k, StageMemory mem,
@@ -155,12 +180,7 @@ StageBuilder::PricedBound StageBuilder::price_model(RecomputePolicy model, Stage
   // Rounding of the scaled usages: at most a byte per node live at t*.
   const double B = static_cast<double>(mem.budget) + static_cast<double>(live.size());
   // Every node at its least usage: above the budget, no plan of this model fits at all.
-  double floor = 0;
-  for (PNodeIdx v : live) {
-    const auto& u = ebp.problem.nodes[static_cast<size_t>(v)].usages;
-    floor += static_cast<double>(*std::min_element(u.begin(), u.end()));
-  }
-  if (floor > B) {
+  if (least_usage(ebp.problem, live) > B) {
     out.bound = kInf;
     return out;
   }
@@ -197,22 +217,10 @@ StageBuilder::PricedBound StageBuilder::price_model(RecomputePolicy model, Stage
     return true;
   };
   if (!priced_solve(0)) return out;
-  // The first price: the one at which the plan at hand (or, without one, a plan a tenth
-  // dearer) would cost as much as the memory-free plan does over the budget at t*.  A pinned
-  // recipe's stage (no memory-limited solve, no rank refit) also where its usage at t* is
-  // within the budget and it still does not fit (its peak lies past t*: llama3-405b's last
-  // stage pinned to fsdp+tp under --float8), over the budget by its need: the priced plans
-  // are its only shardings that save memory.  Unpinned stages have other sources for those
-  // (the memory-limited solve, the rank refit's patterns) and keep their plans as they were.
   const bool pinned_stage = static_cast<bool>(popt_.stage_hook);
-  const Plane& free_plane = planes.front();
-  const double over =
-      std::max(free_plane.u - B, out.plan || !pinned_stage ? 0.0 : free_need - static_cast<double>(mem.budget));
-  double lambda = 0;
-  if (over > 0) {
-    const double dearer = at_hand ? std::max(at_hand->microbatch_us - free_plane.t, 0.01 * free_plane.t) : 0.1 * free_plane.t;
-    lambda = dearer / over;
-  }
+  // A pinned stage that fits at t* but not at its peak is over by its need (first_price).
+  const double need_over = out.plan || !pinned_stage ? 0.0 : free_need - static_cast<double>(mem.budget);
+  double lambda = first_price(planes.front(), at_hand, std::max(planes.front().u - B, need_over));
   const double tol = std::max(popt_.target_gap / 4, 1e-6);
   for (int i = 0; i < kMaxPricedSolves && lambda > 0; ++i) {
     if (!priced_solve(lambda)) break;
