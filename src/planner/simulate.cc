@@ -17,6 +17,7 @@
 #include "planner/cp_cost.h"
 #include "planner/prefetch_schedule.h"
 #include "planner/recompute.h"
+#include "planner/sim_memory.h"
 #include "planner/sharding_optimizer.h"
 
 namespace autoshard {
@@ -204,96 +205,306 @@ int32_t recompute_slot(const Node& consumer, const TensorRef& producer, int32_t 
   throw std::runtime_error(fmt::format("simulate_step: '{}' has no such recomputed input", consumer.name));
 }
 
-/// A plan's node as simulate_step reads it: every node the simulation meets has a placement.
-const NodePlan& planned(const Graph& g, const Plan& plan, NodeIdx i) {
-  const auto& np = plan.nodes[static_cast<size_t>(i)];
-  if (!np) throw std::runtime_error(fmt::format("simulate_step: node '{}' has no placement", g.node(i).name));
-  return *np;
-}
-
-/// When the replayed step ran each op and each recomputation.
-struct ReplayTimes {
-  const std::vector<double>& node_start;
-  const std::vector<double>& node_end;
-  const std::vector<double>& redone_end;          ///< end of a node's recomputation, or -1
-  const std::map<NodeIdx, double>& block_start;  ///< point b -> start of the recomputation there
+/// The redistributions of a plan and where the replay issues and waits for each.
+struct IssuePlan {
+  std::vector<CommJob> jobs;
+  std::vector<std::vector<int32_t>> issued_after;       ///< by producer op
+  std::vector<std::vector<int32_t>> issued_after_redo;  ///< by re-executed producer (backward uses)
+  std::vector<std::vector<int32_t>> released_before;    ///< prefetches by issue op
+  std::vector<int32_t> released_first;                  ///< before any op
+  std::map<std::pair<NodeIdx, int32_t>, int32_t> job_of_slot;
+  std::vector<std::vector<int32_t>> waited_before;  ///< by the op a rank waits before (wait_point)
+  std::vector<std::vector<int32_t>> recompute_in;   ///< recomputation's jobs by consumer
 };
 
-/// The step's memory timeline into sim.memory and its peaks.  The base is the plan's
-/// live-interval usage per time point (node index), each point at the time its op (or the
-/// recomputation before it) started; above it, the redistributions' destination buffers while
-/// their jobs run and until their consumer ends, and context-parallel attentions' K/V buffers.
-/// `aux_choice`: the recomputation's problem nodes' strategies (recompute_schedule).
-void memory_timeline(const Graph& g, const BuiltProblem& bp, const Plan& plan, const Mesh& mesh,
-                     const std::vector<StrategyIdx>& aux_choice, const std::vector<CommJob>& jobs,
-                     const ReplayTimes& r, StepSimulation& sim) {
-  const size_t n = static_cast<size_t>(g.size());
-  std::vector<int64_t> delta(n + 2, 0);
-  for (PNodeIdx v = 0; v < bp.problem.num_nodes(); ++v) {
-    const NodeIdx gi = bp.graph_node[static_cast<size_t>(v)];
-    // The recomputation's nodes (aux_choice) carry its lifetimes: a freed activation's
-    // tail from b, the gap while it is still kept, the inputs kept until b.
-    const StrategyIdx aux = aux_choice.empty() ? -1 : aux_choice[static_cast<size_t>(v)];
-    if (aux < 0 && bp.pnode[static_cast<size_t>(gi)] != v) continue;  // shadow of a memory constraint
-    const ProblemNode& pn = bp.problem.nodes[static_cast<size_t>(v)];
-    const int64_t u = pn.usages[static_cast<size_t>(aux >= 0 ? aux : planned(g, plan, gi).strategy)];
-    const int64_t s = std::clamp<int64_t>(pn.start, 0, static_cast<int64_t>(n));
-    const int64_t e = std::clamp<int64_t>(pn.end, 0, static_cast<int64_t>(n));
-    if (e <= s) continue;
-    delta[static_cast<size_t>(s)] += u;
-    delta[static_cast<size_t>(e)] -= u;
+/// The layers (prefetch unit) of a graph's op nodes and where each starts.
+struct Segments {
+  std::vector<int32_t> layer;  ///< per node, -1 outside every layer
+  std::vector<NodeIdx> start;  ///< per layer, its first node
+  NodeIdx first_backward = kNoNode;
+};
+
+Segments segments_of(const Graph& g, int32_t* num_layers) {
+  Segments sg;
+  sg.layer = layer_segments(g, num_layers);
+  sg.first_backward = first_backward_op(g);
+  sg.start.assign(static_cast<size_t>(std::max(*num_layers, 1)), kNoNode);
+  for (NodeIdx i = 0; i < g.size(); ++i) {
+    const int32_t k = sg.layer[static_cast<size_t>(i)];
+    if (k >= 0 && sg.start[static_cast<size_t>(k)] == kNoNode) sg.start[static_cast<size_t>(k)] = i;
   }
-  struct Change {
-    double time;
-    int order;  // 0 alloc, 1 base, 2 free, 3 an op's own buffers (after the base it joins)
-    int64_t amount;
-    bool held = false;  ///< a context-parallel attention's K/V buffers, not a redistribution's
-  };
-  std::vector<Change> changes;
-  int64_t base = 0;
-  for (size_t t = 0; t < n; ++t) {
-    int64_t next = base + delta[t];
-    // Time point b starts with the recomputation that runs before its op.
-    auto b = r.block_start.find(static_cast<NodeIdx>(t));
-    const double at = b != r.block_start.end() ? b->second : r.node_start[t];
-    if (next != base || t == 0) changes.push_back({at, 1, next});
-    base = next;
-  }
-  for (const CommJob& job : jobs) {
-    if (job.start_us < 0) continue;  // a recomputation's job that never ran
-    const double until = job.recompute ? r.redone_end[static_cast<size_t>(job.consumer)]
-                         : g.node(job.consumer).kind == NodeKind::kOp
-                             ? r.node_end[static_cast<size_t>(job.consumer)]
-                             : sim.step_us;
-    changes.push_back({job.start_us, 0, job.buffer_bytes});
-    changes.push_back({std::max(until, job.end_us), 2, -job.buffer_bytes});
-  }
-  // A context-parallel attention's K/V buffers (planner/cp_memory.h), while each execution
-  // of it runs (its re-execution too: the runtime gathers again).
-  for (const SimEvent& e : sim.streams[0]) {
-    const int64_t held = cp_buffer_bytes(g.node(e.node), planned(g, plan, e.node).chosen, mesh);
-    if (held <= 0) continue;
-    changes.push_back({e.start_us, 3, held, true});
-    changes.push_back({e.end_us, 2, -held, true});
-  }
-  std::stable_sort(changes.begin(), changes.end(), [](const Change& a, const Change& b) {
-    return a.time != b.time ? a.time < b.time : a.order < b.order;
-  });
-  int64_t level_base = 0, buffers = 0, held = 0;
-  for (const Change& c : changes) {
-    if (c.order == 1)
-      level_base = c.amount;
-    else
-      (c.held ? held : buffers) += c.amount;
-    const int64_t total = level_base + buffers + held;
-    sim.prefetch_peak_bytes = std::max(sim.prefetch_peak_bytes, buffers);
-    sim.peak_memory_bytes = std::max(sim.peak_memory_bytes, total);
-    if (!sim.memory.empty() && sim.memory.back().time_us == c.time)
-      sim.memory.back().bytes = total;
-    else if (sim.memory.empty() || sim.memory.back().bytes != total)
-      sim.memory.push_back({c.time, total});
-  }
+  return sg;
 }
+
+/// Builds the IssuePlan edge by edge in the problem's order: each redistribution's collectives,
+/// its bucket, and the op after or before which the runtime issues it.
+class JobPlanner {
+ public:
+  JobPlanner(ShardingOptimizer& opt, const Plan& plan, const SimulationOptions& o,
+             const RecomputeSchedule& rs, const Segments& seg)
+      : g_(opt.graph()), mesh_(opt.mesh()), bp_(opt.problem()), plan_(plan), o_(o),
+        model_(opt.options().comm_model), rs_(rs), seg_(seg), placeholder_view_(placeholder_views(g_)) {
+    const size_t n = static_cast<size_t>(g_.size());
+    for (auto* v : {&out_.issued_after, &out_.issued_after_redo, &out_.released_before, &out_.waited_before,
+                    &out_.recompute_in})
+      v->resize(n);
+    // Gradient reductions of one bucket are issued together once its last gradient exists.
+    std::map<int32_t, NodeIdx> last;
+    const std::vector<ReductionEntry> rb = reduction_buckets(g_, plan, o.bucketing);
+    for (const ReductionEntry& r : rb) last[r.bucket] = std::max(last[r.bucket], r.producer);
+    for (const ReductionEntry& r : rb) reduction_of_[r.param] = {r.bucket, last[r.bucket]};
+  }
+
+  IssuePlan build() && {
+    for (size_t k = 0; k < bp_.edge_origin.size(); ++k) add(k);
+    // Prefetches are issued in consumer order (edge order within a consumer).
+    for (auto& v : out_.released_before)
+      std::stable_sort(v.begin(), v.end(), [&](int32_t a, int32_t b) {
+        return out_.jobs[static_cast<size_t>(a)].consumer < out_.jobs[static_cast<size_t>(b)].consumer;
+      });
+    return std::move(out_);
+  }
+
+ private:
+  const NodePlan& node_plan(NodeIdx i) const { return sim_node_plan(g_, plan_, i); }
+
+  /// Problem edge k's redistribution, if it moves a tensor.
+  void add(size_t k) {
+    const auto& origin = bp_.edge_origin[k];
+    // Tensor uses (slot >= 0), gradient agreements (-1) and the redistributions of ops the
+    // plan re-executes; other origins (parameter-memory shadow ties, recomputation ties) move
+    // no tensor.
+    const bool recompute = origin.slot == kRecomputeSlot;
+    if (recompute && rs_.us[static_cast<size_t>(origin.consumer)] < 0) return;
+    if (origin.slot < -1 && !recompute) return;
+    const NodeIdx pu = origin.producer.node;
+    const ShardingSpec& from = node_plan(pu).chosen.outputs.at(static_cast<size_t>(origin.producer.output));
+    ShardingSpec to;
+    int32_t slot = origin.slot;
+    if (recompute) {
+      const auto key = std::make_tuple(origin.consumer, origin.producer.node, origin.producer.output);
+      slot = recompute_slot(g_.node(origin.consumer), origin.producer, recompute_seen_[key]++);
+    }
+    if (slot >= 0) {
+      to = node_plan(origin.consumer).chosen.inputs.at(static_cast<size_t>(slot));
+    } else {
+      to = node_plan(origin.consumer).chosen.outputs.at(0);
+      to.meta = g_.meta(origin.producer);
+    }
+    CommJob job;
+    job.steps = comm_steps(from, to, mesh_, model_);
+    if (job.steps.empty()) return;
+    job.edge = static_cast<int32_t>(k);
+    job.producer = pu;
+    job.consumer = origin.consumer;
+    job.slot = slot;
+    job.buffer_bytes = to.local_bytes(mesh_);
+    job.prefetchable = g_.node(pu).kind != NodeKind::kOp || placeholder_view_[static_cast<size_t>(pu)];
+    job.recompute = recompute;
+    const int32_t id = static_cast<int32_t>(out_.jobs.size());
+    if (recompute)  // issued by the recomputation (Replay::recompute_before)
+      out_.recompute_in[static_cast<size_t>(origin.consumer)].push_back(id);
+    else
+      place(job, id, origin, from, to);
+    out_.jobs.push_back(std::move(job));
+  }
+
+  /// Where the runtime waits for job `id` and after or before which op it issues it.
+  void place(CommJob& job, int32_t id, const BuiltProblem::EdgeOrigin& origin, const ShardingSpec& from,
+             const ShardingSpec& to) {
+    const NodeIdx pu = origin.producer.node;
+    if (origin.slot >= 0) out_.job_of_slot[{origin.consumer, origin.slot}] = id;
+    if (const NodeIdx w = wait_point(g_, origin.consumer, origin.slot); w != kNoNode)
+      out_.waited_before[static_cast<size_t>(w)].push_back(id);  // the schedule's wait point
+    const int32_t cl = seg_.layer[static_cast<size_t>(origin.consumer)];
+    const NodeIdx redo_at = rs_.point[static_cast<size_t>(pu)];
+    const auto reduction = origin.slot == -1 ? reduction_of_.find(origin.consumer) : reduction_of_.end();
+    if (reduction != reduction_of_.end() && o_.bucketing == Bucketing::kLayer) {
+      const auto [bucket, after] = reduction->second;
+      job.gang = gang(fmt::format("grad|{}", bucket));
+      if (!reduction_buckets_seen_.insert(bucket).second) credit_latency(job);
+      out_.issued_after[static_cast<size_t>(after)].push_back(id);
+    } else if (!job.prefetchable && redo_at >= 0 && origin.consumer >= redo_at)
+      out_.issued_after_redo[static_cast<size_t>(pu)].push_back(id);  // reads the recomputed tensor
+    else if (!job.prefetchable && g_.node(pu).phase != Phase::kBackward &&
+             g_.node(origin.consumer).phase == Phase::kBackward)
+      // A forward value the backward reads: the runtime redistributes it at its use
+      // (autoshard.schedule.apply_issue_points), not during the forward.
+      out_.released_before[static_cast<size_t>(origin.consumer)].push_back(id);
+    else if (!job.prefetchable)
+      out_.issued_after[static_cast<size_t>(pu)].push_back(id);
+    else {
+      const int32_t k = prefetch_segment(cl, o_.prefetch_layers);  // the runtime's rule too
+      NodeIdx at = k < 0 ? kNoNode : seg_.start[static_cast<size_t>(k)];
+      if (g_.node(origin.consumer).phase == Phase::kBackward && seg_.first_backward != kNoNode &&
+          (at == kNoNode || at < seg_.first_backward))
+        at = seg_.first_backward;
+      join_bucket(job, at, from, to, g_.meta(origin.producer));
+      (at == kNoNode ? out_.released_first : out_.released_before[static_cast<size_t>(at)]).push_back(id);
+    }
+  }
+
+  int32_t gang(const std::string& key) {
+    return gang_of_.try_emplace(key, static_cast<int32_t>(gang_of_.size())).first->second;
+  }
+  void credit_latency(CommJob& job) const {
+    for (CommJob::Step& st : job.steps) st.us -= bucket_latency_credit_us(st.kind, st.dim, mesh_, model_, st.us);
+  }
+  /// A prefetched job issued before op `at` joins its bucket: after the bucket's first
+  /// member it no longer pays its steps' fixed latency (prefetch_schedule.h "Buckets").
+  void join_bucket(CommJob& job, NodeIdx at, const ShardingSpec& from, ShardingSpec to, const TensorMeta& meta) {
+    if (o_.bucketing != Bucketing::kLayer) return;
+    to.meta = meta;
+    const std::string key = bucket_key(at, from, to);
+    job.gang = gang(key);
+    if (buckets_seen_.insert(key).second) return;
+    credit_latency(job);
+  }
+
+  const Graph& g_;
+  const Mesh& mesh_;
+  const BuiltProblem& bp_;
+  const Plan& plan_;
+  const SimulationOptions& o_;
+  const CommModel model_;
+  const RecomputeSchedule& rs_;
+  const Segments& seg_;
+  const std::vector<char> placeholder_view_;
+  std::map<std::tuple<NodeIdx, NodeIdx, int32_t>, int32_t> recompute_seen_;  // -> ordinal
+  std::map<NodeIdx, std::pair<int32_t, NodeIdx>> reduction_of_;  // param -> (bucket, issue after)
+  std::set<int32_t> reduction_buckets_seen_;
+  std::set<std::string> buckets_seen_;
+  std::map<std::string, int32_t> gang_of_;  // bucket -> CommJob::gang
+  IssuePlan out_;
+};
+
+/// Replays the step in the runtime's order: one compute stream, and the mesh dims' comm
+/// streams running the IssuePlan's jobs where it issues them.
+class Replay {
+ public:
+  Replay(const Graph& g, const Plan& plan, const Mesh& mesh, CommModel model, const RecomputeSchedule& rs,
+         IssuePlan& ip, const std::vector<int32_t>& layer, StepSimulation& sim)
+      : g_(g), plan_(plan), mesh_(mesh), model_(model), rs_(rs), ip_(ip), layer_(layer), sim_(sim),
+        upstream_(view_inputs(g, ip.jobs, ip.job_of_slot)), streams_(ip.jobs, sim),
+        node_start(static_cast<size_t>(g.size()), 0.0), node_end(static_cast<size_t>(g.size()), 0.0),
+        redone_end(static_cast<size_t>(g.size()), -1.0) {}
+
+  void run() {
+    for (int32_t id : ip_.released_first) issue(id, 0.0, true);
+    for (NodeIdx i : run_order(g_)) {  // the order placements.json's schedule gives the runtime
+      const Node& x = g_.node(i);
+      const size_t iu = static_cast<size_t>(i);
+      if (x.kind != NodeKind::kOp) {
+        if (x.kind == NodeKind::kOutput) recompute_before(i);
+        node_start[iu] = node_end[iu] = x.kind == NodeKind::kOutput ? cursor_ : 0.0;
+        continue;
+      }
+      for (int32_t id : ip_.released_before[iu])
+        issue(id, cursor_, layer_[static_cast<size_t>(ip_.jobs[static_cast<size_t>(id)].consumer)] > layer_[iu]);
+      recompute_before(i);
+      // The op starts once its direct inputs exist and the redistributions the schedule waits
+      // for here have arrived (a redistributed input is waited at its wait point, not later).
+      double ready = 0;
+      for (int32_t id : ip_.waited_before[iu]) ready = std::max(ready, streams_.finish(id));
+      for (int32_t s = 0; s < static_cast<int32_t>(x.inputs.size()); ++s)
+        if (!ip_.job_of_slot.count({i, s}))
+          ready = std::max(ready, node_end[static_cast<size_t>(x.inputs[static_cast<size_t>(s)].node)]);
+      node_start[iu] = compute(i, ready, sim_node_plan(g_, plan_, i).compute_us, false);
+      node_end[iu] = cursor_;
+      cp_transfers(i, node_start[iu]);
+      for (int32_t id : ip_.issued_after[iu]) issue(id, cursor_, false);
+    }
+    recompute_before(g_.size());  // a region whose point is past the schedule
+    sim_.step_us = std::max(cursor_, streams_.last_end());
+  }
+
+ private:
+  void issue(int32_t id, double ready, bool prefetched) {
+    streams_.issue(id, ready, prefetched, prefetched ? upstream_[static_cast<size_t>(id)] : std::vector<int32_t>{});
+  }
+  /// One compute-stream event from `ready` (the inputs' arrival) for `dur`; returns its start.
+  double compute(NodeIdx i, double ready, double dur, bool recomputed) {
+    const double start = std::max(cursor_, ready);
+    cursor_ = start + dur;
+    sim_.compute_us += dur;
+    if (dur > 0) {
+      SimEvent e;
+      e.stream = 0;
+      e.start_us = start;
+      e.end_us = cursor_;
+      e.node = i;
+      e.recomputed = recomputed;
+      sim_.streams[0].push_back(e);
+    }
+    return start;
+  }
+  /// The recomputation at point b: each re-executed op in graph order, after its inputs --
+  /// its recomputed producers, or its redistributions issued once their source is there (the
+  /// saved tensor at once, a recomputed one when it is recomputed).
+  void recompute_before(NodeIdx b) {
+    auto it = rs_.before.find(b);
+    if (it == rs_.before.end()) return;
+    block_start[b] = cursor_;
+    const double begin = cursor_;
+    for (NodeIdx v : it->second) {
+      const Node& x = g_.node(v);
+      const std::vector<int32_t>& in = ip_.recompute_in[static_cast<size_t>(v)];
+      for (int32_t id : in) {
+        const double src = redone_end[static_cast<size_t>(ip_.jobs[static_cast<size_t>(id)].producer)];
+        issue(id, std::max(begin, src), false);
+      }
+      double ready = 0;
+      for (int32_t s = 0; s < static_cast<int32_t>(x.inputs.size()); ++s) {
+        const NodeIdx u = x.inputs[static_cast<size_t>(s)].node;
+        double arrive = std::max(node_end[static_cast<size_t>(u)], redone_end[static_cast<size_t>(u)]);
+        for (int32_t id : in)
+          if (ip_.jobs[static_cast<size_t>(id)].slot == s) arrive = streams_.finish(id);
+        ready = std::max(ready, arrive);
+      }
+      compute(v, ready, rs_.us[static_cast<size_t>(v)], true);
+      redone_end[static_cast<size_t>(v)] = cursor_;
+      for (int32_t id : ip_.issued_after_redo[static_cast<size_t>(v)]) issue(id, cursor_, false);
+    }
+  }
+  /// A context-parallel attention's own K/V transfers (planner/cp_cost.h): its node cost
+  /// already holds their exposed part, so they delay nothing here; they occupy its mesh dim's
+  /// stream from the op's start (other collectives queue behind them) and show in the trace.
+  void cp_transfers(NodeIdx i, double start) {
+    const Strategy& st = sim_node_plan(g_, plan_, i).chosen;
+    if (!st.cp.active()) return;
+    const NodeCost nc = node_cost(g_.node(i), st, mesh_, model_);
+    if (nc.transfer_us <= 0) return;
+    const size_t stream = static_cast<size_t>(1 + st.cp.mesh_dim);
+    SimEvent e;
+    e.stream = static_cast<StreamIdx>(stream);
+    streams_.run_until(start);
+    e.start_us = std::max(start, streams_.free_at(stream));
+    e.end_us = e.start_us + nc.transfer_us;
+    e.node = i;
+    e.context_parallel = true;
+    e.bytes = cp_attention_input(g_.node(i), st, mesh_).kv_bytes;
+    streams_.free_at(stream) = e.end_us;
+    sim_.streams[stream].push_back(e);
+    sim_.comm_us += nc.transfer_us;
+  }
+
+  const Graph& g_;
+  const Plan& plan_;
+  const Mesh& mesh_;
+  const CommModel model_;
+  const RecomputeSchedule& rs_;
+  IssuePlan& ip_;
+  const std::vector<int32_t>& layer_;
+  StepSimulation& sim_;
+  const std::vector<std::vector<int32_t>> upstream_;
+  CommStreams streams_;
+  double cursor_ = 0;
+
+ public:
+  std::vector<double> node_start, node_end;
+  std::vector<double> redone_end;            ///< end of a node's recomputation
+  std::map<NodeIdx, double> block_start;     ///< point b -> start of the recomputation there
+};
 
 }  // namespace
 
@@ -302,9 +513,8 @@ StepSimulation simulate_step(ShardingOptimizer& opt, const Plan& plan, const Sim
   const Graph& g = opt.graph();
   const Mesh& mesh = opt.mesh();
   const BuiltProblem& bp = opt.problem();
-  const size_t n = static_cast<size_t>(g.size());
-  if (plan.nodes.size() != n) throw std::runtime_error("simulate_step: the plan is for another graph");
-  auto node_plan = [&](NodeIdx i) -> const NodePlan& { return planned(g, plan, i); };
+  if (plan.nodes.size() != static_cast<size_t>(g.size()))
+    throw std::runtime_error("simulate_step: the plan is for another graph");
 
   StepSimulation sim;
   sim.additive_us = plan.additive_us;
@@ -312,237 +522,17 @@ StepSimulation simulate_step(ShardingOptimizer& opt, const Plan& plan, const Sim
   for (MeshDimIdx d = 0; d < mesh.ndim(); ++d) sim.stream_names.push_back("comm " + mesh.dim(d).name);
   sim.streams.resize(sim.stream_names.size());
 
-  // Layers (prefetch unit) of the op nodes.
-  const std::vector<int32_t> layer = layer_segments(g, &sim.num_layers);
-  const NodeIdx first_backward = first_backward_op(g);
-  std::vector<NodeIdx> segment_start(static_cast<size_t>(std::max(sim.num_layers, 1)), kNoNode);
-  for (NodeIdx i = 0; i < g.size(); ++i) {
-    const int32_t k = layer[static_cast<size_t>(i)];
-    if (k >= 0 && segment_start[static_cast<size_t>(k)] == kNoNode) segment_start[static_cast<size_t>(k)] = i;
-  }
-
-  const std::vector<char> placeholder_view = placeholder_views(g);
-
+  const Segments seg = segments_of(g, &sim.num_layers);
   const RecomputeSchedule rs = recompute_schedule(g, bp, plan);
-  std::vector<std::vector<int32_t>> recompute_in(n);  // recomputation's jobs by consumer
-  std::map<std::tuple<NodeIdx, NodeIdx, int32_t>, int32_t> recompute_seen;  // -> ordinal
-
-  // Redistributions.
-  std::vector<CommJob> jobs;
-  std::vector<std::vector<int32_t>> issued_after(n);                      // by producer op
-  std::vector<std::vector<int32_t>> issued_after_redo(n);  // by re-executed producer (backward uses)
-  std::vector<std::vector<int32_t>> released_before(n);                  // prefetches by issue op
-  std::vector<int32_t> released_first;                                    // before any op
-  std::map<std::pair<NodeIdx, int32_t>, int32_t> job_of_slot;
-  std::vector<std::vector<int32_t>> waited_before(n);  // by the op a rank waits before (wait_point)
-  std::set<std::string> buckets_seen;
-  // Gradient reductions of one bucket are issued together once its last gradient exists.
-  std::map<NodeIdx, std::pair<int32_t, NodeIdx>> reduction_of;  // param -> (bucket, issue after)
-  {
-    std::map<int32_t, NodeIdx> last;
-    const std::vector<ReductionEntry> rb = reduction_buckets(g, plan, o.bucketing);
-    for (const ReductionEntry& r : rb) last[r.bucket] = std::max(last[r.bucket], r.producer);
-    for (const ReductionEntry& r : rb) reduction_of[r.param] = {r.bucket, last[r.bucket]};
-  }
-  std::set<int32_t> reduction_buckets_seen;
-  std::map<std::string, int32_t> gang_of;  // bucket -> CommJob::gang
-  /// A prefetched job issued before op `at` joins its bucket: after the bucket's first
-  /// member it no longer pays its steps' fixed latency (prefetch_schedule.h "Buckets").
-  auto join_bucket = [&](CommJob& job, NodeIdx at, const ShardingSpec& from, ShardingSpec to,
-                         const TensorMeta& meta) {
-    if (o.bucketing != Bucketing::kLayer) return;
-    to.meta = meta;
-    const std::string key = bucket_key(at, from, to);
-    job.gang = gang_of.try_emplace(key, static_cast<int32_t>(gang_of.size())).first->second;
-    if (buckets_seen.insert(key).second) return;
-    for (CommJob::Step& st : job.steps)
-      st.us -= bucket_latency_credit_us(st.kind, st.dim, mesh, opt.options().comm_model, st.us);
-  };
-  for (size_t k = 0; k < bp.edges.size(); ++k) {
-    const auto& origin = bp.edge_origin[k];
-    // Tensor uses (slot >= 0), gradient agreements (-1) and the redistributions of ops the
-    // plan re-executes; other origins (parameter-memory shadow ties, recomputation ties) move
-    // no tensor.
-    const bool recompute = origin.slot == kRecomputeSlot;
-    if (recompute && rs.us[static_cast<size_t>(origin.consumer)] < 0) continue;
-    if (origin.slot < -1 && !recompute) continue;
-    const NodeIdx pu = origin.producer.node;
-    const NodePlan& up = node_plan(pu);
-    const ShardingSpec& from = up.chosen.outputs.at(static_cast<size_t>(origin.producer.output));
-    ShardingSpec to;
-    int32_t slot = origin.slot;
-    if (recompute) {
-      const auto key = std::make_tuple(origin.consumer, origin.producer.node, origin.producer.output);
-      slot = recompute_slot(g.node(origin.consumer), origin.producer, recompute_seen[key]++);
-    }
-    if (slot >= 0) {
-      to = node_plan(origin.consumer).chosen.inputs.at(static_cast<size_t>(slot));
-    } else {
-      to = node_plan(origin.consumer).chosen.outputs.at(0);
-      to.meta = g.meta(origin.producer);
-    }
-    CommJob job;
-    job.steps = comm_steps(from, to, mesh, opt.options().comm_model);
-    if (job.steps.empty()) continue;
-    job.edge = static_cast<int32_t>(k);
-    job.producer = pu;
-    job.consumer = origin.consumer;
-    job.slot = slot;
-    job.buffer_bytes = to.local_bytes(mesh);
-    job.prefetchable = g.node(pu).kind != NodeKind::kOp || placeholder_view[static_cast<size_t>(pu)];
-    job.recompute = recompute;
-    const int32_t id = static_cast<int32_t>(jobs.size());
-    if (recompute) {  // issued by the recomputation (below)
-      recompute_in[static_cast<size_t>(origin.consumer)].push_back(id);
-      jobs.push_back(std::move(job));
-      continue;
-    }
-    if (origin.slot >= 0) job_of_slot[{origin.consumer, origin.slot}] = id;
-    if (const NodeIdx w = wait_point(g, origin.consumer, origin.slot); w != kNoNode)
-      waited_before[static_cast<size_t>(w)].push_back(id);  // the schedule's wait point
-    const int32_t cl = layer[static_cast<size_t>(origin.consumer)];
-    const NodeIdx redo_at = rs.point[static_cast<size_t>(pu)];
-    const auto reduction = origin.slot == -1 ? reduction_of.find(origin.consumer) : reduction_of.end();
-    if (reduction != reduction_of.end() && o.bucketing == Bucketing::kLayer) {
-      const auto [bucket, after] = reduction->second;
-      job.gang = gang_of.try_emplace(fmt::format("grad|{}", bucket), static_cast<int32_t>(gang_of.size()))
-                     .first->second;
-      if (!reduction_buckets_seen.insert(bucket).second)
-        for (CommJob::Step& st : job.steps)
-          st.us -= bucket_latency_credit_us(st.kind, st.dim, mesh, opt.options().comm_model, st.us);
-      issued_after[static_cast<size_t>(after)].push_back(id);
-    } else if (!job.prefetchable && redo_at >= 0 && origin.consumer >= redo_at)
-      issued_after_redo[static_cast<size_t>(pu)].push_back(id);  // reads the recomputed tensor
-    else if (!job.prefetchable && g.node(pu).phase != Phase::kBackward &&
-             g.node(origin.consumer).phase == Phase::kBackward)
-      // A forward value the backward reads: the runtime redistributes it at its use
-      // (autoshard.schedule.apply_issue_points), not during the forward.
-      released_before[static_cast<size_t>(origin.consumer)].push_back(id);
-    else if (!job.prefetchable)
-      issued_after[static_cast<size_t>(pu)].push_back(id);
-    else {
-      const int32_t k = prefetch_segment(cl, o.prefetch_layers);  // the runtime's rule too
-      NodeIdx at = k < 0 ? kNoNode : segment_start[static_cast<size_t>(k)];
-      if (g.node(origin.consumer).phase == Phase::kBackward && first_backward != kNoNode &&
-          (at == kNoNode || at < first_backward))
-        at = first_backward;
-      join_bucket(job, at, from, to, g.meta(origin.producer));
-      (at == kNoNode ? released_first : released_before[static_cast<size_t>(at)]).push_back(id);
-    }
-    jobs.push_back(std::move(job));
-  }
-  // Prefetches are issued in consumer order (edge order within a consumer).
-  for (auto& v : released_before)
-    std::stable_sort(v.begin(), v.end(), [&](int32_t a, int32_t b) {
-      return jobs[static_cast<size_t>(a)].consumer < jobs[static_cast<size_t>(b)].consumer;
-    });
-
-  const std::vector<std::vector<int32_t>> upstream = view_inputs(g, jobs, job_of_slot);
-  CommStreams streams(jobs, sim);
-  auto issue = [&](int32_t id, double ready, bool prefetched) {
-    streams.issue(id, ready, prefetched, prefetched ? upstream[static_cast<size_t>(id)] : std::vector<int32_t>{});
-  };
-
-  for (int32_t id : released_first) issue(id, 0.0, true);
-  std::vector<double> node_start(n, 0.0), node_end(n, 0.0);
-  std::vector<double> redone_end(n, -1.0);  // end of a node's recomputation
-  std::map<NodeIdx, double> block_start;     // point b -> start of the recomputation there
-  double cursor = 0;
-  /// One compute-stream event from `ready` (the inputs' arrival) for `dur`.
-  auto compute = [&](NodeIdx i, double ready, double dur, bool recomputed) {
-    const double start = std::max(cursor, ready);
-    cursor = start + dur;
-    sim.compute_us += dur;
-    if (dur > 0) {
-      SimEvent e;
-      e.stream = 0;
-      e.start_us = start;
-      e.end_us = cursor;
-      e.node = i;
-      e.recomputed = recomputed;
-      sim.streams[0].push_back(e);
-    }
-    return start;
-  };
-  /// The recomputation at point b: each re-executed op in graph order, after its inputs --
-  /// its recomputed producers, or its redistributions issued once their source is there (the
-  /// saved tensor at once, a recomputed one when it is recomputed).
-  auto recompute_before = [&](NodeIdx b) {
-    auto it = rs.before.find(b);
-    if (it == rs.before.end()) return;
-    block_start[b] = cursor;
-    const double begin = cursor;
-    for (NodeIdx v : it->second) {
-      const Node& x = g.node(v);
-      for (int32_t id : recompute_in[static_cast<size_t>(v)]) {
-        const double src = redone_end[static_cast<size_t>(jobs[static_cast<size_t>(id)].producer)];
-        issue(id, std::max(begin, src), false);
-      }
-      double ready = 0;
-      for (int32_t s = 0; s < static_cast<int32_t>(x.inputs.size()); ++s) {
-        const NodeIdx u = x.inputs[static_cast<size_t>(s)].node;
-        double arrive = std::max(node_end[static_cast<size_t>(u)], redone_end[static_cast<size_t>(u)]);
-        for (int32_t id : recompute_in[static_cast<size_t>(v)])
-          if (jobs[static_cast<size_t>(id)].slot == s) arrive = streams.finish(id);
-        ready = std::max(ready, arrive);
-      }
-      compute(v, ready, rs.us[static_cast<size_t>(v)], true);
-      redone_end[static_cast<size_t>(v)] = cursor;
-      for (int32_t id : issued_after_redo[static_cast<size_t>(v)]) issue(id, cursor, false);
-    }
-  };
-  /// A context-parallel attention's own K/V transfers (planner/cp_cost.h): its node cost
-  /// already holds their exposed part, so they delay nothing here; they occupy its mesh dim's
-  /// stream from the op's start (other collectives queue behind them) and show in the trace.
-  auto cp_transfers = [&](NodeIdx i, double start) {
-    const Strategy& st = node_plan(i).chosen;
-    if (!st.cp.active()) return;
-    const NodeCost nc = node_cost(g.node(i), st, mesh, opt.options().comm_model);
-    if (nc.transfer_us <= 0) return;
-    const size_t stream = static_cast<size_t>(1 + st.cp.mesh_dim);
-    SimEvent e;
-    e.stream = static_cast<StreamIdx>(stream);
-    streams.run_until(start);
-    e.start_us = std::max(start, streams.free_at(stream));
-    e.end_us = e.start_us + nc.transfer_us;
-    e.node = i;
-    e.context_parallel = true;
-    e.bytes = cp_attention_input(g.node(i), st, mesh).kv_bytes;
-    streams.free_at(stream) = e.end_us;
-    sim.streams[stream].push_back(e);
-    sim.comm_us += nc.transfer_us;
-  };
-  for (NodeIdx i : run_order(g)) {  // the order placements.json's schedule gives the runtime
-    const Node& x = g.node(i);
-    const size_t iu = static_cast<size_t>(i);
-    if (x.kind != NodeKind::kOp) {
-      if (x.kind == NodeKind::kOutput) recompute_before(i);
-      node_start[iu] = node_end[iu] = x.kind == NodeKind::kOutput ? cursor : 0.0;
-      continue;
-    }
-    for (int32_t id : released_before[iu])
-      issue(id, cursor, layer[static_cast<size_t>(jobs[static_cast<size_t>(id)].consumer)] > layer[iu]);
-    recompute_before(i);
-    // The op starts once its direct inputs exist and the redistributions the schedule waits
-    // for here have arrived (a redistributed input is waited at its wait point, not later).
-    double ready = 0;
-    for (int32_t id : waited_before[iu]) ready = std::max(ready, streams.finish(id));
-    for (int32_t s = 0; s < static_cast<int32_t>(x.inputs.size()); ++s)
-      if (!job_of_slot.count({i, s}))
-        ready = std::max(ready, node_end[static_cast<size_t>(x.inputs[static_cast<size_t>(s)].node)]);
-    node_start[iu] = compute(i, ready, node_plan(i).compute_us, false);
-    node_end[iu] = cursor;
-    cp_transfers(i, node_start[iu]);
-    for (int32_t id : issued_after[iu]) issue(id, cursor, false);
-  }
-  recompute_before(g.size());  // a region whose point is past the schedule
-  sim.step_us = std::max(cursor, streams.last_end());
+  IssuePlan ip = JobPlanner(opt, plan, o, rs, seg).build();
+  Replay replay(g, plan, mesh, opt.options().comm_model, rs, ip, seg.layer, sim);
+  replay.run();
   sim.exposed_comm_us = std::max(0.0, sim.step_us - sim.compute_us);
   for (auto& s : sim.streams)
     std::stable_sort(s.begin(), s.end(),
                      [](const SimEvent& a, const SimEvent& b) { return a.start_us < b.start_us; });
-
-  memory_timeline(g, bp, plan, mesh, rs.choice, jobs, {node_start, node_end, redone_end, block_start}, sim);
+  memory_timeline(g, bp, plan, mesh, rs.choice, ip.jobs,
+                  {replay.node_start, replay.node_end, replay.redone_end, replay.block_start}, sim);
 
   sim.model_flops = model_flops(g);
   sim.mfu = mfu(sim.model_flops, mesh.num_devices(), mesh.hardware().peak_flops(dominant_flops_dtype(g)),
