@@ -68,6 +68,24 @@ NodeIdx first_backward_op(const Graph& g) {
   return kNoNode;
 }
 
+PrefetchPoints::PrefetchPoints(const Graph& g)
+    : segment_(layer_segments(g, &num_segments_)), first_backward_(first_backward_op(g)) {
+  first_op_.assign(static_cast<size_t>(num_segments_), kNoNode);
+  for (NodeIdx i = 0; i < g.size(); ++i) {
+    const int32_t k = segment_[static_cast<size_t>(i)];
+    if (k >= 0 && first_op_[static_cast<size_t>(k)] == kNoNode) first_op_[static_cast<size_t>(k)] = i;
+  }
+}
+
+NodeIdx PrefetchPoints::issue_at(const Graph& g, NodeIdx consumer, int32_t prefetch_layers) const {
+  const int32_t k = prefetch_segment(segment_[static_cast<size_t>(consumer)], prefetch_layers);
+  const NodeIdx at = k < 0 ? kNoNode : first_op_[static_cast<size_t>(k)];
+  if (g.node(consumer).phase == Phase::kBackward && first_backward_ != kNoNode &&
+      (at == kNoNode || at < first_backward_))
+    return first_backward_;
+  return at;
+}
+
 namespace {
 
 /// A grad pair's gradient spec and its parameter's (with the gradient's meta): the reduction's
@@ -151,15 +169,8 @@ PrefetchSchedule prefetch_schedule(const Graph& g, const Plan& plan, const Sched
   if (!plan.has_solution) throw std::runtime_error("prefetch_schedule: the plan has no solution");
   PrefetchSchedule s;
   s.options = o;
-  int32_t n_segments = 0;
-  const std::vector<int32_t> segment = layer_segments(g, &n_segments);
+  const PrefetchPoints points(g);
   const std::vector<char> view = placeholder_views(g);
-  const NodeIdx first_backward = first_backward_op(g);
-  std::vector<NodeIdx> first_op(static_cast<size_t>(n_segments), kNoNode);
-  for (NodeIdx i = 0; i < g.size(); ++i) {
-    const int32_t k = segment[static_cast<size_t>(i)];
-    if (k >= 0 && first_op[static_cast<size_t>(k)] == kNoNode) first_op[static_cast<size_t>(k)] = i;
-  }
   std::map<std::string, int32_t> bucket_of;
   for (NodeIdx i = 0; i < g.size(); ++i) {
     const Node& x = g.node(i);
@@ -177,10 +188,7 @@ PrefetchSchedule prefetch_schedule(const Graph& g, const Plan& plan, const Sched
         continue;
       }
       to.meta = g.meta(r);
-      const int32_t k = prefetch_segment(segment[static_cast<size_t>(i)], o.prefetch_layers);
-      NodeIdx at = k < 0 ? kNoNode : first_op[static_cast<size_t>(k)];
-      if (x.phase == Phase::kBackward && first_backward != kNoNode && (at == kNoNode || at < first_backward))
-        at = first_backward;
+      const NodeIdx at = points.issue_at(g, i, o.prefetch_layers);
       int32_t bucket = s.num_buckets;
       if (o.bucketing == Bucketing::kLayer)
         bucket = bucket_of.try_emplace(bucket_key(at, from, to), s.num_buckets).first->second;

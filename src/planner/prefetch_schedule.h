@@ -97,6 +97,26 @@ std::vector<NodeIdx> run_order(const Graph& g);
 /// (the loss and its gradient share one).
 NodeIdx first_backward_op(const Graph& g);
 
+/// Where prefetches are issued, the one rule of the simulator and of placements.json's
+/// schedule (what the runtime runs): a prefetch into a consumer of layer segment c is issued
+/// before the first op of segment prefetch_segment(c, prefetch_layers), and a backward
+/// consumer's no earlier than first_backward_op.
+class PrefetchPoints {
+ public:
+  explicit PrefetchPoints(const Graph& g);
+  /// The op before which a prefetch into `consumer` is issued; kNoNode: before the first op.
+  NodeIdx issue_at(const Graph& g, NodeIdx consumer, int32_t prefetch_layers) const;
+  /// Each node's layer segment (layer_segments(), overlap.h; -1 outside every segment).
+  const std::vector<int32_t>& segment() const { return segment_; }
+  int32_t num_segments() const { return num_segments_; }
+
+ private:
+  int32_t num_segments_ = 0;
+  std::vector<int32_t> segment_;
+  std::vector<NodeIdx> first_op_;  ///< per segment
+  NodeIdx first_backward_ = kNoNode;
+};
+
 /// Where a rank waits for the redistribution of tensor use (consumer, slot): before the op
 /// returned (kNoNode: at the step's end).  A use (slot >= 0) is waited before its consumer;
 /// a gradient reduction (slot -1, consumer = the parameter) at the step's end.  The schedule's

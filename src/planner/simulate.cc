@@ -17,8 +17,8 @@
 #include "planner/cp_cost.h"
 #include "planner/prefetch_schedule.h"
 #include "planner/recompute.h"
-#include "planner/sim_memory.h"
 #include "planner/sharding_optimizer.h"
+#include "planner/sim_memory.h"
 
 namespace autoshard {
 
@@ -217,33 +217,14 @@ struct IssuePlan {
   std::vector<std::vector<int32_t>> recompute_in;   ///< recomputation's jobs by consumer
 };
 
-/// The layers (prefetch unit) of a graph's op nodes and where each starts.
-struct Segments {
-  std::vector<int32_t> layer;  ///< per node, -1 outside every layer
-  std::vector<NodeIdx> start;  ///< per layer, its first node
-  NodeIdx first_backward = kNoNode;
-};
-
-Segments segments_of(const Graph& g, int32_t* num_layers) {
-  Segments sg;
-  sg.layer = layer_segments(g, num_layers);
-  sg.first_backward = first_backward_op(g);
-  sg.start.assign(static_cast<size_t>(std::max(*num_layers, 1)), kNoNode);
-  for (NodeIdx i = 0; i < g.size(); ++i) {
-    const int32_t k = sg.layer[static_cast<size_t>(i)];
-    if (k >= 0 && sg.start[static_cast<size_t>(k)] == kNoNode) sg.start[static_cast<size_t>(k)] = i;
-  }
-  return sg;
-}
-
 /// Builds the IssuePlan edge by edge in the problem's order: each redistribution's collectives,
 /// its bucket, and the op after or before which the runtime issues it.
 class JobPlanner {
  public:
   JobPlanner(ShardingOptimizer& opt, const Plan& plan, const SimulationOptions& o,
-             const RecomputeSchedule& rs, const Segments& seg)
+             const RecomputeSchedule& rs, const PrefetchPoints& points)
       : g_(opt.graph()), mesh_(opt.mesh()), bp_(opt.problem()), plan_(plan), o_(o),
-        model_(opt.options().comm_model), rs_(rs), seg_(seg), placeholder_view_(placeholder_views(g_)) {
+        model_(opt.options().comm_model), rs_(rs), points_(points), placeholder_view_(placeholder_views(g_)) {
     const size_t n = static_cast<size_t>(g_.size());
     for (auto* v : {&out_.issued_after, &out_.issued_after_redo, &out_.released_before, &out_.waited_before,
                     &out_.recompute_in})
@@ -316,7 +297,6 @@ class JobPlanner {
     if (origin.slot >= 0) out_.job_of_slot[{origin.consumer, origin.slot}] = id;
     if (const NodeIdx w = wait_point(g_, origin.consumer, origin.slot); w != kNoNode)
       out_.waited_before[static_cast<size_t>(w)].push_back(id);  // the schedule's wait point
-    const int32_t cl = seg_.layer[static_cast<size_t>(origin.consumer)];
     const NodeIdx redo_at = rs_.point[static_cast<size_t>(pu)];
     const auto reduction = origin.slot == -1 ? reduction_of_.find(origin.consumer) : reduction_of_.end();
     if (reduction != reduction_of_.end() && o_.bucketing == Bucketing::kLayer) {
@@ -334,11 +314,7 @@ class JobPlanner {
     else if (!job.prefetchable)
       out_.issued_after[static_cast<size_t>(pu)].push_back(id);
     else {
-      const int32_t k = prefetch_segment(cl, o_.prefetch_layers);  // the runtime's rule too
-      NodeIdx at = k < 0 ? kNoNode : seg_.start[static_cast<size_t>(k)];
-      if (g_.node(origin.consumer).phase == Phase::kBackward && seg_.first_backward != kNoNode &&
-          (at == kNoNode || at < seg_.first_backward))
-        at = seg_.first_backward;
+      const NodeIdx at = points_.issue_at(g_, origin.consumer, o_.prefetch_layers);  // the runtime's rule too
       join_bucket(job, at, from, to, g_.meta(origin.producer));
       (at == kNoNode ? out_.released_first : out_.released_before[static_cast<size_t>(at)]).push_back(id);
     }
@@ -368,7 +344,7 @@ class JobPlanner {
   const SimulationOptions& o_;
   const CommModel model_;
   const RecomputeSchedule& rs_;
-  const Segments& seg_;
+  const PrefetchPoints& points_;
   const std::vector<char> placeholder_view_;
   std::map<std::tuple<NodeIdx, NodeIdx, int32_t>, int32_t> recompute_seen_;  // -> ordinal
   std::map<NodeIdx, std::pair<int32_t, NodeIdx>> reduction_of_;  // param -> (bucket, issue after)
@@ -386,8 +362,11 @@ class Replay {
          IssuePlan& ip, const std::vector<int32_t>& layer, StepSimulation& sim)
       : g_(g), plan_(plan), mesh_(mesh), model_(model), rs_(rs), ip_(ip), layer_(layer), sim_(sim),
         upstream_(view_inputs(g, ip.jobs, ip.job_of_slot)), streams_(ip.jobs, sim),
-        node_start(static_cast<size_t>(g.size()), 0.0), node_end(static_cast<size_t>(g.size()), 0.0),
-        redone_end(static_cast<size_t>(g.size()), -1.0) {}
+        node_start_(static_cast<size_t>(g.size()), 0.0), node_end_(static_cast<size_t>(g.size()), 0.0),
+        redone_end_(static_cast<size_t>(g.size()), -1.0) {}
+
+  /// When each op and each recomputation ran (after run()).
+  ReplayTimes times() const { return {node_start_, node_end_, redone_end_, block_start_}; }
 
   void run() {
     for (int32_t id : ip_.released_first) issue(id, 0.0, true);
@@ -396,7 +375,7 @@ class Replay {
       const size_t iu = static_cast<size_t>(i);
       if (x.kind != NodeKind::kOp) {
         if (x.kind == NodeKind::kOutput) recompute_before(i);
-        node_start[iu] = node_end[iu] = x.kind == NodeKind::kOutput ? cursor_ : 0.0;
+        node_start_[iu] = node_end_[iu] = x.kind == NodeKind::kOutput ? cursor_ : 0.0;
         continue;
       }
       for (int32_t id : ip_.released_before[iu])
@@ -408,10 +387,10 @@ class Replay {
       for (int32_t id : ip_.waited_before[iu]) ready = std::max(ready, streams_.finish(id));
       for (int32_t s = 0; s < static_cast<int32_t>(x.inputs.size()); ++s)
         if (!ip_.job_of_slot.count({i, s}))
-          ready = std::max(ready, node_end[static_cast<size_t>(x.inputs[static_cast<size_t>(s)].node)]);
-      node_start[iu] = compute(i, ready, sim_node_plan(g_, plan_, i).compute_us, false);
-      node_end[iu] = cursor_;
-      cp_transfers(i, node_start[iu]);
+          ready = std::max(ready, node_end_[static_cast<size_t>(x.inputs[static_cast<size_t>(s)].node)]);
+      node_start_[iu] = compute(i, ready, sim_node_plan(g_, plan_, i).compute_us, false);
+      node_end_[iu] = cursor_;
+      cp_transfers(i, node_start_[iu]);
       for (int32_t id : ip_.issued_after[iu]) issue(id, cursor_, false);
     }
     recompute_before(g_.size());  // a region whose point is past the schedule
@@ -444,25 +423,25 @@ class Replay {
   void recompute_before(NodeIdx b) {
     auto it = rs_.before.find(b);
     if (it == rs_.before.end()) return;
-    block_start[b] = cursor_;
+    block_start_[b] = cursor_;
     const double begin = cursor_;
     for (NodeIdx v : it->second) {
       const Node& x = g_.node(v);
       const std::vector<int32_t>& in = ip_.recompute_in[static_cast<size_t>(v)];
       for (int32_t id : in) {
-        const double src = redone_end[static_cast<size_t>(ip_.jobs[static_cast<size_t>(id)].producer)];
+        const double src = redone_end_[static_cast<size_t>(ip_.jobs[static_cast<size_t>(id)].producer)];
         issue(id, std::max(begin, src), false);
       }
       double ready = 0;
       for (int32_t s = 0; s < static_cast<int32_t>(x.inputs.size()); ++s) {
         const NodeIdx u = x.inputs[static_cast<size_t>(s)].node;
-        double arrive = std::max(node_end[static_cast<size_t>(u)], redone_end[static_cast<size_t>(u)]);
+        double arrive = std::max(node_end_[static_cast<size_t>(u)], redone_end_[static_cast<size_t>(u)]);
         for (int32_t id : in)
           if (ip_.jobs[static_cast<size_t>(id)].slot == s) arrive = streams_.finish(id);
         ready = std::max(ready, arrive);
       }
       compute(v, ready, rs_.us[static_cast<size_t>(v)], true);
-      redone_end[static_cast<size_t>(v)] = cursor_;
+      redone_end_[static_cast<size_t>(v)] = cursor_;
       for (int32_t id : ip_.issued_after_redo[static_cast<size_t>(v)]) issue(id, cursor_, false);
     }
   }
@@ -499,11 +478,9 @@ class Replay {
   const std::vector<std::vector<int32_t>> upstream_;
   CommStreams streams_;
   double cursor_ = 0;
-
- public:
-  std::vector<double> node_start, node_end;
-  std::vector<double> redone_end;            ///< end of a node's recomputation
-  std::map<NodeIdx, double> block_start;     ///< point b -> start of the recomputation there
+  std::vector<double> node_start_, node_end_;
+  std::vector<double> redone_end_;         ///< end of a node's recomputation
+  std::map<NodeIdx, double> block_start_;  ///< point b -> start of the recomputation there
 };
 
 }  // namespace
@@ -522,17 +499,17 @@ StepSimulation simulate_step(ShardingOptimizer& opt, const Plan& plan, const Sim
   for (MeshDimIdx d = 0; d < mesh.ndim(); ++d) sim.stream_names.push_back("comm " + mesh.dim(d).name);
   sim.streams.resize(sim.stream_names.size());
 
-  const Segments seg = segments_of(g, &sim.num_layers);
+  const PrefetchPoints points(g);
+  sim.num_layers = points.num_segments();
   const RecomputeSchedule rs = recompute_schedule(g, bp, plan);
-  IssuePlan ip = JobPlanner(opt, plan, o, rs, seg).build();
-  Replay replay(g, plan, mesh, opt.options().comm_model, rs, ip, seg.layer, sim);
+  IssuePlan ip = JobPlanner(opt, plan, o, rs, points).build();
+  Replay replay(g, plan, mesh, opt.options().comm_model, rs, ip, points.segment(), sim);
   replay.run();
   sim.exposed_comm_us = std::max(0.0, sim.step_us - sim.compute_us);
   for (auto& s : sim.streams)
     std::stable_sort(s.begin(), s.end(),
                      [](const SimEvent& a, const SimEvent& b) { return a.start_us < b.start_us; });
-  memory_timeline(g, bp, plan, mesh, rs.choice, ip.jobs,
-                  {replay.node_start, replay.node_end, replay.redone_end, replay.block_start}, sim);
+  memory_timeline(g, bp, plan, mesh, rs.choice, ip.jobs, replay.times(), sim);
 
   sim.model_flops = model_flops(g);
   sim.mfu = mfu(sim.model_flops, mesh.num_devices(), mesh.hardware().peak_flops(dominant_flops_dtype(g)),
